@@ -1,0 +1,40 @@
+# The README's two commands: `make demo` (set up, run the main job on the local machine) and
+# `make test` (set up everything the tests need, then lint, type-check and run every test but gpu).
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# The CPU torch wheel for the smoke job on machines without a GPU. Where the PyTorch CPU index is
+# reachable, `make TORCH_PIP_ARGS='--index-url https://download.pytorch.org/whl/cpu' ...` keeps the
+# download small; a plain `torch==X` from PyPI is the multi-GB CUDA build.
+TORCH_SPEC ?= torch==2.13.0
+TORCH_PIP_ARGS ?=
+PYTEST_ARGS ?=
+
+.PHONY: demo test deps venv lint clean
+
+demo: venv
+	$(BIN)/provision --version
+
+test: deps venv lint
+	PROVISION_REQUIRE_TESTHOSTS=1 $(BIN)/pytest -m "not gpu" $(PYTEST_ARGS)
+
+deps:
+	bash tests/hosts/install-deps.sh
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test]'
+	$(BIN)/python -m pip install -q $(TORCH_PIP_ARGS) '$(TORCH_SPEC)'
+	touch $@
+
+lint: venv
+	$(BIN)/ruff check provision tests benchmarks
+	$(BIN)/mypy
+	$(BIN)/ansible-lint --profile production --offline playbooks
+
+clean:
+	bash tests/hosts/testhosts.sh down || true
+	rm -rf $(VENV) build dist .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,117 @@
+"""Error types and exit codes: the one place that maps a failure to what the user sees.
+
+Every failure the user can cause or meet is a :class:`ProvisionError` with a stable ``code``
+(used in ``--json`` output), a one-line ``message`` (what is wrong), a ``hint`` (how to fix it)
+and the process exit code documented in DESIGN.md. Anything else escaping a command is a bug
+and is reported as ``internal`` (exit 1) with the traceback behind ``--debug``.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import Any, ClassVar
+
+
+class ExitCode(IntEnum):
+    """Process exit codes (DESIGN.md, "CLI contract")."""
+
+    OK = 0
+    FAILED = 1  # an operation failed: a host failed, verification failed, host unreachable
+    BAD_INPUT = 2  # usage, config, inventory, unknown names, malformed specifiers
+    UNSATISFIABLE = 3  # no compatible set of versions exists
+    INTERRUPTED = 130  # Ctrl-C
+
+
+class ProvisionError(Exception):
+    """Base of every error the CLI reports as one line ``error: <what> (<how to fix>)``."""
+
+    code: ClassVar[str] = "failed"
+    exit_code: ClassVar[ExitCode] = ExitCode.FAILED
+
+    def __init__(
+        self,
+        message: str,
+        hint: str = "",
+        *,
+        suggestions: list[Any] | None = None,
+        details: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        self.suggestions: list[Any] = list(suggestions or [])
+        # Extra keys merged into the JSON error object (e.g. "conflicts" for unsatisfiable).
+        self.details: dict[str, Any] = dict(details or {})
+
+    def one_line(self) -> str:
+        """The stderr line: never more than one line, whatever the message holds."""
+        text = " ".join(self.message.split())
+        if self.hint:
+            text += f" ({' '.join(self.hint.split())})"
+        return f"error: {text}"
+
+    def to_json(self) -> dict[str, Any]:
+        error: dict[str, Any] = {
+            "code": self.code,
+            "message": self.message,
+            "hint": self.hint,
+            "suggestions": self.suggestions,
+        }
+        error.update(self.details)
+        return {"ok": False, "error": error}
+
+
+class BadInput(ProvisionError):
+    """The user gave something we cannot use; nothing was changed anywhere."""
+
+    code = "bad_input"
+    exit_code = ExitCode.BAD_INPUT
+
+
+class NotImplementedYet(BadInput):
+    """A command of the contract whose issue has not landed yet (exit 2, nothing faked)."""
+
+    code = "not_implemented"
+
+    def __init__(self, command: str) -> None:
+        super().__init__(
+            f"not implemented yet: `provision {command}`",
+            "see the README for the commands that work in this release",
+        )
+
+
+class Unsatisfiable(ProvisionError):
+    """No set of versions satisfies every rule; ``conflicts`` names the failing rules."""
+
+    code = "unsatisfiable"
+    exit_code = ExitCode.UNSATISFIABLE
+
+    def __init__(
+        self,
+        message: str,
+        hint: str = "",
+        *,
+        conflicts: list[str] | None = None,
+        suggestions: list[Any] | None = None,
+    ) -> None:
+        super().__init__(message, hint, suggestions=suggestions)
+        self.conflicts = list(conflicts or [])
+        self.details["conflicts"] = self.conflicts
+
+
+class OperationFailed(ProvisionError):
+    """Something was attempted and did not work (a host, a check, a cloud call)."""
+
+    code = "failed"
+    exit_code = ExitCode.FAILED
+
+
+class Unreachable(OperationFailed):
+    """A host could not be reached or refused us (host key, auth, network)."""
+
+    code = "unreachable"
+
+
+class Interrupted(ProvisionError):
+    code = "interrupted"
+    exit_code = ExitCode.INTERRUPTED

@@ -1,0 +1,1 @@
+"""Hosts: inventories, transports (local and SSH) and the facts a probe gathers."""

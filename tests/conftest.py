@@ -1,0 +1,63 @@
+"""Shared test harness: markers by folder, the session's SSH test hosts, GPU detection."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.hosts import harness
+
+REPO = Path(__file__).resolve().parent.parent
+# In CI (and `make test`) missing prerequisites for integration tests are failures, not skips:
+# a green run must mean the real parts ran.
+REQUIRE_TESTHOSTS = os.environ.get("PROVISION_REQUIRE_TESTHOSTS") == "1"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        parts = Path(str(item.fspath)).relative_to(REPO / "tests").parts
+        folder = parts[0] if len(parts) > 1 else ""
+        if folder in ("unit", "integration", "gpu"):
+            item.add_marker(getattr(pytest.mark, folder))
+        if item.get_closest_marker("gpu") and not has_gpu():
+            item.add_marker(pytest.mark.skip(reason="no NVIDIA GPU on this machine"))
+
+
+def has_gpu() -> bool:
+    if shutil.which("nvidia-smi") is None:
+        return False
+    return subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0
+
+
+def require_testhost_support() -> None:
+    """Skip where test hosts cannot run; fail instead under `make test` / CI."""
+    why = harness.available()
+    if why:
+        if REQUIRE_TESTHOSTS:
+            pytest.fail(why)
+        pytest.skip(why)
+
+
+@pytest.fixture(scope="session")
+def testhosts() -> Iterator[harness.HostSet]:
+    """N Debian 12 hosts reachable by real SSH with verified host keys (N: PROVISION_TESTHOSTS, 4).
+
+    Brought up once per session over a cached base rootfs; torn down at the end even when
+    tests fail (pytest runs the finalizer), and `up` first removes what a killed run left.
+    TESTHOSTS_DIR / _PREFIX / _NET / _BRIDGE let two checkouts run their sets side by side.
+    """
+    require_testhost_support()
+    count = int(os.environ.get("PROVISION_TESTHOSTS", "4"))
+    with harness.running(
+        count,
+        Path(os.environ.get("TESTHOSTS_DIR", "/var/tmp/provision-testhosts")),
+        prefix=os.environ.get("TESTHOSTS_PREFIX", "th"),
+        net=os.environ.get("TESTHOSTS_NET", "10.200.0"),
+        bridge=os.environ.get("TESTHOSTS_BRIDGE", "thbr0"),
+    ) as hostset:
+        yield hostset

@@ -1,0 +1,149 @@
+"""Python side of the SSH test hosts: bring a set up, describe it, tear it down.
+
+Used by the session fixture in tests/conftest.py and by the benchmarks. Each set has its own
+directory, name prefix, bridge and /24, so a test can run a second set beside the session's
+(the teardown test does) while both share one cached debootstrap root filesystem.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SCRIPT = Path(__file__).with_name("testhosts.sh")
+BASE_DIR = Path(os.environ.get("TESTHOSTS_BASE", "/var/tmp/provision-testhosts-base"))
+
+
+@dataclass(frozen=True)
+class TestHost:
+    name: str
+    address: str
+    port: int = 22
+    user: str = "root"
+
+
+@dataclass(frozen=True)
+class HostSet:
+    """A running set of test hosts and the files a client needs to reach them."""
+
+    directory: Path
+    prefix: str
+    net: str  # first three octets, e.g. "10.200.0"
+    bridge: str
+    hosts: list[TestHost] = field(default_factory=list)
+
+    __test__ = False  # not a pytest test class
+
+    @property
+    def key(self) -> Path:
+        return self.directory / "id_ed25519"
+
+    @property
+    def known_hosts(self) -> Path:
+        return self.directory / "known_hosts"
+
+    @property
+    def inventory(self) -> Path:
+        return self.directory / "inventory.ini"
+
+    @property
+    def ssh_config(self) -> Path:
+        return self.directory / "ssh_config"
+
+    @property
+    def proxy(self) -> str:
+        """The filtering HTTP proxy on the bridge that hosts use for apt and pip."""
+        return f"http://{self.net}.1:3128"
+
+    def env(self) -> dict[str, str]:
+        return {
+            **os.environ,
+            "TESTHOSTS_DIR": str(self.directory),
+            "TESTHOSTS_BASE": str(BASE_DIR),
+            "TESTHOSTS_PREFIX": self.prefix,
+            "TESTHOSTS_NET": self.net,
+            "TESTHOSTS_BRIDGE": self.bridge,
+        }
+
+
+def available() -> str | None:
+    """Why test hosts cannot run here, or None when they can."""
+    if os.geteuid() != 0:
+        return "SSH test hosts need root (network namespaces, mounts, systemd-nspawn)"
+    if shutil.which("ip") is None:
+        return "SSH test hosts need iproute2"
+    return None
+
+
+def _script(hostset: HostSet, *args: str, ro_binds: list[Path] | None = None) -> None:
+    env = hostset.env()
+    if ro_binds:
+        env["TESTHOSTS_RO_BINDS"] = ":".join(str(p) for p in ro_binds)
+    subprocess.run(["bash", str(SCRIPT), *args], env=env, check=True)
+
+
+def up(
+    count: int,
+    directory: Path,
+    *,
+    prefix: str = "th",
+    net: str = "10.200.0",
+    bridge: str = "thbr0",
+    ro_binds: list[Path] | None = None,
+) -> HostSet:
+    hostset = HostSet(directory=directory, prefix=prefix, net=net, bridge=bridge)
+    _script(hostset, "down")  # whatever an interrupted earlier run left behind
+    _script(hostset, "up", str(count), ro_binds=ro_binds)
+    hosts = [TestHost(h["name"], h["host"], h["port"], h["user"])
+             for h in json.loads((directory / "hosts.json").read_text())]
+    return HostSet(directory=directory, prefix=prefix, net=net, bridge=bridge, hosts=hosts)
+
+
+def down(hostset: HostSet) -> None:
+    _script(hostset, "down")
+
+
+@contextmanager
+def running(count: int, directory: Path, **kwargs: object) -> Iterator[HostSet]:
+    """Hosts for the duration of a ``with`` block, torn down whatever happens inside it."""
+    hostset = HostSet(directory=directory, prefix=str(kwargs.get("prefix", "th")),
+                      net=str(kwargs.get("net", "10.200.0")), bridge=str(kwargs.get("bridge", "thbr0")))
+    try:
+        hostset = up(count, directory, **kwargs)  # type: ignore[arg-type]
+        yield hostset
+    finally:
+        down(hostset)
+
+
+def leftovers(hostset: HostSet) -> list[str]:
+    """Everything of a set that still exists: namespaces, links, mounts, processes, files."""
+    found: list[str] = []
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    found += [f"netns {line.split()[0]}" for line in netns.splitlines()
+              if line.split() and line.split()[0].startswith(hostset.prefix)]
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    for line in links.splitlines():
+        name = line.split(":")[1].strip().split("@")[0]
+        if name == hostset.bridge or (name.startswith(hostset.prefix) and name.endswith("-h")):
+            found.append(f"link {name}")
+    mounts = Path("/proc/mounts").read_text()
+    found += [f"mount {m.split()[1]}" for m in mounts.splitlines() if str(hostset.directory) in m.split()[1]]
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if str(hostset.directory) in cmdline:
+            found.append(f"process {proc.name}: {cmdline.strip()[:80]}")
+    hosts_dir = hostset.directory / "hosts"
+    if hosts_dir.exists():
+        found += [f"host dir {p}" for p in hosts_dir.iterdir()]
+    return found

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The OS packages that `make test` needs on a fresh Debian or Ubuntu machine (run as root):
+# python3-venv for the virtualenv, and for the SSH test hosts debootstrap, systemd-nspawn,
+# tinyproxy, iproute2 and the OpenSSH client. Installs only what is missing.
+set -euo pipefail
+need=()
+python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
+command -v make >/dev/null || need+=(make)
+command -v git >/dev/null || need+=(git)
+command -v debootstrap >/dev/null || need+=(debootstrap)
+command -v systemd-nspawn >/dev/null || need+=(systemd-container)
+command -v tinyproxy >/dev/null || need+=(tinyproxy)
+command -v ip >/dev/null || need+=(iproute2)
+command -v ssh-keygen >/dev/null || need+=(openssh-client)
+((${#need[@]})) || exit 0
+if [[ $(id -u) != 0 ]]; then
+  echo "error: missing OS packages: ${need[*]} (install them as root: apt-get install ${need[*]})" >&2
+  exit 2
+fi
+echo "[deps] apt-get install ${need[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get install -y -q "${need[@]}" >/dev/null 2>&1 || {
+  apt-get update -q >/dev/null
+  apt-get install -y -q "${need[@]}" >/dev/null
+}
