@@ -44,7 +44,17 @@ def require_testhost_support() -> None:
 
 
 @pytest.fixture(scope="session")
-def testhosts() -> Iterator[harness.HostSet]:
+def wheelhouse() -> Path:
+    """A local wheel directory with the CPU torch stack (see harness.fill_wheelhouse).
+
+    Bind-mounted read-only into every test host at the same path, so playbooks and tests
+    install ``torch==<TORCH_CPU_VERSION>+cpu`` there with ``--no-index --find-links``.
+    """
+    return harness.fill_wheelhouse()
+
+
+@pytest.fixture(scope="session")
+def testhosts(wheelhouse: Path) -> Iterator[harness.HostSet]:
     """N Debian 12 hosts reachable by real SSH with verified host keys (N: PROVISION_TESTHOSTS, 4).
 
     Brought up once per session over a cached base rootfs; torn down at the end even when
@@ -59,5 +69,6 @@ def testhosts() -> Iterator[harness.HostSet]:
         prefix=os.environ.get("TESTHOSTS_PREFIX", "th"),
         net=os.environ.get("TESTHOSTS_NET", "10.200.0"),
         bridge=os.environ.get("TESTHOSTS_BRIDGE", "thbr0"),
+        ro_binds=[wheelhouse],
     ) as hostset:
         yield hostset

@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -18,6 +19,10 @@ from pathlib import Path
 
 SCRIPT = Path(__file__).with_name("testhosts.sh")
 BASE_DIR = Path(os.environ.get("TESTHOSTS_BASE", "/var/tmp/provision-testhosts-base"))
+WHEELHOUSE = Path(os.environ.get("PROVISION_WHEELHOUSE", "/var/tmp/provision-wheelhouse"))
+# The CPU torch build the test hosts (Debian 12: Python 3.11) and the controller run. It is the
+# version the development machines carry on disk; see the README's testing section.
+TORCH_CPU = os.environ.get("PROVISION_TEST_TORCH", "torch==2.13.0")
 
 
 @dataclass(frozen=True)
@@ -79,6 +84,25 @@ def available() -> str | None:
     if shutil.which("ip") is None:
         return "SSH test hosts need iproute2"
     return None
+
+
+def fill_wheelhouse(directory: Path = WHEELHOUSE) -> Path:
+    """Download the CPU torch wheel and its dependencies once (for cp311 manylinux x86_64).
+
+    Idempotent: pip skips what the folder already holds. Test hosts reach no index for torch
+    (a plain PyPI torch is the multi-GB CUDA build), so they install from this folder.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    stamp = directory / f".{TORCH_CPU}.done"
+    if not stamp.exists():
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "--python-version", "3.11",
+             "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux_2_17_x86_64",
+             "--platform", "manylinux2014_x86_64", "--platform", "any", "-d", str(directory), TORCH_CPU],
+            check=True,
+        )
+        stamp.touch()
+    return directory
 
 
 def _script(hostset: HostSet, *args: str, ro_binds: list[Path] | None = None) -> None:
