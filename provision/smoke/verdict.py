@@ -72,29 +72,6 @@ def version_matches(key: str, actual: str | None, expected: str) -> bool:
     return _parts(actual)[: len(want)] == want
 
 
-def version_checks(versions: dict[str, Any], expect: dict[str, str]) -> list[Check]:
-    checks = []
-    for key, expected in sorted(expect.items()):
-        actual = versions.get(key)
-        actual_s = None if actual is None else str(actual)
-        ok = version_matches(key, actual_s, str(expected))
-        check: Check = {
-            "name": f"version_{key}",
-            "ok": ok,
-            "value": actual_s,
-            "unit": None,
-            "threshold": str(expected),
-        }
-        if not ok:
-            shown = "not installed" if actual_s is None else actual_s
-            if key == "cudnn" and actual_s:
-                shown = f"{cudnn_dotted(actual_s)} ({actual_s})"
-            check["code"] = "drift"
-            check["message"] = f"drift: {key} is {shown} on this host, expected {expected}"
-        checks.append(check)
-    return checks
-
-
 # --- GPU architecture ------------------------------------------------------------------------
 
 
@@ -170,135 +147,138 @@ SPEED_UNITS = {
 # --- per-GPU checks --------------------------------------------------------------------------
 
 
-def gpu_checks(
-    gpu: dict[str, Any],
-    arch_list: list[str],
-    references: dict[str, Any],
-    warnings: list[dict[str, str]],
-    on_gpu: bool,
+def check(
+    name: str,
+    ok: bool,
+    value: Any = None,
+    unit: str | None = None,
+    threshold: Any = None,
+    *,
+    code: str | None = None,
+    message: str | None = None,
+    gpu: int | None = None,
+) -> Check:
+    """One entry of the report's ``checks``; a failed one carries a ``code`` and a ``message``."""
+    entry: Check = {"name": name, "ok": ok, "value": value, "unit": unit, "threshold": threshold}
+    if gpu is not None:
+        entry["gpu"] = gpu
+    if not ok:
+        entry["code"] = code or name
+        entry["message"] = message or f"{name} failed"
+    return entry
+
+
+def version_checks(versions: dict[str, Any], expect: dict[str, str]) -> list[Check]:
+    checks = []
+    for key, expected in sorted(expect.items()):
+        actual = versions.get(key)
+        actual_s = None if actual is None else str(actual)
+        shown = "not installed" if actual_s is None else actual_s
+        if key == "cudnn" and actual_s:
+            shown = f"{cudnn_dotted(actual_s)} ({actual_s})"
+        checks.append(
+            check(
+                f"version_{key}",
+                version_matches(key, actual_s, str(expected)),
+                actual_s,
+                threshold=str(expected),
+                code="drift",
+                message=f"drift: {key} is {shown} on this host, expected {expected}",
+            )
+        )
+    return checks
+
+
+def health_checks(
+    health: dict[str, Any], label: str, idx: int, warnings: list[dict[str, str]]
 ) -> list[Check]:
-    idx = gpu["index"]
-    label = f"GPU {idx} ({gpu.get('name')})"
+    """NVML's view of one GPU: memory errors, throttling, the PCIe link, temperature."""
     checks: list[Check] = []
-
-    def add(  # noqa: PLR0917
-        name: str,
-        ok: bool,
-        value: Any = None,
-        unit: str | None = None,
-        threshold: Any = None,
-        code: str | None = None,
-        message: str | None = None,
-    ) -> None:
-        check: Check = {
-            "name": name,
-            "gpu": idx,
-            "ok": ok,
-            "value": value,
-            "unit": unit,
-            "threshold": threshold,
-        }
-        if not ok:
-            check["code"] = code or name
-            check["message"] = f"{label}: {message}" if message else f"{label}: {name} failed"
-        checks.append(check)
-
-    if on_gpu and gpu.get("compute_capability"):
-        ok, why = arch_supported(str(gpu["compute_capability"]), arch_list)
-        add(
-            "arch",
-            ok,
-            f"sm_{str(gpu['compute_capability']).replace('.', '')}",
-            None,
-            None,
-            "arch",
-            f"{why}: kernels would fail with 'no kernel image is available for execution on the device' "
-            "(install a torch build whose arch list covers this GPU)",
-        )
-    if on_gpu and "kernel_ok" in gpu:
-        add(
-            "kernel",
-            bool(gpu["kernel_ok"]),
-            None,
-            None,
-            None,
-            "kernel",
-            f"a CUDA kernel failed: {gpu.get('kernel_error')}",
-        )
-
-    health = gpu.get("health") or {}
     if health.get("ecc_uncorrected") is not None:
         n = int(health["ecc_uncorrected"])
-        add(
-            "ecc",
-            n == 0,
-            n,
-            "errors",
-            0,
-            "ecc",
-            f"{n} uncorrectable ECC errors since the driver loaded "
-            "(drain the GPU, reset it, check dmesg for Xid 48/63/64)",
+        checks.append(
+            check(
+                "ecc",
+                n == 0,
+                n,
+                "errors",
+                0,
+                gpu=idx,
+                message=(
+                    f"{label}: {n} uncorrectable ECC errors since the driver loaded "
+                    "(drain the GPU, reset it, check dmesg for Xid 48/63/64)"
+                ),
+            )
         )
     if health.get("retired_pages_pending") is not None:
         pending = bool(health["retired_pages_pending"])
-        add(
-            "retired_pages",
-            not pending,
-            pending,
-            None,
-            False,
-            "memory_remap",
-            "page retirements are pending (reset the GPU or reboot to apply them)",
+        checks.append(
+            check(
+                "retired_pages",
+                not pending,
+                pending,
+                threshold=False,
+                gpu=idx,
+                code="memory_remap",
+                message=f"{label}: page retirements are pending (reset the GPU or reboot to apply them)",
+            )
         )
     remap = health.get("row_remap")
     if remap is not None:
-        bad = bool(remap.get("pending")) or bool(remap.get("failure"))
-        add(
-            "row_remap",
-            not bad,
-            remap,
-            None,
-            None,
-            "memory_remap",
-            "row remapping "
-            + (
-                "failed (the GPU needs service)"
-                if remap.get("failure")
-                else "is pending (reset the GPU to apply it)"
-            ),
+        what = (
+            "failed (the GPU needs service)"
+            if remap.get("failure")
+            else "is pending (reset the GPU to apply it)"
+        )
+        checks.append(
+            check(
+                "row_remap",
+                not (remap.get("pending") or remap.get("failure")),
+                remap,
+                gpu=idx,
+                code="memory_remap",
+                message=f"{label}: row remapping {what}",
+            )
         )
     reasons = health.get("throttle_reasons")
     if reasons is not None:
-        bad_names = [n for bit, n in THROTTLE_BAD.items() if int(reasons) & bit]
+        bad = [n for bit, n in THROTTLE_BAD.items() if int(reasons) & bit]
         info = [n for bit, n in THROTTLE_INFO.items() if int(reasons) & bit]
-        add(
-            "throttle",
-            not bad_names,
-            ", ".join(bad_names + info) or "none",
-            None,
-            None,
-            "throttle",
-            f"clocks slowed by {', '.join(bad_names)} under load "
-            "(check cooling, power supply and nvidia-smi -q -d PERFORMANCE)",
+        checks.append(
+            check(
+                "throttle",
+                not bad,
+                ", ".join(bad + info) or "none",
+                gpu=idx,
+                message=(
+                    f"{label}: clocks slowed by {', '.join(bad)} under load "
+                    "(check cooling, power supply and nvidia-smi -q -d PERFORMANCE)"
+                ),
+            )
         )
     pcie = health.get("pcie")
     if pcie and pcie.get("cur_gen") is not None and pcie.get("max_gen") is not None:
         cur = f"gen{pcie['cur_gen']} x{pcie['cur_width']}"
         best = f"gen{pcie['max_gen']} x{pcie['max_width']}"
+        loaded = pcie.get("under_load", True)
         # An idle link trains down to a lower generation to save power: judge the generation only
         # from readings taken under load; a narrower link is wrong at any time.
-        gen_ok = int(pcie["cur_gen"]) >= int(pcie["max_gen"]) or not pcie.get("under_load", True)
+        gen_ok = int(pcie["cur_gen"]) >= int(pcie["max_gen"]) or not loaded
         ok = gen_ok and int(pcie["cur_width"]) >= int(pcie["max_width"])
-        add(
-            "pcie_link",
-            ok,
-            cur,
-            None,
-            best,
-            "pcie",
-            f"PCIe link runs at {cur} {'under load' if pcie.get('under_load', True) else 'at rest'}, "
-            "the link "
-            f"supports {best} (reseat the card or riser, check BIOS link settings)",
+        checks.append(
+            check(
+                "pcie_link",
+                ok,
+                cur,
+                threshold=best,
+                gpu=idx,
+                code="pcie",
+                message=(
+                    f"{label}: PCIe link runs at {cur} {'under load' if loaded else 'at rest'}, "
+                    "the link supports "
+                    f"{best} (reseat the card or riser, check BIOS link settings)"
+                ),
+            )
         )
     if health.get("persistence") is False:
         warnings.append(
@@ -310,42 +290,93 @@ def gpu_checks(
         )
     temp = health.get("temperature_c")
     if temp is not None:
-        limit = health.get("temperature_slowdown_c") or 87
-        add(
-            "temperature",
-            int(temp) < int(limit),
-            int(temp),
-            "C",
-            int(limit),
-            "temperature",
-            f"{temp} C reaches the slowdown temperature {limit} C (check airflow and fans)",
+        limit = int(health.get("temperature_slowdown_c") or 87)
+        checks.append(
+            check(
+                "temperature",
+                int(temp) < limit,
+                int(temp),
+                "C",
+                limit,
+                gpu=idx,
+                message=(
+                    f"{label}: {temp} C reaches the slowdown temperature {limit} C (check airflow and fans)"
+                ),
+            )
         )
+    return checks
 
+
+def speed_checks(
+    gpu: dict[str, Any], label: str, references: dict[str, Any], warnings: list[dict[str, str]]
+) -> list[Check]:
+    checks: list[Check] = []
     for metric, value in (gpu.get("speed") or {}).items():
         if value is None or metric not in SPEED_UNITS:
             continue
-        threshold, basis = speed_threshold(metric, gpu, references) if on_gpu else (None, "CPU")
-        rounded = round(float(value), 1)
+        unit, rounded = SPEED_UNITS[metric], round(float(value), 1)
+        threshold, basis = speed_threshold(metric, gpu, references)
         if threshold is None:
-            if on_gpu:
-                warnings.append(
-                    {
-                        "code": "no_reference",
-                        "message": f"{label}: {metric} {rounded} {SPEED_UNITS[metric]} not judged: {basis}",
-                    }
-                )
-            add(metric, True, rounded, SPEED_UNITS[metric], None)
+            warnings.append(
+                {"code": "no_reference", "message": f"{label}: {metric} {rounded} {unit} not judged: {basis}"}
+            )
+            checks.append(check(metric, True, rounded, unit, gpu=gpu["index"]))
             continue
-        add(
-            metric,
-            float(value) >= threshold,
-            rounded,
-            SPEED_UNITS[metric],
-            round(threshold, 1),
-            "slow",
-            f"{metric} {rounded} {SPEED_UNITS[metric]} is below the pass line {threshold:.1f} "
-            f"(0.75 x the reference for {basis})",
+        checks.append(
+            check(
+                metric,
+                float(value) >= threshold,
+                rounded,
+                unit,
+                round(threshold, 1),
+                gpu=gpu["index"],
+                code="slow",
+                message=(
+                    f"{label}: {metric} {rounded} {unit} is below the pass line "
+                    f"{threshold:.1f} (0.75 x the reference for {basis})"
+                ),
+            )
         )
+    return checks
+
+
+def gpu_checks(
+    gpu: dict[str, Any],
+    arch_list: list[str],
+    references: dict[str, Any],
+    warnings: list[dict[str, str]],
+    on_gpu: bool,
+) -> list[Check]:
+    idx = gpu["index"]
+    label = f"GPU {idx} ({gpu.get('name')})"
+    checks: list[Check] = []
+    if on_gpu and gpu.get("compute_capability"):
+        ok, why = arch_supported(str(gpu["compute_capability"]), arch_list)
+        checks.append(
+            check(
+                "arch",
+                ok,
+                f"sm_{str(gpu['compute_capability']).replace('.', '')}",
+                gpu=idx,
+                message=(
+                    f"{label}: {why}: kernels would fail with "
+                    "'no kernel image is available for execution on the device' "
+                    "(install a torch build whose arch list covers this GPU)"
+                ),
+            )
+        )
+    if on_gpu and "kernel_ok" in gpu:
+        checks.append(
+            check(
+                "kernel",
+                bool(gpu["kernel_ok"]),
+                gpu=idx,
+                message=f"{label}: a CUDA kernel failed: {gpu.get('kernel_error')}",
+            )
+        )
+    checks += health_checks(gpu.get("health") or {}, label, idx, warnings)
+    if on_gpu:
+        checks += speed_checks(gpu, label, references, warnings)
     return checks
 
 
@@ -353,66 +384,55 @@ def gpu_checks(
 
 
 def training_checks(training: dict[str, Any], warnings: list[dict[str, str]]) -> list[Check]:
-    checks: list[Check] = []
     first, last, bound = training.get("loss_first"), training.get("loss_last"), training.get("loss_bound")
     if first is None or last is None or bound is None:
         return [
-            {
-                "name": "training_loss",
-                "ok": False,
-                "value": None,
-                "unit": None,
-                "threshold": bound,
-                "code": "training",
-                "message": f"training did not finish: {training.get('error', 'no loss recorded')}",
-            }
+            check(
+                "training_loss",
+                False,
+                threshold=bound,
+                code="training",
+                message=f"training did not finish: {training.get('error') or 'no loss recorded'}",
+            )
         ]
     ok = float(last) <= float(bound) and float(last) < float(first)
-    check: Check = {
-        "name": "training_loss",
-        "ok": ok,
-        "value": round(float(last), 4),
-        "unit": "loss",
-        "threshold": bound,
-    }
-    if not ok:
-        check["code"] = "loss"
-        check["message"] = (
-            f"the training loss did not fall below {bound}: {float(first):.3f} -> {float(last):.3f} "
-            f"after {training.get('steps')} steps (a broken kernel, cuDNN or a numerics problem)"
-        )
-    checks.append(check)
-    checks.append(
-        {
-            "name": "training_speed",
-            "ok": True,
-            "value": training.get("samples_per_s"),
-            "unit": "samples/s",
-            "threshold": None,
-        }
-    )
+    checks = [
+        check(
+            "training_loss",
+            ok,
+            round(float(last), 4),
+            "loss",
+            bound,
+            code="loss",
+            message=(
+                f"the training loss did not fall below {bound}: "
+                f"{float(first):.3f} -> {float(last):.3f} after "
+                f"{training.get('steps')} steps (a broken kernel, cuDNN or a numerics problem)"
+            ),
+        ),
+        check("training_speed", True, training.get("samples_per_s"), "samples/s"),
+    ]
     if training.get("device") == "cuda":
         util = training.get("gpu_util_mean_pct")
         if util is None:
             warnings.append(
-                {"code": "no_utilization", "message": "GPU utilization was not sampled (NVML unavailable)"}
+                {"code": "no_utilization", "message": "GPU utilization was not sampled (no NVML)"}
             )
         else:
-            low = float(util) < UTIL_MIN_PCT
-            check = {
-                "name": "training_util",
-                "ok": not low,
-                "value": round(float(util), 1),
-                "unit": "%",
-                "threshold": UTIL_MIN_PCT,
-            }
-            if low:
-                check["code"] = "low_util"
-                check["message"] = (
-                    f"mean GPU utilization during training was {float(util):.0f}% (< {UTIL_MIN_PCT:.0f}%); "
-                    "likely causes: " + "; ".join(LOW_UTIL_CAUSES)
+            checks.append(
+                check(
+                    "training_util",
+                    float(util) >= UTIL_MIN_PCT,
+                    round(float(util), 1),
+                    "%",
+                    UTIL_MIN_PCT,
+                    code="low_util",
+                    message=(
+                        f"mean GPU utilization during training was {float(util):.0f}% "
+                        f"(< {UTIL_MIN_PCT:.0f}%); likely causes: " + "; ".join(LOW_UTIL_CAUSES)
+                    ),
                 )
-            checks.append(check)
+            )
     return checks
 
 
@@ -420,68 +440,74 @@ def distributed_checks(prefix: str, dist: dict[str, Any]) -> list[Check]:
     world = dist.get("world_size")
     if dist.get("error"):
         return [
-            {
-                "name": f"{prefix}_allreduce",
-                "ok": False,
-                "value": None,
-                "unit": None,
-                "threshold": None,
-                "code": "distributed",
-                "message": f"{prefix} ({dist.get('backend')}, {world} ranks): {dist['error']}",
-            }
-        ]
-    checks: list[Check] = []
-    ok = bool(dist.get("allreduce_ok"))
-    check: Check = {
-        "name": f"{prefix}_allreduce",
-        "ok": ok,
-        "value": dist.get("allreduce_busbw_gbps"),
-        "unit": "GB/s",
-        "threshold": None,
-    }
-    if not ok:
-        check["code"] = "distributed"
-        check["message"] = (
-            f"{prefix}: all-reduce over {world} ranks returned a wrong sum ({dist.get('allreduce_detail')})"
-        )
-    checks.append(check)
-    if dist.get("ddp_loss_first") is not None:
-        fell = float(dist["ddp_loss_last"]) < float(dist["ddp_loss_first"])
-        check = {
-            "name": f"{prefix}_ddp",
-            "ok": fell and bool(dist.get("ddp_in_sync", True)),
-            "value": round(float(dist["ddp_loss_last"]), 4),
-            "unit": "loss",
-            "threshold": None,
-        }
-        if not check["ok"]:
-            check["code"] = "distributed"
-            check["message"] = (
-                f"{prefix}: DDP training over {world} ranks did not converge in step "
-                f"(loss {dist['ddp_loss_first']:.3f} -> {dist['ddp_loss_last']:.3f}, "
-                f"replicas in sync: {dist.get('ddp_in_sync')})"
+            check(
+                f"{prefix}_allreduce",
+                False,
+                code="distributed",
+                message=f"{prefix} ({dist.get('backend')}, {world} ranks): {dist['error']}",
             )
-        checks.append(check)
+        ]
+    checks = [
+        check(
+            f"{prefix}_allreduce",
+            bool(dist.get("allreduce_ok")),
+            dist.get("allreduce_busbw_gbps"),
+            "GB/s",
+            code="distributed",
+            message=(
+                f"{prefix}: all-reduce over {world} ranks returned a "
+                f"wrong sum ({dist.get('allreduce_detail')})"
+            ),
+        )
+    ]
+    if dist.get("ddp_loss_first") is not None:
+        first, last = float(dist["ddp_loss_first"]), float(dist["ddp_loss_last"])
+        ok = last < first and bool(dist.get("ddp_in_sync", True))
+        checks.append(
+            check(
+                f"{prefix}_ddp",
+                ok,
+                round(last, 4),
+                "loss",
+                code="distributed",
+                message=(
+                    f"{prefix}: DDP training over {world} ranks did not converge in step "
+                    f"(loss {first:.3f} -> "
+                    f"{last:.3f}, replicas in sync: {dist.get('ddp_in_sync')})"
+                ),
+            )
+        )
     return checks
 
 
 def framework_checks(frameworks: dict[str, Any], on_gpu: bool) -> list[Check]:
-    checks: list[Check] = []
+    checks = []
     for name, result in sorted(frameworks.items()):
         ok = bool(result.get("ok")) and (not on_gpu or int(result.get("gpus") or 0) > 0)
-        check: Check = {
-            "name": name,
-            "ok": ok,
-            "value": result.get("version"),
-            "unit": None,
-            "threshold": None,
-        }
-        if not ok:
-            check["code"] = "framework"
-            why = result.get("error") or f"{name} sees no GPU"
-            check["message"] = f"{name}: {why}"
-        checks.append(check)
+        why = result.get("error") or f"{name} sees no GPU"
+        checks.append(check(name, ok, result.get("version"), code="framework", message=f"{name}: {why}"))
     return checks
+
+
+def count_check(m: Measurements, allow_cpu: bool) -> Check:
+    counts = m.get("counts", {})
+    torch_gpus = int(counts.get("torch") or 0)
+    others = [int(v) for k, v in counts.items() if k != "torch" and v is not None]
+    seen = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()) if v is not None)
+    if any(v != torch_gpus for v in others):
+        why = m.get("torch_error") or "a GPU is hidden, lost from the bus or not usable"
+        return check("gpu_count", False, torch_gpus, "GPUs", message=f"GPU counts disagree ({seen}): {why}")
+    return check(
+        "gpu_count",
+        torch_gpus > 0 or allow_cpu,
+        torch_gpus,
+        "GPUs",
+        code="no_gpu",
+        message=(
+            f"no usable GPU ({m.get('torch_error') or 'torch sees none'}); "
+            "pass --allow-cpu to verify a CPU-only host"
+        ),
+    )
 
 
 def decide(
@@ -489,38 +515,12 @@ def decide(
 ) -> dict[str, Any]:
     """checks, warnings and the verdict for one host's measurements."""
     warnings: list[dict[str, str]] = list(m.get("warnings", []))
-    counts = m.get("counts", {})
-    torch_gpus = int(counts.get("torch") or 0)
-    others = {k: v for k, v in counts.items() if k != "torch" and v is not None}
-    on_gpu = torch_gpus > 0
-    checks: list[Check] = []
-
-    agree = all(int(v) == torch_gpus for v in others.values())
-    seen = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()) if v is not None)
-    count_check: Check = {
-        "name": "gpu_count",
-        "ok": agree and (on_gpu or allow_cpu),
-        "value": torch_gpus,
-        "unit": "GPUs",
-        "threshold": None,
-    }
-    if not agree:
-        count_check["code"] = "gpu_count"
-        count_check["message"] = f"GPU counts disagree ({seen}): " + (
-            m.get("torch_error") or "a GPU is hidden, lost from the bus or not usable"
-        )
-    elif not on_gpu and not allow_cpu:
-        count_check["code"] = "no_gpu"
-        count_check["message"] = (
-            f"no usable GPU ({m.get('torch_error') or 'torch sees none'}); "
-            "pass --allow-cpu to verify a CPU-only host"
-        )
-    checks.append(count_check)
+    on_gpu = int(m.get("counts", {}).get("torch") or 0) > 0
+    checks = [count_check(m, allow_cpu)]
     if not on_gpu and allow_cpu:
         warnings.append(
             {"code": "cpu_only", "message": "no usable GPU: the job ran on the CPU (--allow-cpu)"}
         )
-
     checks += version_checks(m.get("versions", {}), expect)
     for gpu in m.get("gpus", []):
         checks += gpu_checks(gpu, m.get("arch_list", []), references, warnings, on_gpu)
@@ -531,27 +531,11 @@ def decide(
     if m.get("multihost") is not None:
         checks += distributed_checks("multihost", m["multihost"])
     for metric, value in sorted((m.get("cpu_speed") or {}).items()):  # figures only: no CPU reference
-        checks.append(
-            {
-                "name": f"cpu_{metric}",
-                "ok": True,
-                "value": round(float(value), 3),
-                "unit": SPEED_UNITS.get(metric, "GB/s"),
-                "threshold": None,
-            }
-        )
+        checks.append(check(f"cpu_{metric}", True, round(float(value), 3), SPEED_UNITS.get(metric, "GB/s")))
     checks += framework_checks(m.get("frameworks", {}), on_gpu)
     for err in m.get("errors", []):
         checks.append(
-            {
-                "name": f"stage_{err['stage']}",
-                "ok": False,
-                "value": None,
-                "unit": None,
-                "threshold": None,
-                "code": "error",
-                "message": f"{err['stage']}: {err['message']}",
-            }
+            check(f"stage_{err['stage']}", False, code="error", message=f"{err['stage']}: {err['message']}")
         )
 
     if not on_gpu and not allow_cpu:
