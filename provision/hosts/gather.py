@@ -395,3 +395,10 @@ def probe_hosts(
         return [one(targets[0])]
     with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(targets)))) as pool:
         return list(pool.map(one, targets))
+
+
+def matrix_lookup() -> p.GpuLookup:
+    """PCI ID -> model from the knowledge data (provision.matrix)."""
+    from provision.matrix import load
+
+    return load().gpu_by_pci_id
