@@ -312,7 +312,8 @@ def build_report(
     gpus = [
         {
             k: g.get(k)
-            for k in ("index", "name", "compute_capability", "memory_gib", "uuid", "health", "speed")
+            for k in ("index", "name", "compute_capability", "memory_gib", "uuid", "health", "speed", "kernel_ok",
+                      "kernel_error")
         }
         for g in m.get("gpus", [])
     ]
@@ -325,6 +326,9 @@ def build_report(
         "versions": m.get("versions", {}),
         "expected": expect,
         "counts": m.get("counts", {}),
+        "torch_error": m.get("torch_error"),
+        "arch_list": m.get("arch_list", []),
+        "errors": m.get("errors", []),
         "gpus": gpus,
         "checks": decision["checks"],
         "warnings": decision["warnings"],

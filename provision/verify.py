@@ -1,0 +1,397 @@
+"""`provision verify` as functions: read the lock, copy the smoke job to each host, run it, collect reports.
+
+Everything a user can get wrong (the lock, the inventory, the venv) is checked before any host
+runs the job. Hosts then run in parallel and each answers on its own: an unreachable host or a
+failing job is that host's ``fail``, never the end of the others.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import socket
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from provision.errors import BadInput, OperationFailed, ProvisionError
+from provision.hosts.inventory import HostTarget
+from provision.hosts.transport import Transport
+from provision.smoke import DIR as SMOKE_DIR
+from provision.smoke import FILES as SMOKE_FILES
+
+SCHEMA = "provision.verify/1"
+LOCK_SCHEMA = "provision.lock/1"
+# Where `provision up` puts the frameworks (config `install.venv`); used when it exists.
+DEFAULT_VENV = "/opt/provision/venv"
+# The job itself stops its stages well before this; the margin covers torch's import on a cold disk.
+DEFAULT_TIMEOUT_S = 900.0
+
+Connect = Callable[[HostTarget], Transport]
+
+
+# --- the lock --------------------------------------------------------------------------------
+
+
+def load_lock(path: str | Path) -> dict[str, Any]:
+    """The lockfile as a dict; BadInput when it is missing, unreadable or not a provision lock."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise BadInput(
+            f"lock file not found: {path}", "give the provision.lock that `provision plan` wrote"
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BadInput(
+            f"cannot read lock file {path}: {type(exc).__name__}", "give a readable lock file"
+        ) from None
+    except ValueError as exc:
+        raise BadInput(
+            f"lock file {path} does not parse: {exc}", "regenerate it with `provision plan`"
+        ) from None
+    if (
+        not isinstance(doc, dict)
+        or doc.get("schema") != LOCK_SCHEMA
+        or not isinstance(doc.get("groups"), list)
+    ):
+        raise BadInput(
+            f"{path} is not a provision lock (expected schema {LOCK_SCHEMA} with groups)",
+            "regenerate it with `provision plan`",
+        )
+    return doc
+
+
+def lock_group(lock: dict[str, Any], host: str, aliases: Sequence[str] = ()) -> dict[str, Any]:
+    """The lock group that names ``host`` (or one of its aliases); a single group serves every host."""
+    names = {host, *aliases}
+    groups = [g for g in lock["groups"] if isinstance(g, dict)]
+    for group in groups:
+        if names & {str(h) for h in group.get("hosts") or []}:
+            return group
+    if len(groups) == 1:
+        return groups[0]
+    known = sorted({str(h) for g in groups for h in g.get("hosts") or []})
+    raise BadInput(
+        f"the lock has no group for host {host}",
+        f"plan for this host first; the lock names {', '.join(known) or 'no hosts'}",
+    )
+
+
+def expectations(group: dict[str, Any]) -> dict[str, str]:
+    """A lock group's stack as the smoke job's flat expectations (keys it does not lock are not checked)."""
+    stack = group.get("stack") or {}
+    expect: dict[str, str] = {}
+    driver = stack.get("driver")
+    if isinstance(driver, dict) and driver.get("version"):
+        expect["driver"] = str(driver["version"])
+    if stack.get("python"):
+        expect["python"] = str(stack["python"])
+    frameworks = stack.get("frameworks") or {}
+    torch = frameworks.get("torch")
+    if isinstance(torch, dict):
+        if torch.get("version"):
+            expect["torch"] = str(torch["version"])
+        if torch.get("variant") == "cpu":
+            expect["torch_cuda"] = "none"
+        elif torch.get("cuda"):
+            expect["torch_cuda"] = str(torch["cuda"])
+        if torch.get("cudnn"):
+            expect["cudnn"] = str(torch["cudnn"])
+    for name in ("tensorflow", "jax"):
+        spec = frameworks.get(name)
+        if isinstance(spec, dict) and spec.get("version"):
+            expect[name] = str(spec["version"])
+    return expect
+
+
+# --- per-host results ------------------------------------------------------------------------
+
+
+@dataclass
+class HostResult:
+    """One host's answer: the job's report, or why there is none."""
+
+    host: str
+    report: dict[str, Any] | None = None
+    error: ProvisionError | None = None
+    duration_s: float = 0.0
+    python: str | None = None
+    stderr_tail: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.report is not None and bool(self.report.get("ok"))
+
+    @property
+    def verdict(self) -> str:
+        return str(self.report["verdict"]) if self.report is not None else "fail"
+
+    def to_json(self) -> dict[str, Any]:
+        if self.report is not None:
+            return self.report
+        assert self.error is not None
+        return {
+            "schema": SCHEMA,
+            "host": self.host,
+            "ok": False,
+            "verdict": "fail",
+            "duration_s": round(self.duration_s, 2),
+            "error": self.error.to_json()["error"],
+            "checks": [],
+            "gpus": [],
+            "versions": {},
+            "training": None,
+        }
+
+
+# --- running the job -------------------------------------------------------------------------
+
+
+def local_python(venv: str | None) -> str:
+    """The Python that runs the job here: ``venv``'s (which must exist), the default venv, or this one."""
+    if venv is not None:
+        python = Path(venv) / "bin" / "python"
+        if not python.is_file():
+            raise BadInput(
+                f"no Python in the venv {venv} (looked for {python})",
+                "give the venv that holds the frameworks, e.g. --venv /opt/provision/venv",
+            )
+        return str(python)
+    default = Path(DEFAULT_VENV) / "bin" / "python"
+    return str(default) if default.is_file() else sys.executable
+
+
+def remote_python(transport: Transport, venv: str | None) -> str | None:
+    """The job's Python on a host: ``venv``'s, the default venv's, or python3; None when ``venv`` has none."""
+    candidates = [f"{venv}/bin/python"] if venv is not None else [f"{DEFAULT_VENV}/bin/python", "python3"]
+    for python in candidates:
+        probe = transport.run(f"command -v {shlex.quote(python)}", timeout=30)
+        if probe.ok and probe.stdout.strip():
+            return probe.stdout.strip().splitlines()[0]
+    return None
+
+
+def job_command(
+    python: str, workdir: str, host: str, allow_cpu: bool, extra: Sequence[str] = ()
+) -> list[str]:
+    command = [
+        python,
+        f"{workdir}/smoke/job.py",
+        "--json-out",
+        f"{workdir}/report.json",
+        "--expect",
+        f"{workdir}/expect.json",
+        "--host",
+        host,
+        "--quiet",
+        *extra,
+    ]
+    if allow_cpu:
+        command.append("--allow-cpu")
+    return command
+
+
+def copy_job(transport: Transport, expect: dict[str, str]) -> str:
+    """Copy the smoke job and the expectations to a fresh folder on the host; return the folder."""
+    made = transport.run("mktemp -d /tmp/provision-verify.XXXXXX", timeout=30)
+    if not made.ok or not made.stdout.strip():
+        raise OperationFailed(
+            f"cannot make a work folder on {transport.name}: {made.stderr.strip()[:200]}",
+            "check that /tmp is writable there",
+        )
+    workdir = made.stdout.strip()
+    transport.run(["mkdir", "-p", f"{workdir}/smoke"], timeout=30)
+    for name in SMOKE_FILES:
+        transport.put(SMOKE_DIR / name, f"{workdir}/smoke/{name}")
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(expect, f)
+    try:
+        transport.put(Path(f.name), f"{workdir}/expect.json")
+    finally:
+        Path(f.name).unlink()
+    return workdir
+
+
+def run_job(
+    transport: Transport,
+    python: str,
+    expect: dict[str, str],
+    allow_cpu: bool,
+    timeout: float = DEFAULT_TIMEOUT_S,
+) -> HostResult:
+    """Copy, run and collect the job on one host (the transport stays open)."""
+    started = time.monotonic()
+    result = HostResult(host=transport.name, python=python)
+    workdir = copy_job(transport, expect)
+    try:
+        command = shlex.join(job_command(python, workdir, transport.name, allow_cpu))
+        ran = transport.run(f"PYTHONUNBUFFERED=1 {command}", timeout=timeout)
+        result.stderr_tail = ran.stderr.strip().splitlines()[-5:]
+        shown = transport.run(["cat", f"{workdir}/report.json"], timeout=60)
+        if ran.exit_status not in (0, 1) or not shown.ok:
+            why = result.stderr_tail[-1] if result.stderr_tail else f"exit status {ran.exit_status}"
+            raise OperationFailed(
+                f"the smoke job did not finish on {transport.name}: {why}",
+                f"run `{python} smoke/job.py` there by hand to see the whole output",
+            )
+        try:
+            result.report = json.loads(shown.stdout)
+        except ValueError:
+            raise OperationFailed(
+                f"the smoke job on {transport.name} wrote a report that is not JSON",
+                "report this as a bug with the file's content",
+            ) from None
+    finally:
+        transport.run(["rm", "-rf", workdir], timeout=60)
+        result.duration_s = time.monotonic() - started
+    return result
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What verify will do on one host, settled before any host runs anything."""
+
+    target: HostTarget
+    expect: dict[str, str]
+
+
+def plan_hosts(targets: Sequence[HostTarget], lock: dict[str, Any] | None) -> list[Plan]:
+    plans = []
+    for target in targets:
+        expect: dict[str, str] = {}
+        if lock is not None:
+            aliases = [target.address] + ([socket.gethostname(), "localhost"] if target.local else [])
+            expect = expectations(lock_group(lock, target.name, aliases))
+        plans.append(Plan(target, expect))
+    return plans
+
+
+def verify_hosts(
+    plans: Sequence[Plan],
+    connect: Connect,
+    *,
+    venv: str | None,
+    allow_cpu: bool,
+    parallel: int = 16,
+    timeout: float = DEFAULT_TIMEOUT_S,
+) -> list[HostResult]:
+    """Run the job on every planned host in parallel; results in the order of ``plans``.
+
+    Connections are opened and each host's Python is found first; a venv that holds no Python
+    on any host is BadInput before the job runs anywhere.
+    """
+    local_py = local_python(venv) if any(p.target.local for p in plans) else None
+
+    def prepare(plan: Plan) -> tuple[Transport | None, str | None, HostResult | None]:
+        try:
+            transport = connect(plan.target)
+        except ProvisionError as exc:
+            return None, None, HostResult(host=plan.target.name, error=exc)
+        try:
+            python = local_py if plan.target.local else remote_python(transport, venv)
+        except ProvisionError as exc:
+            transport.close()
+            return None, None, HostResult(host=plan.target.name, error=exc)
+        return transport, python, None
+
+    workers = max(1, min(parallel, len(plans)))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        prepared = list(pool.map(prepare, plans))
+    missing = [
+        plan.target.name
+        for plan, (t, py, _) in zip(plans, prepared, strict=True)
+        if t is not None and py is None
+    ]
+    if missing:
+        for transport, _, _ in prepared:
+            if transport is not None:
+                transport.close()
+        where = f"{venv}/bin/python" if venv else f"{DEFAULT_VENV}/bin/python or python3"
+        raise BadInput(
+            f"no Python at {where} on {', '.join(missing)}",
+            "give the venv that holds the frameworks with --venv, or run `provision up` first",
+        )
+
+    def run_one(item: tuple[Plan, tuple[Transport | None, str | None, HostResult | None]]) -> HostResult:
+        plan, (transport, python, early) = item
+        if early is not None:
+            return early
+        assert transport is not None and python is not None
+        try:
+            return run_job(transport, python, plan.expect, allow_cpu, timeout)
+        except ProvisionError as exc:
+            return HostResult(host=plan.target.name, error=exc, python=python)
+        finally:
+            transport.close()
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(run_one, zip(plans, prepared, strict=True)))
+
+
+def fleet_json(results: Sequence[HostResult]) -> dict[str, Any]:
+    return {"ok": all(r.ok for r in results), "hosts": [r.to_json() for r in results]}
+
+
+# --- the table -------------------------------------------------------------------------------
+
+
+def _figure(report: dict[str, Any], names: Sequence[str]) -> float | None:
+    """The lowest value of the named checks across GPUs (the slowest GPU is the host's figure)."""
+    values = [
+        float(c["value"])
+        for c in report.get("checks", [])
+        if c.get("name") in names and isinstance(c.get("value"), int | float)
+    ]
+    return min(values) if values else None
+
+
+def table_row(result: HostResult) -> dict[str, str]:
+    """One row of the human table: host, GPUs, verdict, GEMM, bandwidth, samples/s, util."""
+
+    def show(value: float | None, digits: int = 1) -> str:
+        return "-" if value is None else f"{value:,.{digits}f}"
+
+    report = result.report
+    if report is None:
+        return {
+            "host": result.host,
+            "gpus": "-",
+            "verdict": "fail",
+            "gemm": "-",
+            "bandwidth": "-",
+            "samples": "-",
+            "util": "-",
+        }
+    names = [g.get("name") for g in report.get("gpus", [])]
+    on_gpu = int((report.get("counts") or {}).get("torch") or 0) > 0
+    gpus = (
+        f"{len(names)} x {str(names[0]).removeprefix('NVIDIA ')}"
+        if names and on_gpu
+        else ("CPU" if not on_gpu else "-")
+    )
+    training = report.get("training") or {}
+    gemm = _figure(report, ("gemm_bf16", "gemm_fp16")) if on_gpu else _figure(report, ("cpu_gemm_fp32",))
+    bandwidth = _figure(report, ("copy_d2d",)) if on_gpu else _figure(report, ("cpu_copy_d2d",))
+    util = training.get("gpu_util_mean_pct")
+    return {
+        "host": result.host,
+        "gpus": gpus,
+        "verdict": str(report.get("verdict")),
+        "gemm": show(gemm, 1 if on_gpu else 3),
+        "bandwidth": show(bandwidth),
+        "samples": show(training.get("samples_per_s"), 0),
+        "util": "-" if util is None else f"{float(util):.0f}%",
+    }
+
+
+def failures(result: HostResult) -> list[str]:
+    """Why a host did not pass, one line each."""
+    if result.report is None:
+        return [result.error.one_line().removeprefix("error: ")] if result.error else ["no report"]
+    return [str(c.get("message") or c["name"]) for c in result.report.get("checks", []) if not c.get("ok")]
