@@ -128,13 +128,21 @@ def local(world: int, out: str, nbytes: int, cfg: TrainConfig) -> dict[str, Any]
     import torch.multiprocessing as mp
 
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ["MASTER_PORT"] = str(free_port())
-    try:
-        mp.spawn(_spawned, args=(world, out, nbytes, cfg), nprocs=world, join=True)  # type: ignore[attr-defined,no-untyped-call]
-    except Exception as exc:
-        # a rank's exception arrives with its traceback: its last line says what went wrong
-        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-        return {"world_size": world, "backend": None, "error": (lines[-1] if lines else repr(exc))[:400]}
-    with open(out) as f:
-        result: dict[str, Any] = json.load(f)
-    return result
+    error = ""
+    # The free port is found, released, then bound by rank 0: another process can take it in
+    # between, so a bind failure (and only that) earns a second try on a new port.
+    for _ in range(2):
+        os.environ["MASTER_PORT"] = str(free_port())
+        try:
+            mp.spawn(_spawned, args=(world, out, nbytes, cfg), nprocs=world, join=True)  # type: ignore[attr-defined,no-untyped-call]
+        except Exception as exc:
+            # a rank's exception arrives with its traceback: its last line says what went wrong
+            lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+            error = (lines[-1] if lines else repr(exc))[:400]
+            if "address already in use" in str(exc).lower():
+                continue
+            break
+        with open(out) as f:
+            result: dict[str, Any] = json.load(f)
+        return result
+    return {"world_size": world, "backend": None, "error": error}

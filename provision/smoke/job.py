@@ -312,8 +312,17 @@ def build_report(
     gpus = [
         {
             k: g.get(k)
-            for k in ("index", "name", "compute_capability", "memory_gib", "uuid", "health", "speed", "kernel_ok",
-                      "kernel_error")
+            for k in (
+                "index",
+                "name",
+                "compute_capability",
+                "memory_gib",
+                "uuid",
+                "health",
+                "speed",
+                "kernel_ok",
+                "kernel_error",
+            )
         }
         for g in m.get("gpus", [])
     ]
