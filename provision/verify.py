@@ -21,7 +21,7 @@ from typing import Any
 
 from provision.errors import BadInput, OperationFailed, ProvisionError
 from provision.hosts.inventory import HostTarget
-from provision.hosts.transport import Transport
+from provision.hosts.transport import CommandResult, Transport
 from provision.smoke import DIR as SMOKE_DIR
 from provision.smoke import FILES as SMOKE_FILES
 
@@ -334,8 +334,109 @@ def verify_hosts(
         return list(pool.map(run_one, zip(plans, prepared, strict=True)))
 
 
-def fleet_json(results: Sequence[HostResult]) -> dict[str, Any]:
-    return {"ok": all(r.ok for r in results), "hosts": [r.to_json() for r in results]}
+MULTIHOST_PORT = 29400
+
+
+def _interface_towards(transport: Transport, address: str) -> str | None:
+    """The network interface a host uses to reach ``address`` (for GLOO/NCCL_SOCKET_IFNAME)."""
+    route = transport.run(["ip", "-o", "route", "get", address], timeout=30)
+    words = route.stdout.split()
+    if route.ok and "dev" in words and words.index("dev") + 1 < len(words):
+        dev = words[words.index("dev") + 1]
+        return None if dev == "lo" else dev
+    return None
+
+
+def run_multihost(
+    plans: Sequence[Plan],
+    connect: Connect,
+    *,
+    venv: str | None,
+    allow_cpu: bool,
+    port: int = MULTIHOST_PORT,
+    timeout: float = DEFAULT_TIMEOUT_S,
+) -> HostResult:
+    """The all-reduce and DDP check across every host at once: torchrun on each, c10d rendezvous
+    at the first host, one rank per GPU (one CPU rank with gloo on a host without GPUs).
+
+    Returns one result labelled ``multi-host`` holding rank 0's report.
+    """
+    if len(plans) < 2:
+        raise BadInput("--multi-host needs at least two hosts", "give an inventory with two or more hosts")
+    started = time.monotonic()
+    transports: list[Transport] = []
+    try:
+        for plan in plans:
+            transports.append(connect(plan.target))
+        pythons = [
+            remote_python(t, venv) if not p.target.local else local_python(venv)
+            for t, p in zip(transports, plans, strict=True)
+        ]
+        missing = [p.target.name for p, py in zip(plans, pythons, strict=True) if py is None]
+        if missing:
+            raise BadInput(
+                f"no Python for the job on {', '.join(missing)}",
+                "give the venv that holds the frameworks with --venv",
+            )
+        endpoint = plans[0].target.address
+        peers = [plans[1].target.address] + [endpoint] * (len(plans) - 1)
+        workdirs = [copy_job(t, p.expect) for t, p in zip(transports, plans, strict=True)]
+
+        def launch(i: int) -> CommandResult:
+            transport, workdir, python = transports[i], workdirs[i], pythons[i]
+            assert python is not None
+            gpus = transport.run(
+                "nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true", timeout=60
+            ).stdout.strip()
+            nproc = int(gpus) if gpus.isdigit() and int(gpus) > 0 else 1
+            env = ["PYTHONUNBUFFERED=1"]
+            dev = _interface_towards(transport, peers[i])
+            if dev:
+                env += [f"GLOO_SOCKET_IFNAME={dev}", f"NCCL_SOCKET_IFNAME={dev}"]
+            command = [
+                python,
+                "-m",
+                "torch.distributed.run",
+                f"--nnodes={len(plans)}",
+                f"--nproc-per-node={nproc}",
+                "--rdzv-backend=c10d",
+                f"--rdzv-endpoint={endpoint}:{port}",
+                # the address others reach this host at (its hostname may not resolve elsewhere)
+                f"--local-addr={plans[i].target.address}",
+                "--rdzv-id=provision-verify",
+                "--rdzv-conf=join_timeout=120",
+                "--max-restarts=0",
+                *job_command(python, workdir, "multi-host", allow_cpu, ["--multi-host"])[1:],
+            ]
+            return transport.run(f"{' '.join(env)} {shlex.join(command)}", timeout=timeout)
+
+        with ThreadPoolExecutor(max_workers=len(plans)) as pool:
+            ran = list(pool.map(launch, range(len(plans))))
+        result = HostResult(host="multi-host")
+        for transport, workdir in zip(transports, workdirs, strict=True):
+            shown = transport.run(["cat", f"{workdir}/report.json"], timeout=60)
+            if shown.ok and shown.stdout.strip():
+                result.report = json.loads(shown.stdout)
+            transport.run(["rm", "-rf", workdir], timeout=60)
+        if result.report is None:
+            tails = [r.stderr.strip().splitlines()[-1] for r in ran if r.stderr.strip()]
+            result.error = OperationFailed(
+                f"the multi-host job gave no report: {tails[0] if tails else 'no output'}",
+                f"check that the hosts reach {endpoint}:{port} and each other",
+            )
+        result.duration_s = time.monotonic() - started
+        return result
+    finally:
+        for transport in transports:
+            transport.close()
+
+
+def fleet_json(results: Sequence[HostResult], multihost: HostResult | None = None) -> dict[str, Any]:
+    doc: dict[str, Any] = {"ok": all(r.ok for r in results), "hosts": [r.to_json() for r in results]}
+    if multihost is not None:
+        doc["ok"] = doc["ok"] and multihost.ok
+        doc["multihost"] = multihost.to_json()
+    return doc
 
 
 # --- the table -------------------------------------------------------------------------------

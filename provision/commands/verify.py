@@ -74,6 +74,19 @@ def select_targets(local: bool, inventory: str | None) -> list[HostTarget]:
 @click.option(
     "--parallel", type=click.IntRange(min=1), default=16, show_default=True, help="Hosts verified at once."
 )
+@click.option(
+    "--multi-host",
+    is_flag=True,
+    help="Also run the all-reduce and DDP check across all hosts at once (torchrun, c10d; needs -i).",
+)
+@click.option(
+    "--connect-timeout",
+    type=click.FloatRange(min=0.1),
+    default=10.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Give up on a host that does not answer SSH within this time.",
+)
 @command_options
 def verify(
     *,
@@ -85,6 +98,8 @@ def verify(
     accept_new_host_keys: bool,
     ssh_config: Path | None,
     timeout: float,
+    multi_host: bool,
+    connect_timeout: float,
     parallel: int,
     as_json: bool,
 ) -> int:
@@ -101,6 +116,8 @@ def verify(
 
     lock = api.load_lock(lock_path) if lock_path is not None else None
     targets = select_targets(local, inventory)
+    if multi_host and len(targets) < 2:
+        raise BadInput("--multi-host needs at least two hosts", "give an inventory with two or more hosts")
     plans = api.plan_hosts(targets, lock)
     if venv is not None and any(t.local for t in targets):
         api.local_python(venv)  # a venv without Python is bad input before anything runs
@@ -108,19 +125,28 @@ def verify(
     def connect(target: HostTarget) -> Transport:
         from provision.hosts.transport import connect as open_transport
 
-        return open_transport(target, accept_new_host_keys=accept_new_host_keys, ssh_config=ssh_config)
+        return open_transport(
+            target,
+            accept_new_host_keys=accept_new_host_keys,
+            ssh_config=ssh_config,
+            connect_timeout=connect_timeout,
+        )
 
     results = api.verify_hosts(
         plans, connect, venv=venv, allow_cpu=allow_cpu, parallel=parallel, timeout=timeout
     )
-    for r in results:
+    multihost = None
+    if multi_host:
+        multihost = api.run_multihost(plans, connect, venv=venv, allow_cpu=allow_cpu, timeout=timeout)
+    shown = results + ([multihost] if multihost is not None else [])
+    for r in shown:
         if r.error is not None:
             sys.stderr.write(r.error.one_line() + "\n")
-    ok = all(r.ok for r in results)
-    doc = results[0].to_json() if inventory is None else api.fleet_json(results)
+    ok = all(r.ok for r in shown)
+    doc = results[0].to_json() if inventory is None else api.fleet_json(results, multihost)
     from provision.output import emit
 
-    emit(doc, as_json, lambda console: _human(console, results))
+    emit(doc, as_json, lambda console: _human(console, shown))
     return int(ExitCode.OK if ok else ExitCode.FAILED)
 
 

@@ -29,7 +29,8 @@ class TrainConfig:
 
     @classmethod
     def for_gpu(cls, steps: int = 200) -> TrainConfig:
-        return cls(steps=steps, batch=512, image=32, width=64)
+        # batch 1024: enough work per step that the GPU, not Python launching kernels, sets the pace
+        return cls(steps=steps, batch=1024, image=32, width=64)
 
     @classmethod
     def for_cpu(cls, steps: int = 30) -> TrainConfig:
