@@ -216,6 +216,8 @@ def measure(args: argparse.Namespace, torch: Any, nvml: Nvml | None, m: dict[str
     if "ddp" not in args.skip:
         ranks = len(runnable) if on_gpu else args.cpu_ranks
         if ranks >= 2:
+            if on_gpu:  # give the ranks the memory this process cached in earlier stages
+                torch.cuda.empty_cache()
             with stages.stage("ddp"), tempfile.TemporaryDirectory() as tmp:
                 cfg = TrainConfig.for_gpu(steps=10) if on_gpu else TrainConfig.for_cpu(steps=8)
                 nbytes = (64 if quick else 256) * 2**20 if on_gpu else 2**20
