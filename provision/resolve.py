@@ -31,6 +31,14 @@ FRAMEWORKS = ("torch", "tensorflow", "jax")
 EXTRAS = {"torch": frozenset(), "tensorflow": frozenset({"and-cuda"}), "jax": frozenset({"cuda12", "cuda13"})}
 BRANCH_RANK = {"ltsb": 0, "production": 1, "new-feature": 2}
 MAX_GPUS_PER_HOST = 16
+RULE_ORDER = {
+    rule: i
+    for i, rule in enumerate(
+        ("gpu_host_arch", "os_arch", "install_method", "gpu_arch", "arch", "driver_gpu", "kernel_modules",
+         "driver_cuda", "toolkit_gpu", "toolkit_os", "cudnn_gpu", "cudnn_cuda", "cudnn_driver",
+         "tf_system_cuda", "env_conflict", "fabric_manager", "driver", "python")
+    )
+}  # fmt: skip
 _LOCAL_SPEC = re.compile(r"^(===?)\s*([^\s,;+]+)\+([A-Za-z0-9.]+)$")
 _VARIANT = re.compile(r"^(cu\d{3}|cpu)$")
 _PYTHON = re.compile(r"^3\.\d{1,2}$")
@@ -458,7 +466,9 @@ class Resolver:
         self.req = request
         self.host = host
         self.k = knowledge
-        self.failures: list[str] = []
+        self.failures: list[str] = []  # rules that failed before the search (no candidates at all)
+        self._nearest_key: tuple[int, int] | None = None
+        self._nearest_miss: list[str] | None = None
 
     # frameworks -----------------------------------------------------------------------------
     def framework_specs(self) -> tuple[FrameworkSpec, ...]:
@@ -888,7 +898,7 @@ class Resolver:
                     ptx[fw.name] = via
                 static.merge(self.check_together(combo))
                 if not static.ok:
-                    self._note(static.failures)
+                    self._closest(static.failures, stage=1)
                     continue
                 best: tuple[tuple[int, ...], DriverChoice, Check] | None = None
                 for d in drivers:
@@ -905,7 +915,7 @@ class Resolver:
                             "use the nvidia-repo method",
                         )
                     if not c.ok:
-                        self._note(c.failures)
+                        self._closest(c.failures, stage=0)
                         continue
                     key = self._driver_rank(d, c)
                     if best is None or key < best[0]:
@@ -916,7 +926,7 @@ class Resolver:
                     total.merge(static)
                     total.merge(best[2])
                     return self.assemble(combo, python, best[1], total)
-        raise self._unsatisfiable(self.failures)
+        raise self._unsatisfiable(self.failures + (self._nearest_miss or []))
 
     def _index_note(self, spec: FrameworkSpec) -> str:
         if spec.name == "torch" and self.req.torch_index == "pypi" and (spec.local or self.req.torch_variant):
@@ -935,13 +945,18 @@ class Resolver:
             0 if d.method == "nvidia-repo" else 1,
         )
 
-    def _note(self, failures: list[str]) -> None:
-        for f in failures:
-            if f not in self.failures:
-                self.failures.append(f)
+    def _closest(self, failures: list[str], stage: int) -> None:
+        """Keep the failures of the candidate that came nearest: fewest failing rules, then the
+        one that got further (past the driver-independent rules), then the newest."""
+        key = (len({f.split(":")[0] for f in failures}), stage)
+        if self._nearest_key is None or key < self._nearest_key:
+            self._nearest_key = key
+            self._nearest_miss = list(failures)
 
     def _unsatisfiable(self, failures: list[str]) -> Unsatisfiable:
-        conflicts = _dedupe(failures)[:8] or ["no candidate passed every rule"]
+        # The most fundamental rule first: a wrong GPU architecture is not fixed by another Python.
+        ranked = sorted(_dedupe(failures), key=lambda f: RULE_ORDER.get(f.split(":")[0], len(RULE_ORDER)))
+        conflicts = ranked[:8] or ["no candidate passed every rule"]
         return Unsatisfiable(
             f"no compatible set of versions: {conflicts[0]}",
             "see the conflicts and suggestions; `provision matrix` shows what is known",
@@ -1260,6 +1275,16 @@ def suggest(request: StackRequest, host: HostSpec, k: Knowledge) -> list[dict[st
             if res is not None:
                 add("--os", osr.id, f"{osr.id} (Python {res.stack['python']})")
                 break
+    if not out:
+        for i, spec in enumerate(request.frameworks):
+            for other in (f for f in FRAMEWORKS if f != spec.name):
+                swapped = list(request.frameworks)
+                swapped[i] = FrameworkSpec.parse(other)
+                res = _try(replace(request, frameworks=tuple(swapped)), host, k)
+                if res is not None:
+                    version = res.stack["frameworks"][other]["version"]
+                    add("--framework", other, f"{other} {version} instead of {spec.name}")
+                    break
     if not out and request.frameworks:
         res = _try(
             replace(
