@@ -1161,37 +1161,6 @@ def resolve(request: StackRequest, host: HostSpec, knowledge: Knowledge | None =
         raise
 
 
-def _describe_fw(spec: FrameworkSpec, fw: dict[str, Any]) -> tuple[str, str, str]:
-    """(option, value, summary) for a framework a suggestion resolved to."""
-    tag = f"+{fw['variant']}" if spec.name == "torch" and "pypi.org" not in fw["index_url"] else ""
-    where = f" from the {fw['variant']} index" if tag else ""
-    extras = f"[{','.join(fw['extras'])}]" if fw.get("extras") else ""
-    return (
-        "--framework",
-        f"{spec.name}{extras}=={fw['version']}{tag}",
-        f"{spec.name}{extras} {fw['version']}{where}",
-    )
-
-
-def _nearest_working(
-    request: StackRequest, host: HostSpec, k: Knowledge, i: int
-) -> tuple[str, str, str] | None:
-    """For a pin like ``torch==2.6.0``: the closest newer release that resolves (any variant)."""
-    spec = request.frameworks[i]
-    pinned = [sp.version for sp in spec.specifier if sp.operator in ("==", "===")]
-    if len(pinned) != 1 or "*" in pinned[0]:
-        return None
-    versions = {"torch": [r.version for r in k.t.torch], "tensorflow": [r.version for r in k.t.tensorflow]}
-    later = sorted((v for v in versions.get(spec.name, []) if _v(v) > _v(pinned[0])), key=_v)
-    for version in later[:6]:
-        frameworks = list(request.frameworks)
-        frameworks[i] = FrameworkSpec.parse(f"{spec.name}{_extras(spec)}=={version}")
-        res = _try(replace(request, frameworks=tuple(frameworks), torch_variant=None), host, k)
-        if res is not None:
-            return _describe_fw(spec, res.stack["frameworks"][spec.name])
-    return None
-
-
 def _extras(spec: FrameworkSpec) -> str:
     return f"[{','.join(sorted(spec.extras))}]" if spec.extras else ""
 
@@ -1203,102 +1172,131 @@ def _try(request: StackRequest, host: HostSpec, k: Knowledge) -> Resolution | No
         return None
 
 
+def _changes(
+    before: StackRequest, after: StackRequest, host_before: HostSpec, host_after: HostSpec, res: Resolution
+) -> list[dict[str, str]]:
+    """The options a user changes to turn ``before`` into ``after``, with concrete values."""
+    out: list[dict[str, str]] = []
+    stack, drv = res.stack, res.stack["driver"] or {}
+    if after.frameworks != before.frameworks:
+        for name, fw in stack["frameworks"].items():
+            spec = next((f for f in after.frameworks if f.name == name), None)
+            extras = f"[{','.join(fw['extras'])}]" if fw.get("extras") else ""
+            tag = f"+{fw['variant']}" if name == "torch" and "pypi.org" not in fw["index_url"] else ""
+            if spec is not None or len(stack["frameworks"]) == 1:
+                out.append({"option": "--framework", "value": f"{name}{extras}=={fw['version']}{tag}"})
+    simple = {
+        "driver": ("--driver", drv.get("branch", "none")),
+        "kernel_modules": ("--kernel-modules", drv.get("kernel_modules", "auto")),
+        "python": ("--python", stack["python"]),
+        "torch_index": ("--torch-index", "auto"),
+        "torch_variant": ("--torch-variant", (stack["frameworks"].get("torch") or {}).get("variant", "auto")),
+        "install_method": ("--install-method", drv.get("install_method", "auto")),
+        "cuda_toolkit": ("--cuda-toolkit", "none"),
+        "cudnn": ("--cudnn", "none"),
+    }
+    for field_name, (option, value) in simple.items():
+        if getattr(after, field_name) != getattr(before, field_name):
+            out.append({"option": option, "value": str(value)})
+    if host_after.os.id != host_before.os.id:
+        out.append({"option": "--os", "value": host_after.os.id})
+    if host_after.arch != host_before.arch:
+        out.append({"option": "--arch", "value": host_after.arch})
+    return out
+
+
 def suggest(request: StackRequest, host: HostSpec, k: Knowledge) -> list[dict[str, Any]]:
-    """Concrete changes that resolve: relax one constraint at a time and report what it gives."""
+    """Concrete changes that resolve: relax one constraint at a time (then several together)
+    and report what the relaxed request gives. Each suggestion lists every option it changes,
+    so applying all of ``changes`` is guaranteed to resolve."""
     out: list[dict[str, Any]] = []
 
-    def add(option: str, value: str, summary: str) -> None:
-        item = {"option": option, "value": value, "summary": summary}
-        if item not in out:
-            out.append(item)
+    def attempt(after: StackRequest, summary: str, host_after: HostSpec | None = None) -> Resolution | None:
+        h = host_after or host
+        res = _try(after, h, k)
+        if res is None:
+            return None
+        changes = _changes(request, after, host, h, res)
+        if changes:
+            item = {**changes[0], "changes": changes, "summary": summary.format(res=res, stack=res.stack)}
+            if all(o["changes"] != changes for o in out):
+                out.append(item)
+        return res
 
     for i, spec in enumerate(request.frameworks):
-        nearest = _nearest_working(request, host, k, i)
-        if nearest is not None:
-            add(*nearest)
+        for version in _later_versions(spec, k)[:6]:  # the nearest newer release that works
+            frameworks = list(request.frameworks)
+            frameworks[i] = FrameworkSpec.parse(f"{spec.name}{_extras(spec)}=={version}")
+            if attempt(replace(request, frameworks=tuple(frameworks)), _fw_summary(spec.name)):
+                break
         for keep_extras in (True, False):
             if (keep_extras and not (spec.specifier or spec.local)) or (not keep_extras and not spec.extras):
                 continue
             relaxed = list(request.frameworks)
             relaxed[i] = spec.relaxed(keep_extras)
-            res = _try(replace(request, frameworks=tuple(relaxed), torch_variant=None), host, k)
-            if res is not None:
-                add(*_describe_fw(spec, res.stack["frameworks"][spec.name]))
+            if attempt(replace(request, frameworks=tuple(relaxed)), _fw_summary(spec.name)):
                 break
     if request.driver not in ("auto", "none"):
-        res = _try(replace(request, driver="auto"), host, k)
-        if res is not None and res.stack["driver"]:
-            add(
-                "--driver",
-                res.stack["driver"]["branch"],
-                f"driver >= {res.stack['driver']['branch']} ({res.stack['driver']['version']})",
-            )
+        attempt(
+            replace(request, driver="auto"), "driver >= {stack[driver][branch]} ({stack[driver][version]})"
+        )
     if request.torch_variant is not None:
-        res = _try(replace(request, torch_variant=None), host, k)
-        if res is not None and "torch" in res.stack["frameworks"]:
-            v = res.stack["frameworks"]["torch"]["variant"]
-            add("--torch-variant", v, f"torch variant {v}")
+        attempt(replace(request, torch_variant=None), "torch variant {stack[frameworks][torch][variant]}")
     if request.torch_index != "auto":
-        res = _try(replace(request, torch_index="auto"), host, k)
-        if res is not None:
-            add("--torch-index", "auto", "--torch-index auto (the vendor's per-CUDA indexes)")
+        attempt(replace(request, torch_index="auto"), "--torch-index auto (the vendor's per-CUDA indexes)")
     if request.kernel_modules != "auto":
-        res = _try(replace(request, kernel_modules="auto"), host, k)
-        if res is not None and res.stack["driver"]:
-            km = res.stack["driver"]["kernel_modules"]
-            add("--kernel-modules", km, f"{km} kernel modules")
+        attempt(replace(request, kernel_modules="auto"), "{stack[driver][kernel_modules]} kernel modules")
     if request.python is not None:
-        res = _try(replace(request, python=None), host, k)
-        if res is not None:
-            add("--python", res.stack["python"], f"Python {res.stack['python']}")
+        attempt(replace(request, python=None), "Python {stack[python]}")
     if request.install_method != "auto":
-        res = _try(replace(request, install_method="auto"), host, k)
-        if res is not None and res.stack["driver"]:
-            add(
-                "--install-method",
-                res.stack["driver"]["install_method"],
-                f"install method {res.stack['driver']['install_method']}",
-            )
-    if request.cuda_toolkit is not None and _try(replace(request, cuda_toolkit=None), host, k):
-        add("--cuda-toolkit", "none", "no system CUDA toolkit")
-    if request.cudnn is not None and _try(replace(request, cudnn=None), host, k):
-        add("--cudnn", "none", "no system cuDNN")
+        attempt(replace(request, install_method="auto"), "install method {stack[driver][install_method]}")
+    if request.cuda_toolkit is not None:
+        attempt(replace(request, cuda_toolkit=None), "no system CUDA toolkit")
+    if request.cudnn is not None:
+        attempt(replace(request, cudnn=None), "no system cuDNN")
     if host.gpu is not None and host.gpu.host_arch and host.arch != host.gpu.host_arch:
-        res = _try(request, replace(host, arch=host.gpu.host_arch), k)
-        if res is not None:
-            add("--arch", host.gpu.host_arch, f"--arch {host.gpu.host_arch}")
+        attempt(request, f"--arch {host.gpu.host_arch}", replace(host, arch=host.gpu.host_arch))
     if not out:
         for osr in k.os_releases:
-            if osr.id == host.os.id:
-                continue
-            res = _try(replace(request, python=None), replace(host, os=osr), k)
-            if res is not None:
-                add("--os", osr.id, f"{osr.id} (Python {res.stack['python']})")
+            if osr.id != host.os.id and attempt(
+                replace(request, python=None), f"{osr.id} (Python {{stack[python]}})", replace(host, os=osr)
+            ):
                 break
     if not out:
         for i, spec in enumerate(request.frameworks):
-            for other in (f for f in FRAMEWORKS if f != spec.name):
+            for other in (
+                f for f in FRAMEWORKS if f != spec.name and f not in {s.name for s in request.frameworks}
+            ):
                 swapped = list(request.frameworks)
                 swapped[i] = FrameworkSpec.parse(other)
-                res = _try(replace(request, frameworks=tuple(swapped)), host, k)
-                if res is not None:
-                    version = res.stack["frameworks"][other]["version"]
-                    add("--framework", other, f"{other} {version} instead of {spec.name}")
+                if attempt(replace(request, frameworks=tuple(swapped)), f"{other} instead of {spec.name}"):
                     break
-    if not out and request.frameworks:
-        res = _try(
-            replace(
-                request,
-                frameworks=tuple(s.relaxed() for s in request.frameworks),
-                driver="auto",
-                python=None,
-                torch_variant=None,
-                torch_index="auto",
-            ),
-            host,
-            k,
+    if not out:
+        loose = replace(
+            request,
+            frameworks=tuple(s.relaxed() for s in request.frameworks),
+            driver="auto" if request.driver != "none" else "none",
+            kernel_modules="auto",
+            python=None,
+            torch_variant=None,
+            torch_index="auto",
+            install_method="auto",
         )
-        if res is not None:
-            value = " ".join(f"{n}=={f['version']}" for n, f in res.stack["frameworks"].items())
-            add("--framework", value, f"the newest set that fits: {value}")
+        if attempt(loose, "the newest set that fits these constraints") is None:
+            attempt(replace(loose, cuda_toolkit=None, cudnn=None), "the newest set that fits")
     return out[:5]
+
+
+def _fw_summary(name: str) -> str:
+    if name == "torch":
+        return "torch {stack[frameworks][torch][version]} ({stack[frameworks][torch][variant]})"
+    return name + " {stack[frameworks][" + name + "][version]}"
+
+
+def _later_versions(spec: FrameworkSpec, k: Knowledge) -> list[str]:
+    """For a pin like ``torch==2.6.0``: the known newer releases, nearest first."""
+    pinned = [sp.version for sp in spec.specifier if sp.operator in ("==", "===")]
+    if len(pinned) != 1 or "*" in pinned[0]:
+        return []
+    versions = {"torch": [r.version for r in k.t.torch], "tensorflow": [r.version for r in k.t.tensorflow]}
+    return sorted((v for v in versions.get(spec.name, []) if _v(v) > _v(pinned[0])), key=_v)

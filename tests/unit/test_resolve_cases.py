@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (a table: one resolver case per line reads better than wrapped dicts)
 """Resolver cases, one per line: a request and a host, and what must come out.
 
 Each case names the rule it exercises. ``expect`` holds dotted paths into the resolve JSON
@@ -257,7 +258,7 @@ def test_case(inputs: dict[str, Any], expect: dict[str, Any]) -> None:
         first = err.value.conflicts[0]
         assert first.split(":")[0] == expect["unsat"], err.value.conflicts
         if "suggest" in expect:
-            options = [s["option"] for s in err.value.suggestions]
+            options = {c["option"] for s in err.value.suggestions for c in s["changes"]}
             assert expect["suggest"] in options, err.value.suggestions
         # every suggestion really resolves: applying it gives a stack
         assert err.value.suggestions, "an unsatisfiable answer names at least one change that works"
