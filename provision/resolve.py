@@ -15,7 +15,7 @@ constraint relaxed at a time.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -1216,14 +1216,18 @@ def suggest(request: StackRequest, host: HostSpec, k: Knowledge) -> list[dict[st
     so applying all of ``changes`` is guaranteed to resolve."""
     out: list[dict[str, Any]] = []
 
-    def attempt(after: StackRequest, summary: str, host_after: HostSpec | None = None) -> Resolution | None:
+    def attempt(
+        after: StackRequest,
+        summary: str | Callable[[dict[str, Any]], str],
+        host_after: HostSpec | None = None,
+    ) -> Resolution | None:
         h = host_after or host
         res = _try(after, h, k)
         if res is None:
             return None
         changes = _changes(request, after, host, h, res)
         if changes:
-            text = summary.format(stack=res.stack)
+            text = summary(res.stack) if callable(summary) else summary.format(stack=res.stack)
             if len(changes) > 1:
                 text = " ".join(f"{c['option']} {c['value']}" for c in changes) + f" ({text})"
             item = {**changes[0], "changes": changes, "summary": text}
@@ -1295,10 +1299,15 @@ def suggest(request: StackRequest, host: HostSpec, k: Knowledge) -> list[dict[st
     return out[:5]
 
 
-def _fw_summary(name: str) -> str:
-    if name == "torch":
-        return "torch {stack[frameworks][torch][version]} ({stack[frameworks][torch][variant]})"
-    return name + " {stack[frameworks][" + name + "][version]}"
+def _fw_summary(name: str) -> Callable[[dict[str, Any]], str]:
+    def summary(stack: dict[str, Any]) -> str:
+        fw = stack["frameworks"][name]
+        if name != "torch":
+            return f"{name} {fw['version']}"
+        where = "PyPI" if "pypi.org" in fw["index_url"] else f"the {fw['variant']} index"
+        return f"torch {fw['version']} from {where}"
+
+    return summary
 
 
 def _later_versions(spec: FrameworkSpec, k: Knowledge) -> list[str]:
@@ -1307,4 +1316,8 @@ def _later_versions(spec: FrameworkSpec, k: Knowledge) -> list[str]:
     if len(pinned) != 1 or "*" in pinned[0]:
         return []
     versions = {"torch": [r.version for r in k.t.torch], "tensorflow": [r.version for r in k.t.tensorflow]}
-    return sorted((v for v in versions.get(spec.name, []) if _v(v) > _v(pinned[0])), key=_v)
+    newest_patch: dict[tuple[int, ...], str] = {}
+    for v in versions.get(spec.name, []):  # newest first: keep the newest patch of each minor
+        if _v(v) > _v(pinned[0]):
+            newest_patch.setdefault(_v(v).release[:2], v)
+    return sorted(newest_patch.values(), key=_v)
