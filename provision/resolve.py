@@ -15,7 +15,7 @@ constraint relaxed at a time.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -269,6 +269,32 @@ class HostSpec:
         if a is None:
             a = g.host_arch if g is not None and g.host_arch else "x86_64"
         return cls(g, count if count is not None else (1 if g else 0), osr, a, it_name, fm)
+
+    @classmethod
+    def from_facts(cls, facts: Mapping[str, Any], knowledge: Knowledge | None = None) -> HostSpec:
+        """A host described by `provision probe` facts (``os``, ``arch``, ``gpus``, ``nvswitch_count``).
+
+        GPUs are matched by ``model`` or else ``pci_id``; a host without GPUs resolves as a
+        GPU-less host (CPU-only stacks); several different models on one host are bad input.
+        """
+        k = knowledge or load()
+        models: list[str] = []
+        for g in facts.get("gpus") or []:
+            gpu = k.gpu(g["model"]) if g.get("model") else k.gpu(str(g.get("pci_id", "")))
+            models.append(gpu.name)
+        if len(set(models)) > 1:
+            raise BadInput(
+                f"host has different GPU models ({', '.join(sorted(set(models)))})",
+                "provision resolves one GPU model per host; describe it with --assume",
+            )
+        return cls.describe(
+            gpu=models[0] if models else None,
+            gpu_count=len(models) or None,
+            os=facts.get("os"),
+            arch=facts.get("arch"),
+            nvswitch_count=facts.get("nvswitch_count"),
+            knowledge=k,
+        )
 
     @property
     def needs_fabric_manager(self) -> bool:
