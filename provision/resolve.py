@@ -479,6 +479,7 @@ class FwChoice:
     tf: TensorflowRelease | None = None
     jax: JaxRelease | None = None
     python: tuple[str, ...] = ()
+    nccl: str | None = None
 
     @property
     def label(self) -> str:
@@ -524,7 +525,16 @@ class Resolver:
                     variant.arch_list,
                     variant.ptx,
                     python=rel.python,
+                    nccl=self._torch_nccl(rel, variant),
                 )
+
+    @staticmethod
+    def _torch_nccl(rel: TorchRelease, variant: TorchVariant) -> str | None:
+        """The NCCL pin, known for the PyPI wheel and the variants of its CUDA major."""
+        default = rel.variant(rel.pypi_default)
+        if default is None or variant.cuda_major is None or variant.cuda_major != default.cuda_major:
+            return None
+        return rel.nccl
 
     def _variant_order(self, rel: TorchRelease, want: str | None) -> list[TorchVariant]:
         if want is not None:
@@ -699,6 +709,11 @@ class Resolver:
                 f"{a.requirement} pins exact CUDA {a.cuda} libraries and cuDNN {a.cudnn}; "
                 f"{b.requirement} pins CUDA {b.cuda} / cuDNN {b.cudnn}: pip cannot install both"
             )
+        if a.tf is not None and b.name == "torch" and b.cuda and _v(b.cuda) < _v(a.tf.cuda):
+            return f"{a.requirement} needs CUDA {a.tf.cuda}+ libraries; {b.requirement} pins CUDA {b.cuda}"
+        nccl_min = a.tf.nccl_min if a.tf is not None else None
+        if nccl_min and b.name == "torch" and b.nccl and _v(b.nccl) < _v(nccl_min):
+            return f"{a.requirement} needs nvidia-nccl >= {nccl_min}; {b.requirement} pins {b.nccl}"
         floor = (a.cudnn or "").lstrip(">=") if a.name in ("jax", "tensorflow") else None
         if floor and b.name == "torch" and b.cudnn and _v(b.cudnn) < _v(floor):
             return f"{a.requirement} needs cuDNN >= {floor}; {b.requirement} pins {b.cudnn}"

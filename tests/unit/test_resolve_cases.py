@@ -201,6 +201,12 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
      {"stack.frameworks.torch.version": "2.8.0"}),
     ("tf219-torch28-exact-pins", {"gpu": "H100-SXM", "frameworks": ["tensorflow==2.19.0", "torch==2.8.0"]},
      {"unsat": "env_conflict"}),
+    ("tf221-torch28-nccl-floor", {"gpu": "A10G", "frameworks": ["torch==2.8.0", "tensorflow==2.21.0"]},
+     {"unsat": "env_conflict", "suggest": "--framework"}),
+    ("tf-newest-with-torch28-is-220", {"gpu": "A10G", "frameworks": ["torch==2.8.0", "tensorflow"]},
+     {"stack.frameworks.tensorflow.version": "2.20.0"}),
+    ("tf221-torch-cu124-runtime-floor", {"gpu": "A10G", "os": "ubuntu-22.04", "frameworks": ["torch==2.6.0+cu124", "tensorflow==2.21.0"]},
+     {"unsat": "env_conflict"}),
     # --- JAX ----------------------------------------------------------------------------
     ("jax-h100-cuda13", {"gpu": "H100-SXM", "frameworks": ["jax"]},
      {"stack.frameworks.jax.version": "0.10.2", "stack.frameworks.jax.extras": ["cuda13"]}),
