@@ -47,9 +47,9 @@ def json_option(func: F) -> F:
 def debug_option(func: F) -> F:
     # Read from argv by ProvisionGroup.main (errors can happen before parsing); declared on every
     # command so that it is accepted anywhere on the line and shows in --help.
-    return click.option("--debug", is_flag=True, expose_value=False, help="Show the traceback of an error.")(
-        func
-    )
+    return click.option(
+        "--debug", is_flag=True, expose_value=False, help="Show the traceback of an error."
+    )(func)
 
 
 def command_options(func: F) -> F:
