@@ -46,6 +46,12 @@ from provision.matrix.names import nearest, normalize
 _PCI = re.compile(r"^\[?(?:0x)?(10de):(?:0x)?([0-9a-f]{4})\]?$", re.IGNORECASE)
 
 
+# Every torch release has CPU wheels (download.pytorch.org/whl/cpu, version tag +cpu) on both archs.
+_CPU_VARIANT = TorchVariant(
+    name="cpu", cuda=None, cudnn=None, arch_list=(), ptx=False, aarch64=True, confidence="high"
+)
+
+
 class DataError(Exception):
     """The shipped knowledge data is malformed (a bug in data/*.yaml, not in user input)."""
 
@@ -361,6 +367,7 @@ def build_tables(d: dict[str, Any]) -> Tables:
             )
             for v in r["variants"]
         )
+        variants = (*variants, _CPU_VARIANT)
         for version in r["releases"]:
             t.torch.append(
                 TorchRelease(
@@ -369,6 +376,7 @@ def build_tables(d: dict[str, Any]) -> Tables:
                     pypi_default=str(r["pypi_default"]),
                     variants=variants,
                     pypi_aarch64_cuda=bool(r.get("pypi_aarch64_cuda", False)),
+                    nccl=_opt_str(r.get("nccl")),
                     note=str(r.get("note", "")),
                     source=_src(r),
                     confidence=str(r.get("confidence", "high")),
@@ -383,6 +391,7 @@ def build_tables(d: dict[str, Any]) -> Tables:
                 cudnn=str(r["cudnn"]),
                 and_cuda=bool(r["and_cuda"]),
                 exact_pins=bool(r.get("exact_pins", False)),
+                nccl_min=_opt_str(r.get("nccl_min")),
                 min_cc=str(r.get("min_cc", "5.0")),
                 note=str(r.get("note", "")),
                 source=_src(r),
