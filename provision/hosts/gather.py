@@ -92,7 +92,11 @@ sec rpm
 command -v rpm >/dev/null && rpm -qa --qf '%{NAME}\t%|EPOCH?{%{EPOCH}:}:{}|%{VERSION}-%{RELEASE}\n' \
   'nvidia*' 'kmod-nvidia*' 'cuda*' 'libcudnn*' 'kernel-devel*' 2>/dev/null
 sec headers_build; [ -e "/lib/modules/$(uname -r)/build" ] && echo yes || echo no
-sec apt_headers; command -v apt-cache >/dev/null && apt-cache policy "linux-headers-$(uname -r)" 2>/dev/null
+sec apt_headers
+if command -v apt-cache >/dev/null; then
+  ls /var/lib/apt/lists/ 2>/dev/null | grep -q '_Packages' && echo "@@lists yes" || echo "@@lists no"
+  apt-cache policy "linux-headers-$(uname -r)" 2>/dev/null
+fi
 sec dnf_headers
 if command -v dnf >/dev/null; then
   timeout 30 dnf -q --cacheonly list --available "kernel-devel-$(uname -r)" 2>&1; echo "@@rc $?"
@@ -273,15 +277,17 @@ def _headers(sections: dict[str, str], packages: dict[str, str], kernel: str | N
     installed = s("headers_build", "").strip() == "yes"
     installable: bool | None = None
     package: str | None = None
-    if s("apt_headers") is not None and s("dpkg") is not None and kernel:
+    # /lib/modules/$(uname -r)/build is what DKMS builds against; both linux-headers-* (deb) and
+    # kernel-devel (rpm) provide it.
+    if s("apt_headers") and kernel:
         package = f"linux-headers-{kernel}"
         installed = installed or package in packages
-        installable = p.parse_apt_cache_policy(s("apt_headers", ""))
-    if s("dnf_headers"):
+        text = s("apt_headers", "")
+        installable = p.parse_apt_cache_policy(text, "@@lists no" not in text)
+    elif s("dnf_headers") and kernel:
         text = s("dnf_headers", "")
         m = re.search(r"^@@rc (\d+)$", text, re.M)
-        package = f"kernel-devel-{kernel}" if kernel else None
-        installed = installed or (package in packages if package else False)
+        package = f"kernel-devel-{kernel}"
         installable = p.parse_dnf_list(text, int(m.group(1)) if m else 1)
     if installed:
         installable = True

@@ -550,7 +550,7 @@ def _upstream(version: str) -> str:
 _DRIVER_PACKAGE = re.compile(
     r"^(nvidia-driver(-\d+)?(-open|-server|-server-open)?|nvidia-open(-\d+)?|cuda-drivers(-\d+)?|"
     r"kmod-nvidia(-open|-latest)?-dkms|nvidia-kernel-(open-)?dkms|nvidia-driver-cuda|"
-    r"nvidia-fabricmanager(-\d+)?|nvidia-kernel-common(-\d+)?|libnvidia-compute(-\d+)?)$"
+    r"nvidia-fabric-?manager(-\d+)?|nvidia-kernel-common(-\d+)?|libnvidia-compute(-\d+)?)$"
 )
 
 
@@ -660,12 +660,16 @@ def parse_python_list(text: str) -> list[str]:
     return sorted(found, key=_version_key)
 
 
-def parse_apt_cache_policy(text: str) -> bool | None:
-    """``apt-cache policy PKG``: installable when there is a candidate; None when apt knows nothing."""
+def parse_apt_cache_policy(text: str, have_lists: bool = True) -> bool | None:
+    """``apt-cache policy PKG``: installable when there is a candidate.
+
+    With no package lists (fresh cloud images before ``apt-get update``) apt knows nothing:
+    that is "unknown" (None), not "not installable".
+    """
     m = re.search(r"Candidate:\s*(\S+)", text)
-    if not m:
-        return False if text.strip() == "" else None
-    return m.group(1) != "(none)"
+    if m and m.group(1) != "(none)":
+        return True
+    return False if have_lists else None
 
 
 def parse_dnf_list(text: str, exit_status: int) -> bool | None:
