@@ -448,10 +448,10 @@ def _open_client(
             "otherwise do not connect",
             details={"host": settings.name, "fingerprint": fingerprint(exc.key)},
         ) from None
-    except paramiko.AuthenticationException:
+    except paramiko.AuthenticationException as exc:
         client.close()
         raise Unreachable(
-            f"authentication failed for {where}",
+            f"authentication failed for {where}: {exc}",
             "check the user and key (user@HOST, ansible_user, ansible_ssh_private_key_file, "
             "~/.ssh/config IdentityFile) or load the key into ssh-agent",
         ) from None
@@ -466,6 +466,10 @@ def _open_client(
     except (OSError, paramiko.SSHException, EOFError) as exc:
         client.close()
         reason = str(exc) or type(exc).__name__
+        if "No authentication methods available" in reason:  # no key, agent or password to offer
+            raise Unreachable(f"authentication failed for {where}: no key, ssh-agent or password to offer",
+                              "give a key (IdentityFile, ansible_ssh_private_key_file) or load one into "
+                              "ssh-agent") from None
         raise Unreachable(f"cannot reach {where}: {reason}",
                           "check the address, the port and that sshd runs there") from None
     return client
