@@ -47,6 +47,9 @@ def no_lookup(pci_id: str) -> GpuModel | None:
 # Typed facts
 
 
+_PER_MAJOR_OS = ("rhel", "rocky", "almalinux", "centos", "ol")
+
+
 @dataclass(frozen=True)
 class OsRelease:
     id: str
@@ -57,8 +60,17 @@ class OsRelease:
 
     @property
     def slug(self) -> str:
-        """``ID-VERSION_ID`` as resolve's ``--os`` takes it (``ubuntu-22.04``, ``amzn-2023``)."""
-        return f"{self.id}-{self.version_id}" if self.version_id else self.id
+        """``ID-VERSION_ID`` as resolve's ``--os`` takes it (``ubuntu-22.04``, ``amzn-2023``).
+
+        Enterprise Linux rebuilds say ``VERSION_ID="9.6"`` but are one platform per major release
+        (NVIDIA's repositories are ``rhel9``), so their slug is ``rhel-9``.
+        """
+        if not self.version_id:
+            return self.id
+        version = self.version_id
+        if self.id in _PER_MAJOR_OS:
+            version = version.split(".")[0]
+        return f"{self.id}-{version}"
 
 
 @dataclass(frozen=True)
@@ -297,9 +309,20 @@ class HostDescription:
     os: str | None
     arch: str | None
     python: str | None
+    nvswitch_count: int = 0
+    instance_type: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        """DESIGN.md's ``host`` object of ``provision resolve --json``."""
+        return {"gpu": self.gpu, "compute_capability": self.compute_capability, "gpu_count": self.gpu_count,
+                "os": self.os, "arch": self.arch, "python": self.python}
+
+    def resolver_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for ``provision.resolve.HostSpec.describe`` (python goes to the request)."""
+        # A GPU the knowledge data does not name cannot be counted as a model: "any NVIDIA GPU".
+        count = self.gpu_count if self.gpu and self.gpu_count else None
+        return {"gpu": self.gpu, "gpu_count": count, "instance_type": self.instance_type,
+                "os": self.os, "arch": self.arch, "nvswitch_count": self.nvswitch_count}
 
 
 def host_description(facts: HostFacts) -> HostDescription:
@@ -318,6 +341,8 @@ def host_description(facts: HostFacts) -> HostDescription:
         os=facts.os.slug if facts.os else None,
         arch=facts.arch,
         python=python,
+        nvswitch_count=facts.nvswitch_count,
+        instance_type=facts.ec2_instance_type,
     )
 
 

@@ -188,7 +188,7 @@ def test_rhel_9_driver_installed_not_loaded_headers_from_dnf() -> None:
         "python": "Python 3.9.21",
     }
     doc = gather.facts_from_sections(sections, OPTIONS).to_json()
-    assert doc["os"] == "rhel-9.6"
+    assert doc["os"] == "rhel-9" and doc["os_version"] == "9.6"
     assert (doc["driver_version"], doc["driver_kernel_modules"], doc["driver_loaded"]) == (
         "550.127.05",
         "proprietary",
@@ -251,6 +251,7 @@ def test_unknown_gpu_keeps_pci_id_and_takes_cc_from_nvml() -> None:
     assert doc["driver_version"] == "590.10.01"  # from NVML when nothing else says
     desc = p.host_description(facts)
     assert (desc.gpu, desc.compute_capability, desc.gpu_count) == (None, "12.1", 1)
+    assert desc.resolver_kwargs()["gpu_count"] is None
 
 
 def test_nvml_error_is_reported_not_raised() -> None:
@@ -282,3 +283,16 @@ def test_split_sections_round_trip() -> None:
         "\n@@provision-section id@@\nroot\n0\n\n@@provision-section lspci@@\n\n@@provision-section df@@\nx\n"
     )
     assert gather.split_sections(text) == {"id": "root\n0", "lspci": "", "df": "x"}
+
+
+def test_description_feeds_the_resolver() -> None:
+    """The probed HGX becomes a resolver HostSpec (real knowledge data): NVSwitches -> Fabric Manager."""
+    from provision.matrix import load
+    from provision.resolve import HostSpec
+
+    options = gather.GatherOptions(lookup=load().gpu_by_pci_id)
+    desc = p.host_description(gather.facts_from_sections(hgx_ubuntu_2204(), options))
+    spec = HostSpec.describe(**desc.resolver_kwargs())
+    assert (spec.gpu.name if spec.gpu else None, spec.gpu_count, spec.os.id, spec.arch) == (
+        "H100-SXM", 8, "ubuntu-22.04", "x86_64")
+    assert spec.needs_fabric_manager is True

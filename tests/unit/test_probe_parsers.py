@@ -14,7 +14,7 @@ from tests.unit.probe_fixtures import fixture, table_lookup
         ("ubuntu-22.04", "ubuntu-22.04", "jammy", ("debian",)),
         ("ubuntu-24.04", "ubuntu-24.04", "noble", ("debian",)),
         ("debian-12", "debian-12", "bookworm", ()),
-        ("rhel-9", "rhel-9.6", None, ("fedora",)),
+        ("rhel-9", "rhel-9", None, ("fedora",)),
         ("amzn-2023", "amzn-2023", None, ("fedora",)),
     ],
 )
