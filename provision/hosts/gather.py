@@ -78,9 +78,7 @@ sec uname; uname -r; uname -m
 sec lspci; command -v lspci >/dev/null && lspci -nn 2>/dev/null
 sec sysfs_pci
 if ! command -v lspci >/dev/null; then
-  for d in /sys/bus/pci/devices/*; do
-    [ -r "$d/class" ] && echo "${d##*/} $(cat "$d/class") $(cat "$d/vendor") $(cat "$d/device")"
-  done
+  (cd /sys/bus/pci/devices 2>/dev/null && grep -H . ./*/class ./*/vendor ./*/device 2>/dev/null)
 fi
 sec proc_modules; cat /proc/modules 2>/dev/null
 sec proc_driver; cat /proc/driver/nvidia/version 2>/dev/null
@@ -94,8 +92,17 @@ command -v rpm >/dev/null && rpm -qa --qf '%{NAME}\t%|EPOCH?{%{EPOCH}:}:{}|%{VER
 sec headers_build; [ -e "/lib/modules/$(uname -r)/build" ] && echo yes || echo no
 sec apt_headers
 if command -v apt-cache >/dev/null; then
-  ls /var/lib/apt/lists/ 2>/dev/null | grep -q '_Packages' && echo "@@lists yes" || echo "@@lists no"
-  apt-cache policy "linux-headers-$(uname -r)" 2>/dev/null
+  set -- /var/lib/apt/lists/*_Packages
+  if [ -e "$1" ]; then
+    # apt keeps its lists uncompressed by default: a fixed-string scan of them costs a fifth of
+    # the CPU of apt-cache, which counts when many probed hosts share a machine's CPUs.
+    echo "@@lists yes"
+    grep -q -x -F "Package: linux-headers-$(uname -r)" "$@" && echo "@@listed yes" || echo "@@listed no"
+  elif ls /var/lib/apt/lists/ 2>/dev/null | grep -q '_Packages'; then
+    echo "@@lists yes"; apt-cache policy "linux-headers-$(uname -r)" 2>/dev/null
+  else
+    echo "@@lists no"
+  fi
 fi
 sec dnf_headers
 if command -v dnf >/dev/null; then
@@ -107,7 +114,8 @@ sec efivar_sb
 for f in /sys/firmware/efi/efivars/SecureBoot-*; do [ -r "$f" ] && od -An -tu1 "$f" 2>/dev/null; break; done
 sec nvidia_smi; command -v nvidia-smi >/dev/null && timeout 60 nvidia-smi -q -x 2>/dev/null
 sec nvml
-if ! command -v nvidia-smi >/dev/null && [ -n "$PY" ]; then
+if ! command -v nvidia-smi >/dev/null && [ -n "$PY" ] && \
+   { [ -n "${LD_LIBRARY_PATH:-}" ] || ldconfig -p 2>/dev/null | grep -q 'libnvidia-ml\.so\.1'; }; then
 @@NVML@@
 fi
 sec cuda_dirs
@@ -202,7 +210,7 @@ def facts_from_sections(sections: dict[str, str], options: GatherOptions) -> p.H
     if len(uname) >= 2:
         facts.kernel, facts.arch = uname[0], uname[1]
 
-    devices = p.parse_lspci_nn(s("lspci", "")) or p.parse_sysfs_pci(s("sysfs_pci", ""))
+    devices = p.parse_lspci_nn(s("lspci", "")) or p.parse_sysfs_pci(_sysfs_rows(s("sysfs_pci", "")))
     facts.gpus, facts.nvswitch_count = p.classify_pci(devices, options.lookup)
     modules = p.parse_proc_modules(s("proc_modules", ""))
     facts.nouveau_loaded = "nouveau" in modules
@@ -272,6 +280,18 @@ def facts_from_sections(sections: dict[str, str], options: GatherOptions) -> p.H
     return facts
 
 
+def _sysfs_rows(text: str) -> str:
+    """``grep -H . ./SLOT/{class,vendor,device}`` -> ``SLOT CLASS VENDOR DEVICE`` rows."""
+    fields: dict[str, dict[str, str]] = {}
+    for line in text.splitlines():
+        path, _, value = line.rpartition(":")  # the slot itself has colons, the value none
+        parts = path.split("/")
+        if len(parts) >= 2 and value:
+            fields.setdefault(parts[-2], {})[parts[-1]] = value.strip()
+    return "\n".join(f"{slot} {f['class']} {f['vendor']} {f['device']}" for slot, f in sorted(fields.items())
+                     if {"class", "vendor", "device"} <= set(f))
+
+
 def _headers(sections: dict[str, str], packages: dict[str, str], kernel: str | None) -> p.KernelHeaders:
     s = sections.get
     installed = s("headers_build", "").strip() == "yes"
@@ -283,7 +303,10 @@ def _headers(sections: dict[str, str], packages: dict[str, str], kernel: str | N
         package = f"linux-headers-{kernel}"
         installed = installed or package in packages
         text = s("apt_headers", "")
-        installable = p.parse_apt_cache_policy(text, "@@lists no" not in text)
+        if "@@listed " in text:
+            installable = "@@listed yes" in text
+        else:
+            installable = p.parse_apt_cache_policy(text, "@@lists no" not in text)
     elif s("dnf_headers") and kernel:
         text = s("dnf_headers", "")
         m = re.search(r"^@@rc (\d+)$", text, re.M)

@@ -294,5 +294,30 @@ def test_description_feeds_the_resolver() -> None:
     desc = p.host_description(gather.facts_from_sections(hgx_ubuntu_2204(), options))
     spec = HostSpec.describe(**desc.resolver_kwargs())
     assert (spec.gpu.name if spec.gpu else None, spec.gpu_count, spec.os.id, spec.arch) == (
-        "H100-SXM", 8, "ubuntu-22.04", "x86_64")
+        "H100-SXM",
+        8,
+        "ubuntu-22.04",
+        "x86_64",
+    )
     assert spec.needs_fabric_manager is True
+
+
+def test_pci_from_sysfs_where_lspci_is_missing_and_headers_from_the_apt_lists() -> None:
+    sections = {
+        "id": "root\n0",
+        "uname": "6.1.0-40-amd64\nx86_64",
+        "sysfs_pci": fixture("sysfs-pci/grep-vm-l4.txt"),
+        "dpkg": "",
+        "apt_headers": "@@lists yes\n@@listed yes",
+    }
+    doc = gather.facts_from_sections(sections, OPTIONS).to_json()
+    assert [(g["slot"], g["pci_id"], g["model"]) for g in doc["gpus"]] == [
+        ("0000:00:1e.0", "10de:27b8", "L4")
+    ]
+    assert doc["kernel_headers"] == {
+        "installed": False,
+        "installable": True,
+        "package": "linux-headers-6.1.0-40-amd64",
+    }
+    sections["apt_headers"] = "@@lists yes\n@@listed no"
+    assert gather.facts_from_sections(sections, OPTIONS).to_json()["kernel_headers"]["installable"] is False
