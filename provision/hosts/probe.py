@@ -714,31 +714,28 @@ def parse_systemctl_states(text: str) -> dict[str, str]:
     return states
 
 
-# Units that upgrade packages on their own: Debian/Ubuntu's unattended-upgrades and the apt timers,
-# RHEL/Amazon Linux's dnf-automatic.
-_UPGRADE_UNITS = ("unattended-upgrades.service", "apt-daily-upgrade.timer", "dnf-automatic.timer",
-                  "dnf-automatic-install.timer")
+# Timers that upgrade packages on their own: apt's (acts only when APT::Periodic says so, which
+# the unattended-upgrades package sets up) and RHEL/Amazon Linux's dnf-automatic.
+_APT_UPGRADE_TIMER = "apt-daily-upgrade.timer"
+_DNF_TIMERS = ("dnf-automatic.timer", "dnf-automatic-install.timer")
 _UPGRADE_RUNNING = ("apt-daily.service", "apt-daily-upgrade.service", "dnf-automatic.service",
                     "dnf-automatic-install.service")
 
 
 def parse_unattended(states_text: str, processes_text: str, apt_periodic: str = "") -> UnattendedUpgrades:
-    """Whether something upgrades packages by itself now or on a timer.
+    """Whether something upgrades packages by itself, on a timer (enabled) or right now (running).
 
-    ``apt_periodic`` is ``apt-config dump`` output: ``APT::Periodic::Unattended-Upgrade "0"``
-    turns the Debian timer path off even while the units are active.
+    ``states_text``: ``UNIT STATE`` lines; ``processes_text``: ``ps -eo comm=``; ``apt_periodic``:
+    the ``APT::Periodic::Unattended-Upgrade`` line of ``apt-config dump`` (absent or "0": off).
     """
     states = parse_systemctl_states(states_text)
-    periodic_off = re.search(r'APT::Periodic::Unattended-Upgrade\s+"0"', apt_periodic) is not None
-    enabled = False
-    for unit in _UPGRADE_UNITS:
-        if states.get(unit) == "active":
-            if unit.startswith(("unattended", "apt")) and periodic_off:
-                continue
-            enabled = True
+    periodic = re.search(r'APT::Periodic::Unattended-Upgrade\s+"([^"]*)"', apt_periodic)
+    apt_on = periodic is not None and periodic.group(1) not in ("", "0")
+    enabled = (states.get(_APT_UPGRADE_TIMER) == "active" and apt_on) or any(
+        states.get(u) == "active" for u in _DNF_TIMERS)
     running = any(states.get(u) in ("active", "activating") for u in _UPGRADE_RUNNING)
-    running = running or bool(re.search(r"\b(unattended-upgr\S*|apt\.systemd\.daily|dnf-automatic)\b",
-                                        processes_text))
+    running = running or bool(re.search(r"^(unattended-upgr\S*|apt\.systemd\.dai\S*|dnf-automatic)$",
+                                        processes_text, re.M))
     return UnattendedUpgrades(enabled=enabled, running=running, units=states)
 
 

@@ -366,3 +366,28 @@ def test_ec2_instance_type_from_a_metadata_stand_in_on_the_bridge(testhosts: har
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_unattended_upgrades_follow_apt_periodic(testhosts: harness.HostSet) -> None:
+    """apt-daily-upgrade.timer runs on every Debian host; it upgrades only when APT::Periodic says so."""
+    host = testhosts.hosts[-1]
+    target = HostTarget(
+        host.name,
+        host.address,
+        user="root",
+        key_file=str(testhosts.key),
+        vars={"ansible_ssh_common_args": f"-o UserKnownHostsFile={testhosts.known_hosts}"},
+    )
+    options = gather.GatherOptions(imds_disabled=True)
+    before = gather.probe_one(target, options).facts
+    assert before is not None and before.unattended_upgrades is not None
+    assert before.unattended_upgrades.units.get("apt-daily-upgrade.timer") == "active"
+    assert before.unattended_upgrades.enabled is False
+    conf = "/etc/apt/apt.conf.d/20auto-upgrades"
+    root_run(testhosts, host.name, f"printf '%s\\n' 'APT::Periodic::Unattended-Upgrade \"1\";' > {conf}")
+    try:
+        after = gather.probe_one(target, options).facts
+        assert after is not None and after.unattended_upgrades is not None
+        assert after.unattended_upgrades.enabled is True
+    finally:
+        root_run(testhosts, host.name, f"rm -f {conf}")
