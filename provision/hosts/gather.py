@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -156,8 +157,6 @@ _ON_EC2 = ("grep -qis -e amazon -e '^ec2' /sys/class/dmi/id/sys_vendor /sys/clas
 
 def main_script(options: GatherOptions, with_root: bool) -> str:
     """The script of the unprivileged facts (and the root ones when the user is root anyway)."""
-    import shlex
-
     if options.imds_disabled:
         imds = ":"
     elif options.imds_endpoint:
@@ -327,8 +326,6 @@ def _known_root(transport: Transport) -> bool | None:
 
 def gather(transport: Transport, options: GatherOptions | None = None) -> p.HostFacts:
     """All facts of one host. Raises OperationFailed when the host cannot run the script at all."""
-    import shlex
-
     options = options or GatherOptions()
     root = _known_root(transport)
     result = transport.run(shlex.join(["sh", "-c", main_script(options, with_root=bool(root))]),
@@ -364,7 +361,6 @@ class ProbeResult:
     facts: p.HostFacts | None = None
     error: ProvisionError | None = None
     duration_s: float = 0.0
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:

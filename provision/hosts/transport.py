@@ -416,6 +416,11 @@ def _open_client(
     if sock is None and settings.proxy_command:
         sock = paramiko.ProxyCommand(settings.proxy_command)
     try:
+        if sock is None:
+            sock = socket.create_connection((settings.hostname, settings.port), timeout=connect_timeout)
+            # SSH's small request/answer packets otherwise wait on Nagle + delayed ACK (~40 ms per
+            # round trip: channel opens, key exchange); OpenSSH sets this too.
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         client.connect(
             settings.hostname,
             port=settings.port,
