@@ -144,7 +144,8 @@ def _human(console: Console, results: list[ProbeResult]) -> None:
 
     for r in results:
         if r.facts is None:
-            console.print(f"[bold]{escape(r.host)}[/bold]: [red]failed[/red] (see the error above)")
+            code = r.error.code if r.error else "failed"
+            console.print(f"[bold]{escape(r.host)}[/bold]: [red]{code}[/red] (the error is on stderr)")
             continue
         facts = r.facts.to_json()
         console.print(f"[bold]{escape(r.host)}[/bold] ({r.duration_s:.1f}s)")

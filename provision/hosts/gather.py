@@ -59,10 +59,13 @@ def _snippet(name: str) -> str:
     return (SNIPPETS / f"{name}.py").read_text()
 
 
-def _python_heredoc(python: str, name: str, args: str = "") -> str:
-    # A quoted heredoc: the shell expands nothing inside the program text.
+def _python_heredoc(python: str, name: str, args: str = "", *, stdlib_only: bool = False) -> str:
+    # A quoted heredoc: the shell expands nothing inside the program text. -B: never write
+    # bytecode on the host; -I -S for programs that need nothing beyond the standard library
+    # (no site-packages to scan, no PYTHON* variables of the login to honour).
     end = f"PROVISION_{name.upper()}_EOF"
-    return f"{python} -B - {args} <<'{end}'\n{_snippet(name)}\n{end}\n"
+    flags = "-B -I -S" if stdlib_only else "-B"
+    return f"{python} {flags} - {args} <<'{end}'\n{_snippet(name)}\n{end}\n"
 
 
 _HEADER = r"""
@@ -160,9 +163,11 @@ def main_script(options: GatherOptions, with_root: bool) -> str:
     if options.imds_disabled:
         imds = ":"
     elif options.imds_endpoint:
-        imds = f'[ -n "$PY" ] && {_python_heredoc("$PY", "imds", shlex.quote(options.imds_endpoint))}'
+        ask = _python_heredoc("$PY", "imds", shlex.quote(options.imds_endpoint), stdlib_only=True)
+        imds = f'[ -n "$PY" ] && {ask}'
     else:
-        imds = f'[ -n "$PY" ] && {_ON_EC2} && {_python_heredoc("$PY", "imds", IMDS_DEFAULT)}'
+        ask = _python_heredoc("$PY", "imds", IMDS_DEFAULT, stdlib_only=True)
+        imds = f'[ -n "$PY" ] && {_ON_EC2} && {ask}'
     venv = ":"
     if options.venv:
         venv_python = shlex.quote(options.venv.rstrip("/") + "/bin/python")
@@ -176,7 +181,7 @@ def main_script(options: GatherOptions, with_root: bool) -> str:
 
 
 def root_body() -> str:
-    return _ROOT.replace("@@LOCKS@@", _python_heredoc('"$PY"', "package_locks"))
+    return _ROOT.replace("@@LOCKS@@", _python_heredoc('"$PY"', "package_locks", stdlib_only=True))
 
 
 def root_script() -> str:

@@ -20,6 +20,7 @@ import base64
 import getpass
 import hashlib
 import itertools
+import logging
 import os
 import shlex
 import shutil
@@ -38,6 +39,11 @@ from provision.hosts.inventory import LOCALHOST, HostTarget, parse_host
 
 if TYPE_CHECKING:
     import paramiko
+
+# paramiko logs a failed connection's traceback from its own thread; without a handler Python's
+# last-resort handler would print it to stderr, breaking the one-line error. The error itself
+# reaches the user as Unreachable.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 DEFAULT_CONNECT_TIMEOUT = 10.0
 DEFAULT_COMMAND_TIMEOUT = 60.0

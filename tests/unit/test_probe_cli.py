@@ -131,3 +131,32 @@ def test_yaml_inventory_that_does_not_parse(tmp_path: Path) -> None:
 def test_local_and_hosts_together_is_bad_input() -> None:
     result = run("--local", "gpu1")
     assert result.returncode == 2 and "not --local and HOST" in result.stderr
+
+
+def test_a_port_that_is_not_sshd_is_one_error_line(tmp_path: Path) -> None:
+    """A server that accepts and hangs up: exit 1 and exactly one stderr line (paramiko's own
+    traceback logging must not reach the terminal)."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    stop = threading.Event()
+
+    def hang_up() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                continue
+            conn.close()
+
+    thread = threading.Thread(target=hang_up, daemon=True)
+    thread.start()
+    try:
+        result = run("-F", str(tmp_path / "none"), f"root@127.0.0.1:{server.getsockname()[1]}")
+    finally:
+        stop.set()
+        thread.join()
+        server.close()
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("error: cannot reach 127.0.0.1")

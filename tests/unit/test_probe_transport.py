@@ -153,3 +153,4 @@ def test_connect_to_localhost_is_local() -> None:
     transport = t.connect("localhost")
     assert isinstance(transport, t.LocalTransport)
     transport.close()
+
