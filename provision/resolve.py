@@ -8,29 +8,27 @@ serves first, then Python, then the driver branch preferring no caveats, then lo
 production branches) and returns the first set that passes every rule. A rule either passes,
 passes with a warning (a caveat: minor-version compatibility, an end-of-life branch, PTX JIT),
 or fails with a message naming the rule. When nothing passes, :class:`Unsatisfiable` names the
-failing rules and carries concrete changes that would work, found by resolving again with one
-constraint relaxed at a time.
+failing rules and carries concrete changes that would work (:mod:`provision.suggest`).
+The request and host types live in :mod:`provision.request`.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.requirements import Requirement
 from packaging.version import Version
 
-from provision.errors import BadInput, Unsatisfiable
-from provision.matrix import Gpu, Knowledge, OsRelease, TorchRelease, TorchVariant, cc_tuple, load
+from provision.errors import Unsatisfiable
+from provision.matrix import Gpu, Knowledge, TorchRelease, TorchVariant, cc_tuple, load
 from provision.matrix.model import DriverBranch, JaxRelease, TensorflowRelease
+from provision.request import DRIVER_SPEC, FRAMEWORKS, FrameworkSpec, HostSpec, StackRequest
 
-FRAMEWORKS = ("torch", "tensorflow", "jax")
-EXTRAS = {"torch": frozenset(), "tensorflow": frozenset({"and-cuda"}), "jax": frozenset({"cuda12", "cuda13"})}
+__all__ = ["FRAMEWORKS", "FrameworkSpec", "HostSpec", "Resolution", "StackRequest", "resolve"]
+
 BRANCH_RANK = {"ltsb": 0, "production": 1, "new-feature": 2}
-MAX_GPUS_PER_HOST = 16
 RULE_ORDER = {
     rule: i
     for i, rule in enumerate(
@@ -39,244 +37,6 @@ RULE_ORDER = {
          "tf_system_cuda", "env_conflict", "fabric_manager", "driver", "python")
     )
 }  # fmt: skip
-_LOCAL_SPEC = re.compile(r"^(===?)\s*([^\s,;+]+)\+([A-Za-z0-9.]+)$")
-_VARIANT = re.compile(r"^(cu\d{3}|cpu)$")
-_PYTHON = re.compile(r"^3\.\d{1,2}$")
-_DRIVER = re.compile(r"^(\d{3})(?:\.(\d+)(?:\.(\d+))?)?$")
-
-
-# --- the request ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class FrameworkSpec:
-    """One ``--framework`` value: PEP 508 name, extras, PEP 440 specifier, optional local tag."""
-
-    name: str
-    extras: frozenset[str]
-    specifier: SpecifierSet
-    local: str | None  # "cpu", "cu128": the wheel variant the local version tag asks for
-    text: str
-
-    @classmethod
-    def parse(cls, text: str) -> FrameworkSpec:
-        raw = text.strip()
-        local: str | None = None
-        try:
-            req = Requirement(raw)
-        except InvalidRequirement as exc:
-            raise BadInput(
-                f"malformed framework spec `{text}`: {exc}",
-                "use a PEP 508 name and PEP 440 specifier, e.g. torch>=2.6 or torch==2.7.1+cu128",
-            ) from None
-        name = req.name.lower().replace("_", "-")
-        if name not in FRAMEWORKS:
-            raise BadInput(
-                f"unsupported framework `{req.name}`",
-                f"supported: {', '.join(FRAMEWORKS)}",
-                suggestions=list(FRAMEWORKS),
-            )
-        if req.marker is not None or req.url:
-            raise BadInput(
-                f"framework spec `{text}` has a marker or URL", "give a name and a version specifier only"
-            )
-        unknown = set(req.extras) - EXTRAS[name]
-        if unknown:
-            allowed = ", ".join(sorted(EXTRAS[name])) or "none"
-            raise BadInput(
-                f"unknown extra `{sorted(unknown)[0]}` for {name}", f"extras {name} takes: {allowed}"
-            )
-        specs: list[str] = []
-        for sp in req.specifier:
-            m = _LOCAL_SPEC.match(str(sp))
-            if m:  # "==2.7.1+cu128": the tag picks the variant, the version the release
-                local = m.group(3).lower()
-                specs.append(f"{m.group(1)}{m.group(2)}")
-            else:
-                specs.append(str(sp))
-        if local is not None and name != "torch":
-            raise BadInput(f"`{text}`: only torch has local-version variants", f"use {name}=={req.specifier}")
-        if local is not None and not _VARIANT.match(local):
-            raise BadInput(f"`{text}`: unknown torch variant `+{local}`", "use +cpu or +cuNNN, e.g. +cu128")
-        try:
-            spec = SpecifierSet(",".join(specs))
-        except InvalidSpecifier as exc:  # pragma: no cover - Requirement already validated
-            raise BadInput(f"malformed version specifier in `{text}`: {exc}", "see PEP 440") from None
-        return cls(name, frozenset(req.extras), spec, local, raw)
-
-    def allows(self, version: str) -> bool:
-        return self.specifier.contains(Version(version), prereleases=True)
-
-    def relaxed(self, keep_extras: bool = True) -> FrameworkSpec:
-        """The same framework with no version constraint (used to find suggestions)."""
-        extras = self.extras if keep_extras else frozenset()
-        text = self.name + (f"[{','.join(sorted(extras))}]" if extras else "")
-        return replace(self, specifier=SpecifierSet(), local=None, extras=extras, text=text)
-
-
-@dataclass(frozen=True)
-class StackRequest:
-    """What the user asks for (``provision resolve`` options or the config's ``stack:``)."""
-
-    frameworks: tuple[FrameworkSpec, ...] = ()
-    driver: str = "auto"  # auto | none | "580" | "580.95.05"
-    kernel_modules: str = "auto"  # auto | open | proprietary
-    cuda_toolkit: str | None = None  # None: no system toolkit
-    cudnn: str | None = None  # None: no system cuDNN
-    python: str | None = None  # None: auto
-    torch_index: str = "auto"  # auto | pypi | pytorch
-    torch_variant: str | None = None
-    install_method: str = "auto"  # auto | nvidia-repo | distro
-
-    @classmethod
-    def build(
-        cls,
-        *,
-        frameworks: Sequence[str] = (),
-        driver: str | None = None,
-        kernel_modules: str | None = None,
-        cuda_toolkit: str | None = None,
-        cudnn: str | None = None,
-        python: str | None = None,
-        torch_index: str | None = None,
-        torch_variant: str | None = None,
-        install_method: str | None = None,
-        knowledge: Knowledge | None = None,
-    ) -> StackRequest:
-        """Validate user-typed values (BadInput, exit 2, on anything malformed or unknown)."""
-        k = knowledge or load()
-        specs = tuple(FrameworkSpec.parse(f) for f in frameworks)
-        names = [s.name for s in specs]
-        dup = next((n for n in names if names.count(n) > 1), None)
-        if dup:
-            raise BadInput(f"framework `{dup}` given twice", "give each framework once")
-        drv = (driver or "auto").strip().lower()
-        if drv not in ("auto", "none"):
-            m = _DRIVER.match(drv)
-            if not m:
-                raise BadInput(
-                    f"malformed driver `{driver}`", "use auto, none, a branch (580) or a version (580.95.05)"
-                )
-            if k.branch(int(m.group(1))) is None:
-                known = ", ".join(str(b.branch) for b in k.t.branches[:6])
-                raise BadInput(f"unknown driver branch `{m.group(1)}`", f"known branches: {known}, ...")
-        km = (kernel_modules or "auto").lower()
-        if km not in ("auto", "open", "proprietary"):
-            raise BadInput(
-                f"unknown kernel module flavour `{kernel_modules}`", "use auto, open or proprietary"
-            )
-        tk = _none_or(cuda_toolkit)
-        if tk is not None:
-            tk = k.toolkit(tk).version  # BadInput for versions that never existed (12.7)
-        dnn = _none_or(cudnn)
-        if dnn is not None:
-            dnn = k.cudnn_release(dnn).version
-        py = _none_or(python, also=("auto",))
-        if py is not None and not _PYTHON.match(py):
-            raise BadInput(f"malformed Python version `{python}`", "use X.Y, e.g. 3.11, or auto")
-        index = (torch_index or "auto").lower()
-        if index not in ("auto", "pypi", "pytorch"):
-            raise BadInput(f"unknown torch index `{torch_index}`", "use auto, pypi or pytorch")
-        variant = _none_or(torch_variant, also=("auto",))
-        if variant is not None:
-            variant = variant.lower()
-            known_variants = sorted({v.name for r in k.t.torch for v in r.variants})
-            if variant not in known_variants:
-                raise BadInput(
-                    f"unknown torch variant `{torch_variant}`",
-                    f"known: {', '.join(known_variants)}",
-                    suggestions=known_variants,
-                )
-        method = (install_method or "auto").lower()
-        if method not in ("auto", "nvidia-repo", "distro"):
-            raise BadInput(f"unknown install method `{install_method}`", "use auto, nvidia-repo or distro")
-        return cls(specs, drv, km, tk, dnn, py, index, variant, method)
-
-    @property
-    def cpu_only(self) -> bool:
-        """Every framework asks for CPU wheels (torch ``+cpu`` or ``--torch-variant cpu``)."""
-        if not self.frameworks:
-            return self.torch_variant == "cpu"
-        return all(f.name == "torch" and (f.local or self.torch_variant) == "cpu" for f in self.frameworks)
-
-
-def _none_or(value: str | None, also: tuple[str, ...] = ()) -> str | None:
-    if value is None:
-        return None
-    v = str(value).strip()
-    return None if v.lower() in ("none", "", *also) else v
-
-
-# --- the host ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class HostSpec:
-    """A described host: what resolve needs to know about the machine (no contact with it)."""
-
-    gpu: Gpu | None
-    gpu_count: int
-    os: OsRelease
-    arch: str
-    instance_type: str | None = None
-    fabric_manager: bool | None = None  # known from the instance type or probed NVSwitches
-
-    @classmethod
-    def describe(
-        cls,
-        *,
-        gpu: str | None = None,
-        gpu_count: int | None = None,
-        instance_type: str | None = None,
-        os: str | None = None,
-        arch: str | None = None,
-        nvswitch_count: int | None = None,
-        knowledge: Knowledge | None = None,
-    ) -> HostSpec:
-        """Validate a host description (BadInput for unknown names and impossible counts)."""
-        k = knowledge or load()
-        g = k.gpu(gpu) if gpu else None
-        fm: bool | None = None
-        count = gpu_count
-        a = arch.strip().lower() if arch else None
-        if a is not None and a not in ("x86_64", "aarch64"):
-            alias = {"amd64": "x86_64", "arm64": "aarch64"}.get(a)
-            if alias is None:
-                raise BadInput(f"unknown arch `{arch}`", "use x86_64 or aarch64")
-            a = alias
-        it_name = None
-        if instance_type:
-            it = k.instance_type(instance_type)
-            it_name = it.name
-            if g is not None and g.name != it.gpu.name:
-                raise BadInput(
-                    f"{it.name} has {it.gpu.name} GPUs, not {g.name}", "drop --gpu or --instance-type"
-                )
-            if count is not None and count != it.gpu_count:
-                raise BadInput(
-                    f"{it.name} has {it.gpu_count} GPU(s), not {count}", "drop --gpu-count or --instance-type"
-                )
-            if a is not None and a != it.arch:
-                raise BadInput(f"{it.name} is {it.arch}, not {a}", "drop --arch or --instance-type")
-            g, count, a, fm = it.gpu, it.gpu_count, it.arch, it.fabric_manager
-        if count is not None and not 1 <= count <= MAX_GPUS_PER_HOST:
-            raise BadInput(f"impossible GPU count {count}", f"give 1 to {MAX_GPUS_PER_HOST} GPUs per host")
-        if count is not None and g is None:
-            raise BadInput("--gpu-count without a GPU model", "add --gpu NAME or --instance-type T")
-        if nvswitch_count is not None:
-            fm = nvswitch_count > 0
-        osr = k.os_release(os or k.t.default_os)
-        if a is None:
-            a = g.host_arch if g is not None and g.host_arch else "x86_64"
-        return cls(g, count if count is not None else (1 if g else 0), osr, a, it_name, fm)
-
-    @property
-    def needs_fabric_manager(self) -> bool:
-        if self.gpu is None or not self.gpu.needs_fabric_manager:
-            return False
-        if self.fabric_manager is not None:
-            return self.fabric_manager
-        return self.gpu_count >= 8  # HGX 8-GPU baseboards carry the NVSwitches
 
 
 # --- the result -------------------------------------------------------------------------------
@@ -453,6 +213,7 @@ class FwChoice:
     tf: TensorflowRelease | None = None
     jax: JaxRelease | None = None
     python: tuple[str, ...] = ()
+    nccl: str | None = None
 
     @property
     def label(self) -> str:
@@ -498,7 +259,16 @@ class Resolver:
                     variant.arch_list,
                     variant.ptx,
                     python=rel.python,
+                    nccl=self._torch_nccl(rel, variant),
                 )
+
+    @staticmethod
+    def _torch_nccl(rel: TorchRelease, variant: TorchVariant) -> str | None:
+        """The NCCL pin, known for the PyPI wheel and the variants of its CUDA major."""
+        default = rel.variant(rel.pypi_default)
+        if default is None or variant.cuda_major is None or variant.cuda_major != default.cuda_major:
+            return None
+        return rel.nccl
 
     def _variant_order(self, rel: TorchRelease, want: str | None) -> list[TorchVariant]:
         if want is not None:
@@ -673,6 +443,11 @@ class Resolver:
                 f"{a.requirement} pins exact CUDA {a.cuda} libraries and cuDNN {a.cudnn}; "
                 f"{b.requirement} pins CUDA {b.cuda} / cuDNN {b.cudnn}: pip cannot install both"
             )
+        if a.tf is not None and b.name == "torch" and b.cuda and _v(b.cuda) < _v(a.tf.cuda):
+            return f"{a.requirement} needs CUDA {a.tf.cuda}+ libraries; {b.requirement} pins CUDA {b.cuda}"
+        nccl_min = a.tf.nccl_min if a.tf is not None else None
+        if nccl_min and b.name == "torch" and b.nccl and _v(b.nccl) < _v(nccl_min):
+            return f"{a.requirement} needs nvidia-nccl >= {nccl_min}; {b.requirement} pins {b.nccl}"
         floor = (a.cudnn or "").lstrip(">=") if a.name in ("jax", "tensorflow") else None
         if floor and b.name == "torch" and b.cudnn and _v(b.cudnn) < _v(floor):
             return f"{a.requirement} needs cuDNN >= {floor}; {b.requirement} pins {b.cudnn}"
@@ -689,7 +464,7 @@ class Resolver:
         pin_branch: int | None = None
         pin_version: str | None = None
         if req.driver != "auto":
-            m = _DRIVER.match(req.driver)
+            m = DRIVER_SPEC.match(req.driver)
             assert m is not None
             pin_branch = int(m.group(1))
             pin_version = req.driver if m.group(2) else None
@@ -1159,152 +934,10 @@ def resolve(request: StackRequest, host: HostSpec, knowledge: Knowledge | None =
     try:
         return Resolver(request, host, k).run()
     except Unsatisfiable as err:
+        from provision.suggest import suggest
+
         suggestions = suggest(request, host, k)
         err.suggestions = suggestions
         if suggestions:
             err.hint = "try " + "; or ".join(s["summary"] for s in suggestions[:2])
         raise
-
-
-def _extras(spec: FrameworkSpec) -> str:
-    return f"[{','.join(sorted(spec.extras))}]" if spec.extras else ""
-
-
-def _try(request: StackRequest, host: HostSpec, k: Knowledge) -> Resolution | None:
-    try:
-        return Resolver(request, host, k).run()
-    except Unsatisfiable:
-        return None
-
-
-def _changes(
-    before: StackRequest, after: StackRequest, host_before: HostSpec, host_after: HostSpec, res: Resolution
-) -> list[dict[str, str]]:
-    """The options a user changes to turn ``before`` into ``after``, with concrete values."""
-    out: list[dict[str, str]] = []
-    stack, drv = res.stack, res.stack["driver"] or {}
-    if after.frameworks != before.frameworks:
-        for name, fw in stack["frameworks"].items():
-            spec = next((f for f in after.frameworks if f.name == name), None)
-            extras = f"[{','.join(fw['extras'])}]" if fw.get("extras") else ""
-            tag = f"+{fw['variant']}" if name == "torch" and "pypi.org" not in fw["index_url"] else ""
-            if spec is not None or len(stack["frameworks"]) == 1:
-                out.append({"option": "--framework", "value": f"{name}{extras}=={fw['version']}{tag}"})
-    simple = {
-        "driver": ("--driver", drv.get("branch", "none")),
-        "kernel_modules": ("--kernel-modules", drv.get("kernel_modules", "auto")),
-        "python": ("--python", stack["python"]),
-        "torch_index": ("--torch-index", "auto"),
-        "torch_variant": ("--torch-variant", (stack["frameworks"].get("torch") or {}).get("variant", "auto")),
-        "install_method": ("--install-method", drv.get("install_method", "auto")),
-        "cuda_toolkit": ("--cuda-toolkit", "none"),
-        "cudnn": ("--cudnn", "none"),
-    }
-    for field_name, (option, value) in simple.items():
-        if getattr(after, field_name) != getattr(before, field_name):
-            out.append({"option": option, "value": str(value)})
-    if host_after.os.id != host_before.os.id:
-        out.append({"option": "--os", "value": host_after.os.id})
-    if host_after.arch != host_before.arch:
-        out.append({"option": "--arch", "value": host_after.arch})
-    return out
-
-
-def suggest(request: StackRequest, host: HostSpec, k: Knowledge) -> list[dict[str, Any]]:
-    """Concrete changes that resolve: relax one constraint at a time (then several together)
-    and report what the relaxed request gives. Each suggestion lists every option it changes,
-    so applying all of ``changes`` is guaranteed to resolve."""
-    out: list[dict[str, Any]] = []
-
-    def attempt(after: StackRequest, summary: str, host_after: HostSpec | None = None) -> Resolution | None:
-        h = host_after or host
-        res = _try(after, h, k)
-        if res is None:
-            return None
-        changes = _changes(request, after, host, h, res)
-        if changes:
-            text = summary.format(stack=res.stack)
-            if len(changes) > 1:
-                text = " ".join(f"{c['option']} {c['value']}" for c in changes) + f" ({text})"
-            item = {**changes[0], "changes": changes, "summary": text}
-            if all(o["changes"] != changes for o in out):
-                out.append(item)
-        return res
-
-    for i, spec in enumerate(request.frameworks):
-        for version in _later_versions(spec, k)[:6]:  # the nearest newer release that works
-            frameworks = list(request.frameworks)
-            frameworks[i] = FrameworkSpec.parse(f"{spec.name}{_extras(spec)}=={version}")
-            if attempt(replace(request, frameworks=tuple(frameworks)), _fw_summary(spec.name)):
-                break
-        for keep_extras in (True, False):
-            if (keep_extras and not (spec.specifier or spec.local)) or (not keep_extras and not spec.extras):
-                continue
-            relaxed = list(request.frameworks)
-            relaxed[i] = spec.relaxed(keep_extras)
-            if attempt(replace(request, frameworks=tuple(relaxed)), _fw_summary(spec.name)):
-                break
-    if request.driver not in ("auto", "none"):
-        attempt(
-            replace(request, driver="auto"), "driver >= {stack[driver][branch]} ({stack[driver][version]})"
-        )
-    if request.torch_variant is not None:
-        attempt(replace(request, torch_variant=None), "torch variant {stack[frameworks][torch][variant]}")
-    if request.torch_index != "auto":
-        attempt(replace(request, torch_index="auto"), "--torch-index auto (the vendor's per-CUDA indexes)")
-    if request.kernel_modules != "auto":
-        attempt(replace(request, kernel_modules="auto"), "{stack[driver][kernel_modules]} kernel modules")
-    if request.python is not None:
-        attempt(replace(request, python=None), "Python {stack[python]}")
-    if request.install_method != "auto":
-        attempt(replace(request, install_method="auto"), "install method {stack[driver][install_method]}")
-    if request.cuda_toolkit is not None:
-        attempt(replace(request, cuda_toolkit=None), "no system CUDA toolkit")
-    if request.cudnn is not None:
-        attempt(replace(request, cudnn=None), "no system cuDNN")
-    if host.gpu is not None and host.gpu.host_arch and host.arch != host.gpu.host_arch:
-        attempt(request, f"--arch {host.gpu.host_arch}", replace(host, arch=host.gpu.host_arch))
-    if not out:
-        for osr in k.os_releases:
-            if osr.id != host.os.id and attempt(
-                replace(request, python=None), f"{osr.id} (Python {{stack[python]}})", replace(host, os=osr)
-            ):
-                break
-    if not out:
-        for i, spec in enumerate(request.frameworks):
-            for other in (
-                f for f in FRAMEWORKS if f != spec.name and f not in {s.name for s in request.frameworks}
-            ):
-                swapped = list(request.frameworks)
-                swapped[i] = FrameworkSpec.parse(other)
-                if attempt(replace(request, frameworks=tuple(swapped)), f"{other} instead of {spec.name}"):
-                    break
-    if not out:
-        loose = replace(
-            request,
-            frameworks=tuple(s.relaxed() for s in request.frameworks),
-            driver="auto" if request.driver != "none" else "none",
-            kernel_modules="auto",
-            python=None,
-            torch_variant=None,
-            torch_index="auto",
-            install_method="auto",
-        )
-        if attempt(loose, "the newest set that fits these constraints") is None:
-            attempt(replace(loose, cuda_toolkit=None, cudnn=None), "the newest set that fits")
-    return out[:5]
-
-
-def _fw_summary(name: str) -> str:
-    if name == "torch":
-        return "torch {stack[frameworks][torch][version]} ({stack[frameworks][torch][variant]})"
-    return name + " {stack[frameworks][" + name + "][version]}"
-
-
-def _later_versions(spec: FrameworkSpec, k: Knowledge) -> list[str]:
-    """For a pin like ``torch==2.6.0``: the known newer releases, nearest first."""
-    pinned = [sp.version for sp in spec.specifier if sp.operator in ("==", "===")]
-    if len(pinned) != 1 or "*" in pinned[0]:
-        return []
-    versions = {"torch": [r.version for r in k.t.torch], "tensorflow": [r.version for r in k.t.tensorflow]}
-    return sorted((v for v in versions.get(spec.name, []) if _v(v) > _v(pinned[0])), key=_v)

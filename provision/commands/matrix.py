@@ -129,7 +129,8 @@ def framework_rows(
                         "pypi": v.name == rel.pypi_default,
                         "cuda": v.cuda,
                         "cudnn": v.cudnn,
-                        "arch_list": list(v.arch_list) + (["PTX"] if v.ptx else []),
+                        "arch_list": list(v.arch_list),
+                        "ptx": v.ptx,
                         "python": list(rel.python),
                         "min_driver": full,
                         "runs": how,
@@ -196,7 +197,7 @@ def render(con: Console, doc: dict[str, Any]) -> None:
         for i, c in enumerate(columns):
             t.add_column(c, no_wrap=i == 0, overflow="fold")  # fold, never hide a value behind "…"
         for r in rows:
-            t.add_row(*(_cell(r.get(c)) for c in columns))
+            t.add_row(*(_cell(r.get(c)) if c != "arch_list" else _arches(r) for c in columns))
         con.print(t)
 
     if "gpu" in doc:
@@ -243,6 +244,13 @@ def render(con: Console, doc: dict[str, Any]) -> None:
             "price_read",
         ]
         table("EC2 instance types", doc["instances"], cols)
+
+
+def _arches(row: dict[str, Any]) -> str:
+    """``5.0 .. 9.0`` (+PTX): the compiled range; the JSON has the full list."""
+    arches = row.get("arch_list") or []
+    text = f"{arches[0]} .. {arches[-1]}" if len(arches) > 1 else "".join(arches) or "-"
+    return text + ("+PTX" if row.get("ptx") else "")
 
 
 def _cell(value: Any) -> str:

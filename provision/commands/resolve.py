@@ -91,7 +91,7 @@ def resolve(
     if config_path is not None:
         from provision.config import load_config
 
-        stack = load_config(config_path).stack.as_request_args()
+        stack = load_config(config_path).request_args()
     cli_args = {
         "frameworks": list(frameworks) or None,
         "driver": driver,

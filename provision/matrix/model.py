@@ -184,6 +184,7 @@ class TorchRelease:
     pypi_default: str
     variants: tuple[TorchVariant, ...]
     pypi_aarch64_cuda: bool  # the PyPI aarch64 wheel carries CUDA (from 2.11)
+    nccl: str | None  # the PyPI wheel's nvidia-nccl pin (shared by variants of its CUDA major)
     note: str
     source: tuple[str, ...]
     confidence: str
@@ -200,6 +201,7 @@ class TensorflowRelease:
     cudnn: str
     and_cuda: bool  # the [and-cuda] extra exists
     exact_pins: bool  # the extra pins exact CUDA library versions (clash with other pins)
+    nccl_min: str | None  # the extra's NCCL floor where it uses ranges
     min_cc: str
     note: str
     source: tuple[str, ...]

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from provision.errors import Unsatisfiable
+from provision.errors import BadInput, Unsatisfiable
 from provision.resolve import HostSpec, StackRequest, resolve
 
 REQ_KEYS = {"frameworks", "driver", "kernel_modules", "cuda_toolkit", "cudnn", "python", "torch_index",
@@ -201,6 +201,12 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
      {"stack.frameworks.torch.version": "2.8.0"}),
     ("tf219-torch28-exact-pins", {"gpu": "H100-SXM", "frameworks": ["tensorflow==2.19.0", "torch==2.8.0"]},
      {"unsat": "env_conflict"}),
+    ("tf221-torch28-nccl-floor", {"gpu": "A10G", "frameworks": ["torch==2.8.0", "tensorflow==2.21.0"]},
+     {"unsat": "env_conflict", "suggest": "--framework"}),
+    ("tf-newest-with-torch28-is-220", {"gpu": "A10G", "frameworks": ["torch==2.8.0", "tensorflow"]},
+     {"stack.frameworks.tensorflow.version": "2.20.0"}),
+    ("tf221-torch-cu124-runtime-floor", {"gpu": "A10G", "os": "ubuntu-22.04", "frameworks": ["torch==2.6.0+cu124", "tensorflow==2.21.0"]},
+     {"unsat": "env_conflict"}),
     # --- JAX ----------------------------------------------------------------------------
     ("jax-h100-cuda13", {"gpu": "H100-SXM", "frameworks": ["jax"]},
      {"stack.frameworks.jax.version": "0.10.2", "stack.frameworks.jax.extras": ["cuda13"]}),
@@ -285,3 +291,20 @@ def test_there_are_at_least_80_cases_covering_ok_warning_and_unsatisfiable() -> 
     assert sum("unsat" in e for _, _, e in CASES) >= 25
     assert sum("warn" in e for _, _, e in CASES) >= 10
     assert sum("unsat" not in e for _, _, e in CASES) >= 40
+
+
+def test_host_from_probe_facts() -> None:
+    """The facts shape of `provision probe --json` (DESIGN.md) describes a host for resolve."""
+    facts = {"os": "debian-12", "arch": "x86_64", "nvswitch_count": 6,
+             "gpus": [{"pci_id": "10de:2330", "model": None}] * 8}  # fmt: skip
+    host = HostSpec.from_facts(facts)
+    assert (host.gpu and host.gpu.name, host.gpu_count, host.needs_fabric_manager) == ("H100-SXM", 8, True)
+    res = resolve(StackRequest.build(), host)
+    assert res.stack["fabric_manager"] == {"version": res.stack["driver"]["version"]}
+    gpuless = HostSpec.from_facts({"os": "debian-12", "arch": "x86_64", "gpus": []})
+    cpu = resolve(StackRequest.build(frameworks=["torch==2.13.0+cpu"]), gpuless)
+    assert cpu.stack["driver"] is None and cpu.host["gpu"] is None
+    with pytest.raises(BadInput, match="different GPU models"):
+        HostSpec.from_facts({"os": "debian-12", "gpus": [{"model": "T4"}, {"model": "L4"}]})
+    no_switch = HostSpec.from_facts({"os": "ubuntu-22.04", "nvswitch_count": 0, "gpus": [{"model": "H100-SXM"}] * 8})
+    assert no_switch.needs_fabric_manager is False

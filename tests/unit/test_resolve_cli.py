@@ -218,3 +218,17 @@ def test_matrix_default_lists_every_gpu_and_human_table(capsys: pytest.CaptureFi
 def test_matrix_unknown_gpu_is_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run_cli(["matrix", "--gpu", "H1OO-SXM"], capsys)
     assert code == 2 and "H100-SXM" in err
+
+
+def test_config_install_method_reaches_the_resolver(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = tmp_path / "provision.yaml"
+    cfg.write_text("install:\n  method: distro\n")
+    code, out, err = run_cli(
+        ["resolve", "-c", str(cfg), "--gpu", "T4", "--os", "debian-12", "--json"], capsys
+    )
+    assert code == 0, err
+    assert json.loads(out)["stack"]["driver"]["install_method"] == "distro"
+    code, _, err = run_cli(["resolve", "-c", str(tmp_path / "missing.yaml")], capsys)
+    assert code == 2 and "config file not found" in err
