@@ -391,3 +391,24 @@ def test_unattended_upgrades_follow_apt_periodic(testhosts: harness.HostSet) -> 
         assert after.unattended_upgrades.enabled is True
     finally:
         root_run(testhosts, host.name, f"rm -f {conf}")
+
+
+def test_proxy_command_from_ssh_config(testhosts: harness.HostSet, tmp_path: Path) -> None:
+    """ProxyCommand (here OpenSSH's own `ssh -W` through the first host) carries the connection."""
+    if len(testhosts.hosts) < 2:
+        pytest.skip("needs two test hosts")
+    jump, behind = testhosts.hosts[0], testhosts.hosts[1]
+    config = tmp_path / "config"
+    ssh_config(
+        testhosts,
+        config,
+        testhosts.known_hosts,
+        viacmd=f"HostName {behind.address}\nUser root\nIdentityFile {testhosts.key}\n"
+        f"UserKnownHostsFile {testhosts.known_hosts}\n"
+        f"ProxyCommand ssh -F {config} -o BatchMode=yes -W %h:%p {jump.name}",
+    )
+    transport = connect(parse_host("viacmd"), ssh_config=config)
+    try:
+        assert transport.run("echo $SSH_CONNECTION").stdout.split()[0] == jump.address
+    finally:
+        transport.close()
