@@ -63,15 +63,20 @@ def ssh_config(hostset: harness.HostSet, path: Path, known_hosts: Path, **extra:
     return path
 
 
-def root_run(hostset: harness.HostSet, name: str, command: str) -> str:
-    host = next(h for h in hostset.hosts if h.name == name)
-    target = HostTarget(
+def target_for(hostset: harness.HostSet, host: harness.TestHost, user: str, key: bool = True) -> HostTarget:
+    """A test host as an inventory would give it: address, user, the set's key and known_hosts."""
+    return HostTarget(
         host.name,
         host.address,
-        user="root",
-        key_file=str(hostset.key),
+        user=user,
+        key_file=str(hostset.key) if key else None,
         vars={"ansible_ssh_common_args": f"-o UserKnownHostsFile={hostset.known_hosts}"},
     )
+
+
+def root_run(hostset: harness.HostSet, name: str, command: str) -> str:
+    host = next(h for h in hostset.hosts if h.name == name)
+    target = target_for(hostset, host, "root")
     transport = connect(target)
     try:
         result = transport.run(command, timeout=120)
@@ -201,13 +206,7 @@ def test_deploy_user_needs_sudo_for_the_package_locks(
 ) -> None:
     """The dpkg lock files are root-only: only the sudo'ed part of the probe can see the holder."""
     host = next(h for h in testhosts.hosts if h.name == dpkg_lock_held)
-    as_deploy = HostTarget(
-        host.name,
-        host.address,
-        user="deploy",
-        key_file=str(testhosts.key),
-        vars={"ansible_ssh_common_args": f"-o UserKnownHostsFile={testhosts.known_hosts}"},
-    )
+    as_deploy = target_for(testhosts, host, "deploy")
     result = gather.probe_one(as_deploy, gather.GatherOptions(imds_disabled=True))
     assert result.ok, result.error
     facts = result.facts
@@ -230,13 +229,7 @@ def test_user_without_sudo_gets_a_warning_not_a_guess(testhosts: harness.HostSet
         "mkdir -p ~plain/.ssh && cp /root/.ssh/authorized_keys ~plain/.ssh/ && "
         "chown -R plain:plain ~plain/.ssh",
     )
-    target = HostTarget(
-        host.name,
-        host.address,
-        user="plain",
-        key_file=str(testhosts.key),
-        vars={"ansible_ssh_common_args": f"-o UserKnownHostsFile={testhosts.known_hosts}"},
-    )
+    target = target_for(testhosts, host, "plain")
     result = gather.probe_one(target, gather.GatherOptions(imds_disabled=True))
     assert result.facts is not None
     assert result.facts.package_locks is None
@@ -311,12 +304,7 @@ def test_ssh_agent_key(testhosts: harness.HostSet, tmp_path: Path, monkeypatch: 
         monkeypatch.setenv("SSH_AUTH_SOCK", str(sock))
         monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.ssh keys to fall back on: only the agent
         host = testhosts.hosts[0]
-        target = HostTarget(
-            host.name,
-            host.address,
-            user="root",
-            vars={"ansible_ssh_common_args": f"-o UserKnownHostsFile={testhosts.known_hosts}"},
-        )
+        target = target_for(testhosts, host, "root", key=False)
         transport = connect(target, ssh_config=tmp_path / "no-config")
         try:
             assert transport.run("id -un").stdout.strip() == "root"
@@ -371,13 +359,7 @@ def test_ec2_instance_type_from_a_metadata_stand_in_on_the_bridge(testhosts: har
 def test_unattended_upgrades_follow_apt_periodic(testhosts: harness.HostSet) -> None:
     """apt-daily-upgrade.timer runs on every Debian host; it upgrades only when APT::Periodic says so."""
     host = testhosts.hosts[-1]
-    target = HostTarget(
-        host.name,
-        host.address,
-        user="root",
-        key_file=str(testhosts.key),
-        vars={"ansible_ssh_common_args": f"-o UserKnownHostsFile={testhosts.known_hosts}"},
-    )
+    target = target_for(testhosts, host, "root")
     options = gather.GatherOptions(imds_disabled=True)
     before = gather.probe_one(target, options).facts
     assert before is not None and before.unattended_upgrades is not None
