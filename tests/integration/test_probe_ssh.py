@@ -9,7 +9,6 @@ import json
 import os
 import shlex
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,21 +21,11 @@ from provision.hosts import gather
 from provision.hosts.inventory import HostTarget, parse_host
 from provision.hosts.transport import CommandTimeout, SSHTransport, connect, fingerprint
 from tests.hosts import harness
+from tests.unit.probe_fixtures import run_probe as run
 
 # Nothing listens here: the last octet is outside the range testhosts.sh hands out (.11 and up,
 # one per host), on the set's own bridge, so the SYN goes unanswered and the connect times out.
 UNUSED_OCTET = 250
-
-
-def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    full_env = {**os.environ, "AWS_EC2_METADATA_DISABLED": "true", **(env or {})}
-    return subprocess.run(
-        [sys.executable, "-m", "provision", "probe", *args],
-        capture_output=True,
-        text=True,
-        env=full_env,
-        timeout=180,
-    )
 
 
 def host_fingerprint(hostset: harness.HostSet, name: str) -> str:

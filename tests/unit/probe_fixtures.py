@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,3 +33,15 @@ TABLE = {
 
 def table_lookup(pci_id: str) -> FakeModel | None:
     return TABLE.get(pci_id)
+
+
+def run_probe(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`provision probe ARGS` in a fresh process, never asking a real EC2 metadata service."""
+    full_env = {**os.environ, "AWS_EC2_METADATA_DISABLED": "true", **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "provision", "probe", *args],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=180,
+    )

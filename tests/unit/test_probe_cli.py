@@ -4,9 +4,7 @@ contacted: a loopback listener stands where a host would be and counts connectio
 from __future__ import annotations
 
 import json
-import os
 import socket
-import subprocess
 import sys
 import threading
 from collections.abc import Iterator
@@ -14,16 +12,7 @@ from pathlib import Path
 
 import pytest
 
-
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "AWS_EC2_METADATA_DISABLED": "true"}  # never ask a real metadata service
-    return subprocess.run(
-        [sys.executable, "-m", "provision", "probe", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+from tests.unit.probe_fixtures import run_probe as run
 
 
 @pytest.fixture
