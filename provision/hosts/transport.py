@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from provision.errors import OperationFailed, Unreachable
+from provision.errors import BadInput, OperationFailed, Unreachable
 from provision.hosts.inventory import LOCALHOST, HostTarget, parse_host
 
 if TYPE_CHECKING:
@@ -219,23 +219,42 @@ def _ssh_args_options(args: str) -> dict[str, str]:
     return options
 
 
+def _pick_port(options: dict[str, str], looked: dict[str, Any]) -> str:
+    return str(options.get("port") or looked.get("port") or 22)
+
+
 def _unless_none(value: Any) -> str | None:
     return None if value is None or str(value).lower() == "none" else str(value)
 
 
 def resolve_settings(target: HostTarget, ssh_config: Path | None = None) -> SSHSettings:
-    """Merge, highest first: explicit target values, ssh options in inventory vars, ssh config."""
+    """Merge, highest first: explicit target values, ssh options in inventory vars, ssh config.
+
+    Reads files only (no host is contacted); what does not parse is BadInput.
+    """
     import paramiko
 
     options: dict[str, str] = {}
     for var in ("ansible_ssh_common_args", "ansible_ssh_extra_args"):
         if target.vars.get(var):
-            options.update(_ssh_args_options(str(target.vars[var])))
+            try:
+                options.update(_ssh_args_options(str(target.vars[var])))
+            except ValueError as exc:
+                raise BadInput(f"{var} of host `{target.name}` does not parse: {exc}",
+                               "check its quotes") from None
     path = Path(options.pop("_configfile")).expanduser() if "_configfile" in options else (
         ssh_config or default_ssh_config_path())
     looked: dict[str, Any] = {}
     if path.is_file():
-        looked = dict(paramiko.SSHConfig.from_path(str(path)).lookup(target.address))
+        try:
+            looked = dict(paramiko.SSHConfig.from_path(str(path)).lookup(target.address))
+        except (paramiko.SSHException, ValueError, OSError) as exc:
+            raise BadInput(f"SSH config {path} does not parse: {exc}",
+                           "fix that file or pass another with -F") from None
+    port_text = str(target.port or _pick_port(options, looked))
+    if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+        raise BadInput(f"invalid SSH port `{port_text}` for host `{target.name}`",
+                       "a port is a number from 1 to 65535")
 
     def pick(key: str) -> Any:
         return options.get(key, looked.get(key))
@@ -250,7 +269,7 @@ def resolve_settings(target: HostTarget, ssh_config: Path | None = None) -> SSHS
         key_files.append(str(identity))
     known = pick("userknownhostsfile")
     known_files = shlex.split(known) if known else ["~/.ssh/known_hosts", "~/.ssh/known_hosts2"]
-    port = target.port or int(pick("port") or 22)
+    port = int(port_text)
     return SSHSettings(
         name=target.name,
         hostname=str(options.get("hostname") or (looked.get("hostname") if target.address == target.name

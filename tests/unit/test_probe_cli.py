@@ -149,3 +149,20 @@ def test_a_port_that_is_not_sshd_is_one_error_line(tmp_path: Path) -> None:
         server.close()
     assert result.returncode == 1
     assert result.stderr.count("\n") == 1 and result.stderr.startswith("error: cannot reach 127.0.0.1")
+
+
+def test_ssh_settings_that_do_not_parse_are_bad_input(
+    listener: tuple[int, list[int]], tmp_path: Path
+) -> None:
+    port, accepted = listener
+    inventory = tmp_path / "hosts.ini"
+    inventory.write_text(
+        f"h1 ansible_host=127.0.0.1 ansible_port={port} ansible_ssh_common_args='-o \"Unclosed'\n"
+    )
+    result = run("-i", str(inventory))
+    assert result.returncode == 2 and "ansible_ssh_common_args of host `h1` does not parse" in result.stderr
+    config = tmp_path / "ssh_config"
+    config.write_text("Host gpu1\n  Port twenty-two\n")
+    result = run("-F", str(config), "gpu1")
+    assert result.returncode == 2 and "invalid SSH port `twenty-two`" in result.stderr
+    assert accepted == []
