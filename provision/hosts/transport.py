@@ -92,6 +92,12 @@ class Transport(Protocol):
     def close(self) -> None: ...
 
 
+def paramiko_errors() -> type[Exception]:
+    import paramiko
+
+    return paramiko.SSHException
+
+
 class CommandTimeout(OperationFailed):
     """A command ran past its timeout and was stopped."""
 
@@ -364,8 +370,6 @@ class SSHTransport:
         sudo: bool = False,
         stdin: bytes | None = None,
     ) -> CommandResult:
-        import select
-
         text = _shell(command)
         if sudo and self.settings.user != "root":
             text = _sudo_wrap(text, self.settings.sudo_password)
@@ -373,6 +377,17 @@ class SSHTransport:
         transport = self._client.get_transport()
         if transport is None or not transport.is_active():
             raise Unreachable(f"connection to {self.name} was lost", "check the host and try again")
+        try:
+            return self._run(transport, text, timeout, stdin)
+        except (OSError, EOFError, paramiko_errors()) as exc:  # the connection broke under us
+            reason = str(exc) or type(exc).__name__
+            raise Unreachable(f"connection to {self.name} failed during a command: {reason}",
+                              "check the host and the network, then try again") from None
+
+    def _run(self, transport: paramiko.Transport, text: str, timeout: float,
+             stdin: bytes | None) -> CommandResult:
+        import select
+
         deadline = time.monotonic() + timeout
         chan = transport.open_session(timeout=timeout)
         try:
