@@ -79,6 +79,11 @@ def probe(
     """
     targets = select_targets(local, hosts, inventory)
     from provision.hosts.gather import GatherOptions, matrix_lookup, probe_hosts
+    from provision.hosts.transport import resolve_settings
+
+    for target in targets:  # SSH settings that do not parse are bad input: found before any contact
+        if not target.local:
+            resolve_settings(target, ssh_config)
 
     options = GatherOptions.from_env(venv=venv, command_timeout=command_timeout, lookup=matrix_lookup())
     results = probe_hosts(targets, options, parallel=parallel, accept_new_host_keys=accept_new_host_keys,
@@ -144,7 +149,8 @@ def _human(console: Console, results: list[ProbeResult]) -> None:
 
     for r in results:
         if r.facts is None:
-            console.print(f"[bold]{escape(r.host)}[/bold]: [red]failed[/red] (see the error above)")
+            code = r.error.code if r.error else "failed"
+            console.print(f"[bold]{escape(r.host)}[/bold]: [red]{code}[/red] (the error is on stderr)")
             continue
         facts = r.facts.to_json()
         console.print(f"[bold]{escape(r.host)}[/bold] ({r.duration_s:.1f}s)")

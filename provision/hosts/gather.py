@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -58,10 +59,13 @@ def _snippet(name: str) -> str:
     return (SNIPPETS / f"{name}.py").read_text()
 
 
-def _python_heredoc(python: str, name: str, args: str = "") -> str:
-    # A quoted heredoc: the shell expands nothing inside the program text.
+def _python_heredoc(python: str, name: str, args: str = "", *, stdlib_only: bool = False) -> str:
+    # A quoted heredoc: the shell expands nothing inside the program text. -B: never write
+    # bytecode on the host; -I -S for programs that need nothing beyond the standard library
+    # (no site-packages to scan, no PYTHON* variables of the login to honour).
     end = f"PROVISION_{name.upper()}_EOF"
-    return f"{python} -B - {args} <<'{end}'\n{_snippet(name)}\n{end}\n"
+    flags = "-B -I -S" if stdlib_only else "-B"
+    return f"{python} {flags} - {args} <<'{end}'\n{_snippet(name)}\n{end}\n"
 
 
 _HEADER = r"""
@@ -78,9 +82,7 @@ sec uname; uname -r; uname -m
 sec lspci; command -v lspci >/dev/null && lspci -nn 2>/dev/null
 sec sysfs_pci
 if ! command -v lspci >/dev/null; then
-  for d in /sys/bus/pci/devices/*; do
-    [ -r "$d/class" ] && echo "${d##*/} $(cat "$d/class") $(cat "$d/vendor") $(cat "$d/device")"
-  done
+  (cd /sys/bus/pci/devices 2>/dev/null && grep -H . ./*/class ./*/vendor ./*/device 2>/dev/null)
 fi
 sec proc_modules; cat /proc/modules 2>/dev/null
 sec proc_driver; cat /proc/driver/nvidia/version 2>/dev/null
@@ -92,7 +94,20 @@ sec rpm
 command -v rpm >/dev/null && rpm -qa --qf '%{NAME}\t%|EPOCH?{%{EPOCH}:}:{}|%{VERSION}-%{RELEASE}\n' \
   'nvidia*' 'kmod-nvidia*' 'cuda*' 'libcudnn*' 'kernel-devel*' 2>/dev/null
 sec headers_build; [ -e "/lib/modules/$(uname -r)/build" ] && echo yes || echo no
-sec apt_headers; command -v apt-cache >/dev/null && apt-cache policy "linux-headers-$(uname -r)" 2>/dev/null
+sec apt_headers
+if command -v apt-cache >/dev/null; then
+  set -- /var/lib/apt/lists/*_Packages
+  if [ -e "$1" ]; then
+    # apt keeps its lists uncompressed by default: a fixed-string scan of them costs a fifth of
+    # the CPU of apt-cache, which counts when many probed hosts share a machine's CPUs.
+    echo "@@lists yes"
+    grep -q -x -F "Package: linux-headers-$(uname -r)" "$@" && echo "@@listed yes" || echo "@@listed no"
+  elif ls /var/lib/apt/lists/ 2>/dev/null | grep -q '_Packages'; then
+    echo "@@lists yes"; apt-cache policy "linux-headers-$(uname -r)" 2>/dev/null
+  else
+    echo "@@lists no"
+  fi
+fi
 sec dnf_headers
 if command -v dnf >/dev/null; then
   timeout 30 dnf -q --cacheonly list --available "kernel-devel-$(uname -r)" 2>&1; echo "@@rc $?"
@@ -103,7 +118,8 @@ sec efivar_sb
 for f in /sys/firmware/efi/efivars/SecureBoot-*; do [ -r "$f" ] && od -An -tu1 "$f" 2>/dev/null; break; done
 sec nvidia_smi; command -v nvidia-smi >/dev/null && timeout 60 nvidia-smi -q -x 2>/dev/null
 sec nvml
-if ! command -v nvidia-smi >/dev/null && [ -n "$PY" ]; then
+if ! command -v nvidia-smi >/dev/null && [ -n "$PY" ] && \
+   { [ -n "${LD_LIBRARY_PATH:-}" ] || ldconfig -p 2>/dev/null | grep -q 'libnvidia-ml\.so\.1'; }; then
 @@NVML@@
 fi
 sec cuda_dirs
@@ -144,14 +160,14 @@ _ON_EC2 = ("grep -qis -e amazon -e '^ec2' /sys/class/dmi/id/sys_vendor /sys/clas
 
 def main_script(options: GatherOptions, with_root: bool) -> str:
     """The script of the unprivileged facts (and the root ones when the user is root anyway)."""
-    import shlex
-
     if options.imds_disabled:
         imds = ":"
     elif options.imds_endpoint:
-        imds = f'[ -n "$PY" ] && {_python_heredoc("$PY", "imds", shlex.quote(options.imds_endpoint))}'
+        ask = _python_heredoc("$PY", "imds", shlex.quote(options.imds_endpoint), stdlib_only=True)
+        imds = f'[ -n "$PY" ] && {ask}'
     else:
-        imds = f'[ -n "$PY" ] && {_ON_EC2} && {_python_heredoc("$PY", "imds", IMDS_DEFAULT)}'
+        ask = _python_heredoc("$PY", "imds", IMDS_DEFAULT, stdlib_only=True)
+        imds = f'[ -n "$PY" ] && {_ON_EC2} && {ask}'
     venv = ":"
     if options.venv:
         venv_python = shlex.quote(options.venv.rstrip("/") + "/bin/python")
@@ -165,7 +181,7 @@ def main_script(options: GatherOptions, with_root: bool) -> str:
 
 
 def root_body() -> str:
-    return _ROOT.replace("@@LOCKS@@", _python_heredoc('"$PY"', "package_locks"))
+    return _ROOT.replace("@@LOCKS@@", _python_heredoc('"$PY"', "package_locks", stdlib_only=True))
 
 
 def root_script() -> str:
@@ -198,7 +214,7 @@ def facts_from_sections(sections: dict[str, str], options: GatherOptions) -> p.H
     if len(uname) >= 2:
         facts.kernel, facts.arch = uname[0], uname[1]
 
-    devices = p.parse_lspci_nn(s("lspci", "")) or p.parse_sysfs_pci(s("sysfs_pci", ""))
+    devices = p.parse_lspci_nn(s("lspci", "")) or p.parse_sysfs_pci(_sysfs_rows(s("sysfs_pci", "")))
     facts.gpus, facts.nvswitch_count = p.classify_pci(devices, options.lookup)
     modules = p.parse_proc_modules(s("proc_modules", ""))
     facts.nouveau_loaded = "nouveau" in modules
@@ -268,20 +284,37 @@ def facts_from_sections(sections: dict[str, str], options: GatherOptions) -> p.H
     return facts
 
 
+def _sysfs_rows(text: str) -> str:
+    """``grep -H . ./SLOT/{class,vendor,device}`` -> ``SLOT CLASS VENDOR DEVICE`` rows."""
+    fields: dict[str, dict[str, str]] = {}
+    for line in text.splitlines():
+        path, _, value = line.rpartition(":")  # the slot itself has colons, the value none
+        parts = path.split("/")
+        if len(parts) >= 2 and value:
+            fields.setdefault(parts[-2], {})[parts[-1]] = value.strip()
+    return "\n".join(f"{slot} {f['class']} {f['vendor']} {f['device']}" for slot, f in sorted(fields.items())
+                     if {"class", "vendor", "device"} <= set(f))
+
+
 def _headers(sections: dict[str, str], packages: dict[str, str], kernel: str | None) -> p.KernelHeaders:
     s = sections.get
     installed = s("headers_build", "").strip() == "yes"
     installable: bool | None = None
     package: str | None = None
-    if s("apt_headers") is not None and s("dpkg") is not None and kernel:
+    # /lib/modules/$(uname -r)/build is what DKMS builds against; both linux-headers-* (deb) and
+    # kernel-devel (rpm) provide it.
+    if s("apt_headers") and kernel:
         package = f"linux-headers-{kernel}"
         installed = installed or package in packages
-        installable = p.parse_apt_cache_policy(s("apt_headers", ""))
-    if s("dnf_headers"):
+        text = s("apt_headers", "")
+        if "@@listed " in text:
+            installable = "@@listed yes" in text
+        else:
+            installable = p.parse_apt_cache_policy(text, "@@lists no" not in text)
+    elif s("dnf_headers") and kernel:
         text = s("dnf_headers", "")
         m = re.search(r"^@@rc (\d+)$", text, re.M)
-        package = f"kernel-devel-{kernel}" if kernel else None
-        installed = installed or (package in packages if package else False)
+        package = f"kernel-devel-{kernel}"
         installable = p.parse_dnf_list(text, int(m.group(1)) if m else 1)
     if installed:
         installable = True
@@ -298,8 +331,6 @@ def _known_root(transport: Transport) -> bool | None:
 
 def gather(transport: Transport, options: GatherOptions | None = None) -> p.HostFacts:
     """All facts of one host. Raises OperationFailed when the host cannot run the script at all."""
-    import shlex
-
     options = options or GatherOptions()
     root = _known_root(transport)
     result = transport.run(shlex.join(["sh", "-c", main_script(options, with_root=bool(root))]),
@@ -335,7 +366,6 @@ class ProbeResult:
     facts: p.HostFacts | None = None
     error: ProvisionError | None = None
     duration_s: float = 0.0
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:

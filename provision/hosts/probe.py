@@ -47,6 +47,9 @@ def no_lookup(pci_id: str) -> GpuModel | None:
 # Typed facts
 
 
+_PER_MAJOR_OS = ("rhel", "rocky", "almalinux", "centos", "ol")
+
+
 @dataclass(frozen=True)
 class OsRelease:
     id: str
@@ -57,8 +60,17 @@ class OsRelease:
 
     @property
     def slug(self) -> str:
-        """``ID-VERSION_ID`` as resolve's ``--os`` takes it (``ubuntu-22.04``, ``amzn-2023``)."""
-        return f"{self.id}-{self.version_id}" if self.version_id else self.id
+        """``ID-VERSION_ID`` as resolve's ``--os`` takes it (``ubuntu-22.04``, ``amzn-2023``).
+
+        Enterprise Linux rebuilds say ``VERSION_ID="9.6"`` but are one platform per major release
+        (NVIDIA's repositories are ``rhel9``), so their slug is ``rhel-9``.
+        """
+        if not self.version_id:
+            return self.id
+        version = self.version_id
+        if self.id in _PER_MAJOR_OS:
+            version = version.split(".")[0]
+        return f"{self.id}-{version}"
 
 
 @dataclass(frozen=True)
@@ -297,9 +309,20 @@ class HostDescription:
     os: str | None
     arch: str | None
     python: str | None
+    nvswitch_count: int = 0
+    instance_type: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        """DESIGN.md's ``host`` object of ``provision resolve --json``."""
+        return {"gpu": self.gpu, "compute_capability": self.compute_capability, "gpu_count": self.gpu_count,
+                "os": self.os, "arch": self.arch, "python": self.python}
+
+    def resolver_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for ``provision.resolve.HostSpec.describe`` (python goes to the request)."""
+        # A GPU the knowledge data does not name cannot be counted as a model: "any NVIDIA GPU".
+        count = self.gpu_count if self.gpu and self.gpu_count else None
+        return {"gpu": self.gpu, "gpu_count": count, "instance_type": self.instance_type,
+                "os": self.os, "arch": self.arch, "nvswitch_count": self.nvswitch_count}
 
 
 def host_description(facts: HostFacts) -> HostDescription:
@@ -318,6 +341,8 @@ def host_description(facts: HostFacts) -> HostDescription:
         os=facts.os.slug if facts.os else None,
         arch=facts.arch,
         python=python,
+        nvswitch_count=facts.nvswitch_count,
+        instance_type=facts.ec2_instance_type,
     )
 
 
@@ -550,7 +575,7 @@ def _upstream(version: str) -> str:
 _DRIVER_PACKAGE = re.compile(
     r"^(nvidia-driver(-\d+)?(-open|-server|-server-open)?|nvidia-open(-\d+)?|cuda-drivers(-\d+)?|"
     r"kmod-nvidia(-open|-latest)?-dkms|nvidia-kernel-(open-)?dkms|nvidia-driver-cuda|"
-    r"nvidia-fabricmanager(-\d+)?|nvidia-kernel-common(-\d+)?|libnvidia-compute(-\d+)?)$"
+    r"nvidia-fabric-?manager(-\d+)?|nvidia-kernel-common(-\d+)?|libnvidia-compute(-\d+)?)$"
 )
 
 
@@ -660,12 +685,16 @@ def parse_python_list(text: str) -> list[str]:
     return sorted(found, key=_version_key)
 
 
-def parse_apt_cache_policy(text: str) -> bool | None:
-    """``apt-cache policy PKG``: installable when there is a candidate; None when apt knows nothing."""
+def parse_apt_cache_policy(text: str, have_lists: bool = True) -> bool | None:
+    """``apt-cache policy PKG``: installable when there is a candidate.
+
+    With no package lists (fresh cloud images before ``apt-get update``) apt knows nothing:
+    that is "unknown" (None), not "not installable".
+    """
     m = re.search(r"Candidate:\s*(\S+)", text)
-    if not m:
-        return False if text.strip() == "" else None
-    return m.group(1) != "(none)"
+    if m and m.group(1) != "(none)":
+        return True
+    return False if have_lists else None
 
 
 def parse_dnf_list(text: str, exit_status: int) -> bool | None:
@@ -685,31 +714,28 @@ def parse_systemctl_states(text: str) -> dict[str, str]:
     return states
 
 
-# Units that upgrade packages on their own: Debian/Ubuntu's unattended-upgrades and the apt timers,
-# RHEL/Amazon Linux's dnf-automatic.
-_UPGRADE_UNITS = ("unattended-upgrades.service", "apt-daily-upgrade.timer", "dnf-automatic.timer",
-                  "dnf-automatic-install.timer")
+# Timers that upgrade packages on their own: apt's (acts only when APT::Periodic says so, which
+# the unattended-upgrades package sets up) and RHEL/Amazon Linux's dnf-automatic.
+_APT_UPGRADE_TIMER = "apt-daily-upgrade.timer"
+_DNF_TIMERS = ("dnf-automatic.timer", "dnf-automatic-install.timer")
 _UPGRADE_RUNNING = ("apt-daily.service", "apt-daily-upgrade.service", "dnf-automatic.service",
                     "dnf-automatic-install.service")
 
 
 def parse_unattended(states_text: str, processes_text: str, apt_periodic: str = "") -> UnattendedUpgrades:
-    """Whether something upgrades packages by itself now or on a timer.
+    """Whether something upgrades packages by itself, on a timer (enabled) or right now (running).
 
-    ``apt_periodic`` is ``apt-config dump`` output: ``APT::Periodic::Unattended-Upgrade "0"``
-    turns the Debian timer path off even while the units are active.
+    ``states_text``: ``UNIT STATE`` lines; ``processes_text``: ``ps -eo comm=``; ``apt_periodic``:
+    the ``APT::Periodic::Unattended-Upgrade`` line of ``apt-config dump`` (absent or "0": off).
     """
     states = parse_systemctl_states(states_text)
-    periodic_off = re.search(r'APT::Periodic::Unattended-Upgrade\s+"0"', apt_periodic) is not None
-    enabled = False
-    for unit in _UPGRADE_UNITS:
-        if states.get(unit) == "active":
-            if unit.startswith(("unattended", "apt")) and periodic_off:
-                continue
-            enabled = True
+    periodic = re.search(r'APT::Periodic::Unattended-Upgrade\s+"([^"]*)"', apt_periodic)
+    apt_on = periodic is not None and periodic.group(1) not in ("", "0")
+    enabled = (states.get(_APT_UPGRADE_TIMER) == "active" and apt_on) or any(
+        states.get(u) == "active" for u in _DNF_TIMERS)
     running = any(states.get(u) in ("active", "activating") for u in _UPGRADE_RUNNING)
-    running = running or bool(re.search(r"\b(unattended-upgr\S*|apt\.systemd\.daily|dnf-automatic)\b",
-                                        processes_text))
+    running = running or bool(re.search(r"^(unattended-upgr\S*|apt\.systemd\.dai\S*|dnf-automatic)$",
+                                        processes_text, re.M))
     return UnattendedUpgrades(enabled=enabled, running=running, units=states)
 
 

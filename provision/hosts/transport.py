@@ -20,6 +20,7 @@ import base64
 import getpass
 import hashlib
 import itertools
+import logging
 import os
 import shlex
 import shutil
@@ -33,11 +34,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from provision.errors import OperationFailed, Unreachable
+from provision.errors import BadInput, OperationFailed, Unreachable
 from provision.hosts.inventory import LOCALHOST, HostTarget, parse_host
 
 if TYPE_CHECKING:
     import paramiko
+
+# paramiko logs a failed connection's traceback from its own thread; without a handler Python's
+# last-resort handler would print it to stderr, breaking the one-line error. The error itself
+# reaches the user as Unreachable.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 DEFAULT_CONNECT_TIMEOUT = 10.0
 DEFAULT_COMMAND_TIMEOUT = 60.0
@@ -84,6 +90,12 @@ class Transport(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+def paramiko_errors() -> type[Exception]:
+    import paramiko
+
+    return paramiko.SSHException
 
 
 class CommandTimeout(OperationFailed):
@@ -213,23 +225,42 @@ def _ssh_args_options(args: str) -> dict[str, str]:
     return options
 
 
+def _pick_port(options: dict[str, str], looked: dict[str, Any]) -> str:
+    return str(options.get("port") or looked.get("port") or 22)
+
+
 def _unless_none(value: Any) -> str | None:
     return None if value is None or str(value).lower() == "none" else str(value)
 
 
 def resolve_settings(target: HostTarget, ssh_config: Path | None = None) -> SSHSettings:
-    """Merge, highest first: explicit target values, ssh options in inventory vars, ssh config."""
+    """Merge, highest first: explicit target values, ssh options in inventory vars, ssh config.
+
+    Reads files only (no host is contacted); what does not parse is BadInput.
+    """
     import paramiko
 
     options: dict[str, str] = {}
     for var in ("ansible_ssh_common_args", "ansible_ssh_extra_args"):
         if target.vars.get(var):
-            options.update(_ssh_args_options(str(target.vars[var])))
+            try:
+                options.update(_ssh_args_options(str(target.vars[var])))
+            except ValueError as exc:
+                raise BadInput(f"{var} of host `{target.name}` does not parse: {exc}",
+                               "check its quotes") from None
     path = Path(options.pop("_configfile")).expanduser() if "_configfile" in options else (
         ssh_config or default_ssh_config_path())
     looked: dict[str, Any] = {}
     if path.is_file():
-        looked = dict(paramiko.SSHConfig.from_path(str(path)).lookup(target.address))
+        try:
+            looked = dict(paramiko.SSHConfig.from_path(str(path)).lookup(target.address))
+        except (paramiko.SSHException, ValueError, OSError) as exc:
+            raise BadInput(f"SSH config {path} does not parse: {exc}",
+                           "fix that file or pass another with -F") from None
+    port_text = str(target.port or _pick_port(options, looked))
+    if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+        raise BadInput(f"invalid SSH port `{port_text}` for host `{target.name}`",
+                       "a port is a number from 1 to 65535")
 
     def pick(key: str) -> Any:
         return options.get(key, looked.get(key))
@@ -244,7 +275,7 @@ def resolve_settings(target: HostTarget, ssh_config: Path | None = None) -> SSHS
         key_files.append(str(identity))
     known = pick("userknownhostsfile")
     known_files = shlex.split(known) if known else ["~/.ssh/known_hosts", "~/.ssh/known_hosts2"]
-    port = target.port or int(pick("port") or 22)
+    port = int(port_text)
     return SSHSettings(
         name=target.name,
         hostname=str(options.get("hostname") or (looked.get("hostname") if target.address == target.name
@@ -339,8 +370,6 @@ class SSHTransport:
         sudo: bool = False,
         stdin: bytes | None = None,
     ) -> CommandResult:
-        import select
-
         text = _shell(command)
         if sudo and self.settings.user != "root":
             text = _sudo_wrap(text, self.settings.sudo_password)
@@ -348,6 +377,17 @@ class SSHTransport:
         transport = self._client.get_transport()
         if transport is None or not transport.is_active():
             raise Unreachable(f"connection to {self.name} was lost", "check the host and try again")
+        try:
+            return self._run(transport, text, timeout, stdin)
+        except (OSError, EOFError, paramiko_errors()) as exc:  # the connection broke under us
+            reason = str(exc) or type(exc).__name__
+            raise Unreachable(f"connection to {self.name} failed during a command: {reason}",
+                              "check the host and the network, then try again") from None
+
+    def _run(self, transport: paramiko.Transport, text: str, timeout: float,
+             stdin: bytes | None) -> CommandResult:
+        import select
+
         deadline = time.monotonic() + timeout
         chan = transport.open_session(timeout=timeout)
         try:
@@ -416,6 +456,11 @@ def _open_client(
     if sock is None and settings.proxy_command:
         sock = paramiko.ProxyCommand(settings.proxy_command)
     try:
+        if sock is None:
+            sock = socket.create_connection((settings.hostname, settings.port), timeout=connect_timeout)
+            # SSH's small request/answer packets otherwise wait on Nagle + delayed ACK (~40 ms per
+            # round trip: channel opens, key exchange); OpenSSH sets this too.
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         client.connect(
             settings.hostname,
             port=settings.port,
@@ -448,10 +493,10 @@ def _open_client(
             "otherwise do not connect",
             details={"host": settings.name, "fingerprint": fingerprint(exc.key)},
         ) from None
-    except paramiko.AuthenticationException:
+    except paramiko.AuthenticationException as exc:
         client.close()
         raise Unreachable(
-            f"authentication failed for {where}",
+            f"authentication failed for {where}: {exc}",
             "check the user and key (user@HOST, ansible_user, ansible_ssh_private_key_file, "
             "~/.ssh/config IdentityFile) or load the key into ssh-agent",
         ) from None
@@ -466,6 +511,10 @@ def _open_client(
     except (OSError, paramiko.SSHException, EOFError) as exc:
         client.close()
         reason = str(exc) or type(exc).__name__
+        if "No authentication methods available" in reason:  # no key, agent or password to offer
+            raise Unreachable(f"authentication failed for {where}: no key, ssh-agent or password to offer",
+                              "give a key (IdentityFile, ansible_ssh_private_key_file) or load one into "
+                              "ssh-agent") from None
         raise Unreachable(f"cannot reach {where}: {reason}",
                           "check the address, the port and that sshd runs there") from None
     return client
