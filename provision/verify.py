@@ -22,11 +22,11 @@ from typing import Any
 from provision.errors import BadInput, OperationFailed, ProvisionError
 from provision.hosts.inventory import HostTarget
 from provision.hosts.transport import CommandResult, Transport
+from provision.lock import Lock, LockGroup, expected_versions, find_group, read_lock
 from provision.smoke import DIR as SMOKE_DIR
 from provision.smoke import FILES as SMOKE_FILES
 
 SCHEMA = "provision.verify/1"
-LOCK_SCHEMA = "provision.lock/1"
 # Where `provision up` puts the frameworks (config `install.venv`); used when it exists.
 DEFAULT_VENV = "/opt/provision/venv"
 # The job itself stops its stages well before this; the margin covers torch's import on a cold disk.
@@ -37,76 +37,36 @@ Connect = Callable[[HostTarget], Transport]
 
 # --- the lock --------------------------------------------------------------------------------
 
-
-def load_lock(path: str | Path) -> dict[str, Any]:
-    """The lockfile as a dict; BadInput when it is missing, unreadable or not a provision lock."""
-    path = Path(path)
-    try:
-        doc = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise BadInput(
-            f"lock file not found: {path}", "give the provision.lock that `provision plan` wrote"
-        ) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadInput(
-            f"cannot read lock file {path}: {type(exc).__name__}", "give a readable lock file"
-        ) from None
-    except ValueError as exc:
-        raise BadInput(
-            f"lock file {path} does not parse: {exc}", "regenerate it with `provision plan`"
-        ) from None
-    if (
-        not isinstance(doc, dict)
-        or doc.get("schema") != LOCK_SCHEMA
-        or not isinstance(doc.get("groups"), list)
-    ):
-        raise BadInput(
-            f"{path} is not a provision lock (expected schema {LOCK_SCHEMA} with groups)",
-            "regenerate it with `provision plan`",
-        )
-    return doc
+# The versions the smoke job reads on a host, under the names provision.lock.expected_versions uses.
+JOB_KEYS = ("driver", "python", "torch", "torch_cuda", "cudnn", "tensorflow", "jax")
 
 
-def lock_group(lock: dict[str, Any], host: str, aliases: Sequence[str] = ()) -> dict[str, Any]:
+def load_lock(path: str | Path) -> Lock:
+    """The lockfile (provision.lock's reader: BadInput when missing, unreadable or malformed)."""
+    return read_lock(path)
+
+
+def lock_group(lock: Lock, host: str, aliases: Sequence[str] = ()) -> LockGroup:
     """The lock group that names ``host`` (or one of its aliases); a single group serves every host."""
-    names = {host, *aliases}
-    groups = [g for g in lock["groups"] if isinstance(g, dict)]
-    for group in groups:
-        if names & {str(h) for h in group.get("hosts") or []}:
+    for name in (host, *aliases):
+        group = find_group(lock, name)
+        if group is not None:
             return group
-    if len(groups) == 1:
-        return groups[0]
-    known = sorted({str(h) for g in groups for h in g.get("hosts") or []})
-    raise BadInput(
-        f"the lock has no group for host {host}",
-        f"plan for this host first; the lock names {', '.join(known) or 'no hosts'}",
-    )
+    if len(lock.groups) == 1:
+        return lock.groups[0]
+    return lock.group_for(host)  # raises BadInput naming the locked hosts
 
 
-def expectations(group: dict[str, Any]) -> dict[str, str]:
-    """A lock group's stack as the smoke job's flat expectations (keys it does not lock are not checked)."""
-    stack = group.get("stack") or {}
+def expectations(group: LockGroup) -> dict[str, str]:
+    """A lock group as the smoke job's flat expectations (what the job cannot read is left out)."""
     expect: dict[str, str] = {}
-    driver = stack.get("driver")
-    if isinstance(driver, dict) and driver.get("version"):
-        expect["driver"] = str(driver["version"])
-    if stack.get("python"):
-        expect["python"] = str(stack["python"])
-    frameworks = stack.get("frameworks") or {}
-    torch = frameworks.get("torch")
-    if isinstance(torch, dict):
-        if torch.get("version"):
-            expect["torch"] = str(torch["version"])
-        if torch.get("variant") == "cpu":
-            expect["torch_cuda"] = "none"
-        elif torch.get("cuda"):
-            expect["torch_cuda"] = str(torch["cuda"])
-        if torch.get("cudnn"):
-            expect["cudnn"] = str(torch["cudnn"])
-    for name in ("tensorflow", "jax"):
-        spec = frameworks.get(name)
-        if isinstance(spec, dict) and spec.get("version"):
-            expect[name] = str(spec["version"])
+    for key, value in expected_versions(group).items():
+        if key not in JOB_KEYS:
+            continue
+        if value is not None:
+            expect[key] = str(value)
+        elif key == "torch_cuda":
+            expect[key] = "none"  # a CPU torch build: the host must have no CUDA runtime in torch
     return expect
 
 
@@ -261,7 +221,7 @@ class Plan:
     expect: dict[str, str]
 
 
-def plan_hosts(targets: Sequence[HostTarget], lock: dict[str, Any] | None) -> list[Plan]:
+def plan_hosts(targets: Sequence[HostTarget], lock: Lock | None) -> list[Plan]:
     plans = []
     for target in targets:
         expect: dict[str, str] = {}

@@ -115,7 +115,10 @@ def test_drift_against_a_lock_fails_each_host_naming_both_versions(
         json.dumps(
             {
                 "schema": "provision.lock/1",
-                "groups": [{"name": "cpu", "hosts": [h.name for h in hosts.hosts], "stack": stack}],
+                "knowledge": {},
+                "groups": [
+                    {"name": "cpu", "hosts": [h.name for h in hosts.hosts], "host": {}, "stack": stack}
+                ],
             }
         )
     )

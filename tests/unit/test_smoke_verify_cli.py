@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from provision.errors import BadInput
+from provision.lock import Lock, parse_lock
 from provision.verify import expectations, load_lock, lock_group
 
 TORCH = __import__("torch").__version__
@@ -27,6 +28,7 @@ def lock_doc(torch_version: str, variant: str = "cpu", hosts: list[str] | None =
     """A lock in the provision.lock/1 contract (see DESIGN.md's resolve output for `stack`)."""
     return {
         "schema": "provision.lock/1",
+        "knowledge": {"version": "test", "sha256": ""},
         "groups": [
             {
                 "name": "all",
@@ -56,6 +58,7 @@ def lock_doc(torch_version: str, variant: str = "cpu", hosts: list[str] | None =
 GPU_GROUP = {
     "name": "gpu",
     "hosts": ["g1", "g2"],
+    "host": {"gpu": "H100-SXM", "gpu_count": 8, "os": "ubuntu-22.04", "arch": "x86_64", "python": "3.12"},
     "stack": {
         "driver": {"branch": "580", "version": "580.95.05", "kernel_modules": "open"},
         "fabric_manager": {"version": "580.95.05"},
@@ -70,35 +73,39 @@ GPU_GROUP = {
 }
 
 
+def lock_of(*groups: dict[str, Any]) -> Lock:
+    return parse_lock(json.dumps({"schema": "provision.lock/1", "knowledge": {}, "groups": list(groups)}))
+
+
 def test_a_lock_group_becomes_the_jobs_flat_expectations() -> None:
-    assert expectations(GPU_GROUP) == {
+    # fabric_manager is locked too, but the job cannot read it: it is left out, not "missing"
+    assert expectations(lock_of(GPU_GROUP).groups[0]) == {
         "driver": "580.95.05",
         "python": "3.12",
         "torch": "2.8.0",
         "torch_cuda": "12.8",
-        "cudnn": "9.10.2.21",
+        "cudnn": "91002",
         "jax": "0.7.2",
     }
-    cpu = expectations(lock_doc("2.13.0+cpu")["groups"][0])
+    cpu = expectations(lock_of(*lock_doc("2.13.0+cpu")["groups"]).groups[0])
     assert cpu == {"python": "3.11", "torch": "2.13.0+cpu", "torch_cuda": "none"}
 
 
 def test_hosts_find_their_group_and_an_unknown_host_is_bad_input() -> None:
-    lock = {"schema": "provision.lock/1", "groups": [GPU_GROUP, {**GPU_GROUP, "name": "b", "hosts": ["b1"]}]}
-    assert lock_group(lock, "g2")["name"] == "gpu"
-    assert lock_group(lock, "web", aliases=["b1"])["name"] == "b"
-    with pytest.raises(BadInput, match="the lock has no group for host x9"):
+    lock = lock_of(GPU_GROUP, {**GPU_GROUP, "name": "b", "hosts": ["b1"]})
+    assert lock_group(lock, "g2").name == "gpu"
+    assert lock_group(lock, "web", aliases=["b1"]).name == "b"
+    with pytest.raises(BadInput, match="host `x9` is not in the lock"):
         lock_group(lock, "x9")
-    single = {"schema": "provision.lock/1", "groups": [GPU_GROUP]}
-    assert lock_group(single, "anything")["name"] == "gpu"
+    assert lock_group(lock_of(GPU_GROUP), "anything").name == "gpu"
 
 
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        (None, "lock file not found"),
-        ("{broken", "does not parse"),
-        ('{"schema": "other/1", "groups": []}', "is not a provision lock"),
+        (None, "no lock file at"),
+        ("{broken", "is not valid JSON"),
+        ('{"schema": "other/1", "groups": []}', "is not a provision.lock/1 file"),
     ],
 )
 def test_a_bad_lock_is_bad_input(tmp_path: Path, content: str | None, message: str) -> None:
@@ -181,18 +188,24 @@ def test_bad_input_is_exit_2_in_one_line_before_any_host_runs(tmp_path: Path) ->
     inventory.write_text("[gpu]\nnowhere.invalid ansible_host=192.0.2.1\n")
     broken = tmp_path / "broken.lock"
     broken.write_text("{")
-    assert "does not parse" in one_line_exit_2(provision("-i", str(inventory), "--lock", str(broken)))
+    assert "is not valid JSON" in one_line_exit_2(provision("-i", str(inventory), "--lock", str(broken)))
     missing = one_line_exit_2(provision("-i", str(inventory), "--lock", str(tmp_path / "none.lock")))
-    assert "lock file not found" in missing
+    assert "no lock file at" in missing
     bad_inventory = tmp_path / "bad.yml"
     bad_inventory.write_text("all:\n  hosts: [\n")
     assert "inventory does not parse" in one_line_exit_2(provision("-i", str(bad_inventory)))
     assert "no Python in the venv" in one_line_exit_2(provision("--local", "--venv", str(tmp_path)))
     other = tmp_path / "other.lock"
     other.write_text(
-        json.dumps({"schema": "provision.lock/1", "groups": [GPU_GROUP, {**GPU_GROUP, "hosts": ["h"]}]})
+        json.dumps(
+            {
+                "schema": "provision.lock/1",
+                "knowledge": {},
+                "groups": [GPU_GROUP, {**GPU_GROUP, "hosts": ["h"]}],
+            }
+        )
     )
-    assert "no group for host nowhere.invalid" in one_line_exit_2(
+    assert "host `nowhere.invalid` is not in the lock" in one_line_exit_2(
         provision("-i", str(inventory), "--lock", str(other))
     )
 
