@@ -399,6 +399,70 @@ def fleet_json(results: Sequence[HostResult], multihost: HostResult | None = Non
     return doc
 
 
+# --- the whole command as one call ------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    """Every host's result, and the cross-host result when --multi-host asked for it."""
+
+    hosts: list[HostResult]
+    multihost: HostResult | None = None
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.hosts) and (self.multihost is None or self.multihost.ok)
+
+    @property
+    def all_results(self) -> list[HostResult]:
+        return self.hosts + ([self.multihost] if self.multihost is not None else [])
+
+
+def default_connect(
+    *, accept_new_host_keys: bool = False, ssh_config: Path | None = None, connect_timeout: float = 10.0
+) -> Connect:
+    def open_transport(target: HostTarget) -> Transport:
+        from provision.hosts.transport import connect
+
+        return connect(
+            target,
+            accept_new_host_keys=accept_new_host_keys,
+            ssh_config=ssh_config,
+            connect_timeout=connect_timeout,
+        )
+
+    return open_transport
+
+
+def verify(
+    targets: Sequence[HostTarget],
+    *,
+    lock: Lock | None = None,
+    venv: str | None = None,
+    allow_cpu: bool = False,
+    multi_host: bool = False,
+    connect: Connect | None = None,
+    parallel: int = 16,
+    timeout: float = DEFAULT_TIMEOUT_S,
+) -> Outcome:
+    """Verify ``targets`` (what `provision verify` and `provision up` run).
+
+    Raises BadInput (a host the lock does not cover, a venv without Python, --multi-host with
+    one host) before any host runs the job; host failures are in the returned results.
+    """
+    plans = plan_hosts(targets, lock)
+    if venv is not None and any(t.local for t in targets):
+        local_python(venv)
+    if multi_host and len(plans) < 2:
+        raise BadInput("--multi-host needs at least two hosts", "give an inventory with two or more hosts")
+    connect = connect or default_connect()
+    results = verify_hosts(plans, connect, venv=venv, allow_cpu=allow_cpu, parallel=parallel, timeout=timeout)
+    multihost = None
+    if multi_host:
+        multihost = run_multihost(plans, connect, venv=venv, allow_cpu=allow_cpu, timeout=timeout)
+    return Outcome(results, multihost)
+
+
 # --- the table -------------------------------------------------------------------------------
 
 

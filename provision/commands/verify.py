@@ -20,7 +20,6 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from provision.hosts.inventory import HostTarget
-    from provision.hosts.transport import Transport
     from provision.verify import HostResult
 
 
@@ -116,38 +115,29 @@ def verify(
 
     lock = api.load_lock(lock_path) if lock_path is not None else None
     targets = select_targets(local, inventory)
-    if multi_host and len(targets) < 2:
-        raise BadInput("--multi-host needs at least two hosts", "give an inventory with two or more hosts")
-    plans = api.plan_hosts(targets, lock)
-    if venv is not None and any(t.local for t in targets):
-        api.local_python(venv)  # a venv without Python is bad input before anything runs
-
-    def connect(target: HostTarget) -> Transport:
-        from provision.hosts.transport import connect as open_transport
-
-        return open_transport(
-            target,
-            accept_new_host_keys=accept_new_host_keys,
-            ssh_config=ssh_config,
-            connect_timeout=connect_timeout,
-        )
-
-    results = api.verify_hosts(
-        plans, connect, venv=venv, allow_cpu=allow_cpu, parallel=parallel, timeout=timeout
+    connect = api.default_connect(
+        accept_new_host_keys=accept_new_host_keys, ssh_config=ssh_config, connect_timeout=connect_timeout
     )
-    multihost = None
-    if multi_host:
-        multihost = api.run_multihost(plans, connect, venv=venv, allow_cpu=allow_cpu, timeout=timeout)
-    shown = results + ([multihost] if multihost is not None else [])
-    for r in shown:
+    outcome = api.verify(
+        targets,
+        lock=lock,
+        venv=venv,
+        allow_cpu=allow_cpu,
+        multi_host=multi_host,
+        connect=connect,
+        parallel=parallel,
+        timeout=timeout,
+    )
+    for r in outcome.all_results:
         if r.error is not None:
             sys.stderr.write(r.error.one_line() + "\n")
-    ok = all(r.ok for r in shown)
-    doc = results[0].to_json() if inventory is None else api.fleet_json(results, multihost)
+    doc = (
+        outcome.hosts[0].to_json() if inventory is None else api.fleet_json(outcome.hosts, outcome.multihost)
+    )
     from provision.output import emit
 
-    emit(doc, as_json, lambda console: _human(console, shown))
-    return int(ExitCode.OK if ok else ExitCode.FAILED)
+    emit(doc, as_json, lambda console: _human(console, outcome.all_results))
+    return int(ExitCode.OK if outcome.ok else ExitCode.FAILED)
 
 
 def _human(console: Console, results: list[HostResult]) -> None:
