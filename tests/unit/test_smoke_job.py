@@ -253,3 +253,9 @@ def test_the_sampler_reads_utilization_throttling_and_the_link_every_100_ms(fake
         "under_load": True,
     }
     assert got["health"]["throttle_reasons"] == 0x44
+
+
+def test_the_copied_files_are_the_whole_job() -> None:
+    """verify copies FILES to hosts: a module added to the folder but not to FILES would be missing there."""
+    present = {p.name for p in DIR.iterdir() if p.suffix in (".py", ".json")}
+    assert present == set(FILES)
