@@ -157,7 +157,7 @@ if report:
     checks = {(c["name"], c.get("gpu")): c for c in report["checks"]}
     gemm_key = next((k for k in ("gemm_bf16", "gemm_fp16", "gemm_fp32") if k in ref), None)
     job_gemm = (checks.get((gemm_key, 0)) or checks.get((f"cpu_{gemm_key}", None)) or {}).get("value")
-    if gemm_key and job_gemm:
+    if gemm_key and job_gemm is not None:
         summary["gemm"] = {"metric": gemm_key, "job": job_gemm, "reference": round(ref[gemm_key], 3),
                            "ratio": round(job_gemm / ref[gemm_key], 3)}
     util = (report.get("training") or {}).get("gpu_util_mean_pct")

@@ -128,6 +128,9 @@ def local(world: int, out: str, nbytes: int, cfg: TrainConfig) -> dict[str, Any]
     import torch.multiprocessing as mp
 
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    # All ranks are on this host: gloo (CPU ranks) talks over loopback rather than whatever
+    # address the hostname resolves to. NCCL finds its own intra-node paths.
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     error = ""
     # The free port is found, released, then bound by rank 0: another process can take it in
     # between, so a bind failure (and only that) earns a second try on a new port.

@@ -531,7 +531,7 @@ def decide(
     if m.get("multihost") is not None:
         checks += distributed_checks("multihost", m["multihost"])
     for metric, value in sorted((m.get("cpu_speed") or {}).items()):  # figures only: no CPU reference
-        checks.append(check(f"cpu_{metric}", True, round(float(value), 3), SPEED_UNITS.get(metric, "GB/s")))
+        checks.append(check(f"cpu_{metric}", True, round(float(value), 6), SPEED_UNITS.get(metric, "GB/s")))
     checks += framework_checks(m.get("frameworks", {}), on_gpu)
     for err in m.get("errors", []):
         checks.append(
