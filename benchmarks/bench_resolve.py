@@ -1,0 +1,128 @@
+"""Benchmark `provision resolve`: cold process time and resolving the whole GPU x OS grid.
+
+Run: ``.venv/bin/python benchmarks/bench_resolve.py [--runs 15]``. Prints a Markdown table
+(the one in docs/sections/resolve.md) and writes benchmarks/results/bench_resolve.json.
+Times are medians; the cold process is compared with ``python -c pass`` on the same machine,
+so the ratio travels between machines better than the seconds do. CPU time (user + sys of the
+child) is the headline because it does not count waiting for other processes on a busy box.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def time_process(cmd: list[str], runs: int) -> tuple[float, float]:
+    """(median wall seconds, median CPU seconds user+sys) of running ``cmd`` to completion.
+
+    CPU time is what the process itself costs; it stays meaningful on a busy shared machine,
+    where wall time mostly measures the neighbours.
+    """
+    walls, cpus = [], []
+    for _ in range(runs):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t0 = time.perf_counter()
+        subprocess.run(cmd, check=False, capture_output=True, cwd=ROOT)
+        walls.append(time.perf_counter() - t0)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpus.append((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime))
+    return statistics.median(walls), statistics.median(cpus)
+
+
+def grid(frameworks: tuple[str, ...] = ()) -> dict[str, float]:
+    """Every known GPU x every OS in one process (knowledge loaded once)."""
+    t0 = time.perf_counter()
+    from provision.errors import Unsatisfiable
+    from provision.matrix import load
+    from provision.resolve import HostSpec, StackRequest, resolve
+
+    k = load()
+    t_load = time.perf_counter() - t0
+    request = StackRequest.build(frameworks=frameworks)
+    ok = unsat = 0
+    per: list[float] = []
+    t1 = time.perf_counter()
+    for gpu in k.gpus:
+        for osr in k.os_releases:
+            s = time.perf_counter()
+            try:
+                resolve(request, HostSpec.describe(gpu=gpu.name, os=osr.id))
+                ok += 1
+            except Unsatisfiable:
+                unsat += 1
+            per.append(time.perf_counter() - s)
+    total = time.perf_counter() - t1
+    return {
+        "import_and_load_s": t_load,
+        "resolves": ok + unsat,
+        "ok": ok,
+        "unsatisfiable": unsat,
+        "total_s": total,
+        "median_ms": statistics.median(per) * 1000,
+        "max_ms": max(per) * 1000,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=15)
+    args = ap.parse_args()
+    py = sys.executable
+    base = time_process([py, "-c", "pass"], args.runs)
+    cold = time_process(
+        [py, "-m", "provision", "resolve", "--json", "--gpu", "H100-SXM", "--gpu-count", "8"], args.runs
+    )
+    unsat = time_process(
+        [py, "-m", "provision", "resolve", "--json", "--gpu", "K80", "--driver", "580"], args.runs
+    )
+    g = grid()
+    pinned = grid(("torch==2.15.0",))
+    result = {
+        "machine": f"{platform.machine()} {platform.python_implementation()} {platform.python_version()}",
+        "load_average": os.getloadavg(),
+        "python_c_pass": {"wall_s": base[0], "cpu_s": base[1]},
+        "resolve_cold": {"wall_s": cold[0], "cpu_s": cold[1], "cpu_ratio": cold[1] / base[1]},
+        "resolve_unsat_cold": {"wall_s": unsat[0], "cpu_s": unsat[1], "cpu_ratio": unsat[1] / base[1]},
+        "grid": g,
+        "grid_torch_2_15_0": pinned,
+    }
+    out = ROOT / "benchmarks" / "results"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench_resolve.json").write_text(json.dumps(result, indent=2) + "\n")
+
+    def row(name: str, m: tuple[float, float]) -> str:
+        return f"| {name} | {m[1] * 1000:.0f} ms | {m[0] * 1000:.0f} ms | {m[1] / base[1]:.1f} x |"
+
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"median of {args.runs} runs; load average {load}")
+    print("| measurement | CPU time | wall time | CPU ratio |\n|---|---|---|---|")
+    print(row("`python -c pass`", base))
+    print(row("cold `provision resolve --json` (H100-SXM x 8)", cold))
+    print(row("cold `provision resolve --json`, unsatisfiable (K80 + driver 580, with suggestions)", unsat))
+    print(f"| import + load knowledge, in process | | {g['import_and_load_s'] * 1000:.0f} ms | |")
+    print(
+        f"| {g['resolves']} resolves in one process (every GPU x OS, newest torch: {g['ok']} ok, "
+        f"{g['unsatisfiable']} unsatisfiable) | | {g['total_s'] * 1000:.0f} ms total, "
+        f"median {g['median_ms']:.2f} ms, max {g['max_ms']:.1f} ms | |"
+    )
+    print(
+        f"| {pinned['resolves']} resolves of `torch==2.15.0` (every GPU x OS: {pinned['ok']} ok, "
+        f"{pinned['unsatisfiable']} unsatisfiable with suggestions) | | "
+        f"{pinned['total_s'] * 1000:.0f} ms total, "
+        f"median {pinned['median_ms']:.2f} ms, max {pinned['max_ms']:.1f} ms | |"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,287 @@
+"""What ``provision resolve`` is asked: the stack request and the host description.
+
+Both are validated here, where user-typed values enter: an unknown name, a malformed
+specifier or an impossible count is :class:`BadInput` (exit 2) naming the nearest known values.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import Version
+
+from provision.errors import BadInput
+from provision.matrix import Gpu, Knowledge, OsRelease, load
+
+FRAMEWORKS = ("torch", "tensorflow", "jax")
+EXTRAS = {"torch": frozenset(), "tensorflow": frozenset({"and-cuda"}), "jax": frozenset({"cuda12", "cuda13"})}
+MAX_GPUS_PER_HOST = 16
+DRIVER_SPEC = re.compile(r"^(\d{3})(?:\.(\d+)(?:\.(\d+))?)?$")  # branch or exact version
+_LOCAL_SPEC = re.compile(r"^(===?)\s*([^\s,;+]+)\+([A-Za-z0-9.]+)$")
+_VARIANT = re.compile(r"^(cu\d{3}|cpu)$")
+_PYTHON = re.compile(r"^3\.\d{1,2}$")
+
+
+# --- the request ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FrameworkSpec:
+    """One ``--framework`` value: PEP 508 name, extras, PEP 440 specifier, optional local tag."""
+
+    name: str
+    extras: frozenset[str]
+    specifier: SpecifierSet
+    local: str | None  # "cpu", "cu128": the wheel variant the local version tag asks for
+    text: str
+
+    @classmethod
+    def parse(cls, text: str) -> FrameworkSpec:
+        raw = text.strip()
+        local: str | None = None
+        try:
+            req = Requirement(raw)
+        except InvalidRequirement as exc:
+            raise BadInput(
+                f"malformed framework spec `{text}`: {exc}",
+                "use a PEP 508 name and PEP 440 specifier, e.g. torch>=2.6 or torch==2.7.1+cu128",
+            ) from None
+        name = req.name.lower().replace("_", "-")
+        if name not in FRAMEWORKS:
+            raise BadInput(
+                f"unsupported framework `{req.name}`",
+                f"supported: {', '.join(FRAMEWORKS)}",
+                suggestions=list(FRAMEWORKS),
+            )
+        if req.marker is not None or req.url:
+            raise BadInput(
+                f"framework spec `{text}` has a marker or URL", "give a name and a version specifier only"
+            )
+        unknown = set(req.extras) - EXTRAS[name]
+        if unknown:
+            allowed = ", ".join(sorted(EXTRAS[name])) or "none"
+            raise BadInput(
+                f"unknown extra `{sorted(unknown)[0]}` for {name}", f"extras {name} takes: {allowed}"
+            )
+        specs: list[str] = []
+        for sp in req.specifier:
+            m = _LOCAL_SPEC.match(str(sp))
+            if m:  # "==2.7.1+cu128": the tag picks the variant, the version the release
+                local = m.group(3).lower()
+                specs.append(f"{m.group(1)}{m.group(2)}")
+            else:
+                specs.append(str(sp))
+        if local is not None and name != "torch":
+            raise BadInput(f"`{text}`: only torch has local-version variants", f"use {name}=={req.specifier}")
+        if local is not None and not _VARIANT.match(local):
+            raise BadInput(f"`{text}`: unknown torch variant `+{local}`", "use +cpu or +cuNNN, e.g. +cu128")
+        try:
+            spec = SpecifierSet(",".join(specs))
+        except InvalidSpecifier as exc:  # pragma: no cover - Requirement already validated
+            raise BadInput(f"malformed version specifier in `{text}`: {exc}", "see PEP 440") from None
+        return cls(name, frozenset(req.extras), spec, local, raw)
+
+    def allows(self, version: str) -> bool:
+        return self.specifier.contains(Version(version), prereleases=True)
+
+    def relaxed(self, keep_extras: bool = True) -> FrameworkSpec:
+        """The same framework with no version constraint (used to find suggestions)."""
+        extras = self.extras if keep_extras else frozenset()
+        text = self.name + (f"[{','.join(sorted(extras))}]" if extras else "")
+        return replace(self, specifier=SpecifierSet(), local=None, extras=extras, text=text)
+
+
+@dataclass(frozen=True)
+class StackRequest:
+    """What the user asks for (``provision resolve`` options or the config's ``stack:``)."""
+
+    frameworks: tuple[FrameworkSpec, ...] = ()
+    driver: str = "auto"  # auto | none | "580" | "580.95.05"
+    kernel_modules: str = "auto"  # auto | open | proprietary
+    cuda_toolkit: str | None = None  # None: no system toolkit
+    cudnn: str | None = None  # None: no system cuDNN
+    python: str | None = None  # None: auto
+    torch_index: str = "auto"  # auto | pypi | pytorch
+    torch_variant: str | None = None
+    install_method: str = "auto"  # auto | nvidia-repo | distro
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        frameworks: Sequence[str] = (),
+        driver: str | None = None,
+        kernel_modules: str | None = None,
+        cuda_toolkit: str | None = None,
+        cudnn: str | None = None,
+        python: str | None = None,
+        torch_index: str | None = None,
+        torch_variant: str | None = None,
+        install_method: str | None = None,
+        knowledge: Knowledge | None = None,
+    ) -> StackRequest:
+        """Validate user-typed values (BadInput, exit 2, on anything malformed or unknown)."""
+        k = knowledge or load()
+        specs = tuple(FrameworkSpec.parse(f) for f in frameworks)
+        names = [s.name for s in specs]
+        dup = next((n for n in names if names.count(n) > 1), None)
+        if dup:
+            raise BadInput(f"framework `{dup}` given twice", "give each framework once")
+        drv = (driver or "auto").strip().lower()
+        if drv not in ("auto", "none"):
+            m = DRIVER_SPEC.match(drv)
+            if not m:
+                raise BadInput(
+                    f"malformed driver `{driver}`", "use auto, none, a branch (580) or a version (580.95.05)"
+                )
+            if k.branch(int(m.group(1))) is None:
+                known = ", ".join(str(b.branch) for b in k.t.branches[:6])
+                raise BadInput(f"unknown driver branch `{m.group(1)}`", f"known branches: {known}, ...")
+        km = (kernel_modules or "auto").lower()
+        if km not in ("auto", "open", "proprietary"):
+            raise BadInput(
+                f"unknown kernel module flavour `{kernel_modules}`", "use auto, open or proprietary"
+            )
+        tk = _none_or(cuda_toolkit)
+        if tk is not None:
+            tk = k.toolkit(tk).version  # BadInput for versions that never existed (12.7)
+        dnn = _none_or(cudnn)
+        if dnn is not None:
+            dnn = k.cudnn_release(dnn).version
+        py = _none_or(python, also=("auto",))
+        if py is not None and not _PYTHON.match(py):
+            raise BadInput(f"malformed Python version `{python}`", "use X.Y, e.g. 3.11, or auto")
+        index = (torch_index or "auto").lower()
+        if index not in ("auto", "pypi", "pytorch"):
+            raise BadInput(f"unknown torch index `{torch_index}`", "use auto, pypi or pytorch")
+        variant = _none_or(torch_variant, also=("auto",))
+        if variant is not None:
+            variant = variant.lower()
+            known_variants = sorted({v.name for r in k.t.torch for v in r.variants})
+            if variant not in known_variants:
+                raise BadInput(
+                    f"unknown torch variant `{torch_variant}`",
+                    f"known: {', '.join(known_variants)}",
+                    suggestions=known_variants,
+                )
+        method = (install_method or "auto").lower()
+        if method not in ("auto", "nvidia-repo", "distro"):
+            raise BadInput(f"unknown install method `{install_method}`", "use auto, nvidia-repo or distro")
+        return cls(specs, drv, km, tk, dnn, py, index, variant, method)
+
+    @property
+    def cpu_only(self) -> bool:
+        """Every framework asks for CPU wheels (torch ``+cpu`` or ``--torch-variant cpu``)."""
+        if not self.frameworks:
+            return self.torch_variant == "cpu"
+        return all(f.name == "torch" and (f.local or self.torch_variant) == "cpu" for f in self.frameworks)
+
+
+def _none_or(value: str | None, also: tuple[str, ...] = ()) -> str | None:
+    if value is None:
+        return None
+    v = str(value).strip()
+    return None if v.lower() in ("none", "", *also) else v
+
+
+# --- the host ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    """A described host: what resolve needs to know about the machine (no contact with it)."""
+
+    gpu: Gpu | None
+    gpu_count: int
+    os: OsRelease
+    arch: str
+    instance_type: str | None = None
+    fabric_manager: bool | None = None  # known from the instance type or probed NVSwitches
+
+    @classmethod
+    def describe(
+        cls,
+        *,
+        gpu: str | None = None,
+        gpu_count: int | None = None,
+        instance_type: str | None = None,
+        os: str | None = None,
+        arch: str | None = None,
+        nvswitch_count: int | None = None,
+        knowledge: Knowledge | None = None,
+    ) -> HostSpec:
+        """Validate a host description (BadInput for unknown names and impossible counts)."""
+        k = knowledge or load()
+        g = k.gpu(gpu) if gpu else None
+        fm: bool | None = None
+        count = gpu_count
+        a = arch.strip().lower() if arch else None
+        if a is not None and a not in ("x86_64", "aarch64"):
+            alias = {"amd64": "x86_64", "arm64": "aarch64"}.get(a)
+            if alias is None:
+                raise BadInput(f"unknown arch `{arch}`", "use x86_64 or aarch64")
+            a = alias
+        it_name = None
+        if instance_type:
+            it = k.instance_type(instance_type)
+            it_name = it.name
+            if g is not None and g.name != it.gpu.name:
+                raise BadInput(
+                    f"{it.name} has {it.gpu.name} GPUs, not {g.name}", "drop --gpu or --instance-type"
+                )
+            if count is not None and count != it.gpu_count:
+                raise BadInput(
+                    f"{it.name} has {it.gpu_count} GPU(s), not {count}", "drop --gpu-count or --instance-type"
+                )
+            if a is not None and a != it.arch:
+                raise BadInput(f"{it.name} is {it.arch}, not {a}", "drop --arch or --instance-type")
+            g, count, a, fm = it.gpu, it.gpu_count, it.arch, it.fabric_manager
+        if count is not None and not 1 <= count <= MAX_GPUS_PER_HOST:
+            raise BadInput(f"impossible GPU count {count}", f"give 1 to {MAX_GPUS_PER_HOST} GPUs per host")
+        if count is not None and g is None:
+            raise BadInput("--gpu-count without a GPU model", "add --gpu NAME or --instance-type T")
+        if nvswitch_count is not None:
+            fm = nvswitch_count > 0
+        osr = k.os_release(os or k.t.default_os)
+        if a is None:
+            a = g.host_arch if g is not None and g.host_arch else "x86_64"
+        return cls(g, count if count is not None else (1 if g else 0), osr, a, it_name, fm)
+
+    @classmethod
+    def from_facts(cls, facts: Mapping[str, Any], knowledge: Knowledge | None = None) -> HostSpec:
+        """A host described by `provision probe` facts (``os``, ``arch``, ``gpus``, ``nvswitch_count``).
+
+        GPUs are matched by ``model`` or else ``pci_id``; a host without GPUs resolves as a
+        GPU-less host (CPU-only stacks); several different models on one host are bad input.
+        """
+        k = knowledge or load()
+        models: list[str] = []
+        for g in facts.get("gpus") or []:
+            gpu = k.gpu(g["model"]) if g.get("model") else k.gpu(str(g.get("pci_id", "")))
+            models.append(gpu.name)
+        if len(set(models)) > 1:
+            raise BadInput(
+                f"host has different GPU models ({', '.join(sorted(set(models)))})",
+                "provision resolves one GPU model per host; describe it with --assume",
+            )
+        return cls.describe(
+            gpu=models[0] if models else None,
+            gpu_count=len(models) or None,
+            os=facts.get("os"),
+            arch=facts.get("arch"),
+            nvswitch_count=facts.get("nvswitch_count"),
+            knowledge=k,
+        )
+
+    @property
+    def needs_fabric_manager(self) -> bool:
+        if self.gpu is None or not self.gpu.needs_fabric_manager:
+            return False
+        if self.fabric_manager is not None:
+            return self.fabric_manager
+        return self.gpu_count >= 8  # HGX 8-GPU baseboards carry the NVSwitches

@@ -1,0 +1,124 @@
+"""provision.yaml: every key optional, unknown keys refused with the nearest key, typed values."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from provision.config import Config, load_config, parse_config
+from provision.errors import BadInput
+from provision.resolve import HostSpec, StackRequest, resolve
+
+FULL = """
+stack:
+  frameworks: ["torch==2.8.0"]
+  driver: auto
+  kernel_modules: auto
+  cuda_toolkit: none
+  cudnn: none
+  python: auto
+  torch_index: auto
+install:
+  method: auto
+  venv: /opt/provision/venv
+  pip: {index_url: null, extra_index_urls: [], find_links: [], trusted_hosts: []}
+  apt: {mirror: null, proxy: null}
+  reboot: auto
+verify:
+  allow_cpu: false
+"""
+
+
+def test_the_design_example_parses_to_typed_values(tmp_path: Path) -> None:
+    p = tmp_path / "provision.yaml"
+    p.write_text(FULL)
+    cfg = load_config(p)
+    assert cfg.stack.frameworks == ("torch==2.8.0",)
+    assert cfg.install.venv == "/opt/provision/venv"
+    assert cfg.install.pip.extra_index_urls == ()
+    assert cfg.verify.allow_cpu is False
+    assert cfg.request_args()["install_method"] == "auto"
+
+
+@pytest.mark.parametrize("text", ["", "{}", "stack: {}", "install:\n  pip: {}\n", "verify: {}"])
+def test_every_key_is_optional(text: str) -> None:
+    import yaml
+
+    cfg = parse_config(yaml.safe_load(text))
+    assert cfg.stack == Config().stack and cfg.install == Config().install
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "nearest"),
+    [
+        ("stak: {}", "stak", "stack"),
+        ("stack: {framework: [torch]}", "stack.framework", "stack.frameworks"),
+        ("stack: {cuda: '12.8'}", "stack.cuda", None),
+        ("install: {venvs: /x}", "install.venvs", "install.venv"),
+        ("install: {pip: {index: x}}", "install.pip.index", "install.pip.index_url"),
+        ("install: {apt: {mirrors: x}}", "install.apt.mirrors", "install.apt.mirror"),
+        ("verify: {allowcpu: true}", "verify.allowcpu", "verify.allow_cpu"),
+    ],
+)
+def test_unknown_keys_are_bad_input_with_the_nearest_key(text: str, key: str, nearest: str | None) -> None:
+    import yaml
+
+    with pytest.raises(BadInput) as err:
+        parse_config(yaml.safe_load(text))
+    assert f"`{key}`" in err.value.message
+    if nearest:
+        assert nearest in err.value.suggestions
+        assert nearest in err.value.hint
+    assert "\n" not in err.value.one_line()
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("stack: {python: 3.10}", "YAML turns 3.10 into 3.1"),
+        ("stack: {kernel_modules: closed}", "must be one of"),
+        ("stack: {torch_index: conda}", "must be one of"),
+        ("stack: {frameworks: 3}", "list of specs"),
+        ("install: {method: apt}", "must be one of"),
+        ("install: {reboot: always}", "must be one of"),
+        ("install: {pip: {extra_index_urls: 5}}", "list of strings"),
+        ("verify: {allow_cpu: 'yes please'}", "true or false"),
+        ("stack: [1, 2]", "must be a mapping"),
+        ("- a\n- b", "must be a mapping"),
+        ("stack: {driver: true}", "auto, none"),
+    ],
+)
+def test_wrong_values_are_bad_input(text: str, needle: str) -> None:
+    import yaml
+
+    with pytest.raises(BadInput, match=needle):
+        parse_config(yaml.safe_load(text))
+
+
+def test_missing_and_malformed_files(tmp_path: Path) -> None:
+    with pytest.raises(BadInput, match="not found"):
+        load_config(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("stack: [unclosed\n")
+    with pytest.raises(BadInput, match="not valid YAML at line"):
+        load_config(bad)
+
+
+def test_numbers_from_yaml_become_version_strings() -> None:
+    import yaml
+
+    cfg = parse_config(yaml.safe_load("stack: {driver: 580, cuda_toolkit: 12.8, python: '3.11'}"))
+    assert (cfg.stack.driver, cfg.stack.cuda_toolkit, cfg.stack.python) == ("580", "12.8", "3.11")
+
+
+def test_cpu_only_config_resolves_to_a_cpu_stack_without_driver() -> None:
+    """The config end-to-end tests use on GPU-less hosts."""
+    import yaml
+
+    cfg = parse_config(yaml.safe_load('stack: {frameworks: ["torch==2.13.0+cpu"], driver: none}'))
+    res = resolve(StackRequest.build(**cfg.request_args()), HostSpec.describe(os="debian-12"))
+    assert res.stack["driver"] is None
+    torch = res.stack["frameworks"]["torch"]
+    assert (torch["variant"], torch["index_url"]) == ("cpu", "https://download.pytorch.org/whl/cpu")
+    assert res.packages["pip"]["requirements"] == ["torch==2.13.0+cpu"]
