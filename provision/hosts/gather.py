@@ -141,7 +141,7 @@ sec nproc; nproc 2>/dev/null || getconf _NPROCESSORS_ONLN
 sec units; command -v systemctl >/dev/null && systemctl is-active @@UNITS@@ 2>/dev/null
 sec processes; ps -eo comm= 2>/dev/null
 sec apt_periodic
-command -v apt-config >/dev/null && apt-config dump 2>/dev/null | grep -i 'Periodic::Unattended-Upgrade'
+[ -d /etc/apt ] && grep -hs 'APT::Periodic::Unattended-Upgrade' /etc/apt/apt.conf /etc/apt/apt.conf.d/*
 sec runtimes; for t in @@RUNTIMES@@; do c=$(command -v "$t") && echo "$t $c"; done
 sec imds
 @@IMDS@@
