@@ -84,7 +84,10 @@ def suggest(request: StackRequest, host: HostSpec, k: Knowledge) -> list[dict[st
             return None
         changes = _changes(request, after, host, h, res)
         if changes:
-            text = summary(res.stack) if callable(summary) else summary.format(stack=res.stack)
+            try:
+                text = summary(res.stack) if callable(summary) else summary.format(stack=res.stack)
+            except (KeyError, TypeError):  # the relaxed stack lacks the part the summary names
+                text = " ".join(f"{c['option']} {c['value']}" for c in changes)
             if len(changes) > 1:
                 text = " ".join(f"{c['option']} {c['value']}" for c in changes) + f" ({text})"
             item = {**changes[0], "changes": changes, "summary": text}

@@ -174,6 +174,8 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("toolkit-118-noble-warns", {"gpu": "T4", "cuda_toolkit": "11.8", "frameworks": ["torch==2.7.1+cu118"]},
      {"warn": {"os_not_listed", "host_gcc"}}),
     ("toolkit-none-by-default", {"gpu": "T4"}, {"stack.cuda_toolkit": None, "packages.cuda_toolkit": []}),
+    ("cpu-torch-toolkit130-driver575-unsat", {"frameworks": ["torch==2.15.0+cpu"], "driver": "575", "cuda_toolkit": "13.0"},
+     {"unsat": "driver_cuda", "suggest": "--driver"}),
     # --- system cuDNN ---------------------------------------------------------------------
     ("cudnn917-v100-unsat", {"gpu": "V100", "cudnn": "9.17.1.4"}, {"unsat": "cudnn_gpu", "suggest": "--cudnn"}),
     ("cudnn910-v100-deprecated", {"gpu": "V100", "cudnn": "9.10.2.21"}, {"warn": {"deprecated_gpu"},

@@ -55,6 +55,7 @@ hosts = st.fixed_dictionaries(
         "os": st.sampled_from(OSES),
     }
 )
+INSTANCES = [it.name for it in K.instance_types]
 
 
 def _check_invariants(req_in: dict[str, Any], host: HostSpec, doc: dict[str, Any]) -> None:
@@ -99,6 +100,11 @@ def _check_invariants(req_in: dict[str, Any], host: HostSpec, doc: dict[str, Any
         assert stack["fabric_manager"] == {"version": driver["version"]}
     else:
         assert stack["fabric_manager"] is None
+    # frameworks never share a venv with a pair pip is known to refuse
+    for known in K.t.conflicts:
+        if not known.ok:
+            names = {r.split("[")[0].split("=")[0]: r.split("==")[1] for r in (known.first, known.second)}
+            assert not all(n in fws and fws[n]["version"] == v for n, v in names.items()), known
     # system CUDA and cuDNN only when asked
     assert (stack["cuda_toolkit"] is None) == (req_in["cuda_toolkit"] is None)
     assert (stack["cudnn"] is None) == (req_in["cudnn"] is None)
@@ -158,6 +164,25 @@ def test_every_lock_satisfies_every_rule(req_in: dict[str, Any], host_in: dict[s
     doc = res.to_json()
     _check_invariants(req_in, host, doc)
     assert resolve(req, host).to_json() == doc  # pure: the same question, the same answer
+
+
+@settings(max_examples=80, deadline=None)
+@given(req_in=requests, instance=st.sampled_from(INSTANCES))
+def test_instance_types_resolve_to_valid_stacks(req_in: dict[str, Any], instance: str) -> None:
+    """Instance types bring GPU, count, arch and Fabric Manager; the same rules hold."""
+    host = HostSpec.describe(instance_type=instance, os="ubuntu-22.04")
+    try:
+        res = resolve(StackRequest.build(**req_in), host)
+    except Unsatisfiable as err:
+        assert err.conflicts
+        return
+    doc = res.to_json()
+    assert doc["host"]["instance_type"] == instance
+    assert doc["host"]["arch"] == K.instance_type(instance).arch
+    fm = K.instance_type(instance).fabric_manager and doc["stack"]["driver"] is not None
+    assert (doc["stack"]["fabric_manager"] is not None) == fm
+    if fm:
+        assert doc["stack"]["fabric_manager"]["version"] == doc["stack"]["driver"]["version"]
 
 
 @settings(max_examples=60, deadline=None)
