@@ -1,0 +1,47 @@
+"""Shared helpers of the probe unit tests: fixture files and a stand-in for the knowledge data."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+FIXTURES = Path(__file__).with_name("fixtures") / "probe"
+
+
+def fixture(name: str) -> str:
+    return (FIXTURES / name).read_text()
+
+
+@dataclass(frozen=True)
+class FakeModel:
+    name: str
+    compute_capability: str
+
+
+# A deliberately tiny table: the parsers must take whatever lookup they are given. The tests
+# that use the real knowledge data call provision.matrix directly.
+TABLE = {
+    "10de:2330": FakeModel("H100-SXM", "9.0"),
+    "10de:2237": FakeModel("A10G", "8.6"),
+    "10de:2684": FakeModel("RTX-4090", "8.9"),
+    "10de:27b8": FakeModel("L4", "8.9"),
+}
+
+
+def table_lookup(pci_id: str) -> FakeModel | None:
+    return TABLE.get(pci_id)
+
+
+def run_probe(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`provision probe ARGS` in a fresh process, never asking a real EC2 metadata service."""
+    full_env = {**os.environ, "AWS_EC2_METADATA_DISABLED": "true", **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "provision", "probe", *args],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=180,
+    )
