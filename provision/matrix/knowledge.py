@@ -46,6 +46,12 @@ from provision.matrix.names import nearest, normalize
 _PCI = re.compile(r"^\[?(?:0x)?(10de):(?:0x)?([0-9a-f]{4})\]?$", re.IGNORECASE)
 
 
+# Every torch release has CPU wheels (download.pytorch.org/whl/cpu, version tag +cpu) on both archs.
+_CPU_VARIANT = TorchVariant(
+    name="cpu", cuda=None, cudnn=None, arch_list=(), ptx=False, aarch64=True, confidence="high"
+)
+
+
 class DataError(Exception):
     """The shipped knowledge data is malformed (a bug in data/*.yaml, not in user input)."""
 
@@ -361,6 +367,7 @@ def build_tables(d: dict[str, Any]) -> Tables:
             )
             for v in r["variants"]
         )
+        variants = (*variants, _CPU_VARIANT)
         for version in r["releases"]:
             t.torch.append(
                 TorchRelease(
