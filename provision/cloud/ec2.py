@@ -351,7 +351,7 @@ class Ec2:
                 hosts=hosts,
                 private_key=private_key,
                 known_hosts=known if n_keys else None,
-                base="dlami" if req.image and req.image.base == "dlami" else "os",
+                base=req.image.base if req.image else req.base,
                 os_id=os_id,
             )
             inv = write_inventory(workdir / "inventory" / f"ec2-{req.run}.yml", doc)

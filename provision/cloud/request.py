@@ -122,6 +122,7 @@ class LaunchRequest:
     ssh_address: str = "public"  # public | private
     root_gib: int = MIN_ROOT_GIB
     os_id: str = "ubuntu-24.04"
+    base: str = "os"  # os | dlami (NVIDIA's driver already in the image; also with --ami)
     tags: dict[str, str] = field(default_factory=dict)
 
 

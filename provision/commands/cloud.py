@@ -159,6 +159,7 @@ def up(
         ssh_address=ssh_address,
         root_gib=root_gib,
         os_id=os_id,
+        base=base,
     )
     cloud_ec2 = ec2mod.Ec2(session, reg)
     say = _stderr_say(as_json)

@@ -10,6 +10,7 @@ import base64
 import json
 import socket
 import subprocess
+import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -331,3 +332,17 @@ def test_prices() -> None:
     start = datetime(2026, 1, 1, tzinfo=timezone.utc)
     assert cost_so_far(2.0, start, start + timedelta(minutes=90)) == 3.0
     assert cost_so_far(None, start) is None
+
+
+@pytest.mark.parametrize(
+    "args", [["cloud", "--help"], ["cloud", "up", "--help"], ["cloud", "up", "--instance-type", "g5.xlarge"]]
+)
+def test_help_and_bad_input_import_no_aws_sdk(args: list[str]) -> None:
+    """boto3 loads only once a cloud command is about to talk to AWS."""
+    code = (
+        "import sys\nfrom provision.cli import cli\n"
+        f"try:\n    cli.main({args!r})\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('boto3', 'botocore', 'paramiko')))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.stdout.strip().splitlines()[-1] == "[]", result.stdout + result.stderr
