@@ -318,6 +318,7 @@ class Ec2:
             )
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
+            run_dir.chmod(0o700)  # it holds the private key of a new key pair
             key_name, private_key = self._key_pair(req, tags, run_dir, created)
             self._security_group(req, vpc, tags, created)
             launched, attempts = self._run_instances(

@@ -39,7 +39,8 @@ def parse_cidr(text: str) -> str:
         net = ipaddress.ip_network(text.strip(), strict=True)
     except ValueError as exc:
         raise BadInput(
-            f"malformed --ssh-cidr `{text}` ({exc})", "give a network like 203.0.113.7/32 (your address)"
+            f"malformed --ssh-cidr `{text}`: {exc}",
+            "give a network in CIDR form, e.g. 203.0.113.7/32 for one address",
         ) from exc
     return str(net)
 
@@ -64,7 +65,7 @@ def describe_type(name: str) -> TypeChoice:
     except BadInput as exc:
         raise BadInput(
             f"`{name}` is not an EC2 instance type with NVIDIA GPUs",
-            "pick a GPU type (g4dn, g5, g6, g6e, p4d, p5, ...) or use --gpu NAME --gpus N",
+            "pick a GPU type such as g4dn, g5, g6, g6e, p4d, p5, or use --gpu NAME --gpus N",
             suggestions=exc.suggestions,
         ) from exc
     return TypeChoice(

@@ -33,7 +33,7 @@ def _stderr_say(as_json: bool) -> Any:
     from provision.output import console
 
     con = console(stderr=True)
-    return lambda msg: con.print(f"[dim]cloud:[/dim] {msg}")
+    return lambda msg: con.print(f"[dim]cloud:[/dim] {msg}", soft_wrap=True)
 
 
 @cloud.command(name="up")
@@ -223,11 +223,16 @@ def _up_json(r: LaunchResult) -> dict[str, Any]:
 
 def _up_human(con: Console, r: LaunchResult) -> None:
     for i in r.instances:
-        con.print(f"{i.id}  {i.type}  {i.zone}  {i.market}  {i.public_ip or '-'}  {i.state}")
-    con.print(f"run {r.run} expires {r.expires_at}; inventory {r.inventory}")
+        con.print(f"{i.id}  {i.type}  {i.zone}  {i.market}  {i.public_ip or '-'}  {i.state}", soft_wrap=True)
+    con.print(f"run {r.run} expires {r.expires_at}; inventory {r.inventory}", soft_wrap=True)
     if not r.host_keys:
-        con.print("no host keys were in the console output: use --accept-new-host-keys on the first probe")
-    con.print(f"next: provision probe -i {r.inventory}   then: provision cloud down --run {r.run}")
+        con.print(
+            "no host keys were in the console output: use --accept-new-host-keys on the first probe",
+            soft_wrap=True,
+        )
+    con.print(
+        f"next: provision probe -i {r.inventory}   then: provision cloud down --run {r.run}", soft_wrap=True
+    )
 
 
 @cloud.command(name="ls")
@@ -273,7 +278,7 @@ def _ls_human(con: Console, items: list[CloudInstance], now: Any, doc: dict[str,
                 i.market,
                 i.state,
                 i.public_ip or i.private_ip or "-",
-                "?" if i.usd_per_hour is None else f"{i.usd_per_hour:.2f}",
+                "?" if i.usd_per_hour is None else f"{i.usd_per_hour:.3f}",
                 "?" if i.cost_so_far_usd is None else f"{i.cost_so_far_usd:.2f}",
                 "never" if left is None else ("EXPIRED" if left <= 0 else f"in {left:.1f}h"),
             )
@@ -282,12 +287,15 @@ def _ls_human(con: Console, items: list[CloudInstance], now: Any, doc: dict[str,
     widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
     for r in rows:
         con.print(
-            "  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip(), markup=False, crop=False
+            "  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip(),
+            markup=False,
+            soft_wrap=True,
         )
     unpriced = len(doc["unpriced"])
     con.print(
         f"total {doc['usd_per_hour']:.2f} $/h, {doc['cost_so_far_usd']:.2f} $ so far"
-        + (f" (+ {unpriced} without a known price)" if unpriced else "")
+        + (f" (+ {unpriced} without a known price)" if unpriced else ""),
+        soft_wrap=True,
     )
 
 
