@@ -144,7 +144,7 @@ def build_types(instance_types: str | None, gpu: str | None, gpus: int | None) -
     raise BadInput("no instance type given", "pass --instance-type T[,T2...] or --gpu NAME [--gpus N]")
 
 
-def check_budget(types: list[TypeChoice], count: int, limit: float | None, spot: bool) -> list[TypeChoice]:
+def check_budget(types: list[TypeChoice], count: int, limit: float | None) -> list[TypeChoice]:
     """Drop types above ``--max-hourly-usd`` (the whole launch: count x on-demand price).
 
     A type whose price the data lacks cannot be checked, so it is dropped too; spot is judged by

@@ -128,15 +128,13 @@ def up(
         )
     cidr = rq.parse_cidr(ssh_cidr)
     types = rq.build_types(instance_type, gpu, gpus)
-    types = rq.check_budget(types, count, max_hourly_usd, spot)
+    types = rq.check_budget(types, count, max_hourly_usd)
     from provision.cloud.images import normalize_os
     from provision.matrix import load
 
     os_id = normalize_os(os_name or load().t.default_os)
-    archs = {t.arch for t in types}
-    image = None
-    for arch in archs:
-        image = rq.image_request(ami, os_id, base, arch)
+    # One query checks the --os/--base pair; the launch asks again per architecture of the types.
+    image = rq.image_request(ami, os_id, base, types[0].arch)
     pub = _public_key(ssh_key, new_key)
 
     session, reg = ec2mod.open_session(region)
@@ -225,11 +223,6 @@ def _up_human(con: Console, r: LaunchResult) -> None:
     for i in r.instances:
         con.print(f"{i.id}  {i.type}  {i.zone}  {i.market}  {i.public_ip or '-'}  {i.state}", soft_wrap=True)
     con.print(f"run {r.run} expires {r.expires_at}; inventory {r.inventory}", soft_wrap=True)
-    if not r.host_keys:
-        con.print(
-            "no host keys were in the console output: use --accept-new-host-keys on the first probe",
-            soft_wrap=True,
-        )
     con.print(
         f"next: provision probe -i {r.inventory}   then: provision cloud down --run {r.run}", soft_wrap=True
     )

@@ -205,6 +205,16 @@ def test_spot_capacity_falls_back_to_on_demand(aws: Aws, cloud: tuple[Ec2, Injec
     assert "InstanceLifecycle" not in inst
 
 
+def test_spot_quota_with_fallback_goes_on_demand(aws: Aws, cloud: tuple[Ec2, Injector]) -> None:
+    ec2, inj = cloud
+    inj.fail("RunInstances", "MaxSpotInstanceCountExceeded", lambda b: "InstanceMarketOptions.MarketType" in b)
+    res = ec2.launch(request(aws, ["g5.xlarge", "g6.xlarge"], spot=True, on_demand_fallback=True),
+                     ami_lookup=None, workdir=aws.workdir)
+    # one spot try (a quota is not a zone problem), then on-demand in the first type's first zone
+    assert [(t, m) for t, _, m in inj.launches()] == [("g5.xlarge", "spot"), ("g5.xlarge", "on-demand")]
+    assert [i.market for i in res.instances] == ["on-demand"]
+
+
 def test_spot_without_fallback_fails(aws: Aws, cloud: tuple[Ec2, Injector]) -> None:
     ec2, inj = cloud
     inj.fail("RunInstances", "InsufficientInstanceCapacity", lambda b: "InstanceMarketOptions.MarketType" in b)

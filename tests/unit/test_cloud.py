@@ -182,10 +182,10 @@ def test_graviton_type_is_arm64() -> None:
 
 def test_budget_uses_count_times_price() -> None:
     types = build_types("p5.4xlarge,p5.48xlarge", None, None)
-    assert [t.name for t in check_budget(types, 1, 10.0, False)] == ["p5.4xlarge"]
+    assert [t.name for t in check_budget(types, 1, 10.0)] == ["p5.4xlarge"]
     with pytest.raises(BadInput, match="more than --max-hourly-usd 10"):
-        check_budget(types, 2, 10.0, False)
-    assert check_budget(types, 2, None, False) == types
+        check_budget(types, 2, 10.0)
+    assert check_budget(types, 2, None) == types
 
 
 # --- errors ---------------------------------------------------------------------------------------
