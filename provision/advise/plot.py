@@ -84,6 +84,7 @@ def tune_plot(path: Path, doc: dict[str, Any]) -> None:
         left.axvline(best, color="grey", linestyle="--", linewidth=1, label=f"sweet spot {best}")
         left.legend(loc="lower right")
     left.set_xscale("log", base=2)
+    left.set_xticks([r["batch_size"] for r in rows], [str(r["batch_size"]) for r in rows])
     left.set_xlabel("batch size")
     left.set_ylabel("samples/s (compute only)")
     left.set_title("throughput against batch size")
@@ -93,10 +94,12 @@ def tune_plot(path: Path, doc: dict[str, Any]) -> None:
         if pts:
             label = "pinned memory" if pinned else "pageable memory"
             right.plot([w["workers"] for w in pts], [w["samples_per_s"] for w in pts], style, label=label)
+    counts = sorted({int(w["workers"]) for w in doc.get("workers", [])})
+    right.set_xticks(counts, [str(c) for c in counts])
     right.set_xlabel("DataLoader workers")
     right.set_ylabel("samples/s (end to end)")
     right.set_title(f"throughput against workers (batch {doc.get('workers_batch_size', best)})")
-    right.legend(loc="lower right")
+    right.legend(loc="best")
     right.grid(alpha=0.3)
     fig.suptitle(f"provision tune on {doc.get('device_name') or doc.get('device', '?')}")
     fig.tight_layout()
