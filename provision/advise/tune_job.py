@@ -62,7 +62,7 @@ class Scale:
 
 
 SCALES = {
-    "gpu": Scale("gpu", 128, 144, 128, 4, 32, 2, 16, 16384, 512, 10, 1.0, 1.5, 30.0),
+    "gpu": Scale("gpu", 128, 144, 128, 4, 32, 2, 16, 16384, 256, 10, 1.0, 1.5, 30.0),
     "cpu": Scale("cpu", 48, 56, 32, 2, 8, 1, 4, 128, 32, 3, 1.0, 3.0, 30.0),
     "test": Scale("test", 24, 28, 16, 1, 4, 1, 2, 8, 4, 2, 0.05, 0.3, 5.0),
 }
@@ -119,11 +119,13 @@ def nvml_sampler(torch: Any, device: Any) -> tuple[UtilSampler | None, str | Non
         pynvml.nvmlInit()
         props = torch.cuda.get_device_properties(device)
         bus = getattr(props, "pci_bus_id", None)
+        handle = None
         if bus is not None:  # the same GPU as torch's, whatever CUDA_VISIBLE_DEVICES says
             dom = getattr(props, "pci_domain_id", 0)
             dev = getattr(props, "pci_device_id", 0)
-            handle = pynvml.nvmlDeviceGetHandleByPciBusId(f"{dom:08x}:{bus:02x}:{dev:02x}.0")
-        else:
+            with contextlib.suppress(Exception):
+                handle = pynvml.nvmlDeviceGetHandleByPciBusId(f"{dom:08x}:{bus:02x}:{dev:02x}.0")
+        if handle is None:
             handle = pynvml.nvmlDeviceGetHandleByIndex(device.index or 0)
         return UtilSampler(handle, pynvml), None
     except Exception as exc:
@@ -355,14 +357,14 @@ class Bench:
         }
 
 
-def batch_sweep(b: Bench) -> tuple[list[dict[str, Any]], str]:
+def batch_sweep(b: Bench, budget_s: float) -> tuple[list[dict[str, Any]], str]:
     s, torch = b.scale, b.torch
     rows: list[dict[str, Any]] = []
     started = time.perf_counter()
     batch = s.batch_min
     stopped = "max_batch"
     while batch <= s.batch_max:
-        if rows and time.perf_counter() - started > s.budget_seconds:
+        if rows and time.perf_counter() - started > budget_s:
             stopped = "time_budget"
             break
         try:
@@ -541,7 +543,9 @@ def pick_device(torch: Any, allow_cpu: bool) -> tuple[Any | None, str | None]:
     return None, why
 
 
-def run(allow_cpu: bool, scale_name: str | None) -> tuple[dict[str, Any], int]:
+def run(
+    allow_cpu: bool, scale_name: str | None, time_limit: float | None = None
+) -> tuple[dict[str, Any], int]:
     import torch
 
     started = time.perf_counter()
@@ -569,11 +573,18 @@ def run(allow_cpu: bool, scale_name: str | None) -> tuple[dict[str, Any], int]:
     sampler, util_why = nvml_sampler(torch, device)
     b = Bench(torch, device, scale, sampler)
     log(f"device {device}, scale {scale.name}")
-    rows, stopped = batch_sweep(b)
+    budget = scale.budget_seconds if time_limit is None else min(scale.budget_seconds, 0.3 * time_limit)
+    rows, stopped = batch_sweep(b, budget)
     best = sweet_spot(rows)
     wbatch = min(best["batch_size"], scale.workers_batch_max)
     workers: list[dict[str, Any]] = []
+    skipped: list[int] = []
     for n in worker_counts(cpus):
+        # Under --time-limit the sweep keeps time for the comparisons that follow it; the
+        # counts left out are listed, never invented.
+        if workers and time_limit is not None and time.perf_counter() - started > 0.75 * time_limit:
+            skipped.append(n)
+            continue
         for pin in (False, True) if on_gpu else (False,):  # pinning needs a GPU to copy to
             w = b.loader(wbatch, n, pin, Variant())
             workers.append(w)
@@ -606,6 +617,7 @@ def run(allow_cpu: bool, scale_name: str | None) -> tuple[dict[str, Any], int]:
         "best_batch_size": bs,
         "workers_batch_size": wbatch,
         "workers": workers,
+        "workers_skipped": skipped,
         "best_workers": {k: best_w[k] for k in ("workers", "pin_memory", "samples_per_s", "data_wait_pct")},
         "amp": {
             "dtype": str(amp_dtype(torch, device)).replace("torch.", ""),
@@ -642,9 +654,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="provision's tuning job (prints one JSON document)")
     ap.add_argument("--allow-cpu", action="store_true", help="measure on the CPU when there is no GPU")
     ap.add_argument("--scale", choices=sorted(SCALES), help="size of the run (default: gpu or cpu)")
+    ap.add_argument("--time-limit", type=float, help="seconds: shorten the sweeps to end near this")
     args = ap.parse_args(argv)
     try:
-        doc, rc = run(args.allow_cpu, args.scale)
+        doc, rc = run(args.allow_cpu, args.scale, args.time_limit)
     except ImportError as exc:
         doc, rc = {"schema": SCHEMA, "ok": False, "verdict": "fail", "error": f"cannot import {exc.name}"}, 1
     sys.stdout.write(json.dumps(doc) + "\n")
