@@ -21,7 +21,7 @@ def require_matplotlib() -> Any:
         import matplotlib.pyplot as plt
     except ImportError as exc:
         raise BadInput(
-            f"--plot needs matplotlib, which is not installed ({exc.name or 'matplotlib'})",
+            "--plot needs matplotlib, which is not installed",
             "pip install 'provision[plot]', or drop --plot",
         ) from exc
     return plt

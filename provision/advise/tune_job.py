@@ -444,7 +444,8 @@ def flags_and_advice(doc: dict[str, Any], on_gpu: bool) -> tuple[list[dict[str, 
         {
             "topic": "batch_size",
             "advice": f"use batch size {best_batch}: the smallest within 5% of the best throughput "
-            f"({doc['batch_sweep_stopped']} ended the sweep at {doc['batch_sizes'][-1]['batch_size']})",
+            f"(the sweep stopped after {doc['batch_sizes'][-1]['batch_size']}: "
+            f"{doc['batch_sweep_stopped'].replace('_', ' ')})",
         }
     )
     bw = doc["best_workers"]

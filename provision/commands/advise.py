@@ -132,15 +132,12 @@ def cost(
 def _cost_human(con: Console, doc: dict[str, Any]) -> None:
     p = doc["cloud_price"]
     i = doc["inputs"]
-    where = (
-        "given"
-        if p["origin"] == "flag"
-        else (
-            f"{p['instance_type']}{' spot' if p['spot'] else ''} on-demand, read {p['read']} "
-            f"({', '.join(p['source'])}, {p['confidence']} confidence)"
-        )
-    )
-    con.print(f"cloud price     {p['usd_per_hour']:,.4g} USD/h ({where})")
+    if p["origin"] == "flag":
+        con.print(f"cloud price     {p['usd_per_hour']:,.4g} USD/h (given)")
+    else:
+        kind = "spot" if p["spot"] else "on-demand"
+        con.print(f"cloud price     {p['usd_per_hour']:,.4g} USD/h ({p['instance_type']} {kind})")
+        con.print(f"price read      {p['read']} ({', '.join(p['source'])}, {p['confidence']} confidence)")
     con.print(f"usage           {i['hours_per_day']:g} h/day, server amortised over {i['years']:g} years")
     con.print(f"cloud per year  {doc['cloud_per_year']:>12,.2f} USD")
     con.print(f"own per year    {doc['own_per_year']:>12,.2f} USD")

@@ -154,7 +154,7 @@ def test_human_output_names_price_date_and_choice() -> None:
     assert res.exit_code == 0, res.output
     read = load().instance_type("p5.48xlarge").price
     assert read is not None
-    assert f"read {read.read}" in res.stdout
+    assert f"price read      {read.read}" in res.stdout
     assert "buy your own server" in res.stdout
 
 
