@@ -328,7 +328,10 @@ class Bench:
             persistent_workers=False,
         )
         it = iter(dl)
-        trainer.step(*next(it))  # warm-up, and the workers' start-up stays out of the timing
+        # Warm-up: the workers start together and fill the prefetch queue; taking one batch per
+        # worker first keeps their start-up and that head start out of the steady-state figure.
+        for _ in range(max(1, workers)):
+            trainer.step(*next(it))
         sync(torch, device)
         if self.sampler:
             self.sampler.start()

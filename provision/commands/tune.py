@@ -7,6 +7,7 @@ plot on the controller, where matplotlib may be installed (the hosts need only t
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +19,8 @@ from provision.output import emit
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+    from provision.hosts.inventory import HostTarget
 
 # The venv `provision up` installs the frameworks into (DESIGN.md, config `install.venv`).
 REMOTE_PYTHON = "/opt/provision/venv/bin/python"
@@ -111,18 +114,22 @@ def _fleet(
     from provision.hosts.transport import connect
 
     targets = load_inventory(inventory)  # bad inventory: exit 2 before any host is contacted
-    results: list[dict[str, Any]] = []
-    failures: list[ProvisionError] = []
-    for target in targets:
+
+    def one(target: HostTarget) -> tuple[dict[str, Any], ProvisionError | None]:
         try:
             transport = connect(target, accept_new_host_keys=accept_new)
             try:
-                results.append(t.run_via(transport, python, allow_cpu, scale, timeout))
+                return t.run_via(transport, python, allow_cpu, scale, timeout), None
             finally:
                 transport.close()
         except ProvisionError as exc:
-            failures.append(exc)
-            results.append({"host": target.name, "ok": False, "error": exc.to_json()["error"]})
+            return {"host": target.name, "ok": False, "error": exc.to_json()["error"]}, exc
+
+    # Hosts in parallel: each measures its own GPU, and a fleet should not take N times as long.
+    with ThreadPoolExecutor(max_workers=min(16, max(1, len(targets)))) as pool:
+        outcomes = list(pool.map(one, targets))
+    results = [doc for doc, _ in outcomes]
+    failures = [exc for _, exc in outcomes if exc is not None]
     if len(results) == 1 and failures:
         raise failures[0]  # one host: its error is the command's error, per the CLI contract
     good = [r for r in results if r.get("ok")]

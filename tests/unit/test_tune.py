@@ -103,6 +103,40 @@ def test_tune_over_an_inventory_runs_the_copied_job(tmp_path: Path) -> None:
     assert set(Path("/tmp").glob("provision-tune-*.py")) == before
 
 
+def test_tune_fleet_reports_each_host_and_fails_for_the_unreachable_one(tmp_path: Path) -> None:
+    """Two inventory hosts: one local, one whose SSH port refuses (127.0.0.1:1). The fleet
+    document has both, the good one measured and plotted, the other with its error; exit 1."""
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(
+        "all:\n  hosts:\n    box: {ansible_connection: local}\n"
+        "    gone: {ansible_host: 127.0.0.1, ansible_port: 1}\n"
+    )
+    png = tmp_path / "tune.png"
+    res = provision(
+        "tune",
+        "-i",
+        str(inv),
+        "--allow-cpu",
+        "--scale",
+        "test",
+        "--python",
+        sys.executable,
+        "--plot",
+        str(png),
+        "--json",
+    )
+    assert res.returncode == 1, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["ok"] is False
+    hosts = {h["host"]: h for h in doc["hosts"]}
+    assert set(hosts) == {"box", "gone"}
+    check_document(hosts["box"])
+    assert hosts["box"]["plot"] == str(tmp_path / "tune-box.png")
+    assert (tmp_path / "tune-box.png").read_bytes()[:4] == b"\x89PNG"
+    assert hosts["gone"]["ok"] is False
+    assert hosts["gone"]["error"]["code"] == "unreachable"
+
+
 def test_job_imports_only_stdlib_torch_and_nvml() -> None:
     tree = ast.parse(Path(job.__file__).read_text())
     names = set()
