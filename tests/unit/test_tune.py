@@ -239,3 +239,36 @@ def test_bad_input(args: list[str], needle: str) -> None:
     assert res.returncode == 2, res.stderr
     assert res.stderr.count("\n") == 1
     assert needle in res.stderr
+
+
+def test_util_sampler_averages_nvml_samples() -> None:
+    """A stand-in NVML module (no GPU here) answering 40 then 80: the sampler's thread polls it
+    between start() and stop() and reports the mean; a failing read loses that sample only."""
+    import threading
+    import time as _time
+
+    class Rates:
+        def __init__(self, gpu: int) -> None:
+            self.gpu = gpu
+
+    class StandInNvml:
+        def __init__(self) -> None:
+            self.calls = 0
+            self.lock = threading.Lock()
+
+        def nvmlDeviceGetUtilizationRates(self, handle: object) -> Rates:
+            with self.lock:
+                self.calls += 1
+                n = self.calls
+            if n == 2:
+                raise RuntimeError("NVML_ERROR_UNKNOWN")
+            return Rates(40 if n % 2 else 80)
+
+    nvml = StandInNvml()
+    sampler = job.UtilSampler(handle=object(), nvml=nvml)
+    sampler.start()
+    _time.sleep(0.4)
+    mean = sampler.stop()
+    assert nvml.calls >= 4
+    assert mean is not None and 40 <= mean <= 80
+    assert job.UtilSampler(object(), nvml).stop() is None  # never started: nothing measured
