@@ -579,6 +579,15 @@ def run(
     log(f"device {device}, scale {scale.name}")
     budget = scale.budget_seconds if time_limit is None else min(scale.budget_seconds, 0.3 * time_limit)
     rows, stopped = batch_sweep(b, budget)
+    if not rows:
+        base.update(
+            {
+                "ok": False,
+                "verdict": "fail",
+                "error": f"batch {scale.batch_min} does not fit in {device} memory",
+            }
+        )
+        return base, 1
     best = sweet_spot(rows)
     wbatch = min(best["batch_size"], scale.workers_batch_max)
     workers: list[dict[str, Any]] = []

@@ -272,3 +272,33 @@ def test_util_sampler_averages_nvml_samples() -> None:
     assert nvml.calls >= 4
     assert mean is not None and 40 <= mean <= 80
     assert job.UtilSampler(object(), nvml).stop() is None  # never started: nothing measured
+
+
+def test_batch_sweep_stops_at_the_first_size_that_does_not_fit() -> None:
+    """The real sweep over a Bench whose compute raises CUDA's out-of-memory error from batch 64
+    on (a stand-in: no GPU here): the sizes that fit are kept, the sweep says why it stopped."""
+    import torch
+
+    class OomAt16(job.Bench):
+        def compute(self, batch: int, v: job.Variant) -> dict[str, Any]:
+            if batch >= 64:
+                raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+            return {
+                "batch_size": batch,
+                "samples_per_s": 100.0 * batch,
+                "memory_gib": batch / 8,
+                "gpu_util_pct": 90.0,
+            }
+
+    scale = job.SCALES["gpu"]
+    rows, stopped = job.batch_sweep(OomAt16(torch, torch.device("cpu"), scale, None), budget_s=60)
+    assert scale.batch_min == 16
+    assert [r["batch_size"] for r in rows] == [16, 32]
+    assert stopped == "out_of_memory"
+
+    class Never(job.Bench):
+        def compute(self, batch: int, v: job.Variant) -> dict[str, Any]:
+            raise RuntimeError("cuDNN error: CUDNN_STATUS_INTERNAL_ERROR")
+
+    with pytest.raises(RuntimeError, match="CUDNN_STATUS_INTERNAL_ERROR"):  # other errors are not hidden
+        job.batch_sweep(Never(torch, torch.device("cpu"), scale, None), budget_s=60)
