@@ -7,7 +7,7 @@
 # Usage: benchmarks/tune_gpu.sh [OUT_DIR]
 #   OUT_DIR     where tune.json, tune.log, tune.md (and tune.png) go [${TMPDIR:-/tmp}/provision-tune]
 #   PYTHON      interpreter with torch [.venv/bin/python, else python3]
-#   TIME_LIMIT  seconds for the job [90]
+#   TIME_LIMIT  seconds for the job [80]
 #   ALLOW_CPU=1 measure on the CPU when there is no GPU (to try the script without one)
 #   SCALE       gpu | cpu | test (default: the job's choice for the device)
 # Exit status: the job's (0 measured, 1 no GPU or failed), 124 when it ran past the limit.
@@ -20,7 +20,7 @@ py=${PYTHON:-}
 if [ -z "$py" ]; then
   if [ -x "$root/.venv/bin/python" ]; then py=$root/.venv/bin/python; else py=python3; fi
 fi
-limit=${TIME_LIMIT:-90}
+limit=${TIME_LIMIT:-80}
 args=(--time-limit "$limit")
 [ "${ALLOW_CPU:-0}" = 1 ] && args+=(--allow-cpu)
 [ -n "${SCALE:-}" ] && args+=(--scale "$SCALE")
