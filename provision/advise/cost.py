@@ -14,6 +14,7 @@ carries the date each price was read; nothing here hard-codes a price.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -52,6 +53,10 @@ class CostInputs:
 
     def validate(self) -> None:
         """Bad input as one line each: the first problem found, with how to fix it."""
+        for name, value in asdict(self).items():
+            if not math.isfinite(value):  # nan/inf parse as floats but answer nothing
+                flag = "--" + name.replace("_", "-")
+                raise BadInput(f"{flag} {value} is not a finite number", f"give {flag} as a plain number")
         if not 0 <= self.hours_per_day <= 24:
             raise BadInput(
                 f"--hours-per-day {self.hours_per_day:g} is outside 0-24",

@@ -51,6 +51,7 @@ CONTEXT_GIB = 1.0
 FRAGMENTATION = 0.10
 MAX_GPUS_PER_NODE = 8
 MAX_INSTANCES = 8
+MAX_PARAMS = 1e14  # 100T: far past any model; a typo of the exponent beyond it
 # The oldest compute capability with native support for the format (CUDA C++ Programming Guide,
 # "Arithmetic Instructions"; bf16 from Ampere 8.0, fp8 from Ada 8.9 / Hopper 9.0).
 MIN_CC = {"bf16": (8, 0), "fp8": (8, 9)}
@@ -73,7 +74,7 @@ def parse_params(text: str) -> float:
     if not m:
         raise BadInput(f"--params `{text}` is not a parameter count", "give e.g. 7e9, 7B, 70b or 350M")
     value = float(m.group(1)) * _SUFFIX[m.group(2).lower()]
-    if value < 1e3 or not math.isfinite(value):
+    if not 1e3 <= value <= MAX_PARAMS:
         raise BadInput(
             f"--params `{text}` is {value:g} parameters", "give the model's parameter count, e.g. 7B"
         )

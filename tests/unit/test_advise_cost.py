@@ -185,6 +185,14 @@ def test_human_output_names_price_date_and_choice() -> None:
         ),
         (["--hours-per-day", "2", "--server-price", "1"], "exactly one of --cloud-price and --instance-type"),
         (
+            ["--cloud-price", "inf", "--hours-per-day", "2", "--server-price", "1"],
+            "--cloud-price inf is not a finite",
+        ),
+        (
+            ["--cloud-price", "1", "--hours-per-day", "nan", "--server-price", "1"],
+            "--hours-per-day nan is not a finite",
+        ),
+        (
             ["--cloud-price", "2", "--spot", "--hours-per-day", "2", "--server-price", "1"],
             "--spot needs --instance-type",
         ),

@@ -162,6 +162,7 @@ def test_cli_human_table() -> None:
     [
         (["--params", "7x"], "--params `7x` is not a parameter count"),
         (["--params", "12"], "--params `12` is 12 parameters"),
+        (["--params", "7e30"], "--params `7e30` is 7e+30 parameters"),
         (["--params", "7B", "--precision", "int4", "--mode", "train"], "--mode train with --precision int4"),
         (["--params", "7B", "--batch", "0"], "--batch 0 is not positive"),
         (["--params", "7B", "--precision", "fp64"], "'fp64' is not one of"),
