@@ -9,6 +9,8 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 TORCH_PIP_ARGS ?=
 PYTEST_ARGS ?=
+# Tools that start ansible-playbook find the venv's without the venv being activated.
+IN_VENV := PATH="$(abspath $(BIN)):$$PATH"
 
 .PHONY: demo test deps venv lint clean
 
@@ -16,7 +18,7 @@ demo: venv
 	$(BIN)/provision --version
 
 test: deps venv lint
-	PROVISION_REQUIRE_TESTHOSTS=1 $(BIN)/pytest -m "not gpu" $(PYTEST_ARGS)
+	$(IN_VENV) PROVISION_REQUIRE_TESTHOSTS=1 $(BIN)/pytest -m "not gpu" $(PYTEST_ARGS)
 
 deps:
 	bash tests/hosts/install-deps.sh
@@ -33,7 +35,7 @@ $(VENV)/.installed: pyproject.toml
 lint: venv
 	$(BIN)/ruff check provision tests benchmarks
 	$(BIN)/mypy
-	$(BIN)/ansible-lint --profile production --offline playbooks
+	$(IN_VENV) $(BIN)/ansible-lint --profile production --offline playbooks
 
 clean:
 	bash tests/hosts/testhosts.sh down || true

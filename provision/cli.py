@@ -109,7 +109,7 @@ class ProvisionGroup(click.Group):
                 "rerun with --debug for the traceback and report it",
             )
             err.code = "internal"  # type: ignore[misc]
-            sys.exit(_report(err, as_json, debug))
+            sys.exit(_report(err, as_json, debug, cause=exc))
         sys.exit(rv if isinstance(rv, int) else ExitCode.OK)
 
 
@@ -125,9 +125,10 @@ def _nearest(word: str, choices: list[str]) -> list[str]:
     return difflib.get_close_matches(word, choices, n=3, cutoff=0.5)
 
 
-def _report(exc: ProvisionError, as_json: bool, debug: bool) -> int:
+def _report(exc: ProvisionError, as_json: bool, debug: bool, cause: BaseException | None = None) -> int:
     if debug:
-        traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
+        shown = cause or exc
+        traceback.print_exception(type(shown), shown, shown.__traceback__, file=sys.stderr)
     if as_json:
         from provision.output import emit_json
 

@@ -1,12 +1,244 @@
-"""`provision advise`: the seed article's advice made executable."""
+"""`provision advise`: the seed article's advice made executable (cost and GPU sizing).
 
-from provision.commands._pending import pending_group
+The arithmetic lives in :mod:`provision.advise.cost` and :mod:`provision.advise.gpu`; this module
+parses options, turns bad values into one-line errors (exit 2) and prints the answer.
+"""
 
-advise = pending_group(
-    "advise",
-    "Cost and GPU-sizing advice with numbers.",
-    {
-        "cost": "Cloud against own server: yearly costs and the break-even hours per day.",
-        "gpu": "Memory a model needs and the GPUs and instance types that fit.",
-    },
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from provision.cli import command_options
+from provision.errors import BadInput
+from provision.output import emit
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+
+@click.group(name="advise")
+def advise() -> None:
+    """Cost and GPU-sizing advice with numbers."""
+
+
+@advise.command(name="cost")
+@click.option("--cloud-price", type=float, metavar="USD_PER_HOUR", help="Cloud price per GPU-machine hour.")
+@click.option("--instance-type", metavar="T", help="EC2 instance type: its price from the knowledge data.")
+@click.option("--spot", is_flag=True, help="With --instance-type: the spot price (where the data has one).")
+@click.option("--hours-per-day", type=float, required=True, metavar="H", help="Hours of use per day, 0-24.")
+@click.option("--server-price", type=float, required=True, metavar="USD", help="Price of the own server.")
+@click.option(
+    "--years", type=float, default=3.0, show_default=True, help="Amortisation period of the server."
 )
+@click.option(
+    "--power-kw", type=float, default=0.0, show_default=True, help="Server power draw under load, kW."
+)
+@click.option(
+    "--electricity",
+    type=float,
+    default=0.0,
+    show_default=True,
+    metavar="USD_PER_KWH",
+    help="Electricity price.",
+)
+@click.option(
+    "--ops-per-year",
+    type=float,
+    default=0.0,
+    show_default=True,
+    metavar="USD",
+    help="Yearly running costs of the own server (hosting, support, admin).",
+)
+@click.option(
+    "--plot",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="PNG",
+    help="Write a PNG of both yearly costs against hours per day (needs provision[plot]).",
+)
+@command_options
+def cost(
+    *,
+    cloud_price: float | None,
+    instance_type: str | None,
+    spot: bool,
+    hours_per_day: float,
+    server_price: float,
+    years: float,
+    power_kw: float,
+    electricity: float,
+    ops_per_year: float,
+    plot: Path | None,
+    as_json: bool,
+) -> None:
+    """Cloud against own server: yearly costs and the break-even hours per day.
+
+    \b
+    cloud_per_year = cloud_price x H x 365
+    own_per_year   = server_price / years + ops_per_year + power_kw x H x 365 x electricity
+    """
+    from provision.advise import cost as c
+
+    if (cloud_price is None) == (instance_type is None):
+        raise BadInput(
+            "give exactly one of --cloud-price and --instance-type", "see 'provision advise cost --help'"
+        )
+    if spot and instance_type is None:
+        raise BadInput("--spot needs --instance-type", "with --cloud-price give the spot price itself")
+    inputs = c.CostInputs(
+        cloud_price=cloud_price if cloud_price is not None else 0.0,
+        hours_per_day=hours_per_day,
+        server_price=server_price,
+        years=years,
+        power_kw=power_kw,
+        electricity=electricity,
+        ops_per_year=ops_per_year,
+    )
+    inputs.validate()
+    if plot is not None:
+        from provision.advise.plot import check_target, require_matplotlib
+
+        check_target(plot)
+        require_matplotlib()
+    if instance_type is not None:
+        price = c.knowledge_price(instance_type, spot)
+        inputs = c.CostInputs(**{**inputs.__dict__, "cloud_price": price.usd_per_hour})
+    else:
+        price = c.CloudPrice(usd_per_hour=inputs.cloud_price, origin="flag")
+    result = c.compute(inputs)
+    doc = c.to_json(inputs, price, result)
+    if plot is not None:
+        from provision.advise.plot import cost_plot
+
+        hours, cloud_curve, own_curve = c.curve(inputs)
+        title = f"cloud {price.usd_per_hour:g} USD/h" + (
+            f" ({price.instance_type})" if price.instance_type else ""
+        )
+        cost_plot(
+            plot,
+            hours=hours,
+            cloud=cloud_curve,
+            own=own_curve,
+            break_even=result.break_even_hours_per_day,
+            hours_per_day=inputs.hours_per_day,
+            title=title,
+        )
+        doc["plot"] = str(plot)
+    emit(doc, as_json, lambda con: _cost_human(con, doc))
+
+
+def _cost_human(con: Console, doc: dict[str, Any]) -> None:
+    p = doc["cloud_price"]
+    i = doc["inputs"]
+    if p["origin"] == "flag":
+        con.print(f"cloud price     {p['usd_per_hour']:,.4g} USD/h (given)")
+    else:
+        kind = "spot" if p["spot"] else "on-demand"
+        con.print(f"cloud price     {p['usd_per_hour']:,.4g} USD/h ({p['instance_type']} {kind})")
+        con.print(f"price read      {p['read']} ({', '.join(p['source'])}, {p['confidence']} confidence)")
+    con.print(f"usage           {i['hours_per_day']:g} h/day, server amortised over {i['years']:g} years")
+    con.print(f"cloud per year  {doc['cloud_per_year']:>12,.2f} USD")
+    con.print(f"own per year    {doc['own_per_year']:>12,.2f} USD")
+    be = doc["break_even_hours_per_day"]
+    con.print(
+        "break-even      "
+        + (
+            f"{be:.2f} h/day (owning is cheaper above it)"
+            if be is not None
+            else "never: the cloud is cheaper at any usage"
+        )
+    )
+    choice = "rent in the cloud" if doc["recommendation"] == "cloud" else "buy your own server"
+    con.print(f"[bold]recommendation  {choice}[/bold] (saves {doc['savings_per_year']:,.2f} USD per year)")
+    if "plot" in doc:
+        con.print(f"plot            {doc['plot']}")
+
+
+@advise.command(name="gpu")
+@click.option(
+    "--params", "params_text", required=True, metavar="N", help="Parameter count: 7e9, 7B, 70b, 350M."
+)
+@click.option(
+    "--precision",
+    type=click.Choice(["fp32", "bf16", "fp16", "fp8", "int8", "int4"]),
+    default="bf16",
+    show_default=True,
+)
+@click.option("--mode", type=click.Choice(["inference", "train"]), default="inference", show_default=True)
+@click.option(
+    "--optimizer",
+    type=click.Choice(["adam", "sgd"]),
+    default="adam",
+    show_default=True,
+    help="Optimizer for --mode train.",
+)
+@click.option("--batch", type=int, default=1, show_default=True)
+@click.option("--seq-len", type=int, default=2048, show_default=True)
+@click.option("--top", type=int, default=12, show_default=True, help="Rows of the table (JSON has all).")
+@command_options
+def gpu(
+    *,
+    params_text: str,
+    precision: str,
+    mode: str,
+    optimizer: str,
+    batch: int,
+    seq_len: int,
+    top: int,
+    as_json: bool,
+) -> None:
+    """Memory a model needs (an estimate) and the GPUs and instance types that fit, cheapest first."""
+    from provision.advise import gpu as g
+    from provision.matrix import load
+
+    spec = g.ModelSpec(
+        params=g.parse_params(params_text),
+        precision=precision,  # type: ignore[arg-type]  # click.Choice narrowed it
+        mode=mode,  # type: ignore[arg-type]
+        optimizer=optimizer,  # type: ignore[arg-type]
+        batch=batch,
+        seq_len=seq_len,
+    )
+    est = g.estimate(spec)
+    k = load()
+    recs, excluded = g.recommend(est, k.gpus, k.instance_types)
+    doc = g.to_json(est, recs, excluded)
+    emit(doc, as_json, lambda con: _gpu_human(con, doc, top))
+
+
+def _gpu_human(con: Console, doc: dict[str, Any], top: int) -> None:
+    from rich.table import Table
+
+    from provision.advise import gpu as g
+
+    m = doc["model"]
+    what = f"{g.human_params(m['params'])} parameters, {m['precision']}, {m['mode']}"
+    if m["mode"] == "train":
+        what += f" with {m['optimizer']}"
+    con.print(f"[bold]{what}: about {doc['memory_gib']:.1f} GiB[/bold] (estimate)")
+    for term, gib in doc["breakdown"].items():
+        con.print(f"  {term.replace('_', ' '):<18} {gib:>10.2f} GiB")
+    for note in doc["notes"]:
+        con.print(f"  [dim]{note}[/dim]")
+    recs = doc["recommendations"]
+    if not recs:
+        con.print("No GPU in the knowledge holds it, even split over 64 GPUs.")
+        return
+    table = Table(title="fits (cheapest first; unpriced after)", title_justify="left")
+    for col in ("gpu", "GPUs", "GiB/GPU", "instance type", "USD/h", "price read"):
+        table.add_column(col, justify="right" if col in ("GPUs", "GiB/GPU", "USD/h") else "left")
+    for r in recs[:top]:
+        inst = r["instance_type"] or "-"
+        if r["instances"] > 1:
+            inst = f"{r['instances']} x {inst}"
+        if r["instance_type"] and r["gpus_provisioned"] > r["count"]:
+            inst += f" ({r['gpus_provisioned']} GPUs)"
+        price = f"{r['usd_per_hour']:.2f}" if r["usd_per_hour"] is not None else "-"
+        table.add_row(
+            r["gpu"], str(r["count"]), f"{r['per_gpu_gib']:.1f}", inst, price, r["price_read"] or "-"
+        )
+    con.print(table)
+    if len(recs) > top:
+        con.print(f"[dim]{len(recs) - top} more with --top {len(recs)} or --json[/dim]")

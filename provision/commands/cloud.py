@@ -1,13 +1,343 @@
-"""`provision cloud`: launch, list and tear down EC2 GPU instances."""
+"""`provision cloud up|ls|down`: launch, list and tear down tagged EC2 GPU instances."""
 
-from provision.commands._pending import pending_group
+from __future__ import annotations
 
-cloud = pending_group(
-    "cloud",
-    "Launch, list and tear down EC2 GPU instances.",
-    {
-        "up": "Launch tagged GPU instances and write an inventory.",
-        "ls": "List the instances provision launched, with their cost so far.",
-        "down": "Terminate instances by run, expiry or all.",
-    },
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from provision.cli import command_options
+from provision.errors import BadInput
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from provision.cloud.ec2 import CloudInstance, DownResult, LaunchResult
+
+DEFAULT_KEY = "~/.ssh/id_ed25519.pub"
+
+
+@click.group(name="cloud")
+def cloud() -> None:
+    """Launch, list and tear down EC2 GPU instances.
+
+    Uses boto3's standard session: AWS_PROFILE, AWS_REGION / AWS_DEFAULT_REGION and
+    AWS_ENDPOINT_URL work as in every AWS tool. Everything created is tagged provision:run and
+    provision:expires-at.
+    """
+
+
+def _stderr_say(as_json: bool) -> Any:
+    from provision.output import console
+
+    con = console(stderr=True)
+    return lambda msg: con.print(f"[dim]cloud:[/dim] {msg}", soft_wrap=True)
+
+
+@cloud.command(name="up")
+@click.option(
+    "--instance-type", "instance_type", metavar="T[,T2...]", help="EC2 type(s); a list is the fallback order."
 )
+@click.option("--gpu", metavar="NAME", help="GPU model; the cheapest type that fits is chosen (with --gpus).")
+@click.option("--gpus", type=int, metavar="N", help="GPUs per instance with --gpu (default 1).")
+@click.option("--count", type=int, default=1, show_default=True, help="Instances to launch.")
+@click.option("--region", help="AWS region (default: the profile's or AWS_REGION).")
+@click.option("--spot", is_flag=True, help="Spot instances (one-time, terminate on interruption).")
+@click.option(
+    "--on-demand-fallback", is_flag=True, help="With --spot: on-demand when no spot capacity is left."
+)
+@click.option(
+    "--ttl", default="8h", show_default=True, help="Expiry written in provision:expires-at (30m, 8h, 2d)."
+)
+@click.option("--ssh-cidr", metavar="CIDR", help="Who may reach port 22 (required; e.g. your-ip/32).")
+@click.option(
+    "--ssh-key", metavar="PUB", help=f"Public key to import (default {DEFAULT_KEY} when it exists)."
+)
+@click.option(
+    "--new-key", is_flag=True, help="Create a key pair; its private key goes 0600 into the run dir."
+)
+@click.option("--ami", help="The image to boot (its OS given by --os for the SSH user).")
+@click.option("--os", "os_name", default=None, help="ubuntu-22.04|ubuntu-24.04|debian-12|amzn-2023|rhel-9.")
+@click.option(
+    "--base",
+    type=click.Choice(["os", "dlami"]),
+    default="os",
+    show_default=True,
+    help="dlami: the Deep Learning Base AMI with NVIDIA's driver already installed.",
+)
+@click.option(
+    "--root-gib", type=int, default=100, show_default=True, help="Root volume size (gp3, encrypted)."
+)
+@click.option("--max-hourly-usd", type=float, help="Refuse a launch whose on-demand price is above this.")
+@click.option("--keep-on-failure", is_flag=True, help="Leave what a failed launch created (for debugging).")
+@click.option("--no-wait-ssh", is_flag=True, help="Return once status checks pass, without waiting for SSH.")
+@click.option(
+    "--ssh-address",
+    type=click.Choice(["public", "private"]),
+    default="public",
+    show_default=True,
+    help="Which address goes into the inventory.",
+)
+@command_options
+def up(
+    *,
+    instance_type: str | None,
+    gpu: str | None,
+    gpus: int | None,
+    count: int,
+    region: str | None,
+    spot: bool,
+    on_demand_fallback: bool,
+    ttl: str,
+    ssh_cidr: str | None,
+    ssh_key: str | None,
+    new_key: bool,
+    ami: str | None,
+    os_name: str | None,
+    base: str,
+    root_gib: int,
+    max_hourly_usd: float | None,
+    keep_on_failure: bool,
+    no_wait_ssh: bool,
+    ssh_address: str,
+    as_json: bool,
+) -> int:
+    """Launch tagged GPU instances and write inventory/ec2-<run>.yml."""
+    from provision.cloud import ec2 as ec2mod
+    from provision.cloud import request as rq
+    from provision.cloud.images import aws_lookup
+
+    # Everything below up to open_session is local: bad input costs nothing and creates nothing.
+    if count < 1:
+        raise BadInput(f"--count {count} launches nothing", "give --count 1 or more")
+    if on_demand_fallback and not spot:
+        raise BadInput("--on-demand-fallback needs --spot", "add --spot, or drop --on-demand-fallback")
+    if new_key and ssh_key:
+        raise BadInput("give --ssh-key or --new-key, not both", "drop one of them")
+    if root_gib < rq.MIN_ROOT_GIB:
+        raise BadInput(
+            f"--root-gib {root_gib} is below {rq.MIN_ROOT_GIB}", "drivers, CUDA and wheels need room"
+        )
+    ttl_d = rq.parse_ttl(ttl)
+    if not ssh_cidr:
+        raise BadInput(
+            "--ssh-cidr is required (port 22 is never opened to the world by default)",
+            "give your address, e.g. --ssh-cidr $(curl -s https://checkip.amazonaws.com)/32",
+        )
+    cidr = rq.parse_cidr(ssh_cidr)
+    types = rq.build_types(instance_type, gpu, gpus)
+    types = rq.check_budget(types, count, max_hourly_usd)
+    from provision.cloud.images import normalize_os
+    from provision.matrix import load
+
+    os_id = normalize_os(os_name or load().t.default_os)
+    # One query checks the --os/--base pair; the launch asks again per architecture of the types.
+    image = rq.image_request(ami, os_id, base, types[0].arch)
+    pub = _public_key(ssh_key, new_key)
+
+    session, reg = ec2mod.open_session(region)
+    run = ec2mod.new_run_id()
+    req = rq.LaunchRequest(
+        run=run,
+        region=reg,
+        types=tuple(types),
+        count=count,
+        ttl=ttl_d,
+        ssh_cidr=cidr,
+        image=image,
+        ami=ami,
+        spot=spot,
+        on_demand_fallback=on_demand_fallback,
+        ssh_public_key=pub,
+        max_hourly_usd=max_hourly_usd,
+        keep_on_failure=keep_on_failure,
+        wait_ssh=not no_wait_ssh,
+        ssh_address=ssh_address,
+        root_gib=root_gib,
+        os_id=os_id,
+        base=base,
+    )
+    cloud_ec2 = ec2mod.Ec2(session, reg)
+    say = _stderr_say(as_json)
+    say(f"run {run}: {count} x {' | '.join(t.name for t in types)} in {reg}" + (" (spot)" if spot else ""))
+    from provision.cloud.errors import aws_errors
+
+    with aws_errors("launching"):
+        result = cloud_ec2.launch(
+            req,
+            ami_lookup=None if ami else aws_lookup(session, reg, cloud_ec2.call),
+            workdir=Path.cwd(),
+            say=say,
+        )
+    from provision.output import emit
+
+    emit(_up_json(result), as_json, lambda con: _up_human(con, result))
+    return 0
+
+
+def _public_key(ssh_key: str | None, new_key: bool) -> Path | None:
+    if new_key:
+        return None
+    path = Path(os.path.expanduser(ssh_key or DEFAULT_KEY))
+    if path.is_file():
+        text = path.read_text(errors="replace")
+        if "PRIVATE KEY" in text:
+            raise BadInput(f"{path} is a private key", "give the .pub file to --ssh-key")
+        return path
+    if ssh_key:
+        raise BadInput(f"--ssh-key {ssh_key}: no such file", "give a public key file, or use --new-key")
+    return None  # no default key: a new key pair, private key in the run dir
+
+
+def _up_json(r: LaunchResult) -> dict[str, Any]:
+    return {
+        "ok": True,
+        "run": r.run,
+        "region": r.region,
+        "inventory": str(r.inventory),
+        "expires_at": r.expires_at,
+        "host_keys": r.host_keys,
+        "private_key": str(r.private_key) if r.private_key else None,
+        "instances": [
+            {
+                "id": i.id,
+                "type": i.type,
+                "public_ip": i.public_ip,
+                "private_ip": i.private_ip,
+                "state": i.state,
+                "zone": i.zone,
+                "market": i.market,
+            }
+            for i in r.instances
+        ],
+        "attempts": [
+            {"type": a.instance_type, "zone": a.zone, "market": a.market, "outcome": a.outcome}
+            for a in r.attempts
+        ],
+    }
+
+
+def _up_human(con: Console, r: LaunchResult) -> None:
+    for i in r.instances:
+        con.print(f"{i.id}  {i.type}  {i.zone}  {i.market}  {i.public_ip or '-'}  {i.state}", soft_wrap=True)
+    con.print(f"run {r.run} expires {r.expires_at}; inventory {r.inventory}", soft_wrap=True)
+    con.print(
+        f"next: provision probe -i {r.inventory}   then: provision cloud down --run {r.run}", soft_wrap=True
+    )
+
+
+@cloud.command(name="ls")
+@click.option("--region", help="AWS region (default: the profile's or AWS_REGION).")
+@command_options
+def ls(region: str | None, as_json: bool) -> int:
+    """List the instances provision launched, with price per hour, cost so far and expiry."""
+    from datetime import datetime, timezone
+
+    from provision.cloud import ec2 as ec2mod
+    from provision.output import emit
+
+    session, reg = ec2mod.open_session(region)
+    from provision.cloud.errors import aws_errors
+
+    with aws_errors("listing instances"):
+        items = ec2mod.Ec2(session, reg).instances()
+    now = datetime.now(timezone.utc)
+    doc = {
+        "ok": True,
+        "region": reg,
+        "instances": [dict(i.to_json(), expired=i.expired(now)) for i in items],
+        "usd_per_hour": round(sum(i.usd_per_hour or 0.0 for i in items), 4),
+        "cost_so_far_usd": round(sum(i.cost_so_far_usd or 0.0 for i in items), 4),
+        "unpriced": [i.id for i in items if i.usd_per_hour is None],
+    }
+    emit(doc, as_json, lambda con: _ls_human(con, items, now, doc))
+    return 0
+
+
+def _ls_human(con: Console, items: list[CloudInstance], now: Any, doc: dict[str, Any]) -> None:
+    if not items:
+        con.print(f"no provision instances in {doc['region']}")
+        return
+    rows = [("run", "instance", "type", "market", "state", "address", "$/h", "cost $", "expires")]
+    for i in items:
+        left = (i.expires_at - now).total_seconds() / 3600 if i.expires_at else None
+        rows.append(
+            (
+                i.run,
+                i.id,
+                i.type,
+                i.market,
+                i.state,
+                i.public_ip or i.private_ip or "-",
+                "?" if i.usd_per_hour is None else f"{i.usd_per_hour:.3f}",
+                "?" if i.cost_so_far_usd is None else f"{i.cost_so_far_usd:.2f}",
+                "never" if left is None else ("EXPIRED" if left <= 0 else f"in {left:.1f}h"),
+            )
+        )
+    # Plain columns, never truncated: ids and addresses get copied from here.
+    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
+    for r in rows:
+        con.print(
+            "  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip(),
+            markup=False,
+            soft_wrap=True,
+        )
+    unpriced = len(doc["unpriced"])
+    con.print(
+        f"total {doc['usd_per_hour']:.2f} $/h, {doc['cost_so_far_usd']:.2f} $ so far"
+        + (f" (+ {unpriced} without a known price)" if unpriced else ""),
+        soft_wrap=True,
+    )
+
+
+@cloud.command(name="down")
+@click.option("--run", "run", metavar="ID", help="Terminate one run.")
+@click.option(
+    "--expired", is_flag=True, help="Terminate every run past its provision:expires-at (cron-able)."
+)
+@click.option(
+    "--all", "all_runs", is_flag=True, help="Terminate everything provision launched in the region."
+)
+@click.option("--region", help="AWS region (default: the profile's or AWS_REGION).")
+@command_options
+def down(run: str | None, expired: bool, all_runs: bool, region: str | None, as_json: bool) -> int:
+    """Terminate instances by run, expiry or all; then their security groups and key pairs."""
+    from provision.cloud import ec2 as ec2mod
+    from provision.output import emit
+
+    if sum([run is not None, expired, all_runs]) != 1:
+        raise BadInput(
+            "say what to end: exactly one of --run ID, --expired, --all", "see 'provision cloud down --help'"
+        )
+    session, reg = ec2mod.open_session(region)
+    from provision.cloud.errors import aws_errors
+
+    with aws_errors("ending instances"):
+        res = ec2mod.Ec2(session, reg).down(run=run, expired=expired, all_runs=all_runs, workdir=Path.cwd())
+    doc = _down_json(res, reg)
+    emit(doc, as_json, lambda con: _down_human(con, res))
+    return 0
+
+
+def _down_json(r: DownResult, region: str) -> dict[str, Any]:
+    return {
+        "ok": True,
+        "region": region,
+        "runs": r.runs,
+        "terminated": r.terminated,
+        "security_groups": r.security_groups,
+        "key_pairs": r.key_pairs,
+        "local_files": r.local_files,
+    }
+
+
+def _down_human(con: Console, r: DownResult) -> None:
+    if not r.runs:
+        con.print("nothing to end")
+        return
+    con.print(
+        f"ended run(s) {', '.join(r.runs)}: terminated {len(r.terminated)} instance(s), "
+        f"deleted {len(r.security_groups)} security group(s), {len(r.key_pairs)} key pair(s)"
+    )

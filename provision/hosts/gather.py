@@ -32,6 +32,8 @@ _SECTION = re.compile(r"^@@provision-section (\S+)@@$", re.M)
 UPGRADE_UNITS = ("unattended-upgrades.service", "apt-daily.service", "apt-daily-upgrade.service",
                  "apt-daily-upgrade.timer", "dnf-automatic.timer", "dnf-automatic-install.timer",
                  "dnf-automatic.service", "dnf-automatic-install.service")
+# dpkg-query's format for the package sections (parse_dpkg_query reads exactly this).
+DPKG_FORMAT = r"${db:Status-Abbrev}\t${Package}\t${Version}\n"
 RUNTIMES = ("docker", "podman", "containerd", "nerdctl", "crictl", "nvidia-ctk", "nvidia-container-runtime")
 
 
@@ -88,7 +90,7 @@ sec proc_modules; cat /proc/modules 2>/dev/null
 sec proc_driver; cat /proc/driver/nvidia/version 2>/dev/null
 sec modinfo; modinfo nvidia 2>/dev/null
 sec dpkg
-command -v dpkg-query >/dev/null && dpkg-query -W -f='${db:Status-Abbrev}\t${Package}\t${Version}\n' \
+command -v dpkg-query >/dev/null && dpkg-query -W -f='@@DPKG_FORMAT@@' \
   'nvidia-*' 'libnvidia-*' 'cuda-*' 'libcudnn*' 'cudnn*' 'linux-headers-*' 2>/dev/null
 sec rpm
 command -v rpm >/dev/null && rpm -qa --qf '%{NAME}\t%|EPOCH?{%{EPOCH}:}:{}|%{VERSION}-%{RELEASE}\n' \
@@ -141,7 +143,7 @@ sec nproc; nproc 2>/dev/null || getconf _NPROCESSORS_ONLN
 sec units; command -v systemctl >/dev/null && systemctl is-active @@UNITS@@ 2>/dev/null
 sec processes; ps -eo comm= 2>/dev/null
 sec apt_periodic
-command -v apt-config >/dev/null && apt-config dump 2>/dev/null | grep -i 'Periodic::Unattended-Upgrade'
+[ -d /etc/apt ] && grep -hs 'APT::Periodic::Unattended-Upgrade' /etc/apt/apt.conf /etc/apt/apt.conf.d/*
 sec runtimes; for t in @@RUNTIMES@@; do c=$(command -v "$t") && echo "$t $c"; done
 sec imds
 @@IMDS@@
@@ -175,6 +177,7 @@ def main_script(options: GatherOptions, with_root: bool) -> str:
     body = (_MAIN.replace("@@NVML@@", _python_heredoc('"$PY"', "nvml_query"))
             .replace("@@UNITS@@", " ".join(UPGRADE_UNITS))
             .replace("@@RUNTIMES@@", " ".join(RUNTIMES))
+            .replace("@@DPKG_FORMAT@@", DPKG_FORMAT)
             .replace("@@IMDS@@", imds)
             .replace("@@VENV@@", venv))
     return _HEADER + body + (root_body() if with_root else "")

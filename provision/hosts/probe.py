@@ -726,11 +726,13 @@ def parse_unattended(states_text: str, processes_text: str, apt_periodic: str = 
     """Whether something upgrades packages by itself, on a timer (enabled) or right now (running).
 
     ``states_text``: ``UNIT STATE`` lines; ``processes_text``: ``ps -eo comm=``; ``apt_periodic``:
-    the ``APT::Periodic::Unattended-Upgrade`` line of ``apt-config dump`` (absent or "0": off).
+    the ``APT::Periodic::Unattended-Upgrade`` lines of apt's configuration files, in the order
+    apt reads them (none, or the last one "0": off).
     """
     states = parse_systemctl_states(states_text)
-    periodic = re.search(r'APT::Periodic::Unattended-Upgrade\s+"([^"]*)"', apt_periodic)
-    apt_on = periodic is not None and periodic.group(1) not in ("", "0")
+    # apt reads /etc/apt/apt.conf.d/* in order and the last setting wins.
+    periodic = re.findall(r'^\s*APT::Periodic::Unattended-Upgrade\s+"([^"]*)"', apt_periodic, re.M)
+    apt_on = bool(periodic) and periodic[-1] not in ("", "0")
     enabled = (states.get(_APT_UPGRADE_TIMER) == "active" and apt_on) or any(
         states.get(u) == "active" for u in _DNF_TIMERS)
     running = any(states.get(u) in ("active", "activating") for u in _UPGRADE_RUNNING)

@@ -7,6 +7,7 @@ need=()
 python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
 command -v make >/dev/null || need+=(make)
 command -v git >/dev/null || need+=(git)
+command -v cc >/dev/null || need+=(gcc)   # the stand-in NVML library is compiled by the tests
 command -v debootstrap >/dev/null || need+=(debootstrap)
 command -v systemd-nspawn >/dev/null || need+=(systemd-container)
 command -v tinyproxy >/dev/null || need+=(tinyproxy)

@@ -383,3 +383,17 @@ def test_proxy_command_from_ssh_config(testhosts: harness.HostSet, tmp_path: Pat
         assert transport.run("echo $SSH_CONNECTION").stdout.split()[0] == jump.address
     finally:
         transport.close()
+
+
+def test_package_query_format_is_what_real_dpkg_prints(testhosts: harness.HostSet) -> None:
+    """The probe's dpkg-query format against the real dpkg of a Debian host (installed packages)."""
+    from provision.hosts import probe as p
+
+    out = root_run(
+        testhosts,
+        testhosts.hosts[0].name,
+        f"dpkg-query -W -f='{gather.DPKG_FORMAT}' 'openssh-*' python3 sudo",
+    )
+    packages = p.parse_dpkg_query(out)
+    assert {"openssh-server", "python3", "sudo"} <= set(packages)
+    assert packages["python3"].startswith("3.11")

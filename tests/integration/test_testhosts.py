@@ -65,14 +65,17 @@ def _ping(testhosts: harness.HostSet, tmp_path: Path, known_hosts: Path) -> dict
         f"ansible_ssh_private_key_file={testhosts.key}\nansible_python_interpreter=/usr/bin/python3\n"
         f"ansible_ssh_common_args='-o UserKnownHostsFile={known_hosts} -o StrictHostKeyChecking=yes'\n"
     )
+    (tmp_path / "runner").mkdir()
     result = ansible_runner.run(
         private_data_dir=str(tmp_path / "runner"),
-        # the venv need not be activated: take ansible-playbook from beside this Python
-        binary=str(Path(sys.executable).parent / "ansible-playbook"),
         playbook=str(playbooks_dir() / "ping.yml"),
         inventory=str(inventory),
         quiet=True,
-        envvars={"ANSIBLE_HOST_KEY_CHECKING": "True"},
+        # the venv need not be activated: ansible-playbook is found beside this Python
+        # own ControlPersist sockets: a master connection left by another run would skip the
+        # host-key check this test is about
+        envvars={"ANSIBLE_HOST_KEY_CHECKING": "True", "ANSIBLE_SSH_CONTROL_PATH_DIR": str(tmp_path / "cp"),
+                 "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"},
     )
     stats = result.stats or {}
     return {key: dict(stats.get(key, {})) for key in ("ok", "failures", "dark")}

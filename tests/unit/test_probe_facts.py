@@ -321,3 +321,16 @@ def test_pci_from_sysfs_where_lspci_is_missing_and_headers_from_the_apt_lists() 
     }
     sections["apt_headers"] = "@@lists yes\n@@listed no"
     assert gather.facts_from_sections(sections, OPTIONS).to_json()["kernel_headers"]["installable"] is False
+
+
+def test_facts_json_is_what_resolve_reads() -> None:
+    """resolve's HostSpec.from_facts reads the `facts` object of `probe --json` as it is printed."""
+    from provision.matrix import load
+    from provision.resolve import HostSpec
+
+    options = gather.GatherOptions(lookup=load().gpu_by_pci_id)
+    facts = gather.facts_from_sections(hgx_ubuntu_2204(), options)
+    from_json = HostSpec.from_facts(json.loads(json.dumps(facts.to_json())))
+    from_description = HostSpec.describe(**p.host_description(facts).resolver_kwargs())
+    assert from_json == from_description
+    assert from_json.gpu is not None and from_json.gpu.name == "H100-SXM" and from_json.gpu_count == 8

@@ -269,3 +269,29 @@ def test_ec2_instance_type_and_runtimes() -> None:
         "docker",
         "nvidia-ctk",
     ]
+
+
+def test_lock_snippet_writes_json_that_parses() -> None:
+    """The lock program on hosts writes its JSON by hand (no json import there): it must parse."""
+    import importlib.util
+    import json
+
+    from provision.hosts.gather import SNIPPETS
+
+    spec = importlib.util.spec_from_file_location("package_locks", SNIPPETS / "package_locks.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    doc = {
+        "held": [{"path": "/var/lib/dpkg/lock", "pid": 7, "process": 'we"ird\\na\tme\x01é'}],
+        "denied": [],
+        "none": None,
+    }
+    assert json.loads(module._json(doc)) == doc
+
+
+def test_apt_periodic_last_setting_wins() -> None:
+    units = "apt-daily-upgrade.timer active\n"
+    text = 'APT::Periodic::Unattended-Upgrade "1";\nAPT::Periodic::Unattended-Upgrade "0";\n'
+    assert p.parse_unattended(units, "", text).enabled is False
+    assert p.parse_unattended(units, "", text.replace('"0"', '"7"')).enabled is True

@@ -1,4 +1,3 @@
-# ruff: noqa: E501  (a table: one resolver case per line reads better than wrapped dicts)
 """Resolver cases, one per line: a request and a host, and what must come out.
 
 Each case names the rule it exercises. ``expect`` holds dotted paths into the resolve JSON

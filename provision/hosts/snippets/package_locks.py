@@ -9,7 +9,6 @@ Prints {"held": [{"path", "pid", "process"}], "denied": [paths]}.
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import struct
 from typing import Any
@@ -19,6 +18,26 @@ FCNTL_LOCKS = ("/var/lib/dpkg/lock-frontend", "/var/lib/dpkg/lock", "/var/lib/ap
 PID_FILES = ("/var/run/dnf.pid", "/var/cache/dnf/metadata_lock.pid", "/var/lib/dnf/rpmdb_lock.pid")
 # struct flock on 64-bit Linux: short l_type, short l_whence, off_t l_start, off_t l_len, pid_t l_pid
 FLOCK = "hhqqi4x"
+
+
+def _char(c: str) -> str:
+    if c.isprintable() and c not in '"\\':
+        return c
+    return f"\\u{ord(c):04x}" if ord(c) < 0x10000 else "?"
+
+
+def _json(value: Any) -> str:
+    # json's import costs this small program about as much as the rest of it, on every probed
+    # host: the output is simple enough to write by hand.
+    if value is None:
+        return "null"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return '"' + "".join(_char(c) for c in value) + '"'
+    if isinstance(value, list):
+        return "[" + ", ".join(_json(v) for v in value) + "]"
+    return "{" + ", ".join(f"{_json(k)}: {_json(v)}" for k, v in value.items()) + "}"
 
 
 def comm(pid: int) -> str | None:
@@ -61,7 +80,7 @@ def main() -> None:
             continue
         if pid and os.path.exists(f"/proc/{pid}"):
             held.append({"path": path, "pid": pid, "process": comm(pid)})
-    print(json.dumps({"held": held, "denied": denied}))
+    print(_json({"held": held, "denied": denied}))
 
 
 if __name__ == "__main__":

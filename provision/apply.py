@@ -1,0 +1,248 @@
+"""A typed facade over ansible-runner: the only module that talks to it.
+
+It runs a rendered run dir's playbook, reduces the runner's event stream to per-host progress
+(current role and task, tasks done, changed/failed), keeps every event as a JSON line in the run's
+artifacts, and reads changed/failed/unreachable from the runner's final stats. No raw
+ansible-runner keyword arguments exist outside this module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from provision.errors import OperationFailed
+
+# Events that end a task on one host; the key is the runner's event name.
+_HOST_RESULT_EVENTS = {
+    "runner_on_ok": "ok",
+    "runner_on_failed": "failed",
+    "runner_on_unreachable": "unreachable",
+    "runner_on_skipped": "skipped",
+}
+
+
+@dataclass
+class HostProgress:
+    """What one host is doing and has done, as the event stream tells it."""
+
+    host: str
+    role: str | None = None
+    task: str | None = None
+    tasks_done: int = 0
+    changed: int = 0
+    failed: bool = False
+    unreachable: bool = False
+    failed_task: str | None = None
+    message: str | None = None
+    started: float = field(default_factory=time.monotonic)
+    # seconds spent per role, for the report's "time per role"
+    role_seconds: dict[str, float] = field(default_factory=dict)
+    _task_started: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        doc = asdict(self)
+        doc.pop("_task_started")
+        doc.pop("started")
+        return doc
+
+
+class EventReducer:
+    """Folds ansible-runner events into :class:`HostProgress` per host (pure; no I/O)."""
+
+    def __init__(self) -> None:
+        self.hosts: dict[str, HostProgress] = {}
+        self._task: str | None = None
+        self._role: str | None = None
+
+    def host(self, name: str) -> HostProgress:
+        if name not in self.hosts:
+            self.hosts[name] = HostProgress(host=name)
+        return self.hosts[name]
+
+    def feed(self, event: dict[str, Any]) -> HostProgress | None:
+        """Take one event; return the host whose progress changed, if any."""
+        kind = event.get("event", "")
+        data = event.get("event_data") or {}
+        if kind == "playbook_on_task_start":
+            self._task = data.get("task") or data.get("name")
+            self._role = data.get("role") or None
+            return None
+        if kind == "runner_on_start":
+            progress = self.host(data.get("host", "?"))
+            progress.task, progress.role = data.get("task") or self._task, data.get("role") or self._role
+            progress._task_started = time.monotonic()
+            return progress
+        outcome = _HOST_RESULT_EVENTS.get(kind)
+        if outcome is None or "host" not in data:
+            return None
+        progress = self.host(data["host"])
+        progress.task = data.get("task") or self._task
+        progress.role = data.get("role") or self._role or progress.role
+        progress.tasks_done += 1
+        if progress._task_started is not None:
+            role = progress.role or "(playbook)"
+            elapsed = time.monotonic() - progress._task_started
+            progress.role_seconds[role] = progress.role_seconds.get(role, 0.0) + elapsed
+            progress._task_started = None
+        result = data.get("res") or {}
+        ignored = bool(data.get("ignore_errors"))
+        if outcome == "ok" and result.get("changed"):
+            progress.changed += 1
+        elif outcome == "failed" and not ignored:
+            progress.failed = True
+            progress.failed_task = progress.task
+            progress.message = _message(result)
+        elif outcome == "unreachable":
+            progress.unreachable = True
+            progress.failed_task = progress.task
+            progress.message = _message(result)
+        return progress
+
+
+def _message(result: dict[str, Any]) -> str:
+    text = result.get("msg") or result.get("stderr") or result.get("reason") or "failed"
+    return " ".join(str(text).split())[:500]
+
+
+@dataclass(frozen=True)
+class HostOutcome:
+    """One host's result of a playbook run, from the runner's final stats."""
+
+    host: str
+    ok: bool
+    changed: int
+    unreachable: bool
+    failed_task: str | None
+    message: str | None
+    role_seconds: dict[str, float]
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    status: str  # the runner's: successful, failed, canceled, timeout
+    rc: int
+    hosts: dict[str, HostOutcome]
+    artifacts: Path
+    events: Path
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "successful" and all(h.ok for h in self.hosts.values())
+
+
+def ansible_bin_dir() -> Path:
+    """Where ansible-playbook lives: beside this Python (a venv that need not be activated)."""
+    here = Path(sys.executable).parent
+    if (here / "ansible-playbook").exists():
+        return here
+    import shutil
+
+    found = shutil.which("ansible-playbook")
+    if found is None:
+        raise OperationFailed("ansible-playbook is not installed", "pip install provision into this Python")
+    return Path(found).parent
+
+
+def run_playbook(
+    run_dir: Path,
+    playbook: str,
+    *,
+    inventory: Path,
+    artifacts: Path,
+    check: bool = False,
+    limit: str | None = None,
+    forks: int | None = None,
+    extravars: dict[str, Any] | None = None,
+    envvars: dict[str, str] | None = None,
+    on_progress: Callable[[HostProgress], None] | None = None,
+) -> ApplyResult:
+    """Run ``run_dir/playbook`` against ``inventory``; events go to ``artifacts/events.jsonl``."""
+    import ansible_runner
+
+    (artifacts / "runner").mkdir(parents=True, exist_ok=True)
+    reducer = EventReducer()
+    events_path = artifacts / "events.jsonl"
+    cmdline = ["--check", "--diff"] if check else []
+    env = {
+        "PATH": f"{ansible_bin_dir()}{os.pathsep}{os.environ.get('PATH', '')}",
+        "ANSIBLE_CONFIG": str(run_dir / "ansible.cfg"),
+        **(envvars or {}),
+    }
+    if not (run_dir / "ansible.cfg").exists():
+        env.pop("ANSIBLE_CONFIG")
+
+    with events_path.open("w", encoding="utf-8") as sink:
+
+        def handle(event: dict[str, Any]) -> bool:
+            _write_event(sink, event)
+            changed = reducer.feed(event)
+            if changed is not None and on_progress is not None:
+                on_progress(changed)
+            return True  # keep the runner's own artifact copy of the event too
+
+        runner = ansible_runner.run(
+            private_data_dir=str(artifacts / "runner"),
+            project_dir=str(run_dir),
+            playbook=playbook,
+            inventory=str(inventory),
+            cmdline=" ".join(cmdline) or None,
+            limit=limit,
+            forks=forks,
+            extravars=extravars or {},
+            envvars=env,
+            event_handler=handle,
+            quiet=True,
+            suppress_env_files=True,  # env files would copy envvars (proxies, keys) to disk
+        )
+    stats = runner.stats or {}
+    return ApplyResult(
+        status=str(runner.status),
+        rc=int(runner.rc if runner.rc is not None else 1),
+        hosts=_outcomes(stats, reducer),
+        artifacts=artifacts,
+        events=events_path,
+    )
+
+
+def _outcomes(stats: dict[str, dict[str, int]], reducer: EventReducer) -> dict[str, HostOutcome]:
+    names = set(reducer.hosts)
+    for key in ("ok", "changed", "failures", "dark", "skipped", "processed"):
+        names |= set(stats.get(key, {}))
+    outcomes = {}
+    for name in sorted(names):
+        progress = reducer.host(name)
+        failed = bool(stats.get("failures", {}).get(name)) or progress.failed
+        dark = bool(stats.get("dark", {}).get(name)) or progress.unreachable
+        outcomes[name] = HostOutcome(
+            host=name,
+            ok=not failed and not dark,
+            # the stats are the truth for counts; the reducer only fills in what stats lack
+            changed=int(stats.get("changed", {}).get(name, progress.changed)),
+            unreachable=dark,
+            failed_task=progress.failed_task if (failed or dark) else None,
+            message=progress.message if (failed or dark) else None,
+            role_seconds=dict(progress.role_seconds),
+        )
+    return outcomes
+
+
+def _write_event(sink: TextIO, event: dict[str, Any]) -> None:
+    # Keep what a report needs; drop stdout blobs (already in the runner's artifacts).
+    slim: dict[str, Any] = {k: event[k] for k in ("uuid", "counter", "event", "created") if k in event}
+    data = event.get("event_data") or {}
+    kept: dict[str, Any] = {k: data[k] for k in ("host", "task", "role", "play", "duration") if k in data}
+    res = data.get("res")
+    if isinstance(res, dict):
+        kept["changed"] = bool(res.get("changed"))
+        if event.get("event") in ("runner_on_failed", "runner_on_unreachable"):
+            kept["msg"] = _message(res)
+    slim["event_data"] = kept
+    sink.write(json.dumps(slim, default=str) + "\n")
+    sink.flush()

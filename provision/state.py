@@ -1,0 +1,119 @@
+"""What provision remembers about the fleet, in SQLite (an embedded default; path in config).
+
+One row per host with the lock hash last applied and the last verification, plus a history of
+runs. ``up`` uses it for the fast converge path (skip the apply when the probed versions equal
+the lock and the last verification with this lock passed); ``status`` lists it.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from provision.errors import BadInput
+
+DEFAULT_PATH = Path(".provision") / "state.db"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS hosts (
+    host TEXT PRIMARY KEY,
+    lock_hash TEXT,            -- hash of the lock group last applied to the host
+    applied_at REAL,
+    verdict TEXT,              -- last verification verdict: pass, fail, no-gpu
+    verified_lock_hash TEXT,   -- the lock hash that verification ran against
+    verified_at REAL,
+    last_run TEXT
+);
+CREATE TABLE IF NOT EXISTS runs (
+    run TEXT NOT NULL,
+    host TEXT NOT NULL,
+    started_at REAL NOT NULL,
+    finished_at REAL,
+    changed INTEGER,
+    verdict TEXT,
+    failed_task TEXT,
+    PRIMARY KEY (run, host)
+);
+"""
+
+
+@dataclass(frozen=True)
+class HostState:
+    host: str
+    lock_hash: str | None
+    applied_at: float | None
+    verdict: str | None
+    verified_lock_hash: str | None
+    verified_at: float | None
+    last_run: str | None
+
+    def converged(self, lock_hash: str) -> bool:
+        """Applied with this lock and last verified, passing, with this lock."""
+        return self.lock_hash == lock_hash and self.verified_lock_hash == lock_hash and self.verdict == "pass"
+
+
+class State:
+    def __init__(self, path: Path = DEFAULT_PATH) -> None:
+        self.path = path
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(path, timeout=30)
+            self._db.executescript(_SCHEMA)
+        except (OSError, sqlite3.DatabaseError) as exc:
+            raise BadInput(f"cannot use the state database {path}: {exc}",
+                           "set state.path in provision.yaml to a writable file") from exc
+
+    def close(self) -> None:
+        self._db.close()
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        with self._db:  # commits, or rolls back on an exception
+            yield self._db
+
+    def host(self, name: str) -> HostState | None:
+        row = self._db.execute(
+            "SELECT host, lock_hash, applied_at, verdict, verified_lock_hash, verified_at, last_run"
+            " FROM hosts WHERE host = ?", (name,)).fetchone()
+        return HostState(*row) if row else None
+
+    def hosts(self) -> list[HostState]:
+        rows = self._db.execute(
+            "SELECT host, lock_hash, applied_at, verdict, verified_lock_hash, verified_at, last_run"
+            " FROM hosts ORDER BY host").fetchall()
+        return [HostState(*row) for row in rows]
+
+    def record_applied(self, run: str, host: str, lock_hash: str, changed: int) -> None:
+        now = time.time()
+        with self._tx() as db:
+            db.execute("INSERT INTO hosts (host, lock_hash, applied_at, last_run) VALUES (?, ?, ?, ?)"
+                       " ON CONFLICT(host) DO UPDATE SET lock_hash = excluded.lock_hash,"
+                       " applied_at = excluded.applied_at, last_run = excluded.last_run",
+                       (host, lock_hash, now, run))
+            db.execute("INSERT INTO runs (run, host, started_at, changed) VALUES (?, ?, ?, ?)"
+                       " ON CONFLICT(run, host) DO UPDATE SET changed = excluded.changed",
+                       (run, host, now, changed))
+
+    def record_failed(self, run: str, host: str, failed_task: str | None) -> None:
+        with self._tx() as db:
+            db.execute("INSERT INTO runs (run, host, started_at, failed_task, finished_at)"
+                       " VALUES (?, ?, ?, ?, ?) ON CONFLICT(run, host) DO UPDATE SET"
+                       " failed_task = excluded.failed_task, finished_at = excluded.finished_at",
+                       (run, host, time.time(), failed_task, time.time()))
+
+    def record_verdict(self, run: str, host: str, lock_hash: str | None, verdict: str) -> None:
+        now = time.time()
+        with self._tx() as db:
+            db.execute("INSERT INTO hosts (host, verdict, verified_lock_hash, verified_at, last_run)"
+                       " VALUES (?, ?, ?, ?, ?) ON CONFLICT(host) DO UPDATE SET verdict = excluded.verdict,"
+                       " verified_lock_hash = excluded.verified_lock_hash,"
+                       " verified_at = excluded.verified_at, last_run = excluded.last_run",
+                       (host, verdict, lock_hash, now, run))
+            db.execute("INSERT INTO runs (run, host, started_at, verdict, finished_at) VALUES (?, ?, ?, ?, ?)"
+                       " ON CONFLICT(run, host) DO UPDATE SET verdict = excluded.verdict,"
+                       " finished_at = excluded.finished_at",
+                       (run, host, now, verdict, now))

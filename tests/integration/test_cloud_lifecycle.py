@@ -1,0 +1,185 @@
+"""`provision cloud up | ls | down` end to end against a moto EC2 server on loopback.
+
+moto answers the EC2 API for real (instances, volumes, security groups, key pairs, tags,
+instance-type validation); SSH cannot answer from moto's fake addresses, so these runs pass
+--no-wait-ssh (the SSH wait is tested in test_cloud_launch.py against a local SSH banner).
+"""
+
+from __future__ import annotations
+
+import json
+import stat
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.integration.cloud_fixtures import Aws, aws, moto_url, run_cli, tags
+
+__all__ = ["aws", "moto_url"]  # fixtures used by name
+
+CIDR = "203.0.113.7/32"
+
+
+def up(aws: Aws, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, dict, str]:
+    args = ["cloud", "up", "--ssh-cidr", CIDR, "--ami", aws.ami(), "--os", "ubuntu-22.04",
+            "--no-wait-ssh", "--json", *extra]
+    code, out, err = run_cli(args, capsys)
+    return code, (json.loads(out) if out.strip() else {}), err
+
+
+def test_up_ls_down_lifecycle(aws: Aws, capsys: pytest.CaptureFixture[str]) -> None:
+    before = datetime.now(timezone.utc)
+    code, doc, err = up(aws, capsys, "--instance-type", "g5.xlarge", "--count", "2", "--new-key")
+    assert code == 0, err
+    assert doc["ok"] is True
+    run = doc["run"]
+    assert [sorted(i) for i in doc["instances"]] == [
+        ["id", "market", "private_ip", "public_ip", "state", "type", "zone"]] * 2
+    assert {i["type"] for i in doc["instances"]} == {"g5.xlarge"}
+    assert all(i["state"] == "running" and i["public_ip"] for i in doc["instances"])
+
+    live = aws.live()
+    assert sorted(i["InstanceId"] for i in live) == sorted(i["id"] for i in doc["instances"])
+    for inst in live:
+        t = tags(inst)
+        assert t["provision:run"] == run
+        expires = datetime.fromisoformat(t["provision:expires-at"].replace("Z", "+00:00"))
+        # the default TTL is 8h
+        assert before + timedelta(hours=8) - timedelta(seconds=5) <= expires <= datetime.now(timezone.utc) + timedelta(hours=8)
+        assert inst["MetadataOptions"]["HttpTokens"] == "required"
+        vols = aws.ec2.describe_volumes(Filters=[{"Name": "attachment.instance-id", "Values": [inst["InstanceId"]]}])["Volumes"]
+        assert len(vols) == 1
+        assert vols[0]["VolumeType"] == "gp3" and vols[0]["Encrypted"] is True and vols[0]["Size"] >= 100
+        assert tags(vols[0])["provision:run"] == run
+
+    # one security group for the run: port 22 from the given CIDR and nothing else
+    (group,) = aws.groups()
+    assert tags(group)["provision:run"] == run
+    assert [(p["IpProtocol"], p["FromPort"], p["ToPort"], [r["CidrIp"] for r in p["IpRanges"]])
+            for p in group["IpPermissions"]] == [("tcp", 22, 22, [CIDR])]
+    assert {g["GroupId"] for i in live for n in i["NetworkInterfaces"] for g in n["Groups"]} == {group["GroupId"]}
+
+    # a new key pair: tagged in AWS, private key 0600 in the run dir, never printed
+    (kp,) = aws.key_pairs()
+    assert tags(kp)["provision:run"] == run
+    key_file = aws.workdir / ".provision" / "runs" / run / "id_ed25519"
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    secret = key_file.read_text()
+    assert "PRIVATE KEY" in secret
+    body = secret.splitlines()[1]
+    assert body not in json.dumps(doc) and body not in err
+
+    # the inventory that probe/up take
+    inv_path = Path(doc["inventory"])
+    assert inv_path == aws.workdir / "inventory" / f"ec2-{run}.yml"
+    inv = yaml.safe_load(inv_path.read_text())
+    hosts = inv["all"]["hosts"]
+    assert sorted(hosts) == sorted(i["id"] for i in doc["instances"])
+    for i in doc["instances"]:
+        assert hosts[i["id"]]["ansible_host"] == i["public_ip"]
+        assert hosts[i["id"]]["ansible_user"] == "ubuntu"
+        assert hosts[i["id"]]["ansible_port"] == 22
+    assert inv["all"]["vars"]["ansible_ssh_private_key_file"] == str(key_file)
+    assert inv["all"]["vars"]["provision_run"] == run
+
+    # ls: both instances, on-demand, expiry in the future, cost so far from the data (g5: no price)
+    code, out, err = run_cli(["cloud", "ls", "--json"], capsys)
+    assert code == 0, err
+    listed = json.loads(out)
+    assert sorted(i["id"] for i in listed["instances"]) == sorted(i["id"] for i in doc["instances"])
+    assert all(i["run"] == run and i["market"] == "on-demand" and not i["expired"] for i in listed["instances"])
+    assert listed["unpriced"] == sorted(i["id"] for i in doc["instances"])
+
+    code, out, err = run_cli(["cloud", "down", "--run", run, "--json"], capsys)
+    assert code == 0, err
+    gone = json.loads(out)
+    assert sorted(gone["terminated"]) == sorted(i["id"] for i in doc["instances"])
+    assert gone["security_groups"] == [group["GroupId"]] and gone["key_pairs"] == [kp["KeyName"]]
+    assert aws.live() == [] and aws.groups() == [] and aws.key_pairs() == []
+    assert not key_file.exists() and not inv_path.exists()
+
+    code, out, _ = run_cli(["cloud", "ls", "--json"], capsys)
+    assert code == 0 and json.loads(out)["instances"] == []
+
+
+def test_ls_prices_on_demand_from_the_data_and_cost_so_far(aws: Aws, capsys: pytest.CaptureFixture[str]) -> None:
+    """--gpu H100-SXM --gpus 1 picks p5.4xlarge (the cheapest that fits, priced in the data)."""
+    from provision.matrix import load
+
+    price = load().instance_type("p5.4xlarge").price
+    assert price is not None
+    code, doc, err = up(aws, capsys, "--gpu", "H100-SXM", "--gpus", "1")
+    assert code == 0, err
+    assert [i["type"] for i in doc["instances"]] == ["p5.4xlarge"]
+    time.sleep(1.0)
+    code, out, err = run_cli(["cloud", "ls", "--json"], capsys)
+    assert code == 0, err
+    (inst,) = json.loads(out)["instances"]
+    assert inst["usd_per_hour"] == price.usd_per_hour
+    assert price.read in inst["price_source"]
+    assert 0 < inst["cost_so_far_usd"] < price.usd_per_hour  # a few seconds of an hour
+
+
+def test_max_hourly_usd_refuses_before_any_call(aws: Aws, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_cli(["cloud", "up", "--gpu", "H100-SXM", "--gpus", "8", "--ssh-cidr", CIDR,
+                            "--max-hourly-usd", "10", "--ami", aws.ami()], capsys)
+    assert code == 2
+    assert err.startswith("error: every candidate costs more than --max-hourly-usd 10") and err.count("\n") == 1
+    assert aws.live() == [] and aws.groups() == [] and aws.key_pairs() == []
+
+
+def test_down_expired_ends_only_what_outlived_its_ttl(aws: Aws, capsys: pytest.CaptureFixture[str]) -> None:
+    code, short, err = up(aws, capsys, "--instance-type", "g6.xlarge", "--ttl", "1s", "--new-key")
+    assert code == 0, err
+    code, long, err = up(aws, capsys, "--instance-type", "g6.xlarge", "--ttl", "2h", "--new-key")
+    assert code == 0, err
+    time.sleep(1.5)
+    code, out, err = run_cli(["cloud", "ls", "--json"], capsys)
+    expired = {i["id"]: i["expired"] for i in json.loads(out)["instances"]}
+    assert expired == {short["instances"][0]["id"]: True, long["instances"][0]["id"]: False}
+    code, out, err = run_cli(["cloud", "down", "--expired", "--json"], capsys)
+    assert code == 0, err
+    res = json.loads(out)
+    assert res["runs"] == [short["run"]]
+    assert res["terminated"] == [short["instances"][0]["id"]]
+    assert [i["InstanceId"] for i in aws.live()] == [long["instances"][0]["id"]]
+    assert [tags(g)["provision:run"] for g in aws.groups()] == [long["run"]]
+    code, out, err = run_cli(["cloud", "down", "--all", "--json"], capsys)
+    assert code == 0 and json.loads(out)["runs"] == [long["run"]]
+    assert aws.live() == [] and aws.groups() == [] and aws.key_pairs() == []
+
+
+def test_spot_launch_and_imported_key(aws: Aws, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    import subprocess
+
+    key = tmp_path / "home" / ".ssh" / "id_ed25519"
+    key.parent.mkdir()
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    code, doc, err = up(aws, capsys, "--instance-type", "g4dn.xlarge", "--spot")  # default key: ~/.ssh/id_ed25519.pub
+    assert code == 0, err
+    assert doc["instances"][0]["market"] == "spot"
+    (inst,) = aws.live()
+    assert inst["InstanceLifecycle"] == "spot"
+    (kp,) = aws.key_pairs()
+    assert kp["KeyName"] == f"provision-{doc['run']}"
+    inv = yaml.safe_load(Path(doc["inventory"]).read_text())
+    assert inv["all"]["vars"]["ansible_ssh_private_key_file"] == str(key)
+    assert not (aws.workdir / ".provision" / "runs" / doc["run"] / "id_ed25519").exists()
+    code, out, _ = run_cli(["cloud", "ls", "--json"], capsys)
+    (listed,) = json.loads(out)["instances"]
+    assert listed["market"] == "spot" and listed["price_source"] == "spot price history"
+    assert listed["usd_per_hour"] is not None
+
+
+def test_human_output(aws: Aws, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_cli(["cloud", "up", "--instance-type", "g5.xlarge", "--ssh-cidr", CIDR, "--ami", aws.ami(),
+                              "--no-wait-ssh", "--new-key"], capsys)
+    assert code == 0, err
+    assert "next: provision probe -i" in out and "cloud: run " in err
+    code, out, _ = run_cli(["cloud", "ls"], capsys)
+    assert code == 0 and "g5.xlarge" in out and "in 8.0h" in out
+    code, out, _ = run_cli(["cloud", "down", "--all"], capsys)
+    assert code == 0 and "terminated 1 instance(s)" in out
