@@ -102,6 +102,9 @@ def run_rank(local_rank: int, world: int, out: str | None, nbytes: int, cfg: Tra
         }
         result.update(allreduce(torch, dist, device, nbytes, world))
         result.update(ddp_steps(torch, dist, device, cfg))
+        # Every rank is done before any tears its connections down: a rank that closes early
+        # makes gloo's receive thread in a slower rank abort the whole process.
+        dist.barrier()
     finally:
         dist.destroy_process_group()
     if rank == 0 and out:
