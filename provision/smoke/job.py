@@ -361,9 +361,10 @@ def summary(report: dict[str, Any]) -> str:
         if names and len(set(names)) == 1
         else (", ".join(map(str, names)) or "none")
     )
+    cudnn = verdict.cudnn_dotted(str(v["cudnn"])) if v.get("cudnn") else None
     lines.append(
         f"  GPUs: {gpus}; driver {v.get('driver')}, torch {v.get('torch')}, CUDA {v.get('torch_cuda')}, "
-        f"cuDNN {v.get('cudnn')}, NCCL {v.get('nccl')}"
+        f"cuDNN {cudnn}, NCCL {v.get('nccl')}"
     )
     for gpu in report["gpus"]:
         figures = ", ".join(f"{k} {val:.1f}" for k, val in (gpu.get("speed") or {}).items())

@@ -412,3 +412,22 @@ def test_deciding_does_not_change_the_record() -> None:
     before = copy.deepcopy(m)
     decide(m, REFS, LOCKED, allow_cpu=False)
     assert m == before
+
+
+def test_the_summary_of_a_gpu_report() -> None:
+    import argparse
+    import time
+
+    from provision.smoke.job import build_report, summary
+
+    report = build_report(h200_record(), REFS, LOCKED, argparse.Namespace(allow_cpu=False), time.monotonic())
+    lines = summary(report).splitlines()
+    assert lines[0].startswith("provision verify: gpu1: PASS (")
+    assert lines[1] == (
+        "  GPUs: 1 x NVIDIA H200; driver 580.95.05, torch 2.8.0+cu128, CUDA 12.8, cuDNN 9.10.2, NCCL 2.27.3"
+    )
+    assert lines[2].startswith("  GPU 0: gemm_bf16 742.0, gemm_tf32 380.0, copy_d2d 4100.0")
+    assert lines[3] == (
+        "  training: cuda bf16, 200 steps, loss 2.31 -> 0.042 (bound 0.5), 41000.0 samples/s, GPU util 97.0%"
+    )
+    assert report["schema"] == "provision.verify/1" and report["verdict"] == "pass"
