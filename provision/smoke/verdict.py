@@ -333,7 +333,7 @@ def speed_checks(
                 code="slow",
                 message=(
                     f"{label}: {metric} {rounded} {unit} is below the pass line "
-                    f"{threshold:.1f} (0.75 x the reference for {basis})"
+                    f"{threshold:.1f} ({references['pass_fraction']} x the reference for {basis})"
                 ),
             )
         )

@@ -239,7 +239,11 @@ def test_utilization_under_70_percent_is_flagged_with_likely_causes() -> None:
 def test_a_slow_gpu_fails_and_an_unknown_model_only_warns() -> None:
     m = h200_record()
     m["gpus"][0]["speed"]["gemm_bf16"] = 500.0
-    assert failed(decide(m, REFS, {}, allow_cpu=False))["gemm_bf16"]["code"] == "slow"
+    slow = failed(decide(m, REFS, {}, allow_cpu=False))["gemm_bf16"]
+    assert slow["code"] == "slow"
+    assert slow["message"] == (
+        "GPU 0 (NVIDIA H200): gemm_bf16 500.0 TFLOP/s is below the pass line 593.4 (0.75 x the reference for H200)"
+    )
 
     m = h200_record()
     m["gpus"][0]["name"] = "NVIDIA Imaginary X1"
