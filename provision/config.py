@@ -1,0 +1,260 @@
+"""``provision.yaml``: its schema (DESIGN.md, "Config file") and validation into typed values.
+
+Every key is optional. An unknown key, a value of the wrong type or an unknown choice is bad
+input (exit 2) with the dotted path of the key and, for a misspelt key, the nearest known one.
+The ``stack:`` section becomes the resolver's request (:meth:`StackConfig.as_request_args`).
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from provision.errors import BadInput
+
+DRIVER_WORDS = ("auto", "none")
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    frameworks: tuple[str, ...] = ()
+    driver: str = "auto"  # auto | none | "580" | "580.95.05"
+    kernel_modules: str = "auto"  # auto | open | proprietary
+    cuda_toolkit: str = "none"  # none | "12.8"
+    cudnn: str = "none"  # none | "9.10.2.21"
+    python: str = "auto"  # auto | "3.11"
+    torch_index: str = "auto"  # auto | pypi | pytorch
+
+    def as_request_args(self) -> dict[str, Any]:
+        """Keyword arguments for :meth:`provision.resolve.StackRequest.build`."""
+        return {
+            "frameworks": list(self.frameworks),
+            "driver": self.driver,
+            "kernel_modules": self.kernel_modules,
+            "cuda_toolkit": self.cuda_toolkit,
+            "cudnn": self.cudnn,
+            "python": self.python,
+            "torch_index": self.torch_index,
+        }
+
+
+@dataclass(frozen=True)
+class PipConfig:
+    index_url: str | None = None
+    extra_index_urls: tuple[str, ...] = ()
+    find_links: tuple[str, ...] = ()
+    trusted_hosts: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class AptConfig:
+    mirror: str | None = None
+    proxy: str | None = None
+
+
+@dataclass(frozen=True)
+class InstallConfig:
+    method: str = "auto"  # auto | nvidia-repo | distro
+    venv: str = "/opt/provision/venv"
+    pip: PipConfig = field(default_factory=PipConfig)
+    apt: AptConfig = field(default_factory=AptConfig)
+    reboot: str = "auto"  # auto | never
+
+
+@dataclass(frozen=True)
+class VerifyConfig:
+    allow_cpu: bool = False
+
+
+@dataclass(frozen=True)
+class Config:
+    stack: StackConfig = field(default_factory=StackConfig)
+    install: InstallConfig = field(default_factory=InstallConfig)
+    verify: VerifyConfig = field(default_factory=VerifyConfig)
+    path: str | None = None
+
+    def request_args(self) -> dict[str, Any]:
+        """The stack request with install.method folded in (it decides the driver's packages)."""
+        return {**self.stack.as_request_args(), "install_method": self.install.method}
+
+
+# The keys each section may hold (dotted paths for nested sections).
+_SCHEMA_KEYS: dict[str, Any] = {
+    "stack": {"frameworks", "driver", "kernel_modules", "cuda_toolkit", "cudnn", "python", "torch_index"},
+    "install": {"method", "venv", "pip", "apt", "reboot"},
+    "install.pip": {"index_url", "extra_index_urls", "find_links", "trusted_hosts"},
+    "install.apt": {"mirror", "proxy"},
+    "verify": {"allow_cpu"},
+}
+_ALL_PATHS = sorted(
+    {"stack", "install", "verify"}
+    | {f"{section}.{key}" for section, keys in _SCHEMA_KEYS.items() for key in keys}
+)
+
+
+def load_config(path: Path | str) -> Config:
+    """Read and validate ``provision.yaml``; any problem is one BadInput line."""
+    import yaml
+
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise BadInput(f"config file not found: {p}", "check the -c path") from None
+    except OSError as exc:
+        raise BadInput(f"cannot read config {p}: {exc.strerror}", "check the file's permissions") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise BadInput(f"{p} is not valid YAML{where}", "fix the YAML syntax") from None
+    return parse_config(data, str(p))
+
+
+def parse_config(data: Any, where: str = "provision.yaml") -> Config:
+    if data is None:
+        return Config(path=where)
+    top = _mapping(data, "", where)
+    _known(top, "", {"stack", "install", "verify"}, where)
+    stack = _mapping(top.get("stack"), "stack", where)
+    install = _mapping(top.get("install"), "install", where)
+    verify = _mapping(top.get("verify"), "verify", where)
+    for section, body in (("stack", stack), ("install", install), ("verify", verify)):
+        _known(body, section, _SCHEMA_KEYS[section], where)
+    pip = _mapping(install.get("pip"), "install.pip", where)
+    apt = _mapping(install.get("apt"), "install.apt", where)
+    _known(pip, "install.pip", _SCHEMA_KEYS["install.pip"], where)
+    _known(apt, "install.apt", _SCHEMA_KEYS["install.apt"], where)
+    frameworks = stack.get("frameworks", [])
+    if isinstance(frameworks, str):
+        frameworks = [frameworks]
+    if not isinstance(frameworks, list) or not all(isinstance(f, str) for f in frameworks):
+        raise _bad(where, "stack.frameworks", "must be a list of specs", 'e.g. frameworks: ["torch==2.8.0"]')
+    sc = StackConfig(
+        frameworks=tuple(frameworks),
+        driver=_driver(stack.get("driver", "auto"), where),
+        kernel_modules=_choice(stack, "kernel_modules", ("auto", "open", "proprietary"), "stack", where),
+        cuda_toolkit=_version(stack.get("cuda_toolkit", "none"), "stack.cuda_toolkit", where),
+        cudnn=_version(stack.get("cudnn", "none"), "stack.cudnn", where),
+        python=_python(stack.get("python", "auto"), where),
+        torch_index=_choice(stack, "torch_index", ("auto", "pypi", "pytorch"), "stack", where),
+    )
+    ic = InstallConfig(
+        method=_choice(install, "method", ("auto", "nvidia-repo", "distro"), "install", where),
+        venv=_string(install.get("venv", "/opt/provision/venv"), "install.venv", where)
+        or "/opt/provision/venv",
+        pip=PipConfig(
+            index_url=_string(pip.get("index_url"), "install.pip.index_url", where),
+            extra_index_urls=_strings(pip.get("extra_index_urls"), "install.pip.extra_index_urls", where),
+            find_links=_strings(pip.get("find_links"), "install.pip.find_links", where),
+            trusted_hosts=_strings(pip.get("trusted_hosts"), "install.pip.trusted_hosts", where),
+        ),
+        apt=AptConfig(
+            mirror=_string(apt.get("mirror"), "install.apt.mirror", where),
+            proxy=_string(apt.get("proxy"), "install.apt.proxy", where),
+        ),
+        reboot=_choice(install, "reboot", ("auto", "never"), "install", where),
+    )
+    allow_cpu = verify.get("allow_cpu", False)
+    if not isinstance(allow_cpu, bool):
+        raise _bad(where, "verify.allow_cpu", "must be true or false", "write allow_cpu: true")
+    return Config(sc, ic, VerifyConfig(allow_cpu), where)
+
+
+def _bad(where: str, key: str, what: str, hint: str, suggestions: list[str] | None = None) -> BadInput:
+    return BadInput(f"{where}: `{key}` {what}", hint, suggestions=suggestions)
+
+
+def _mapping(value: Any, key: str, where: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        name = key or "the top level"
+        raise _bad(
+            where,
+            name,
+            f"must be a mapping, not {type(value).__name__}",
+            "see the config schema in the README",
+        )
+    return value
+
+
+def _known(body: dict[str, Any], section: str, keys: set[str], where: str) -> None:
+    for key in body:
+        if str(key) in keys:
+            continue
+        path = f"{section}.{key}" if section else str(key)
+        close = difflib.get_close_matches(path, _ALL_PATHS, n=3, cutoff=0.6)
+        close += [c for c in difflib.get_close_matches(str(key), sorted(keys), n=2, cutoff=0.6)
+                  if (f"{section}.{c}" if section else c) not in close]  # fmt: skip
+        full = [c if "." in c or not section else f"{section}.{c}" for c in close]
+        hint = f"did you mean `{full[0]}`?" if full else f"known keys here: {', '.join(sorted(keys))}"
+        raise _bad(where, path, "is not a known key", hint, full)
+
+
+def _choice(body: dict[str, Any], key: str, choices: tuple[str, ...], section: str, where: str) -> str:
+    value = body.get(key, choices[0])
+    if not isinstance(value, str) or value.lower() not in choices:
+        raise _bad(
+            where,
+            f"{section}.{key}",
+            f"must be one of {', '.join(choices)} (got {value!r})",
+            f"write {key}: {choices[0]}",
+        )
+    return value.lower()
+
+
+def _driver(value: Any, where: str) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise _bad(
+            where,
+            "stack.driver",
+            f"must be auto, none, a branch or a version (got {value!r})",
+            'e.g. driver: "580"',
+        )
+    return str(value).strip().lower()
+
+
+def _version(value: Any, key: str, where: str) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise _bad(
+            where,
+            key,
+            f"must be none or a version string (got {value!r})",
+            f'quote it, e.g. {key.rsplit(".", maxsplit=1)[-1]}: "12.8"',
+        )
+    return str(value).strip()
+
+
+def _python(value: Any, where: str) -> str:
+    if isinstance(value, float):  # YAML reads 3.10 as 3.1: refuse rather than guess
+        raise _bad(
+            where,
+            "stack.python",
+            f"is a number ({value!r}); YAML turns 3.10 into 3.1",
+            'quote it: python: "3.10"',
+        )
+    if not isinstance(value, str):
+        raise _bad(where, "stack.python", f"must be auto or X.Y (got {value!r})", 'e.g. python: "3.11"')
+    return value.strip()
+
+
+def _string(value: Any, key: str, where: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise _bad(where, key, f"must be a string (got {value!r})", "quote the value")
+    return value
+
+
+def _strings(value: Any, key: str, where: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise _bad(where, key, "must be a list of strings", f"e.g. {key.rsplit('.', maxsplit=1)[-1]}: []")
+    return tuple(value)

@@ -1,0 +1,271 @@
+"""``provision.lock``: the resolved versions per host group, and drift against what a host has.
+
+The file is JSON (indent 2, a fixed key order, a trailing newline) so that it diffs well and
+the same resolution always writes the same bytes::
+
+    {"schema": "provision.lock/1",
+     "knowledge": {"version": ..., "sha256": ...},
+     "groups": [{"name": ..., "hosts": [...], "host": {...}, "stack": {...},
+                 "packages": {...}, "warnings": [...], "reasons": [...]}]}
+
+``host`` and ``stack`` are exactly the ``host`` and ``stack`` of ``provision resolve --json``.
+A missing or unreadable lock is bad input (exit 2).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from provision.errors import BadInput
+
+if TYPE_CHECKING:
+    from provision.matrix import Knowledge
+    from provision.resolve import Resolution
+
+SCHEMA = "provision.lock/1"
+GROUP_KEYS = ("name", "hosts", "host", "stack", "packages", "warnings", "reasons")
+
+
+@dataclass
+class LockGroup:
+    """Hosts that share one resolved stack (same GPU, count, OS, arch)."""
+
+    name: str
+    hosts: list[str]
+    host: dict[str, Any]
+    stack: dict[str, Any]
+    packages: dict[str, Any] = field(default_factory=dict)
+    warnings: list[dict[str, str]] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in GROUP_KEYS}
+
+    @classmethod
+    def from_resolution(cls, name: str, hosts: Sequence[str], resolution: Resolution) -> LockGroup:
+        doc = resolution.to_json()
+        return cls(
+            name=name,
+            hosts=list(hosts),
+            host=doc["host"],
+            stack=doc["stack"],
+            packages=resolution.packages,
+            warnings=doc["warnings"],
+            reasons=doc["reasons"],
+        )
+
+
+@dataclass
+class Lock:
+    knowledge: dict[str, str]
+    groups: list[LockGroup]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "knowledge": {
+                "version": self.knowledge.get("version", ""),
+                "sha256": self.knowledge.get("sha256", ""),
+            },
+            "groups": [g.to_json() for g in self.groups],
+        }
+
+    def group_for(self, host: str) -> LockGroup:
+        """The group that lists ``host``; BadInput when the lock does not cover it."""
+        group = find_group(self, host)
+        if group is None:
+            known = sorted(h for g in self.groups for h in g.hosts)
+            raise BadInput(
+                f"host `{host}` is not in the lock",
+                "run `provision plan` for this inventory"
+                + (f" (locked hosts: {', '.join(known[:5])})" if known else ""),
+                suggestions=known[:5],
+            )
+        return group
+
+
+def build_lock(groups: Sequence[LockGroup], knowledge: Knowledge | None = None) -> Lock:
+    """A lock over ``groups`` stamped with the knowledge they were resolved with."""
+    if knowledge is None:
+        from provision.matrix import load
+
+        knowledge = load()
+    return Lock({"version": knowledge.version, "sha256": knowledge.sha256}, list(groups))
+
+
+def find_group(lock: Lock, host: str) -> LockGroup | None:
+    for group in lock.groups:
+        if host in group.hosts:
+            return group
+    return None
+
+
+def dumps_lock(lock: Lock) -> str:
+    return json.dumps(lock.to_json(), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def write_lock(lock: Lock, path: Path | str) -> Path:
+    """Write atomically (a reader never sees half a lock)."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".provision.lock.", dir=p.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(dumps_lock(lock))
+        os.replace(tmp, p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return p
+
+
+def read_lock(path: Path | str) -> Lock:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise BadInput(f"no lock file at {p}", "run `provision plan` first or pass --lock FILE") from None
+    except OSError as exc:
+        raise BadInput(
+            f"cannot read lock file {p}: {exc.strerror}", "check the path and permissions"
+        ) from None
+    return parse_lock(text, str(p))
+
+
+def parse_lock(text: str, where: str = "provision.lock") -> Lock:
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BadInput(
+            f"{where} is not valid JSON (line {exc.lineno})", "regenerate it with `provision plan`"
+        ) from None
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        found = doc.get("schema") if isinstance(doc, dict) else None
+        raise BadInput(
+            f"{where} is not a {SCHEMA} file (schema: {found!r})", "regenerate it with `provision plan`"
+        )
+    knowledge = doc.get("knowledge")
+    groups = doc.get("groups")
+    if not isinstance(knowledge, dict) or not isinstance(groups, list):
+        raise BadInput(f"{where} lacks `knowledge` or `groups`", "regenerate it with `provision plan`")
+    out: list[LockGroup] = []
+    for i, g in enumerate(groups):
+        if not isinstance(g, dict) or any(k not in g for k in ("name", "hosts", "host", "stack")):
+            raise BadInput(
+                f"{where}: group {i} lacks name/hosts/host/stack", "regenerate it with `provision plan`"
+            )
+        out.append(
+            LockGroup(
+                name=str(g["name"]),
+                hosts=[str(h) for h in g["hosts"]],
+                host=dict(g["host"]),
+                stack=dict(g["stack"]),
+                packages=dict(g.get("packages") or {}),
+                warnings=list(g.get("warnings") or []),
+                reasons=[str(r) for r in g.get("reasons") or []],
+            )
+        )
+    return Lock({str(k): str(v) for k, v in knowledge.items()}, out)
+
+
+# --- drift ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Drift:
+    item: str  # driver | fabric_manager | torch | torch_variant | torch_cuda | cudnn | ...
+    expected: str | None
+    observed: str | None
+
+    def to_json(self) -> dict[str, str | None]:
+        return {"item": self.item, "expected": self.expected, "observed": self.observed}
+
+    def __str__(self) -> str:
+        return f"{self.item}: locked {self.expected or 'none'}, found {self.observed or 'none'}"
+
+
+def cudnn_number(version: str) -> str:
+    """``"9.10.2.21"`` -> ``"91002"``: the integer torch.backends.cudnn.version() reports.
+
+    cuDNN 9 encodes major*10000 + minor*100 + patch; cuDNN 8 and older major*1000 + minor*100 + patch.
+    """
+    parts = [int(p) for p in version.split(".")[:3]] + [0, 0, 0]
+    major, minor, patch = parts[:3]
+    return str(major * 10000 + minor * 100 + patch if major >= 9 else major * 1000 + minor * 100 + patch)
+
+
+def _public(version: str) -> tuple[str, str | None]:
+    """``"2.8.0+cu128"`` -> (``"2.8.0"``, ``"cu128"``)."""
+    base, _, local = version.partition("+")
+    return base, (local or None)
+
+
+def _major_minor(version: str) -> str:
+    return ".".join(version.split(".")[:2])
+
+
+def expected_versions(group: LockGroup) -> dict[str, str | None]:
+    """What the lock says a host of ``group`` should report, keyed like :func:`drift`'s input."""
+    s = group.stack
+    out: dict[str, str | None] = {}
+    drv = s.get("driver")
+    if drv:
+        out["driver"] = drv.get("version")
+    fm = s.get("fabric_manager")
+    if fm:
+        out["fabric_manager"] = fm.get("version")
+    if s.get("cuda_toolkit"):
+        out["cuda_toolkit"] = s["cuda_toolkit"].get("version")
+    fws = s.get("frameworks") or {}
+    torch = fws.get("torch")
+    if torch:
+        out["torch"] = torch.get("version")
+        out["torch_variant"] = torch.get("variant")
+        out["torch_cuda"] = torch.get("cuda")
+        out["cudnn"] = cudnn_number(torch["cudnn"]) if torch.get("cudnn") else None
+    for name in ("tensorflow", "jax"):
+        if name in fws:
+            out[name] = fws[name].get("version")
+    if s.get("python"):
+        out["python"] = s["python"]
+    return out
+
+
+def drift(group: LockGroup, observed: Mapping[str, str | None]) -> list[Drift]:
+    """Items whose observed version differs from the lock (only items that were observed).
+
+    ``observed`` is what verify/probe found, e.g. ``{"driver": "580.95.05", "torch":
+    "2.8.0+cu128", "torch_cuda": "12.8", "cudnn": "91002", "python": "3.11.2"}``; a key that is
+    absent was not looked at and is not drift, a key present with ``None`` means "not installed".
+    """
+    expected = expected_versions(group)
+    out: list[Drift] = []
+    for item, want in expected.items():
+        if item == "torch_variant":  # read from the local tag of the observed torch version
+            seen = observed.get("torch")
+            local = _public(seen)[1] if seen else None
+            if want is not None and local is not None and local != want:
+                out.append(Drift(item, want, local))
+            continue
+        if item not in observed:
+            continue
+        got = observed[item]
+        if not _same(item, want, got):
+            out.append(Drift(item, want, got))
+    return out
+
+
+def _same(item: str, want: str | None, got: str | None) -> bool:
+    if want is None or got is None:
+        return want == got
+    if item in ("torch", "tensorflow", "jax"):
+        return _public(got)[0] == _public(want)[0]
+    if item in ("torch_cuda", "cuda_toolkit", "python"):
+        return _major_minor(got) == _major_minor(want)
+    return str(got).strip() == str(want).strip()

@@ -1,0 +1,484 @@
+"""Load ``data/*.yaml`` into typed tables and answer lookups by name.
+
+The data is read once per process (:func:`load` is cached) and validated on the way in: a
+malformed entry is a bug in the data, reported with the file and entry so that it is fixed
+there, never papered over in code.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import re
+from collections.abc import Iterable
+from importlib import resources
+from typing import Any, cast
+
+import yaml
+
+from provision.errors import BadInput
+from provision.matrix.model import (
+    Architecture,
+    BranchClass,
+    CudaToolkit,
+    CudnnBuild,
+    CudnnRelease,
+    DriverBranch,
+    EnvConflict,
+    Gpu,
+    InstanceType,
+    JaxCudaLine,
+    JaxRelease,
+    KernelModuleRule,
+    MinorCompat,
+    OsRelease,
+    Packages,
+    Price,
+    Source,
+    Tables,
+    TensorflowRelease,
+    TorchRelease,
+    TorchVariant,
+    cc_tuple,
+)
+from provision.matrix.names import nearest, normalize
+
+_PCI = re.compile(r"^\[?(?:0x)?(10de):(?:0x)?([0-9a-f]{4})\]?$", re.IGNORECASE)
+
+
+# Every torch release has CPU wheels (download.pytorch.org/whl/cpu, version tag +cpu) on both archs.
+_CPU_VARIANT = TorchVariant(
+    name="cpu", cuda=None, cudnn=None, arch_list=(), ptx=False, aarch64=True, confidence="high"
+)
+
+
+class DataError(Exception):
+    """The shipped knowledge data is malformed (a bug in data/*.yaml, not in user input)."""
+
+
+def normalize_pci_id(text: str) -> str | None:
+    """``"10DE:2330"`` / ``"[10de:2330]"`` / ``"0x10de:0x2330"`` -> ``"10de:2330"``; else None."""
+    m = _PCI.match(text.strip())
+    return f"{m.group(1).lower()}:{m.group(2).lower()}" if m else None
+
+
+class Knowledge:
+    """The compatibility knowledge: typed tables plus name lookups.
+
+    ``version`` is the data's own version (meta.yaml); ``sha256`` covers every data file, so a
+    lockfile can tell whether it was resolved with exactly this knowledge.
+    """
+
+    def __init__(self, tables: Tables, version: str, sha256: str) -> None:
+        self.t = tables
+        self.version = version
+        self.sha256 = sha256
+        self._gpu_index: dict[str, str] = {}
+        self._gpus: dict[str, Gpu] = {}
+        self._pci: dict[str, Gpu] = {}
+        for g in tables.gpus:
+            self._gpus[g.name] = g
+            for n in (g.name, *g.aliases, *g.nvml_names):
+                self._gpu_index.setdefault(normalize(n), g.name)
+            for pci in g.pci_ids:
+                self._pci[pci] = g
+        self._os_index: dict[str, str] = {}
+        for o in tables.os_releases.values():
+            for n in (o.id, *o.aliases):
+                self._os_index[normalize(n)] = o.id
+        self._it_index = {normalize(n): n for n in tables.instance_types}
+
+    # --- GPUs -----------------------------------------------------------------------------
+    @property
+    def gpus(self) -> list[Gpu]:
+        return list(self.t.gpus)
+
+    def gpu(self, name: str) -> Gpu:
+        """A GPU by canonical name, alias, NVML name or PCI ID; unknown -> BadInput (exit 2)."""
+        pci = normalize_pci_id(name)
+        if pci is not None:
+            found = self._pci.get(pci)
+            if found is None:
+                raise BadInput(
+                    f"unknown GPU PCI ID `{name}`",
+                    "give the model name instead, e.g. --gpu H100-SXM; see `provision matrix`",
+                )
+            return found
+        return self._gpus[_lookup("GPU", name, self._gpu_index, "see `provision matrix` for known GPUs")]
+
+    def gpu_by_pci_id(self, pci_id: str) -> Gpu | None:
+        """The model for an lspci ID like ``10de:2330`` (any case), or None when unknown."""
+        pci = normalize_pci_id(pci_id)
+        return self._pci.get(pci) if pci else None
+
+    def architecture(self, name: str) -> Architecture:
+        return self.t.architectures[name]
+
+    # --- EC2 --------------------------------------------------------------------------------
+    def instance_type(self, name: str) -> InstanceType:
+        key = _lookup("EC2 instance type", name, self._it_index, "see `provision matrix --instances`")
+        return self.t.instance_types[key]
+
+    @property
+    def instance_types(self) -> list[InstanceType]:
+        return list(self.t.instance_types.values())
+
+    # --- OS ---------------------------------------------------------------------------------
+    def os_release(self, name: str) -> OsRelease:
+        key = _lookup("OS", name, self._os_index, "use os-release ID-VERSION_ID, e.g. ubuntu-22.04")
+        return self.t.os_releases[key]
+
+    @property
+    def os_releases(self) -> list[OsRelease]:
+        return list(self.t.os_releases.values())
+
+    # --- versions ---------------------------------------------------------------------------
+    def toolkit(self, version: str) -> CudaToolkit:
+        want = ".".join(version.strip().split(".")[:2])
+        for tk in self.t.toolkits:
+            if tk.version == want:
+                return tk
+        known = [tk.version for tk in self.t.toolkits]
+        close = _nearest_versions(want, known)
+        raise BadInput(
+            f"unknown CUDA toolkit version `{version}`",
+            f"known versions: {', '.join(close or known[:4])}",
+            suggestions=close,
+        )
+
+    def branch(self, branch: int) -> DriverBranch | None:
+        return next((b for b in self.t.branches if b.branch == branch), None)
+
+    def cudnn_release(self, version: str) -> CudnnRelease:
+        want = version.strip()
+        for rel in self.t.cudnn:  # newest first: "9.10" finds the newest 9.10.x
+            if rel.version == want or rel.version.startswith(want + "."):
+                return rel
+        known = [r.version for r in self.t.cudnn]
+        close = _nearest_versions(want, known)
+        raise BadInput(
+            f"unknown cuDNN version `{version}`",
+            f"known versions: {', '.join(close or known[:4])}",
+            suggestions=close,
+        )
+
+    def minor_floor(self, cuda_major: int) -> str | None:
+        mc = self.t.minor_compat.get(cuda_major)
+        return mc.min_driver if mc else None
+
+
+def _lookup(what: str, name: str, index: dict[str, str], otherwise: str) -> str:
+    """The canonical name for ``name`` in ``index``; unknown -> BadInput naming the nearest."""
+    key = index.get(normalize(name))
+    if key is not None:
+        return key
+    close = nearest(name, index)
+    hint = f"did you mean {', '.join(close)}?" if close else otherwise
+    raise BadInput(f"unknown {what} `{name}`", hint, suggestions=close)
+
+
+def _nearest_versions(want: str, known: list[str]) -> list[str]:
+    try:
+        target = tuple(int(p) for p in want.split(".")[:2])
+    except ValueError:
+        return known[:3]
+
+    def dist(v: str) -> tuple[int, int]:
+        parts = tuple(int(p) for p in v.split(".")[:2])
+        return abs(parts[0] - target[0]), abs(parts[1] - (target[1] if len(target) > 1 else 0))
+
+    return sorted(known, key=dist)[:2]
+
+
+# --- loading ----------------------------------------------------------------------------------
+
+
+def _files() -> list[tuple[str, bytes]]:
+    root = resources.files("provision.matrix") / "data"
+    out = [(p.name, p.read_bytes()) for p in root.iterdir() if p.name.endswith(".yaml")]
+    return sorted(out)
+
+
+def _yaml(text: bytes) -> Any:
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return yaml.load(text, Loader=loader)
+
+
+@functools.lru_cache(maxsize=1)
+def load() -> Knowledge:
+    """The knowledge shipped with this package (parsed once per process)."""
+    files = _files()
+    digest = hashlib.sha256()
+    docs: dict[str, Any] = {}
+    for name, data in files:
+        digest.update(name.encode() + b"\0" + data + b"\0")
+        docs[name] = _yaml(data) or {}
+    merged: dict[str, Any] = {}
+    for name, doc in docs.items():
+        for key, value in doc.items():
+            if key in merged:
+                raise DataError(f"data/{name}: section `{key}` is defined twice")
+            merged[key] = value
+    tables = build_tables(merged)
+    return Knowledge(tables, str(merged.get("version", "0")), digest.hexdigest())
+
+
+def build_tables(d: dict[str, Any]) -> Tables:
+    t = Tables()
+    t.sources = {k: Source(k, str(v["url"]), str(v.get("what", ""))) for k, v in d.get("sources", {}).items()}
+    t.default_os = str(d.get("default_os", t.default_os))
+    t.snapshot = str(d.get("snapshot_date", ""))
+    for a in d.get("architectures", []):
+        t.architectures[a["name"]] = Architecture(
+            name=a["name"],
+            compute_capabilities=tuple(a["compute_capabilities"]),
+            first_cuda=str(a["first_cuda"]),
+            min_driver_branch=int(a["min_driver_branch"]),
+            last_driver_branch=_opt_int(a.get("last_driver_branch")),
+            last_cuda=_opt_str(a.get("last_cuda")),
+            kernel_modules=cast(KernelModuleRule, a["kernel_modules"]),
+            source=_src(a),
+            confidence=str(a.get("confidence", "high")),
+        )
+    for g in d.get("gpus", []):
+        arch = t.architectures.get(g["arch"])
+        if arch is None:
+            raise DataError(f"gpu {g['name']}: unknown architecture {g['arch']!r}")
+        pci_forms = {str(k).lower(): str(v) for k, v in (g.get("pci_ids") or {}).items()}
+        t.gpus.append(
+            Gpu(
+                name=g["name"],
+                arch=arch.name,
+                compute_capability=str(g["compute_capability"]),
+                memory_gib=float(g["memory_gib"]),
+                pci_ids=tuple(pci_forms),
+                pci_forms=pci_forms,
+                nvml_names=tuple(g.get("nvml_names", [])),
+                aliases=tuple(g.get("aliases", [])),
+                needs_fabric_manager=bool(g.get("fabric_manager", False)),
+                kernel_modules=cast(KernelModuleRule, g.get("kernel_modules", arch.kernel_modules)),
+                min_driver_branch=int(g.get("min_driver_branch", arch.min_driver_branch)),
+                last_driver_branch=_opt_int(g.get("last_driver_branch", arch.last_driver_branch)),
+                min_cuda=str(g.get("min_cuda", arch.first_cuda)),
+                last_cuda=_opt_str(g.get("last_cuda", arch.last_cuda)),
+                host_arch=_opt_str(g.get("host_arch")),
+                note=str(g.get("note", "")),
+                source=_src(g),
+                confidence=str(g.get("confidence", "high")),
+            )
+        )
+    gpus = {g.name: g for g in t.gpus}
+    for fam in d.get("instance_families", []):
+        gpu = gpus.get(fam["gpu"])
+        if gpu is None:
+            raise DataError(f"instance family {fam['family']}: unknown GPU {fam['gpu']!r}")
+        for size, count in fam["sizes"].items():
+            p = (fam.get("prices") or {}).get(size)
+            price = (
+                Price(float(p["usd_per_hour"]), str(p["read"]), _src(p), str(p.get("confidence", "low")))
+                if p
+                else None
+            )
+            t.instance_types[size] = InstanceType(
+                name=size,
+                family=fam["family"],
+                gpu=gpu,
+                gpu_count=int(count),
+                arch=str(fam["arch"]),
+                fabric_manager=bool((fam.get("fabric_manager") or {}).get(size, False)),
+                efa=bool((fam.get("efa") or {}).get(size, False)),
+                gpu_memory_gib=float(fam.get("gpu_memory_gib", gpu.memory_gib)),
+                price=price,
+                note=str(fam.get("note", "")),
+                source=_src(fam),
+                confidence=str(fam.get("confidence", "high")),
+            )
+    for o in d.get("os_releases", []):
+        t.os_releases[o["id"]] = OsRelease(
+            id=o["id"],
+            family=o["family"],
+            pythons=tuple(str(p) for p in o["pythons"]),
+            gcc=int(o["gcc"]),
+            archs=tuple(o.get("archs", ["x86_64", "aarch64"])),
+            install_methods=tuple(o["install_methods"]),
+            repo_name=_opt_str(o.get("repo_name")),
+            eol=_opt_str(o.get("eol")),
+            aliases=tuple(o.get("aliases", [])),
+            source=_src(o),
+            confidence=str(o.get("confidence", "medium")),
+        )
+    for m in d.get("minor_version_compatibility", []):
+        major = int(m["cuda_major"])
+        t.minor_compat[major] = MinorCompat(major, str(m["min_driver"]), _src(m))
+    for c in d.get("cuda_toolkits", []):
+        t.toolkits.append(
+            CudaToolkit(
+                version=str(c["version"]),
+                releases={str(k): str(v) for k, v in (c.get("releases") or {}).items()},
+                full_compat_min_driver=_opt_str(c.get("full_compat_min_driver")),
+                minor_compat_min_driver=str(c["minor_compat_min_driver"]),
+                sm_min=int(c["sm_min"]),
+                sm_max=int(c["sm_max"]),
+                gcc_max=_opt_int(c.get("gcc_max")),
+                os=tuple(c.get("os", [])),
+                os_confidence=str(c.get("os_confidence", "low")),
+                source=_src(c),
+                confidence=str(c.get("confidence", "high")),
+            )
+        )
+    for b in d.get("driver_branches", []):
+        t.branches.append(
+            DriverBranch(
+                branch=int(b["branch"]),
+                cls=cast(BranchClass, b["class"]),
+                max_cuda=str(b["max_cuda"]),
+                eol=_opt_str(b.get("eol")),
+                newest=_opt_str(b.get("newest")),
+                releases=tuple(str(r) for r in b.get("releases", [])),
+                distro={str(k): str(v) for k, v in (b.get("distro") or {}).items()},
+                note=str(b.get("note", "")),
+                source=_src(b),
+                confidence=str(b.get("confidence", "high")),
+            )
+        )
+    for r in d.get("cudnn", []):
+        t.cudnn.append(
+            CudnnRelease(
+                version=str(r["version"]),
+                builds=tuple(CudnnBuild(int(b["cuda_major"]), str(b["min_driver"])) for b in r["builds"]),
+                min_cc=str(r["min_cc"]),
+                max_cuda_minor={
+                    int(b["cuda_major"]): str(b["max_cuda"]) for b in r["builds"] if "max_cuda" in b
+                },
+                source=_src(r),
+                confidence=str(r.get("confidence", "high")),
+            )
+        )
+    for r in d.get("pytorch", []):
+        variants = tuple(
+            TorchVariant(
+                name=str(v["name"]),
+                cuda=_opt_str(v.get("cuda")),
+                cudnn=_opt_str(v.get("cudnn")),
+                arch_list=tuple(str(a) for a in v.get("arch_list", [])),
+                ptx=bool(v.get("ptx", False)),
+                aarch64=bool(v.get("aarch64", False)),
+                confidence=str(v.get("confidence", r.get("confidence", "high"))),
+            )
+            for v in r["variants"]
+        )
+        variants = (*variants, _CPU_VARIANT)
+        for version in r["releases"]:
+            t.torch.append(
+                TorchRelease(
+                    version=str(version),
+                    python=tuple(str(p) for p in r["python"]),
+                    pypi_default=str(r["pypi_default"]),
+                    variants=variants,
+                    pypi_aarch64_cuda=bool(r.get("pypi_aarch64_cuda", False)),
+                    note=str(r.get("note", "")),
+                    source=_src(r),
+                    confidence=str(r.get("confidence", "high")),
+                )
+            )
+    for r in d.get("tensorflow", []):
+        t.tensorflow.append(
+            TensorflowRelease(
+                version=str(r["version"]),
+                python=tuple(str(p) for p in r["python"]),
+                cuda=str(r["cuda"]),
+                cudnn=str(r["cudnn"]),
+                and_cuda=bool(r["and_cuda"]),
+                exact_pins=bool(r.get("exact_pins", False)),
+                min_cc=str(r.get("min_cc", "5.0")),
+                note=str(r.get("note", "")),
+                source=_src(r),
+                confidence=str(r.get("confidence", "high")),
+            )
+        )
+    for line in d.get("jax_cuda_lines", []):
+        t.jax_lines[int(line["cuda_major"])] = JaxCudaLine(
+            extra=str(line["extra"]),
+            cuda_major=int(line["cuda_major"]),
+            min_driver=str(line["min_driver"]),
+            min_cc=str(line["min_cc"]),
+            source=_src(line),
+            confidence=str(line.get("confidence", "high")),
+        )
+    for r in d.get("jax", []):
+        t.jax.append(
+            JaxRelease(
+                version=str(r["version"]),
+                python=tuple(str(p) for p in r["python"]),
+                cuda_majors=tuple(int(m) for m in r["cuda_majors"]),
+                cudnn_min={int(k): str(v) for k, v in (r.get("cudnn_min") or {}).items()},
+                note=str(r.get("note", "")),
+                source=_src(r),
+                confidence=str(r.get("confidence", "high")),
+            )
+        )
+    for c in d.get("environment_conflicts", []):
+        t.conflicts.append(
+            EnvConflict(
+                first=str(c["first"]),
+                second=str(c["second"]),
+                ok=bool(c["ok"]),
+                why=str(c["why"]),
+                source=_src(c),
+                confidence=str(c.get("confidence", "high")),
+            )
+        )
+    p = d.get("packages")
+    if p:
+        t.packages = Packages(
+            driver={
+                m: {fam: {fl: tuple(names) for fl, names in fls.items()} for fam, fls in fams.items()}
+                for m, fams in p["driver"].items()
+            },
+            fabric_manager={
+                m: {fam: tuple(n) for fam, n in fams.items()} for m, fams in p["fabric_manager"].items()
+            },
+            cuda_toolkit={fam: tuple(n) for fam, n in p["cuda_toolkit"].items()},
+            cudnn={fam: tuple(n) for fam, n in p["cudnn"].items()},
+            repo_url=str(p["repo_url"]),
+            new_packaging_from=int(p["new_packaging_from"]),
+            source=_src(p),
+            confidence=str(p.get("confidence", "medium")),
+        )
+        t.torch_index = str(p.get("torch_index", t.torch_index))
+        t.pypi_index = str(p.get("pypi_index", t.pypi_index))
+    _check_sorted(t)
+    return t
+
+
+def _check_sorted(t: Tables) -> None:
+    """Newest first is what the resolver relies on when it takes the first that fits."""
+    from packaging.version import Version
+
+    def descending(name: str, keys: Iterable[Any]) -> None:
+        ks = list(keys)
+        if ks != sorted(ks, reverse=True):
+            raise DataError(f"data: `{name}` is not ordered newest first")
+
+    descending("gpus", (cc_tuple(g.compute_capability) for g in t.gpus))
+    descending("cuda_toolkits", (Version(c.version) for c in t.toolkits))
+    descending("driver_branches", (b.branch for b in t.branches))
+    descending("cudnn", (Version(c.version) for c in t.cudnn))
+    descending("pytorch", (Version(r.version) for r in t.torch))
+    descending("tensorflow", (Version(r.version) for r in t.tensorflow))
+    descending("jax", (Version(r.version) for r in t.jax))
+
+
+def _src(entry: dict[str, Any]) -> tuple[str, ...]:
+    s = entry.get("source")
+    if s is None:
+        return ()
+    return (str(s),) if isinstance(s, str) else tuple(str(x) for x in s)
+
+
+def _opt_str(v: Any) -> str | None:
+    return None if v is None else str(v)
+
+
+def _opt_int(v: Any) -> int | None:
+    return None if v is None else int(v)

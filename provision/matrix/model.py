@@ -1,0 +1,292 @@
+"""Typed records of the compatibility knowledge (what ``data/*.yaml`` says, after validation).
+
+Every record keeps ``source`` (ids of ``sources.yaml`` or URLs) and ``confidence`` so that the
+resolver's reasons and ``provision matrix`` can say where a fact comes from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from packaging.version import Version
+
+KernelModuleRule = Literal["open-only", "open-recommended", "proprietary-only"]
+BranchClass = Literal["ltsb", "production", "new-feature"]
+
+
+def cc_tuple(cc: str) -> tuple[int, int]:
+    """``"9.0"`` -> ``(9, 0)``; compute capabilities compare as tuples, never as floats."""
+    major, _, minor = cc.partition(".")
+    return int(major), int(minor or 0)
+
+
+def version_key(text: str) -> Version:
+    return Version(text)
+
+
+@dataclass(frozen=True)
+class Architecture:
+    name: str
+    compute_capabilities: tuple[str, ...]
+    first_cuda: str
+    min_driver_branch: int
+    last_driver_branch: int | None
+    last_cuda: str | None
+    kernel_modules: KernelModuleRule
+    source: tuple[str, ...]
+    confidence: str
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One GPU model. ``name`` is canonical (``H100-SXM``); the other names map onto it."""
+
+    name: str
+    arch: str
+    compute_capability: str
+    memory_gib: float
+    pci_ids: tuple[str, ...]  # "10de:2330", lower case
+    pci_forms: dict[str, str]  # pci id -> "sxm" | "pcie" | "card" | ... (with notes)
+    nvml_names: tuple[str, ...]
+    aliases: tuple[str, ...]
+    needs_fabric_manager: bool  # its HGX/NVSwitch baseboard form needs nvidia-fabricmanager
+    kernel_modules: KernelModuleRule
+    min_driver_branch: int
+    last_driver_branch: int | None  # None: still supported by the newest branches
+    min_cuda: str
+    last_cuda: str | None
+    host_arch: str | None  # "aarch64" for Grace superchips and AWS Graviton parts
+    note: str
+    source: tuple[str, ...]
+    confidence: str
+
+    @property
+    def cc(self) -> tuple[int, int]:
+        return cc_tuple(self.compute_capability)
+
+
+@dataclass(frozen=True)
+class Price:
+    usd_per_hour: float
+    read: str  # when the price was read (YYYY-MM)
+    source: tuple[str, ...]
+    confidence: str
+
+
+@dataclass(frozen=True)
+class InstanceType:
+    name: str
+    family: str
+    gpu: Gpu
+    gpu_count: int
+    arch: str
+    fabric_manager: bool
+    efa: bool
+    gpu_memory_gib: float
+    price: Price | None
+    note: str
+    source: tuple[str, ...]
+    confidence: str
+
+
+@dataclass(frozen=True)
+class OsRelease:
+    id: str  # "ubuntu-22.04": os-release ID-VERSION_ID
+    family: str  # debian | rhel | amzn
+    pythons: tuple[str, ...]  # installable from the OS's packages; the default first
+    gcc: int
+    archs: tuple[str, ...]
+    install_methods: tuple[str, ...]  # nvidia-repo, distro
+    repo_name: str | None  # the CUDA repository's directory name (ubuntu2204, rhel9, ...)
+    eol: str | None
+    aliases: tuple[str, ...]
+    source: tuple[str, ...]
+    confidence: str
+
+    @property
+    def default_python(self) -> str:
+        return self.pythons[0]
+
+
+@dataclass(frozen=True)
+class CudaToolkit:
+    version: str  # "12.8"
+    releases: dict[str, str]  # GA/U1.. -> bundled driver
+    full_compat_min_driver: str | None
+    minor_compat_min_driver: str
+    sm_min: int
+    sm_max: int
+    gcc_max: int | None
+    os: tuple[str, ...]
+    os_confidence: str
+    source: tuple[str, ...]
+    confidence: str
+
+    @property
+    def major(self) -> int:
+        return int(self.version.split(".")[0])
+
+
+@dataclass(frozen=True)
+class DriverBranch:
+    branch: int
+    cls: BranchClass
+    max_cuda: str
+    eol: str | None  # YYYY-MM, None while supported with no announced date
+    newest: str | None  # newest known release; None: no exact version known
+    releases: tuple[str, ...]
+    distro: dict[str, str]  # os id -> the version the distribution's own packages carry
+    note: str
+    source: tuple[str, ...]
+    confidence: str
+
+
+@dataclass(frozen=True)
+class CudnnBuild:
+    cuda_major: int
+    min_driver: str
+
+
+@dataclass(frozen=True)
+class CudnnRelease:
+    version: str  # "9.10.2.21"
+    builds: tuple[CudnnBuild, ...]
+    min_cc: str
+    max_cuda_minor: dict[int, str]  # cuda major -> newest CUDA minor the build supports
+    source: tuple[str, ...]
+    confidence: str
+
+    @property
+    def series(self) -> str:
+        return ".".join(self.version.split(".")[:2])
+
+
+@dataclass(frozen=True)
+class TorchVariant:
+    name: str  # cu128 | cpu
+    cuda: str | None  # "12.8"
+    cudnn: str | None
+    arch_list: tuple[str, ...]  # compute capabilities with SASS
+    ptx: bool  # PTX for the last arch (newer GPUs can JIT)
+    aarch64: bool  # a linux-aarch64 build of this variant exists
+    confidence: str
+
+    @property
+    def cuda_major(self) -> int | None:
+        return int(self.cuda.split(".")[0]) if self.cuda else None
+
+
+@dataclass(frozen=True)
+class TorchRelease:
+    version: str  # "2.8.0"
+    python: tuple[str, ...]
+    pypi_default: str
+    variants: tuple[TorchVariant, ...]
+    pypi_aarch64_cuda: bool  # the PyPI aarch64 wheel carries CUDA (from 2.11)
+    note: str
+    source: tuple[str, ...]
+    confidence: str
+
+    def variant(self, name: str) -> TorchVariant | None:
+        return next((v for v in self.variants if v.name == name), None)
+
+
+@dataclass(frozen=True)
+class TensorflowRelease:
+    version: str
+    python: tuple[str, ...]
+    cuda: str
+    cudnn: str
+    and_cuda: bool  # the [and-cuda] extra exists
+    exact_pins: bool  # the extra pins exact CUDA library versions (clash with other pins)
+    min_cc: str
+    note: str
+    source: tuple[str, ...]
+    confidence: str
+
+
+@dataclass(frozen=True)
+class JaxRelease:
+    version: str
+    python: tuple[str, ...]
+    cuda_majors: tuple[int, ...]
+    cudnn_min: dict[int, str]
+    note: str
+    source: tuple[str, ...]
+    confidence: str
+
+
+@dataclass(frozen=True)
+class JaxCudaLine:
+    extra: str  # cuda12 | cuda13
+    cuda_major: int
+    min_driver: str
+    min_cc: str
+    source: tuple[str, ...]
+    confidence: str
+
+
+@dataclass(frozen=True)
+class EnvConflict:
+    """Two frameworks whose pinned CUDA libraries cannot share one environment (or can)."""
+
+    first: str  # requirement, e.g. "tensorflow[and-cuda]==2.21.0"
+    second: str
+    ok: bool
+    why: str
+    source: tuple[str, ...]
+    confidence: str
+
+
+@dataclass(frozen=True)
+class Packages:
+    """Package-name templates per install method and OS family ({branch}, {version})."""
+
+    driver: dict[str, dict[str, dict[str, tuple[str, ...]]]]  # method -> family -> flavour -> names
+    fabric_manager: dict[str, dict[str, tuple[str, ...]]]  # method -> family -> names
+    cuda_toolkit: dict[str, tuple[str, ...]]  # family -> names ({major}, {minor})
+    cudnn: dict[str, tuple[str, ...]]  # family -> names ({cudnn_major}, {cuda_major})
+    repo_url: str
+    new_packaging_from: int  # branches from this use nvidia-driver-pinning-<branch>
+    source: tuple[str, ...]
+    confidence: str
+
+
+@dataclass(frozen=True)
+class Source:
+    id: str
+    url: str
+    what: str
+
+
+@dataclass(frozen=True)
+class MinorCompat:
+    cuda_major: int
+    min_driver: str
+    source: tuple[str, ...]
+
+
+@dataclass
+class Tables:
+    """Every table of the knowledge, filled by the loader."""
+
+    architectures: dict[str, Architecture] = field(default_factory=dict)
+    gpus: list[Gpu] = field(default_factory=list)
+    instance_types: dict[str, InstanceType] = field(default_factory=dict)
+    os_releases: dict[str, OsRelease] = field(default_factory=dict)
+    toolkits: list[CudaToolkit] = field(default_factory=list)
+    minor_compat: dict[int, MinorCompat] = field(default_factory=dict)
+    branches: list[DriverBranch] = field(default_factory=list)
+    cudnn: list[CudnnRelease] = field(default_factory=list)
+    torch: list[TorchRelease] = field(default_factory=list)
+    tensorflow: list[TensorflowRelease] = field(default_factory=list)
+    jax: list[JaxRelease] = field(default_factory=list)
+    jax_lines: dict[int, JaxCudaLine] = field(default_factory=dict)
+    conflicts: list[EnvConflict] = field(default_factory=list)
+    packages: Packages | None = None
+    sources: dict[str, Source] = field(default_factory=dict)
+    default_os: str = "ubuntu-24.04"
+    snapshot: str = ""
+    torch_index: str = "https://download.pytorch.org/whl"
+    pypi_index: str = "https://pypi.org/simple"

@@ -1,0 +1,111 @@
+"""The GPU and EC2 tables and their name lookups (the names `provision probe` maps lspci IDs to)."""
+
+from __future__ import annotations
+
+import pytest
+
+from provision.errors import BadInput
+from provision.matrix import load
+
+DESIGN_GPUS = [
+    "K80", "P100", "V100", "T4", "A10", "A10G", "A30", "A40", "A100-40GB", "A100-80GB", "L4", "L40",
+    "L40S", "H100-PCIe", "H100-SXM", "H100-NVL", "H200", "B200", "B300", "GB200", "RTX-3090",
+    "RTX-4090", "RTX-5090", "RTX-A6000", "RTX-6000-Ada", "RTX-PRO-6000-Blackwell",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", DESIGN_GPUS)
+def test_every_design_gpu_is_known_by_its_canonical_name(name: str) -> None:
+    assert load().gpu(name).name == name
+
+
+@pytest.mark.parametrize(
+    ("typed", "canonical"),
+    [
+        ("h100 sxm", "H100-SXM"),
+        ("H100_SXM", "H100-SXM"),
+        ("NVIDIA H100-SXM", "H100-SXM"),
+        ("NVIDIA H100 80GB HBM3", "H100-SXM"),
+        ("nvidia h100 pcie", "H100-PCIe"),
+        ("Tesla V100-SXM2-16GB", "V100"),
+        ("Tesla T4", "T4"),
+        ("NVIDIA A100-SXM4-40GB", "A100-40GB"),
+        ("NVIDIA GeForce RTX 4090", "RTX-4090"),
+        ("rtx 6000 ada generation", "RTX-6000-Ada"),
+        ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "RTX-PRO-6000-Blackwell"),
+        ("10de:2330", "H100-SXM"),
+        ("10DE:2335", "H200"),
+        ("[10de:26b9]", "L40S"),
+    ],
+)
+def test_names_users_and_tools_print_resolve_to_the_canonical_model(typed: str, canonical: str) -> None:
+    assert load().gpu(typed).name == canonical
+
+
+def test_gpu_fields_are_typed_and_complete() -> None:
+    h = load().gpu("H100-SXM")
+    assert (h.compute_capability, h.memory_gib, h.arch) == ("9.0", 80.0, "hopper")
+    assert "10de:2330" in h.pci_ids
+    assert "NVIDIA H100 80GB HBM3" in h.nvml_names
+    assert h.needs_fabric_manager is True
+    assert h.kernel_modules == "open-recommended"
+    assert load().gpu("V100").kernel_modules == "proprietary-only"
+    assert load().gpu("B200").kernel_modules == "open-only"
+    assert load().gpu("GH200").kernel_modules == "open-only"  # Grace Hopper: open modules required
+    assert load().gpu("K80").last_driver_branch == 470
+    assert load().gpu("L4").needs_fabric_manager is False
+
+
+def test_pci_lookup_is_case_insensitive_and_none_when_unknown() -> None:
+    k = load()
+    assert k.gpu_by_pci_id("10DE:2330") is k.gpu("H100-SXM")
+    assert k.gpu_by_pci_id("10de:ffff") is None
+    assert k.gpu_by_pci_id("8086:1234") is None
+    assert k.gpu_by_pci_id("garbage") is None
+
+
+def test_pci_ids_are_unique_across_models() -> None:
+    seen: dict[str, str] = {}
+    for g in load().gpus:
+        for pci in g.pci_ids:
+            assert pci not in seen, f"{pci} in {seen.get(pci)} and {g.name}"
+            seen[pci] = g.name
+
+
+@pytest.mark.parametrize(
+    ("typed", "expected"),
+    [("H100", "H100-SXM"), ("A10Q", "A10G"), ("RTX4080", "RTX-4090"), ("A100", "A100-40GB")],
+)
+def test_unknown_gpu_is_bad_input_with_nearest_names(typed: str, expected: str) -> None:
+    with pytest.raises(BadInput) as err:
+        load().gpu(typed)
+    assert expected in err.value.suggestions
+    assert err.value.exit_code == 2
+    assert "\n" not in err.value.one_line()
+
+
+def test_unknown_pci_id_is_bad_input() -> None:
+    with pytest.raises(BadInput, match="PCI ID"):
+        load().gpu("10de:ffff")
+
+
+def test_instance_types_carry_gpu_count_arch_and_price_date() -> None:
+    k = load()
+    p5 = k.instance_type("p5.48xlarge")
+    assert (p5.gpu.name, p5.gpu_count, p5.arch, p5.fabric_manager) == ("H100-SXM", 8, "x86_64", True)
+    assert p5.price is not None and p5.price.read and p5.price.usd_per_hour > 0
+    assert k.instance_type("P5.4XLARGE").fabric_manager is False
+    gb = k.instance_type("p6e-gb200.36xlarge")
+    assert (gb.gpu.name, gb.gpu_count, gb.arch) == ("GB200", 4, "aarch64")
+    assert k.instance_type("g5.xlarge").price is None  # no sourced price: unknown, not invented
+
+
+def test_unknown_instance_type_suggests_nearest() -> None:
+    with pytest.raises(BadInput) as err:
+        load().instance_type("p5.49xlarge")
+    assert "p5.48xlarge" in err.value.suggestions
+
+
+def test_load_is_cached_and_versioned() -> None:
+    assert load() is load()
+    assert load().version and len(load().sha256) == 64

@@ -1,0 +1,287 @@
+# ruff: noqa: E501  (a table: one resolver case per line reads better than wrapped dicts)
+"""Resolver cases, one per line: a request and a host, and what must come out.
+
+Each case names the rule it exercises. ``expect`` holds dotted paths into the resolve JSON
+(``stack.driver.branch``), ``warn`` the warning codes that must be present (``no_warn`` means
+none at all), ``unsat`` the rule that must be named first among the conflicts and ``suggest`` a
+suggestion option that must be offered. The versions come from the shipped knowledge.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from provision.errors import Unsatisfiable
+from provision.resolve import HostSpec, StackRequest, resolve
+
+REQ_KEYS = {"frameworks", "driver", "kernel_modules", "cuda_toolkit", "cudnn", "python", "torch_index",
+            "torch_variant", "install_method"}  # fmt: skip
+
+# (id, inputs, expectations)
+CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
+    # --- the DESIGN.md example and defaults -------------------------------------------------
+    ("design-example", {"gpu": "H100-SXM", "gpu_count": 8, "os": "ubuntu-22.04", "frameworks": ["torch==2.8.0"]},
+     {"stack.driver.branch": "580", "stack.driver.version": "580.95.05", "stack.driver.kernel_modules": "open",
+      "stack.fabric_manager.version": "580.95.05", "stack.frameworks.torch.variant": "cu128",
+      "stack.frameworks.torch.index_url": "https://download.pytorch.org/whl/cu128",
+      "stack.frameworks.torch.cudnn": "9.10.2.21", "stack.python": "3.10", "stack.cuda_toolkit": None,
+      "stack.cudnn": None, "no_warn": True}),
+    ("no-options", {}, {"host.gpu": None, "host.os": "ubuntu-24.04", "stack.frameworks.torch.version": "2.15.0",
+                        "stack.driver.branch": "595", "no_warn": True}),
+    ("default-torch-on-h100", {"gpu": "H100-SXM"}, {"stack.frameworks.torch.version": "2.15.0",
+                                                   "stack.fabric_manager": None}),
+    # --- gpu_arch: the wheel must carry code for the GPU ------------------------------------
+    ("5090-torch26-no-kernels", {"gpu": "RTX-5090", "frameworks": ["torch==2.6.0"]},
+     {"unsat": "gpu_arch", "suggest": "--framework"}),
+    ("5090-torch271-cu128-not-pypi", {"gpu": "RTX-5090", "frameworks": ["torch==2.7.1"]},
+     {"stack.frameworks.torch.variant": "cu128"}),
+    ("b200-torch271-cu128", {"gpu": "B200", "frameworks": ["torch==2.7.1"]}, {"stack.frameworks.torch.variant": "cu128"}),
+    ("h100-torch20-cu118-not-cu117", {"gpu": "H100-PCIe", "frameworks": ["torch==2.0.1"], "os": "ubuntu-22.04"},
+     {"stack.frameworks.torch.variant": "cu118"}),
+    ("k80-torch28-no-kernels", {"gpu": "K80", "frameworks": ["torch==2.8.0"]}, {"unsat": "gpu_arch", "suggest": "--framework"}),
+    ("k80-newest", {"gpu": "K80"}, {"stack.frameworks.torch.version": "2.7.1", "stack.frameworks.torch.variant": "cu118",
+                                    "stack.driver.branch": "470", "warn": {"eol_branch", "minor_version_compat"}}),
+    ("p100-torch215-unsat", {"gpu": "P100", "frameworks": ["torch==2.15.0"]}, {"unsat": "gpu_arch"}),
+    ("v100-newest-cu126", {"gpu": "V100"}, {"stack.frameworks.torch.version": "2.14.1",
+                                            "stack.frameworks.torch.variant": "cu126", "stack.driver.branch": "580"}),
+    ("v100-torch211-cu126", {"gpu": "V100", "frameworks": ["torch==2.11.0"]}, {"stack.frameworks.torch.variant": "cu126"}),
+    ("l4-runs-sm86-code", {"gpu": "L4", "frameworks": ["torch==2.0.1"], "os": "ubuntu-22.04"},
+     {"stack.frameworks.torch.variant": "cu117", "reason~": "binary compatible"}),
+    ("b300-runs-sm100-code", {"gpu": "B300", "frameworks": ["torch==2.9.1"]},
+     {"stack.frameworks.torch.variant": "cu128", "reason~": "binary compatible"}),
+    ("rtxpro6000-newest", {"gpu": "RTX-PRO-6000-Blackwell"}, {"stack.driver.kernel_modules": "open"}),
+    ("t4-torch20", {"gpu": "T4", "frameworks": ["torch==2.0.1"], "os": "ubuntu-22.04"},
+     {"stack.frameworks.torch.variant": "cu117"}),
+    # --- driver_cuda: the driver must run the wheel's CUDA ----------------------------------
+    ("h100-torch28-driver535-minor", {"gpu": "H100-SXM", "frameworks": ["torch==2.8.0"], "driver": "535"},
+     {"stack.driver.version": "535.247.01", "warn": {"minor_version_compat", "eol_branch"}}),
+    ("torch211-driver535-falls-to-cu128", {"gpu": "A100-80GB", "frameworks": ["torch==2.11.0"], "driver": "535"},
+     {"stack.frameworks.torch.variant": "cu128", "warn": {"minor_version_compat"}}),
+    ("torch212-driver535-cu126", {"gpu": "A100-80GB", "frameworks": ["torch==2.12.0"], "driver": "535"},
+     {"stack.frameworks.torch.variant": "cu126"}),
+    ("cu130-driver570-unsat", {"gpu": "L40S", "frameworks": ["torch==2.13.0+cu130"], "driver": "570"},
+     {"unsat": "driver_cuda", "suggest": "--driver"}),
+    ("cu132-driver580-minor", {"gpu": "L40S", "frameworks": ["torch==2.13.0+cu132"], "driver": "580"},
+     {"stack.frameworks.torch.variant": "cu132", "warn": {"minor_version_compat"}}),
+    ("cu132-auto-driver-595-full", {"gpu": "L40S", "frameworks": ["torch==2.13.0+cu132"]},
+     {"stack.driver.branch": "595", "no_warn": True}),
+    ("driver575-torch215-falls-back", {"gpu": "L4", "driver": "575"},
+     {"stack.frameworks.torch.version": "2.14.1", "stack.frameworks.torch.variant": "cu126"}),
+    ("driver-exact-pin", {"gpu": "A10G", "driver": "580.65.06", "frameworks": ["torch==2.8.0"]},
+     {"stack.driver.version": "580.65.06", "stack.driver.branch": "580"}),
+    ("driver-470-cuda12-unsat", {"gpu": "K80", "frameworks": ["torch==2.1.2+cu121"]}, {"unsat": "gpu_arch"}),
+    ("t4-driver470-torch-cu118", {"gpu": "T4", "driver": "470", "frameworks": ["torch==2.7.1"]},
+     {"stack.frameworks.torch.variant": "cu118", "warn": {"minor_version_compat"}}),
+    ("t4-driver470-torch28-unsat", {"gpu": "T4", "driver": "470", "frameworks": ["torch==2.8.0"]},
+     {"unsat": "driver_cuda"}),
+    # --- driver_gpu: the branch must drive the GPU -----------------------------------------
+    ("b200-driver550-unsat", {"gpu": "B200", "driver": "550"}, {"unsat": "driver_gpu", "suggest": "--driver"}),
+    ("v100-driver595-unsat", {"gpu": "V100", "driver": "595"}, {"unsat": "driver_gpu"}),
+    ("k80-driver535-unsat", {"gpu": "K80", "driver": "535"}, {"unsat": "driver_gpu"}),
+    ("rtx5090-driver570-ok", {"gpu": "RTX-5090", "driver": "570", "frameworks": ["torch==2.8.0"]},
+     {"stack.driver.branch": "570"}),
+    ("p100-last-branch-580", {"gpu": "P100"}, {"stack.driver.branch": "580"}),
+    # --- kernel_modules -------------------------------------------------------------------
+    ("v100-open-unsat", {"gpu": "V100", "kernel_modules": "open"}, {"unsat": "kernel_modules", "suggest": "--kernel-modules"}),
+    ("b200-proprietary-unsat", {"gpu": "B200", "kernel_modules": "proprietary"}, {"unsat": "kernel_modules"}),
+    ("gh200-proprietary-unsat", {"gpu": "GH200", "kernel_modules": "proprietary"}, {"unsat": "kernel_modules"}),
+    ("h100-proprietary-ok", {"gpu": "H100-PCIe", "kernel_modules": "proprietary"},
+     {"stack.driver.kernel_modules": "proprietary"}),
+    ("h100-auto-open", {"gpu": "H100-PCIe"}, {"stack.driver.kernel_modules": "open"}),
+    ("v100-auto-proprietary", {"gpu": "V100"}, {"stack.driver.kernel_modules": "proprietary"}),
+    ("k80-auto-proprietary", {"gpu": "K80"}, {"stack.driver.kernel_modules": "proprietary"}),
+    ("t4-620-proprietary-unsat", {"gpu": "T4", "driver": "620.10.01", "kernel_modules": "proprietary"},
+     {"unsat": "kernel_modules"}),
+    ("t4-620-exact-open-ok", {"gpu": "T4", "driver": "620.10.01"},
+     {"stack.driver.version": "620.10.01", "stack.driver.kernel_modules": "open"}),
+    ("branch-620-no-release-unsat", {"gpu": "T4", "driver": "620"}, {"unsat": "driver"}),
+    # --- fabric_manager -------------------------------------------------------------------
+    ("h100sxm-x8-fm", {"gpu": "H100-SXM", "gpu_count": 8}, {"stack.fabric_manager.version": "@stack.driver.version"}),
+    ("h100sxm-x4-no-fm", {"gpu": "H100-SXM", "gpu_count": 4}, {"stack.fabric_manager": None}),
+    ("h100pcie-x8-no-fm", {"gpu": "H100-PCIe", "gpu_count": 8}, {"stack.fabric_manager": None}),
+    ("a100-40-x8-fm", {"gpu": "A100-40GB", "gpu_count": 8}, {"stack.fabric_manager.version": "@stack.driver.version"}),
+    ("b200-x8-fm", {"gpu": "B200", "gpu_count": 8}, {"stack.fabric_manager.version": "@stack.driver.version"}),
+    ("h200-x8-fm", {"gpu": "H200", "gpu_count": 8}, {"stack.fabric_manager.version": "@stack.driver.version"}),
+    ("v100-x8-no-fm", {"gpu": "V100", "gpu_count": 8}, {"stack.fabric_manager": None}),
+    ("p5-48xl-fm", {"instance_type": "p5.48xlarge"}, {"host.gpu": "H100-SXM", "host.gpu_count": 8,
+                                                     "stack.fabric_manager.version": "@stack.driver.version"}),
+    ("p5-4xl-no-fm", {"instance_type": "p5.4xlarge"}, {"host.gpu_count": 1, "stack.fabric_manager": None}),
+    ("fm-with-driver-none-warns", {"gpu": "H100-SXM", "gpu_count": 8, "driver": "none"},
+     {"stack.driver": None, "stack.fabric_manager": None, "warn": {"fabric_manager_unmanaged", "driver_unmanaged"}}),
+    ("fm-distro-debian-unsat", {"gpu": "H100-SXM", "gpu_count": 8, "os": "debian-12", "install_method": "distro"},
+     {"unsat": "fabric_manager"}),
+    ("fm-pinned-driver-exact", {"gpu": "A100-80GB", "gpu_count": 8, "driver": "580.82.07"},
+     {"stack.fabric_manager.version": "580.82.07"}),
+    # --- python ---------------------------------------------------------------------------
+    ("jammy-torch215-python311", {"gpu": "A10", "os": "ubuntu-22.04", "frameworks": ["torch==2.15.0"]},
+     {"stack.python": "3.11"}),
+    ("jammy-python310-torch215-unsat", {"gpu": "A10", "os": "ubuntu-22.04", "frameworks": ["torch==2.15.0"],
+                                        "python": "3.10"}, {"unsat": "python", "suggest": "--python"}),
+    ("jammy-python310-newest", {"gpu": "A10", "os": "ubuntu-22.04", "python": "3.10"},
+     {"stack.frameworks.torch.version": "2.14.1"}),
+    ("debian12-python312-unsat", {"gpu": "A10", "os": "debian-12", "python": "3.12"}, {"unsat": "python"}),
+    ("rhel9-torch215-python312", {"gpu": "L4", "os": "rhel-9"}, {"stack.python": "3.12",
+                                                                 "stack.frameworks.torch.version": "2.15.0"}),
+    ("focal-newest-is-torch28", {"gpu": "A10", "os": "ubuntu-20.04"},
+     {"stack.frameworks.torch.version": "2.8.0", "stack.python": "3.9", "warn": {"eol_os"}}),
+    ("debian13-python313", {"gpu": "L4", "os": "debian-13"}, {"stack.python": "3.13"}),
+    # --- arch -----------------------------------------------------------------------------
+    ("gb200-x86-unsat", {"gpu": "GB200", "arch": "x86_64"}, {"unsat": "gpu_host_arch", "suggest": "--arch"}),
+    ("gb200-defaults-aarch64", {"gpu": "GB200"}, {"host.arch": "aarch64"}),
+    ("g5g-t4g-aarch64-torch28-cu129", {"instance_type": "g5g.xlarge", "frameworks": ["torch==2.8.0"]},
+     {"host.arch": "aarch64", "stack.frameworks.torch.variant": "cu129"}),
+    ("aarch64-pypi-torch210-unsat", {"gpu": "GH200", "torch_index": "pypi", "frameworks": ["torch==2.10.0"]},
+     {"unsat": "arch"}),
+    ("aarch64-pypi-torch211-ok", {"gpu": "GH200", "torch_index": "pypi", "frameworks": ["torch==2.11.0"]},
+     {"stack.frameworks.torch.index_url": "https://pypi.org/simple"}),
+    ("tf-aarch64-unsat", {"gpu": "GH200", "frameworks": ["tensorflow"]}, {"unsat": "arch"}),
+    # --- torch index and variants --------------------------------------------------------
+    ("pypi-torch271-5090-unsat", {"gpu": "RTX-5090", "torch_index": "pypi", "frameworks": ["torch==2.7.1"]},
+     {"unsat": "gpu_arch", "suggest": "--torch-index"}),
+    ("pypi-index-url", {"gpu": "H100-SXM", "torch_index": "pypi", "frameworks": ["torch==2.8.0"]},
+     {"stack.frameworks.torch.index_url": "https://pypi.org/simple", "packages.pip.requirements": ["torch==2.8.0"]}),
+    ("pytorch-index-local-tag", {"gpu": "H100-SXM", "torch_index": "pytorch", "frameworks": ["torch==2.8.0"]},
+     {"packages.pip.requirements": ["torch==2.8.0+cu128"]}),
+    ("variant-cu126-range", {"gpu": "H100-SXM", "torch_variant": "cu126", "frameworks": ["torch>=2.6"]},
+     {"stack.frameworks.torch.version": "2.14.1", "stack.frameworks.torch.variant": "cu126"}),
+    ("variant-cu118-torch28-unsat", {"gpu": "H100-SXM", "torch_variant": "cu118", "frameworks": ["torch==2.8.0"]},
+     {"unsat": "torch", "suggest": "--framework"}),
+    ("local-tag-cu128", {"gpu": "A10G", "frameworks": ["torch==2.7.1+cu128"]}, {"stack.frameworks.torch.variant": "cu128"}),
+    ("range-upper-bound", {"gpu": "A10G", "frameworks": ["torch>=2.5,<2.7"]}, {"stack.frameworks.torch.version": "2.6.0"}),
+    ("pypi-plus-cpu-unsat", {"torch_index": "pypi", "frameworks": ["torch==2.13.0+cpu"]}, {"unsat": "torch"}),
+    # --- CPU-only stacks (used by the end-to-end tests on GPU-less hosts) ----------------
+    ("cpu-torch", {"os": "debian-12", "frameworks": ["torch==2.13.0+cpu"]},
+     {"stack.driver": None, "stack.frameworks.torch.variant": "cpu", "stack.frameworks.torch.cuda": None,
+      "stack.frameworks.torch.index_url": "https://download.pytorch.org/whl/cpu",
+      "packages.pip.requirements": ["torch==2.13.0+cpu"], "no_warn": True}),
+    ("cpu-torch-driver-none", {"os": "debian-12", "frameworks": ["torch==2.13.0+cpu"], "driver": "none"},
+     {"stack.driver": None, "stack.frameworks.torch.variant": "cpu", "no_warn": True}),
+    ("cpu-variant-flag", {"os": "debian-12", "torch_variant": "cpu"}, {"stack.frameworks.torch.variant": "cpu",
+                                                                       "stack.driver": None}),
+    ("cpu-torch-with-gpu-keeps-driver", {"gpu": "T4", "frameworks": ["torch==2.13.0+cpu"]},
+     {"stack.frameworks.torch.variant": "cpu", "stack.driver.branch": "580"}),
+    # --- system CUDA toolkit ------------------------------------------------------------
+    ("toolkit-128-h100", {"gpu": "H100-SXM", "cuda_toolkit": "12.8"}, {"stack.cuda_toolkit.version": "12.8",
+                                                                        "packages.cuda_toolkit": ["cuda-toolkit-12-8"]}),
+    ("toolkit-128-driver535-minor", {"gpu": "H100-SXM", "cuda_toolkit": "12.8", "driver": "535"},
+     {"warn": {"minor_version_compat"}}),
+    ("toolkit-130-driver535-unsat", {"gpu": "H100-SXM", "cuda_toolkit": "13.0", "driver": "535"},
+     {"unsat": "driver_cuda", "suggest": "--cuda-toolkit"}),
+    ("toolkit-126-5090-unsat", {"gpu": "RTX-5090", "cuda_toolkit": "12.6"}, {"unsat": "toolkit_gpu"}),
+    ("toolkit-130-v100-unsat", {"gpu": "V100", "cuda_toolkit": "13.0"}, {"unsat": "toolkit_gpu"}),
+    ("toolkit-118-noble-warns", {"gpu": "T4", "cuda_toolkit": "11.8", "frameworks": ["torch==2.7.1+cu118"]},
+     {"warn": {"os_not_listed", "host_gcc"}}),
+    ("toolkit-none-by-default", {"gpu": "T4"}, {"stack.cuda_toolkit": None, "packages.cuda_toolkit": []}),
+    # --- system cuDNN ---------------------------------------------------------------------
+    ("cudnn917-v100-unsat", {"gpu": "V100", "cudnn": "9.17.1.4"}, {"unsat": "cudnn_gpu", "suggest": "--cudnn"}),
+    ("cudnn910-v100-deprecated", {"gpu": "V100", "cudnn": "9.10.2.21"}, {"warn": {"deprecated_gpu"},
+                                                                         "stack.cudnn.cuda_major": 12}),
+    ("cudnn910-toolkit130-unsat", {"gpu": "H100-SXM", "cudnn": "9.10.2.21", "cuda_toolkit": "13.0"},
+     {"unsat": "cudnn_cuda"}),
+    ("cudnn917-toolkit128", {"gpu": "H100-SXM", "cudnn": "9.17", "cuda_toolkit": "12.8"},
+     {"stack.cudnn.version": "9.17.1.4", "stack.cudnn.cuda_major": 12, "packages.cudnn": ["cudnn9-cuda-12"]}),
+    ("cudnn917-no-toolkit-cuda13", {"gpu": "H100-SXM", "cudnn": "9.17.1.4"}, {"stack.cudnn.cuda_major": 13}),
+    # --- TensorFlow -----------------------------------------------------------------------
+    ("tf-a10g", {"gpu": "A10G", "frameworks": ["tensorflow"]},
+     {"stack.frameworks.tensorflow.version": "2.21.0", "stack.frameworks.tensorflow.extras": ["and-cuda"]}),
+    ("tf213-needs-system-cuda", {"gpu": "A10G", "frameworks": ["tensorflow==2.13.0"]},
+     {"unsat": "tf_system_cuda", "suggest": "--framework"}),
+    ("tf-b200-ptx", {"gpu": "B200", "frameworks": ["tensorflow[and-cuda]"]}, {"warn": {"ptx_jit"}}),
+    ("tf-k80", {"gpu": "K80", "frameworks": ["tensorflow"], "os": "ubuntu-22.04"},
+     {"stack.frameworks.tensorflow.version": "2.14.0", "stack.driver.branch": "470"}),
+    ("tf-and-torch-different-majors", {"gpu": "H100-SXM", "frameworks": ["tensorflow", "torch"]},
+     {"stack.frameworks.tensorflow.version": "2.21.0", "stack.frameworks.torch.version": "2.15.0"}),
+    ("tf217-torch241-conflict", {"gpu": "H100-SXM", "frameworks": ["tensorflow[and-cuda]==2.17.0", "torch==2.4.1"]},
+     {"unsat": "env_conflict", "suggest": "--framework"}),
+    ("tf221-torch210-conflict", {"gpu": "H100-SXM", "frameworks": ["tensorflow==2.21.0", "torch==2.10.0"]},
+     {"unsat": "env_conflict"}),
+    ("tf220-torch28-ok", {"gpu": "H100-SXM", "frameworks": ["tensorflow==2.20.0", "torch==2.8.0"]},
+     {"stack.frameworks.torch.version": "2.8.0"}),
+    ("tf219-torch28-exact-pins", {"gpu": "H100-SXM", "frameworks": ["tensorflow==2.19.0", "torch==2.8.0"]},
+     {"unsat": "env_conflict"}),
+    # --- JAX ----------------------------------------------------------------------------
+    ("jax-h100-cuda13", {"gpu": "H100-SXM", "frameworks": ["jax"]},
+     {"stack.frameworks.jax.version": "0.10.2", "stack.frameworks.jax.extras": ["cuda13"]}),
+    ("jax-v100-cuda12", {"gpu": "V100", "frameworks": ["jax"]}, {"stack.frameworks.jax.extras": ["cuda12"]}),
+    ("jax13-v100-unsat", {"gpu": "V100", "frameworks": ["jax[cuda13]"]}, {"unsat": "gpu_arch", "suggest": "--framework"}),
+    ("jax-driver535-cuda12", {"gpu": "A100-80GB", "frameworks": ["jax"], "driver": "535"},
+     {"stack.frameworks.jax.extras": ["cuda12"]}),
+    ("jax-jammy-python311", {"gpu": "L4", "frameworks": ["jax"], "os": "ubuntu-22.04"}, {"stack.python": "3.11"}),
+    ("jax-python310", {"gpu": "L4", "frameworks": ["jax"], "os": "ubuntu-22.04", "python": "3.10"},
+     {"stack.frameworks.jax.version": "0.6.0"}),
+    ("jax12-torch271-cu126-cudnn-floor", {"gpu": "H100-SXM", "os": "ubuntu-22.04",
+                                          "frameworks": ["jax[cuda12]", "torch==2.7.1+cu126"]},
+     {"stack.frameworks.jax.version": "0.5.0"}),
+    # --- install methods and packages -----------------------------------------------------
+    ("debian12-distro-535", {"gpu": "T4", "os": "debian-12", "install_method": "distro"},
+     {"stack.driver.version": "535.247.01", "stack.driver.install_method": "distro",
+      "packages.driver.names": ["nvidia-driver", "nvidia-open-kernel-dkms", "linux-headers-amd64"]}),
+    ("debian12-distro-b200-unsat", {"gpu": "B200", "os": "debian-12", "install_method": "distro"},
+     {"unsat": "driver_gpu", "suggest": "--install-method"}),
+    ("rhel9-distro-unsat", {"gpu": "T4", "os": "rhel-9", "install_method": "distro"}, {"unsat": "install_method"}),
+    ("noble-distro-580-server", {"gpu": "L4", "os": "ubuntu-24.04", "install_method": "distro"},
+     {"packages.driver.names": ["nvidia-driver-580-server-open", "linux-modules-nvidia-580-server-open-generic"]}),
+    ("repo-ubuntu-580-open", {"gpu": "H100-SXM", "os": "ubuntu-22.04", "frameworks": ["torch==2.8.0"]},
+     {"packages.driver.names": ["nvidia-open-580"],
+      "packages.driver.repo": "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64/"}),
+    ("repo-595-pinning", {"gpu": "L4"}, {"stack.driver.branch": "595",
+                                         "packages.driver.names": ["nvidia-driver-pinning-595", "nvidia-open"]}),
+    ("repo-rhel-module", {"gpu": "H100-SXM", "os": "rhel-9", "frameworks": ["torch==2.8.0"]},
+     {"packages.driver.names": ["@nvidia-driver:580-open"]}),
+    ("fm-package-debian", {"gpu": "H100-SXM", "gpu_count": 8, "os": "ubuntu-22.04", "frameworks": ["torch==2.8.0"]},
+     {"packages.fabric_manager": ["nvidia-fabricmanager-580=580.95.05-1"]}),
+    ("amzn2023-alias", {"gpu": "A10G", "os": "amazonlinux-2023"}, {"host.os": "amzn-2023"}),
+    # --- end-of-life -------------------------------------------------------------------------
+    ("eol-branch-pinned", {"gpu": "A10G", "driver": "550", "frameworks": ["torch==2.6.0"]}, {"warn": {"eol_branch"}}),
+    ("no-eol-by-default", {"gpu": "A10G"}, {"no_warn": True}),
+]
+
+
+def _get(doc: dict[str, Any], path: str) -> Any:
+    cur: Any = doc
+    for part in path.split("."):
+        if cur is None:
+            return None
+        cur = cur[part]
+    return cur
+
+
+@pytest.mark.parametrize(("inputs", "expect"), [pytest.param(i, e, id=n) for n, i, e in CASES])
+def test_case(inputs: dict[str, Any], expect: dict[str, Any]) -> None:
+    req = StackRequest.build(**{k: v for k, v in inputs.items() if k in REQ_KEYS})
+    host = HostSpec.describe(**{k: v for k, v in inputs.items() if k not in REQ_KEYS})
+    if "unsat" in expect:
+        with pytest.raises(Unsatisfiable) as err:
+            resolve(req, host)
+        first = err.value.conflicts[0]
+        assert first.split(":")[0] == expect["unsat"], err.value.conflicts
+        if "suggest" in expect:
+            options = {c["option"] for s in err.value.suggestions for c in s["changes"]}
+            assert expect["suggest"] in options, err.value.suggestions
+        # every suggestion really resolves: applying it gives a stack
+        assert err.value.suggestions, "an unsatisfiable answer names at least one change that works"
+        return
+    res = resolve(req, host)
+    doc = res.to_json()
+    doc["packages"] = res.packages
+    codes = {w["code"] for w in doc["warnings"]}
+    for path, want in expect.items():
+        if path == "warn":
+            assert want <= codes, doc["warnings"]
+        elif path == "no_warn":
+            assert not codes, doc["warnings"]
+        elif path == "reason~":
+            assert any(want in r for r in doc["reasons"]), doc["reasons"]
+        elif isinstance(want, str) and want.startswith("@"):
+            assert _get(doc, path) == _get(doc, want[1:])
+        else:
+            assert _get(doc, path) == want, (path, doc["stack"], doc["host"])
+
+
+def test_there_are_at_least_80_cases_covering_ok_warning_and_unsatisfiable() -> None:
+    assert len(CASES) >= 80
+    assert sum("unsat" in e for _, _, e in CASES) >= 25
+    assert sum("warn" in e for _, _, e in CASES) >= 10
+    assert sum("unsat" not in e for _, _, e in CASES) >= 40

@@ -1,0 +1,185 @@
+"""Property tests: whatever the request and host, a resolved stack satisfies every rule.
+
+The rules are re-checked here from the knowledge tables directly (not through the resolver's
+own rule functions), so a resolver bug cannot hide behind itself. Unsatisfiable answers must
+name at least one failing rule.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from provision.errors import Unsatisfiable
+from provision.matrix import cc_tuple, load
+from provision.resolve import HostSpec, StackRequest, resolve
+
+K = load()
+GPUS = [g.name for g in K.gpus]
+OSES = [o.id for o in K.os_releases]
+TORCH = [r.version for r in K.t.torch]
+TF = [r.version for r in K.t.tensorflow if r.and_cuda]
+BRANCHES = [str(b.branch) for b in K.t.branches if b.newest]
+
+framework_sets = st.one_of(
+    st.just([]),
+    st.sampled_from(TORCH).map(lambda v: [f"torch=={v}"]),
+    st.sampled_from(TORCH).map(lambda v: [f"torch>={v}"]),
+    st.sampled_from(TORCH).map(lambda v: [f"torch=={v}+cpu"]),
+    st.sampled_from(TF).map(lambda v: [f"tensorflow[and-cuda]=={v}"]),
+    st.sampled_from(["jax", "jax[cuda12]", "jax[cuda13]"]).map(lambda j: [j]),
+    st.tuples(st.sampled_from(TORCH), st.sampled_from(TF)).map(lambda p: [f"torch=={p[0]}", f"tensorflow=={p[1]}"]),
+    st.just(["torch", "jax"]),
+)  # fmt: skip
+
+requests = st.fixed_dictionaries(
+    {
+        "frameworks": framework_sets,
+        "driver": st.one_of(st.just("auto"), st.just("none"), st.sampled_from(BRANCHES)),
+        "kernel_modules": st.sampled_from(["auto", "auto", "open", "proprietary"]),
+        "torch_index": st.sampled_from(["auto", "auto", "pypi", "pytorch"]),
+        "cuda_toolkit": st.one_of(st.none(), st.sampled_from(["12.8", "13.0", "12.2", "11.8"])),
+        "cudnn": st.one_of(st.none(), st.sampled_from(["9.10.2.21", "9.17.1.4"])),
+    }
+)
+hosts = st.fixed_dictionaries(
+    {
+        "gpu": st.one_of(st.none(), st.sampled_from(GPUS)),
+        "gpu_count": st.sampled_from([1, 2, 4, 8]),
+        "os": st.sampled_from(OSES),
+    }
+)
+
+
+def _check_invariants(req_in: dict[str, Any], host: HostSpec, doc: dict[str, Any]) -> None:
+    stack, codes = doc["stack"], {w["code"] for w in doc["warnings"]}
+    gpu = host.gpu
+    driver = stack["driver"]
+    fws = stack["frameworks"]
+    python = stack["python"]
+    # python: from the OS, supported by every framework
+    assert python in host.os.pythons
+    # frameworks: exactly those asked for (torch by default), each matching its specifier
+    asked = {f.split("[")[0].split("=")[0].split(">")[0] for f in req_in["frameworks"]} or {"torch"}
+    assert set(fws) == asked
+    for spec in req_in["frameworks"]:
+        name = spec.split("[")[0].split("=")[0].split(">")[0]
+        version_spec = spec[spec.index("]") + 1 :] if "]" in spec else spec[len(name) :]
+        assert Version(fws[name]["version"]) in SpecifierSet(version_spec.split("+")[0])
+    # driver rules
+    if req_in["driver"] == "none":
+        assert driver is None
+    if driver is not None:
+        branch = int(driver["branch"])
+        assert driver["version"].startswith(f"{branch}.")
+        if req_in["driver"] not in ("auto", "none"):
+            assert driver["branch"] == req_in["driver"]
+        if gpu is not None:
+            assert branch >= gpu.min_driver_branch
+            assert gpu.last_driver_branch is None or branch <= gpu.last_driver_branch
+            if gpu.kernel_modules == "proprietary-only":
+                assert driver["kernel_modules"] == "proprietary"
+            if gpu.kernel_modules == "open-only":
+                assert driver["kernel_modules"] == "open"
+        if req_in["kernel_modules"] != "auto":
+            assert driver["kernel_modules"] == req_in["kernel_modules"]
+        b = K.branch(branch)
+        assert b is not None
+        if b.eol and b.eol < K.t.snapshot:
+            assert "eol_branch" in codes
+    # fabric manager equals the driver exactly, and only on NVSwitch boards
+    needs_fm = gpu is not None and gpu.needs_fabric_manager and host.gpu_count >= 8
+    if needs_fm and driver is not None:
+        assert stack["fabric_manager"] == {"version": driver["version"]}
+    else:
+        assert stack["fabric_manager"] is None
+    # system CUDA and cuDNN only when asked
+    assert (stack["cuda_toolkit"] is None) == (req_in["cuda_toolkit"] is None)
+    assert (stack["cudnn"] is None) == (req_in["cudnn"] is None)
+    # torch: the wheel reaches the GPU and the driver runs its CUDA
+    t = fws.get("torch")
+    if t is not None:
+        rel = next(r for r in K.t.torch if r.version == t["version"])
+        variant = rel.variant(t["variant"])
+        assert variant is not None
+        assert python in rel.python
+        if variant.name == "cpu":
+            assert t["cuda"] is None and t["index_url"].endswith("/cpu")
+        else:
+            if req_in["torch_index"] == "pypi":
+                assert variant.name == rel.pypi_default and "pypi.org" in t["index_url"]
+            if gpu is not None:
+                ccs = [cc_tuple(a) for a in variant.arch_list]
+                exact = gpu.cc in ccs or any(a[0] == gpu.cc[0] and a[1] <= gpu.cc[1] for a in ccs)
+                assert exact or (variant.ptx and gpu.cc > max(ccs) and "ptx_jit" in codes)
+            if driver is not None:
+                cuda = variant.cuda
+                assert cuda is not None
+                floor = K.minor_floor(int(cuda.split(".")[0]))
+                assert floor is not None and Version(driver["version"]) >= Version(floor)
+                full = next(x.full_compat_min_driver for x in K.t.toolkits if x.version == cuda)
+                if full and Version(driver["version"]) < Version(full):
+                    assert "minor_version_compat" in codes
+    tf = fws.get("tensorflow")
+    if tf is not None:
+        assert host.arch == "x86_64"
+        rel_tf = next(r for r in K.t.tensorflow if r.version == tf["version"])
+        assert python in rel_tf.python
+        if gpu is not None:
+            assert gpu.cc >= cc_tuple(rel_tf.min_cc)
+        if driver is not None:
+            assert Version(driver["version"]) >= Version(K.minor_floor(int(rel_tf.cuda.split(".")[0])) or "0")
+    j = fws.get("jax")
+    if j is not None:
+        major = int(j["extras"][0].removeprefix("cuda"))
+        line = K.t.jax_lines[major]
+        if gpu is not None:
+            assert gpu.cc >= cc_tuple(line.min_cc)
+        if driver is not None:
+            assert Version(driver["version"]) >= Version(line.min_driver)
+
+
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(req_in=requests, host_in=hosts)
+def test_every_lock_satisfies_every_rule(req_in: dict[str, Any], host_in: dict[str, Any]) -> None:
+    req = StackRequest.build(**req_in)
+    host = HostSpec.describe(**{k: v for k, v in host_in.items() if k != "gpu_count" or host_in["gpu"]})
+    try:
+        res = resolve(req, host)
+    except Unsatisfiable as err:
+        assert err.conflicts and all(":" in c for c in err.conflicts)
+        return
+    doc = res.to_json()
+    _check_invariants(req_in, host, doc)
+    assert resolve(req, host).to_json() == doc  # pure: the same question, the same answer
+
+
+@settings(max_examples=60, deadline=None)
+@given(host_in=hosts)
+def test_suggestions_of_unsatisfiable_answers_resolve(host_in: dict[str, Any]) -> None:
+    """Every suggestion is a change that works: applying it to the request resolves."""
+    req = StackRequest.build(frameworks=["torch==2.6.0"], driver="535", kernel_modules="open")
+    host = HostSpec.describe(**{k: v for k, v in host_in.items() if k != "gpu_count" or host_in["gpu"]})
+    try:
+        resolve(req, host)
+    except Unsatisfiable as err:
+        assert err.suggestions, err.conflicts
+        for s in err.suggestions:
+            args: dict[str, Any] = {"frameworks": ["torch==2.6.0"], "driver": "535", "kernel_modules": "open"}
+            host_args = dict(host_in) if host_in["gpu"] else {"os": host_in["os"]}
+            frameworks: list[str] = []
+            for change in s["changes"]:
+                key = change["option"].removeprefix("--").replace("-", "_")
+                if key == "framework":
+                    frameworks.append(change["value"])
+                elif key in ("os", "arch"):
+                    host_args[key] = change["value"]
+                else:
+                    args[key] = change["value"]
+            if frameworks:
+                args["frameworks"] = frameworks
+            assert resolve(StackRequest.build(**args), HostSpec.describe(**host_args)).stack, s
