@@ -926,6 +926,11 @@ class Resolver:
                     total.merge(static)
                     total.merge(best[2])
                     return self.assemble(combo, python, best[1], total)
+        # Rules every driver choice fails on its own (a pinned branch too old for the GPU) are
+        # part of the answer whatever the nearest framework candidate was.
+        driver_only = [f for d in drivers for f in driver_checks[id(d)].failures]
+        if drivers and all(not driver_checks[id(d)].ok for d in drivers):
+            self.failures += driver_only
         raise self._unsatisfiable(self.failures + (self._nearest_miss or []))
 
     def _index_note(self, spec: FrameworkSpec) -> str:
@@ -1218,7 +1223,10 @@ def suggest(request: StackRequest, host: HostSpec, k: Knowledge) -> list[dict[st
             return None
         changes = _changes(request, after, host, h, res)
         if changes:
-            item = {**changes[0], "changes": changes, "summary": summary.format(res=res, stack=res.stack)}
+            text = summary.format(stack=res.stack)
+            if len(changes) > 1:
+                text = " ".join(f"{c['option']} {c['value']}" for c in changes) + f" ({text})"
+            item = {**changes[0], "changes": changes, "summary": text}
             if all(o["changes"] != changes for o in out):
                 out.append(item)
         return res

@@ -193,8 +193,8 @@ def render(con: Console, doc: dict[str, Any]) -> None:
 
     def table(title: str, rows: list[dict[str, Any]], columns: Sequence[str]) -> None:
         t = Table(title=title, show_header=True, header_style="bold", title_justify="left")
-        for c in columns:
-            t.add_column(c)
+        for i, c in enumerate(columns):
+            t.add_column(c, no_wrap=i == 0, overflow="fold")  # fold, never hide a value behind "…"
         for r in rows:
             t.add_row(*(_cell(r.get(c)) for c in columns))
         con.print(t)

@@ -1,5 +1,154 @@
-"""`provision probe`: Collect facts from the local machine or SSH hosts."""
+"""`provision probe`: facts from the local machine or SSH hosts, before anything is installed.
 
-from provision.commands._pending import pending_command
+Targets are checked (HOST syntax, inventory parse) before any host is contacted; hosts are then
+probed in parallel and each answers on its own: one unreachable host is reported and the others
+still give their facts (exit 1 overall when any host failed).
+"""
 
-probe = pending_command("probe", "Collect facts from the local machine or SSH hosts.")
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from provision.cli import command_options
+from provision.errors import BadInput, ExitCode
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from provision.hosts.gather import ProbeResult
+    from provision.hosts.inventory import HostTarget
+
+
+def select_targets(local: bool, hosts: tuple[str, ...], inventory: str | None) -> list[HostTarget]:
+    """``--local | HOST... | -i INVENTORY`` -> targets; BadInput for mixes and malformed input."""
+    from provision.hosts.inventory import LOCALHOST, load_inventory, parse_hosts
+
+    chosen = (("--local", local), ("HOST", bool(hosts)), ("-i", inventory is not None))
+    given = [name for name, on in chosen if on]
+    if len(given) > 1:
+        raise BadInput(f"give one of --local, HOST... or -i INVENTORY, not {' and '.join(given)}",
+                       "probe the local machine, named hosts, or an inventory's hosts")
+    if hosts:
+        return parse_hosts(hosts)
+    if inventory is not None:
+        return load_inventory(inventory)
+    return [LOCALHOST]
+
+
+@click.command(name="probe")
+@click.argument("hosts", nargs=-1, metavar="[HOST]...")
+@click.option("--local", is_flag=True, help="Probe the machine provision runs on (the default).")
+@click.option("-i", "--inventory", metavar="INVENTORY",
+              help="Probe the hosts of an Ansible inventory (INI or YAML).")
+@click.option("--accept-new-host-keys", is_flag=True,
+              help="Record the key of a host not yet in known_hosts (a changed key is still refused).")
+@click.option("--venv", metavar="PATH", help="Also report the framework versions in this venv on each host.")
+@click.option("-F", "--ssh-config", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
+              help="SSH config file to read instead of ~/.ssh/config.")
+@click.option("--connect-timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
+              metavar="SECONDS", help="Give up on a host that does not answer SSH within this time.")
+@click.option("--timeout", "command_timeout", type=click.FloatRange(min=1), default=120.0, show_default=True,
+              metavar="SECONDS", help="Give up on a host whose probe commands run longer.")
+@click.option("--parallel", type=click.IntRange(min=1), default=32, show_default=True,
+              help="Hosts probed at once.")
+@command_options
+def probe(
+    *,  # click passes options by name
+    hosts: tuple[str, ...],
+    local: bool,
+    inventory: str | None,
+    accept_new_host_keys: bool,
+    venv: str | None,
+    ssh_config: Path | None,
+    connect_timeout: float,
+    command_timeout: float,
+    parallel: int,
+    as_json: bool,
+) -> int:
+    """Collect facts from the local machine or SSH hosts.
+
+    HOST is [user@]name[:port]; SSH honours ~/.ssh/config (User, Port, IdentityFile,
+    UserKnownHostsFile, ProxyJump), ssh-agent and an inventory's ansible_host, ansible_user,
+    ansible_port and ansible_ssh_private_key_file. Host keys are verified against known_hosts.
+
+    Exit status: 0 every host answered, 1 a host failed or was unreachable, 2 bad input.
+    """
+    targets = select_targets(local, hosts, inventory)
+    from provision.hosts.gather import GatherOptions, matrix_lookup, probe_hosts
+
+    options = GatherOptions.from_env(venv=venv, command_timeout=command_timeout, lookup=matrix_lookup())
+    results = probe_hosts(targets, options, parallel=parallel, accept_new_host_keys=accept_new_host_keys,
+                          connect_timeout=connect_timeout, ssh_config=ssh_config)
+    ok = all(r.ok for r in results)
+    for r in results:
+        if r.error is not None:
+            sys.stderr.write(r.error.one_line() + "\n")
+    from provision.output import emit
+
+    emit({"ok": ok, "hosts": [r.to_json() for r in results]}, as_json, lambda c: _human(c, results))
+    return int(ExitCode.OK if ok else ExitCode.FAILED)
+
+
+def _yes_no(value: bool | None) -> str:
+    return "unknown" if value is None else ("yes" if value else "no")
+
+
+def _lines(facts: dict[str, Any]) -> list[tuple[str, str]]:
+    gpus: dict[str, int] = {}
+    for g in facts["gpus"]:
+        label = g["model"] or f"unknown NVIDIA {g['pci_id']}"
+        gpus[label] = gpus.get(label, 0) + 1
+    headers = facts["kernel_headers"] or {}
+    locks = facts["package_locks"]
+    upgrades = facts["unattended_upgrades"] or {}
+    driver = facts["driver_version"]
+    loaded = "loaded" if facts["driver_loaded"] else "not loaded"
+    rows = [
+        ("os", f"{facts['os']} ({facts['os_name'] or facts['os_codename'] or ''})".replace(" ()", "")),
+        ("arch / kernel", f"{facts['arch']} / {facts['kernel']}"),
+        ("kernel headers", "installed" if headers.get("installed")
+         else ("installable" if headers.get("installable") else "missing")),
+        ("gpus", ", ".join(f"{n} x {m}" for m, n in gpus.items()) or "none"),
+        ("nvswitches", str(facts["nvswitch_count"])),
+        ("driver", f"{driver} ({facts['driver_kernel_modules']}, {loaded})" if driver else "none"),
+        ("secure boot", _yes_no(facts["secure_boot"])),
+        ("nouveau loaded", _yes_no(facts["nouveau_loaded"])),
+        ("cuda toolkits", ", ".join(t["version"] for t in facts["cuda_toolkits"]) or "none"),
+        ("cudnn (system)", facts["cudnn"]["version"] if facts["cudnn"] else "none"),
+        ("python", ", ".join(facts["pythons"]) or "none"),
+        ("disk free", f"{facts['disk_free_gib']} GiB" if facts["disk_free_gib"] is not None else "unknown"),
+        ("memory / cpus", f"{facts['memory_gib']} GiB / {facts['cpus']}"),
+        ("package locks", "unknown" if locks is None else
+         (", ".join(f"{lk['path']} ({lk['process'] or lk['pid']})" for lk in locks) or "none held")),
+        ("unattended upgrades", "active" if upgrades.get("active") else "inactive"),
+        ("container runtimes", ", ".join(facts["container_runtimes"]) or "none"),
+    ]
+    if facts["nvml"]:
+        rows.insert(6, ("nvml", ", ".join(f"{g['name']} ({g['memory_mib']} MiB, cc {g['compute_capability']})"
+                                          for g in facts["nvml"]["gpus"]) or "no GPUs"))
+    if facts["venv"]:
+        venv = facts["venv"]
+        rows.append(("venv", venv["error"] or ", ".join(f"{k} {v}" for k, v in venv["packages"].items())
+                     or "no frameworks"))
+    if facts["ec2_instance_type"]:
+        rows.append(("ec2 instance type", facts["ec2_instance_type"]))
+    return rows
+
+
+def _human(console: Console, results: list[ProbeResult]) -> None:
+    from rich.markup import escape
+
+    for r in results:
+        if r.facts is None:
+            console.print(f"[bold]{escape(r.host)}[/bold]: [red]failed[/red] (see the error above)")
+            continue
+        facts = r.facts.to_json()
+        console.print(f"[bold]{escape(r.host)}[/bold] ({r.duration_s:.1f}s)")
+        for key, value in _lines(facts):
+            console.print(f"  {key:<20} {escape(value)}")
+        for warning in facts["warnings"]:
+            console.print(f"  [yellow]warning[/yellow]: {escape(warning)}")

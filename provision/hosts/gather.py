@@ -1,0 +1,410 @@
+"""Collect facts: run the probe commands over a :class:`Transport` and feed the pure parsers.
+
+One POSIX shell script per host carries every command (one SSH round trip, whatever the number
+of facts); its output is a series of sections, each the raw output of one real tool, which
+:mod:`provision.hosts.probe` parses. The few facts that need root (package-manager locks) run
+in a second script under ``sudo`` when the login user is not root. Hosts are probed in parallel.
+
+Small stdlib-only Python programs (``snippets/``) run on the host for what no standard tool
+prints: NVML, lock holders, venv package versions, the EC2 metadata service.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from provision.errors import OperationFailed, ProvisionError
+from provision.hosts import probe as p
+from provision.hosts.inventory import HostTarget
+from provision.hosts.transport import LocalTransport, SSHTransport, Transport, connect
+
+SNIPPETS = Path(__file__).with_name("snippets")
+IMDS_DEFAULT = "http://169.254.169.254"
+_SECTION = re.compile(r"^@@provision-section (\S+)@@$", re.M)
+UPGRADE_UNITS = ("unattended-upgrades.service", "apt-daily.service", "apt-daily-upgrade.service",
+                 "apt-daily-upgrade.timer", "dnf-automatic.timer", "dnf-automatic-install.timer",
+                 "dnf-automatic.service", "dnf-automatic-install.service")
+RUNTIMES = ("docker", "podman", "containerd", "nerdctl", "crictl", "nvidia-ctk", "nvidia-container-runtime")
+
+
+@dataclass(frozen=True)
+class GatherOptions:
+    """What to ask besides the fixed facts, and where the EC2 metadata service is."""
+
+    venv: str | None = None
+    # None: the standard address, asked only where DMI says the machine is on EC2. Set (tests,
+    # proxies): always asked there. AWS_EC2_METADATA_SERVICE_ENDPOINT / _DISABLED are honoured
+    # as in every AWS tool.
+    imds_endpoint: str | None = None
+    imds_disabled: bool = False
+    command_timeout: float = 120.0
+    lookup: p.GpuLookup = p.no_lookup
+
+    @classmethod
+    def from_env(cls, **kwargs: Any) -> GatherOptions:
+        endpoint = os.environ.get("AWS_EC2_METADATA_SERVICE_ENDPOINT") or None
+        disabled = os.environ.get("AWS_EC2_METADATA_DISABLED", "").lower() == "true"
+        return cls(imds_endpoint=endpoint, imds_disabled=disabled, **kwargs)
+
+
+def _snippet(name: str) -> str:
+    return (SNIPPETS / f"{name}.py").read_text()
+
+
+def _python_heredoc(python: str, name: str, args: str = "") -> str:
+    # A quoted heredoc: the shell expands nothing inside the program text.
+    end = f"PROVISION_{name.upper()}_EOF"
+    return f"{python} -B - {args} <<'{end}'\n{_snippet(name)}\n{end}\n"
+
+
+_HEADER = r"""
+export LC_ALL=C PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin:/usr/local/cuda/bin"
+sec() { printf '\n@@provision-section %s@@\n' "$1"; }
+PY=$(command -v python3 || command -v /usr/libexec/platform-python || true)
+"""
+
+_MAIN = r"""
+sec id; id -un; id -u
+sec hostname; hostname 2>/dev/null || cat /etc/hostname
+sec os_release; cat /etc/os-release 2>/dev/null || cat /usr/lib/os-release
+sec uname; uname -r; uname -m
+sec lspci; command -v lspci >/dev/null && lspci -nn 2>/dev/null
+sec sysfs_pci
+if ! command -v lspci >/dev/null; then
+  for d in /sys/bus/pci/devices/*; do
+    [ -r "$d/class" ] && echo "${d##*/} $(cat "$d/class") $(cat "$d/vendor") $(cat "$d/device")"
+  done
+fi
+sec proc_modules; cat /proc/modules 2>/dev/null
+sec proc_driver; cat /proc/driver/nvidia/version 2>/dev/null
+sec modinfo; modinfo nvidia 2>/dev/null
+sec dpkg
+command -v dpkg-query >/dev/null && dpkg-query -W -f='${db:Status-Abbrev}\t${Package}\t${Version}\n' \
+  'nvidia-*' 'libnvidia-*' 'cuda-*' 'libcudnn*' 'cudnn*' 'linux-headers-*' 2>/dev/null
+sec rpm
+command -v rpm >/dev/null && rpm -qa --qf '%{NAME}\t%|EPOCH?{%{EPOCH}:}:{}|%{VERSION}-%{RELEASE}\n' \
+  'nvidia*' 'kmod-nvidia*' 'cuda*' 'libcudnn*' 'kernel-devel*' 2>/dev/null
+sec headers_build; [ -e "/lib/modules/$(uname -r)/build" ] && echo yes || echo no
+sec apt_headers
+if command -v apt-cache >/dev/null; then
+  ls /var/lib/apt/lists/ 2>/dev/null | grep -q '_Packages' && echo "@@lists yes" || echo "@@lists no"
+  apt-cache policy "linux-headers-$(uname -r)" 2>/dev/null
+fi
+sec dnf_headers
+if command -v dnf >/dev/null; then
+  timeout 30 dnf -q --cacheonly list --available "kernel-devel-$(uname -r)" 2>&1; echo "@@rc $?"
+fi
+sec efi; [ -d /sys/firmware/efi ] && echo yes || echo no
+sec mokutil; command -v mokutil >/dev/null && mokutil --sb-state 2>&1
+sec efivar_sb
+for f in /sys/firmware/efi/efivars/SecureBoot-*; do [ -r "$f" ] && od -An -tu1 "$f" 2>/dev/null; break; done
+sec nvidia_smi; command -v nvidia-smi >/dev/null && timeout 60 nvidia-smi -q -x 2>/dev/null
+sec nvml
+if ! command -v nvidia-smi >/dev/null && [ -n "$PY" ]; then
+@@NVML@@
+fi
+sec cuda_dirs
+for d in /usr/local/cuda-*; do
+  [ -d "$d" ] || continue
+  for f in "$d/version.json" "$d/version.txt"; do [ -f "$f" ] && { echo "@@file $d"; cat "$f"; break; }; done
+done
+sec nvcc; command -v nvcc && nvcc --version 2>/dev/null
+sec cudnn_header
+for f in /usr/include/cudnn_version.h /usr/include/*-linux-gnu/cudnn_version*.h \
+         /usr/local/cuda/include/cudnn_version.h; do
+  [ -f "$f" ] && { echo "@@file $f"; grep -E '#define CUDNN_(MAJOR|MINOR|PATCHLEVEL)' "$f"; break; }
+done
+sec python; [ -n "$PY" ] && "$PY" --version 2>&1
+sec pythons; ls /usr/bin /usr/local/bin 2>/dev/null | grep -E '^python[0-9]+\.[0-9]+$'
+sec df; df -P -k / /var 2>/dev/null
+sec meminfo; cat /proc/meminfo 2>/dev/null
+sec nproc; nproc 2>/dev/null || getconf _NPROCESSORS_ONLN
+sec units; command -v systemctl >/dev/null && systemctl is-active @@UNITS@@ 2>/dev/null
+sec processes; ps -eo comm= 2>/dev/null
+sec apt_periodic
+command -v apt-config >/dev/null && apt-config dump 2>/dev/null | grep -i 'Periodic::Unattended-Upgrade'
+sec runtimes; for t in @@RUNTIMES@@; do c=$(command -v "$t") && echo "$t $c"; done
+sec imds
+@@IMDS@@
+sec venv
+@@VENV@@
+"""
+
+_ROOT = r"""
+sec locks
+[ -n "$PY" ] && @@LOCKS@@
+"""
+
+_ON_EC2 = ("grep -qis -e amazon -e '^ec2' /sys/class/dmi/id/sys_vendor /sys/class/dmi/id/bios_vendor "
+           "/sys/hypervisor/uuid 2>/dev/null")
+
+
+def main_script(options: GatherOptions, with_root: bool) -> str:
+    """The script of the unprivileged facts (and the root ones when the user is root anyway)."""
+    import shlex
+
+    if options.imds_disabled:
+        imds = ":"
+    elif options.imds_endpoint:
+        imds = f'[ -n "$PY" ] && {_python_heredoc("$PY", "imds", shlex.quote(options.imds_endpoint))}'
+    else:
+        imds = f'[ -n "$PY" ] && {_ON_EC2} && {_python_heredoc("$PY", "imds", IMDS_DEFAULT)}'
+    venv = ":"
+    if options.venv:
+        venv_python = shlex.quote(options.venv.rstrip("/") + "/bin/python")
+        venv = f"[ -x {venv_python} ] && {_python_heredoc(venv_python, 'venv_packages')}"
+    body = (_MAIN.replace("@@NVML@@", _python_heredoc('"$PY"', "nvml_query"))
+            .replace("@@UNITS@@", " ".join(UPGRADE_UNITS))
+            .replace("@@RUNTIMES@@", " ".join(RUNTIMES))
+            .replace("@@IMDS@@", imds)
+            .replace("@@VENV@@", venv))
+    return _HEADER + body + (root_body() if with_root else "")
+
+
+def root_body() -> str:
+    return _ROOT.replace("@@LOCKS@@", _python_heredoc('"$PY"', "package_locks"))
+
+
+def root_script() -> str:
+    return _HEADER + root_body()
+
+
+def split_sections(output: str) -> dict[str, str]:
+    """``@@provision-section NAME@@`` markers -> {NAME: the text printed after it}."""
+    parts = _SECTION.split(output)
+    return {parts[i]: parts[i + 1].strip("\n") for i in range(1, len(parts) - 1, 2)}
+
+
+def _files(text: str) -> list[tuple[str, str]]:
+    """``@@file PATH`` blocks of one section -> [(path, content)]."""
+    chunks = re.split(r"^@@file (.+)$", text, flags=re.M)
+    return [(chunks[i].strip(), chunks[i + 1]) for i in range(1, len(chunks) - 1, 2)]
+
+
+def facts_from_sections(sections: dict[str, str], options: GatherOptions) -> p.HostFacts:
+    """Pure: the raw sections of a host's output -> its facts."""
+    s = sections.get
+    facts = p.HostFacts()
+    ident = s("id", "").split()
+    facts.user = ident[0] if ident else None
+    facts.privileged = len(ident) > 1 and ident[1] == "0"
+    facts.hostname = s("hostname", "").strip() or None
+    if s("os_release"):
+        facts.os = p.parse_os_release(s("os_release", ""))
+    uname = s("uname", "").split()
+    if len(uname) >= 2:
+        facts.kernel, facts.arch = uname[0], uname[1]
+
+    devices = p.parse_lspci_nn(s("lspci", "")) or p.parse_sysfs_pci(s("sysfs_pci", ""))
+    facts.gpus, facts.nvswitch_count = p.classify_pci(devices, options.lookup)
+    modules = p.parse_proc_modules(s("proc_modules", ""))
+    facts.nouveau_loaded = "nouveau" in modules
+    facts.nvidia_module_loaded = "nvidia" in modules or bool(s("proc_driver"))
+
+    packages = {**p.parse_dpkg_query(s("dpkg", "")), **p.parse_rpm_query(s("rpm", ""))}
+    facts.driver_packages = p.driver_packages(packages)
+    facts.driver = (p.parse_proc_driver_version(s("proc_driver", "")) or p.parse_modinfo(s("modinfo", ""))
+                    or p.driver_from_packages(packages) or p.DriverInfo(None, None))
+
+    if s("nvidia_smi"):
+        try:
+            facts.nvml = p.parse_nvidia_smi_xml(s("nvidia_smi", ""))
+        except Exception as exc:  # ElementTree's ParseError and friends: report, keep the rest
+            facts.nvml_error = f"nvidia-smi -q -x did not parse: {exc}"
+    elif s("nvml"):
+        facts.nvml, facts.nvml_error = p.parse_nvml_json(s("nvml", ""))
+    if facts.nvml and facts.driver.version is None:
+        facts.driver = p.DriverInfo(facts.nvml.driver_version, facts.driver.flavor)
+
+    facts.kernel_headers = _headers(sections, packages, facts.kernel)
+    facts.efi = s("efi", "").strip() == "yes" if s("efi") else None
+    facts.secure_boot = p.parse_mokutil_sb_state(s("mokutil", "")) if s("mokutil") else None
+    if facts.secure_boot is None:
+        facts.secure_boot = p.parse_efivar_secure_boot(s("efivar_sb", "")) if s("efivar_sb") else None
+    if facts.secure_boot is None and facts.efi is False:
+        facts.secure_boot = False  # legacy BIOS boot: there is no Secure Boot to reject modules
+
+    toolkits = {t.version: t for t in p.cuda_toolkits_from_packages(packages)}
+    for path, content in _files(s("cuda_dirs", "")):
+        tk = p.parse_cuda_version_file(path, content)
+        if tk:
+            toolkits[tk.version] = tk
+    nvcc_lines = s("nvcc", "").splitlines()
+    nvcc = p.parse_nvcc_version(s("nvcc", ""))
+    if nvcc and nvcc not in toolkits:  # e.g. Debian's nvidia-cuda-toolkit: /usr/bin/nvcc
+        where = nvcc_lines[0].rsplit("/bin/", 1)[0] if nvcc_lines and "/bin/" in nvcc_lines[0] else None
+        toolkits[nvcc] = p.CudaToolkit(nvcc, where or None)
+    facts.cuda_toolkits = sorted(toolkits.values(), key=lambda t: [int(x) for x in t.version.split(".")])
+    header = _files(s("cudnn_header", ""))
+    version = p.parse_cudnn_header(header[0][1]) if header else None
+    facts.cudnn = p.Cudnn(version, header[0][0]) if version else p.cudnn_from_packages(packages)
+
+    facts.python = p.parse_python_version(s("python", ""))
+    facts.pythons = p.parse_python_list(s("pythons", ""))
+    if facts.python and facts.python not in facts.pythons:
+        facts.pythons = sorted([*facts.pythons, facts.python], key=lambda v: [int(x) for x in v.split(".")])
+    if options.venv:
+        facts.venv = p.parse_venv_json(options.venv, s("venv", ""))
+    facts.disks = p.parse_df(s("df", ""))
+    facts.memory_bytes = p.parse_meminfo(s("meminfo", ""))
+    nproc = s("nproc", "").strip()
+    facts.cpus = int(nproc) if nproc.isdigit() else None
+
+    states = s("units", "").split()
+    # `systemctl is-active A B ...` prints one state per unit, in order.
+    units = ""
+    if len(states) == len(UPGRADE_UNITS):
+        units = "\n".join(f"{u} {st}" for u, st in zip(UPGRADE_UNITS, states, strict=True))
+    facts.unattended_upgrades = p.parse_unattended(units, s("processes", ""), s("apt_periodic", ""))
+    facts.container_runtimes = p.parse_container_runtimes(s("runtimes", ""))
+    facts.ec2_instance_type = p.parse_ec2_instance_type(s("imds", ""))
+    if "locks" in sections:
+        facts.package_locks, why = p.parse_locks_json(s("locks", ""))
+        if why:
+            facts.warnings.append(why)
+    return facts
+
+
+def _headers(sections: dict[str, str], packages: dict[str, str], kernel: str | None) -> p.KernelHeaders:
+    s = sections.get
+    installed = s("headers_build", "").strip() == "yes"
+    installable: bool | None = None
+    package: str | None = None
+    # /lib/modules/$(uname -r)/build is what DKMS builds against; both linux-headers-* (deb) and
+    # kernel-devel (rpm) provide it.
+    if s("apt_headers") and kernel:
+        package = f"linux-headers-{kernel}"
+        installed = installed or package in packages
+        text = s("apt_headers", "")
+        installable = p.parse_apt_cache_policy(text, "@@lists no" not in text)
+    elif s("dnf_headers") and kernel:
+        text = s("dnf_headers", "")
+        m = re.search(r"^@@rc (\d+)$", text, re.M)
+        package = f"kernel-devel-{kernel}"
+        installable = p.parse_dnf_list(text, int(m.group(1)) if m else 1)
+    if installed:
+        installable = True
+    return p.KernelHeaders(installed=installed, installable=installable, package=package)
+
+
+def _known_root(transport: Transport) -> bool | None:
+    if isinstance(transport, SSHTransport):
+        return transport.user == "root"
+    if isinstance(transport, LocalTransport):
+        return os.geteuid() == 0
+    return None
+
+
+def gather(transport: Transport, options: GatherOptions | None = None) -> p.HostFacts:
+    """All facts of one host. Raises OperationFailed when the host cannot run the script at all."""
+    import shlex
+
+    options = options or GatherOptions()
+    root = _known_root(transport)
+    result = transport.run(shlex.join(["sh", "-c", main_script(options, with_root=bool(root))]),
+                           timeout=options.command_timeout)
+    sections = split_sections(result.stdout)
+    if "id" not in sections:
+        why = result.stderr.strip()[:200] or "no output"
+        raise OperationFailed(f"probe script failed on {transport.name}: {why}",
+                              "check that the host has a POSIX sh and coreutils")
+    warnings: list[str] = []
+    if not root and sections["id"].split()[1:2] != ["0"]:
+        # Not root: the root-only facts under sudo (never prompting), else as the user, marked.
+        privileged = transport.run(shlex.join(["sh", "-c", root_script()]), sudo=True,
+                                   timeout=options.command_timeout)
+        if "locks" in split_sections(privileged.stdout):
+            sections.update(split_sections(privileged.stdout))
+        else:
+            said = privileged.stderr.strip().splitlines()
+            warnings.append(f"sudo failed ({said[-1] if said else 'no output'}); "
+                            "facts that need root were read as the login user")
+            plain = transport.run(shlex.join(["sh", "-c", root_script()]), timeout=options.command_timeout)
+            sections.update(split_sections(plain.stdout))
+    facts = facts_from_sections(sections, options)
+    facts.warnings[:0] = warnings
+    return facts
+
+
+@dataclass
+class ProbeResult:
+    """One host's answer: facts, or the error that stopped the probe."""
+
+    host: str
+    facts: p.HostFacts | None = None
+    error: ProvisionError | None = None
+    duration_s: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "host": self.host,
+            "ok": self.ok,
+            "error": self.error.to_json()["error"] if self.error else None,
+            "facts": self.facts.to_json() if self.facts else None,
+            "duration_s": round(self.duration_s, 2),
+        }
+
+
+def probe_one(
+    target: HostTarget,
+    options: GatherOptions,
+    *,
+    accept_new_host_keys: bool = False,
+    connect_timeout: float = 10.0,
+    ssh_config: Path | None = None,
+    env: dict[str, str] | None = None,
+) -> ProbeResult:
+    start = time.monotonic()
+    try:
+        transport = connect(target, accept_new_host_keys=accept_new_host_keys,
+                            connect_timeout=connect_timeout, ssh_config=ssh_config, env=env)
+        try:
+            facts = gather(transport, options)
+        finally:
+            transport.close()
+    except ProvisionError as exc:
+        return ProbeResult(target.name, error=exc, duration_s=time.monotonic() - start)
+    return ProbeResult(target.name, facts=facts, duration_s=time.monotonic() - start)
+
+
+def probe_hosts(
+    targets: Sequence[HostTarget],
+    options: GatherOptions,
+    *,
+    parallel: int = 16,
+    on_done: Callable[[ProbeResult], None] | None = None,
+    **connect_kwargs: Any,
+) -> list[ProbeResult]:
+    """Probe every target at once (up to ``parallel``); results in the order of ``targets``.
+
+    A host that fails is reported in its result; the others still answer.
+    """
+    def one(target: HostTarget) -> ProbeResult:
+        result = probe_one(target, options, **connect_kwargs)
+        if on_done:
+            on_done(result)
+        return result
+
+    if len(targets) == 1:
+        return [one(targets[0])]
+    with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(targets)))) as pool:
+        return list(pool.map(one, targets))
+
+
+def matrix_lookup() -> p.GpuLookup:
+    """PCI ID -> model from the knowledge data (provision.matrix)."""
+    from provision.matrix import load
+
+    return load().gpu_by_pci_id

@@ -1,0 +1,384 @@
+"""Which hosts to reach and how: HOST arguments and Ansible inventories (INI and YAML).
+
+Everything here is pure: a malformed host string, an invalid host name or an inventory that does
+not parse is :class:`~provision.errors.BadInput` (exit 2) before any host is contacted. The
+result is a list of :class:`HostTarget`, the one description of a host that the transports,
+the renderer and the reports share.
+
+Only the parts of Ansible's inventory formats that describe hosts are read (groups, children,
+vars, host ranges such as ``gpu[01:08]``); inventory plugins and scripts are not run.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import shlex
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from provision.errors import BadInput
+
+HOST_FORMAT_HINT = "write HOST as [user@]name[:port], e.g. deploy@gpu1.example.com:2222"
+_LABEL = re.compile(r"^(?!-)[A-Za-z0-9_-]{1,63}(?<!-)$")
+_USER = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}\$?$")
+_RANGE = re.compile(r"\[([0-9a-zA-Z]+):([0-9a-zA-Z]+)(?::([0-9]+))?\]")
+# Variables whose values must never be printed (sudo / SSH passwords).
+SECRET_VARS = frozenset(
+    {"ansible_become_password", "ansible_become_pass", "ansible_password", "ansible_ssh_pass",
+     "ansible_sudo_pass", "ansible_sudo_password"}
+)
+
+
+@dataclass(frozen=True)
+class HostTarget:
+    """One host to reach: its label, where it is, and the connection settings that were given.
+
+    ``user``, ``port`` and ``key_file`` are ``None`` when not given, so that ``~/.ssh/config``
+    can fill them in (explicit values win, as with ``ssh -l``/``-p``/``-i``).
+    """
+
+    name: str
+    address: str
+    user: str | None = None
+    port: int | None = None
+    key_file: str | None = None
+    local: bool = False
+    groups: tuple[str, ...] = ()
+    vars: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def become_password(self) -> str | None:
+        for key in ("ansible_become_password", "ansible_become_pass", "ansible_sudo_pass"):
+            value = self.vars.get(key)
+            if value is not None:
+                return str(value)
+        return None
+
+    def public_vars(self) -> dict[str, Any]:
+        """The host's variables with secrets masked (for reports and debugging)."""
+        return {k: ("********" if k in SECRET_VARS else v) for k, v in self.vars.items()}
+
+
+LOCALHOST = HostTarget(name="localhost", address="localhost", local=True)
+
+
+def is_valid_hostname(name: str) -> bool:
+    """An IPv4/IPv6 address or a DNS name (RFC 1123 labels; underscores tolerated as ssh does)."""
+    if not name or len(name) > 253:
+        return False
+    try:
+        ipaddress.ip_address(name)
+        return True
+    except ValueError:
+        pass
+    labels = name[:-1].split(".") if name.endswith(".") else name.split(".")
+    if all(label.isdigit() for label in labels):  # 999.1.1.1 is not a name either
+        return False
+    return all(_LABEL.match(label) for label in labels)
+
+
+def _check_name(name: str, what: str, hint: str = HOST_FORMAT_HINT) -> str:
+    if not is_valid_hostname(name):
+        raise BadInput(f"invalid host name `{name}` in {what}", hint)
+    return name
+
+
+def _check_port(value: Any, what: str) -> int:
+    text = str(value).strip()
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise BadInput(f"invalid port `{value}` in {what}", "a port is a number from 1 to 65535")
+    return int(text)
+
+
+def _check_user(user: str, what: str) -> str:
+    if not _USER.match(user):
+        raise BadInput(f"invalid user name `{user}` in {what}", HOST_FORMAT_HINT)
+    return user
+
+
+def parse_host(arg: str) -> HostTarget:
+    """``[user@]name[:port]`` (``[v6addr]:port`` for IPv6) -> a target; BadInput when malformed."""
+    what = f"host `{arg}`"
+    text = arg.strip()
+    if not text or any(c.isspace() for c in text):
+        raise BadInput(f"malformed host `{arg}`", HOST_FORMAT_HINT)
+    user: str | None = None
+    if "@" in text:
+        user, _, text = text.rpartition("@")
+        _check_user(user, what)
+    port: int | None = None
+    if text.startswith("["):  # [2001:db8::1]:2222
+        inner, sep, rest = text[1:].partition("]")
+        if not sep or (rest and not rest.startswith(":")):
+            raise BadInput(f"malformed host `{arg}`", HOST_FORMAT_HINT)
+        name = inner
+        if rest:
+            port = _check_port(rest[1:], what)
+        try:
+            ipaddress.IPv6Address(name)
+        except ValueError:
+            raise BadInput(f"malformed host `{arg}`: `[...]` holds an IPv6 address",
+                           HOST_FORMAT_HINT) from None
+    elif text.count(":") > 1:  # a bare IPv6 address, no port
+        name = text
+        try:
+            ipaddress.IPv6Address(name)
+        except ValueError:
+            raise BadInput(f"malformed host `{arg}`", HOST_FORMAT_HINT) from None
+    else:
+        name, sep, port_text = text.partition(":")
+        if sep:
+            port = _check_port(port_text, what)
+    if not name:
+        raise BadInput(f"malformed host `{arg}`: no host name", HOST_FORMAT_HINT)
+    _check_name(name, what)
+    return HostTarget(name=name, address=name, user=user, port=port)
+
+
+def parse_hosts(args: Iterable[str]) -> list[HostTarget]:
+    targets = [parse_host(a) for a in args]
+    _reject_duplicates(targets, "the HOST arguments")
+    return targets
+
+
+def _reject_duplicates(targets: list[HostTarget], where: str) -> None:
+    seen: set[str] = set()
+    for t in targets:
+        if t.name in seen:
+            raise BadInput(f"host `{t.name}` appears twice in {where}", "name each host once")
+        seen.add(t.name)
+
+
+# ---------------------------------------------------------------------------------------------
+# Inventories
+
+
+@dataclass
+class _Group:
+    name: str
+    hosts: dict[str, dict[str, Any]] = field(default_factory=dict)  # host -> its own vars
+    vars: dict[str, Any] = field(default_factory=dict)
+    children: list[str] = field(default_factory=list)
+
+
+class _Inventory:
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.groups: dict[str, _Group] = {"all": _Group("all"), "ungrouped": _Group("ungrouped")}
+        self.host_order: list[str] = []
+
+    def group(self, name: str) -> _Group:
+        if not re.match(r"^[A-Za-z0-9_.-]+$", name):
+            raise BadInput(f"invalid group name `{name}` in {self.source}",
+                           "group names are letters, digits, `_`, `-` and `.`")
+        return self.groups.setdefault(name, _Group(name))
+
+    def add_host(self, group: str, pattern: str, host_vars: Mapping[str, Any]) -> None:
+        for host in expand_host_pattern(pattern, self.source):
+            if host not in self.host_order:
+                self.host_order.append(host)
+            self.group(group).hosts.setdefault(host, {}).update(host_vars)
+
+    def targets(self) -> list[HostTarget]:
+        parents: dict[str, set[str]] = {}
+        for g in self.groups.values():
+            for child in g.children:  # both parsers define a child group when they meet it
+                parents.setdefault(child, set()).add(g.name)
+        depth = {name: self._depth(name, parents, ()) for name in self.groups}
+        result: list[HostTarget] = []
+        for host in self.host_order:
+            direct = [g for g in self.groups.values() if host in g.hosts]
+            names = set()
+            todo = [g.name for g in direct]
+            while todo:
+                name = todo.pop()
+                if name not in names:
+                    names.add(name)
+                    todo.extend(parents.get(name, ()))
+            names.discard("all")
+            if not (names - {"ungrouped"}):
+                names = {"ungrouped"}
+            else:
+                names.discard("ungrouped")
+            # Ansible's precedence: all < parent groups < child groups (by depth, then name) < host.
+            merged: dict[str, Any] = dict(self.groups["all"].vars)
+            for name in sorted(names, key=lambda n: (depth[n], n)):
+                merged.update(self.groups[name].vars)
+            for g in direct:
+                merged.update(g.hosts[host])
+            result.append(self._target(host, merged, tuple(sorted(names))))
+        return result
+
+    def _depth(self, name: str, parents: dict[str, set[str]], path: tuple[str, ...]) -> int:
+        if name in path:
+            raise BadInput(f"group `{name}` is its own ancestor in {self.source}",
+                           "remove the cycle of :children")
+        ups = parents.get(name, set()) - {"all"}
+        return 1 + max((self._depth(p, parents, (*path, name)) for p in ups), default=0)
+
+    def _target(self, host: str, hvars: dict[str, Any], groups: tuple[str, ...]) -> HostTarget:
+        what = f"host `{host}` of {self.source}"
+        address = str(hvars.get("ansible_host", hvars.get("ansible_ssh_host", host)))
+        _check_name(address, what, "ansible_host must be a host name or an IP address")
+        user = hvars.get("ansible_user", hvars.get("ansible_ssh_user"))
+        port = hvars.get("ansible_port", hvars.get("ansible_ssh_port"))
+        key = hvars.get("ansible_ssh_private_key_file", hvars.get("ansible_private_key_file"))
+        return HostTarget(
+            name=host,
+            address=address,
+            user=_check_user(str(user), what) if user is not None else None,
+            port=_check_port(port, what) if port is not None else None,
+            key_file=str(key) if key is not None else None,
+            local=str(hvars.get("ansible_connection", "")) == "local",
+            groups=groups,
+            vars=hvars,
+        )
+
+
+def expand_host_pattern(pattern: str, source: str) -> list[str]:
+    """``gpu[01:03].example.com`` -> gpu01..gpu03 (Ansible's numeric and alphabetic ranges)."""
+    match = _RANGE.search(pattern)
+    if match is None:
+        return [_check_name(pattern, source, "host names are DNS names or IP addresses")]
+    start, end, step_text = match.group(1), match.group(2), match.group(3)
+    step = int(step_text) if step_text else 1
+    head, tail = pattern[: match.start()], pattern[match.end():]
+    if start.isdigit() and end.isdigit():
+        width = len(start) if start.startswith("0") else 0
+        values = [str(i).zfill(width) for i in range(int(start), int(end) + 1, step)]
+    elif len(start) == 1 and len(end) == 1 and start.isalpha() and end.isalpha():
+        values = [chr(c) for c in range(ord(start), ord(end) + 1, step)]
+    else:
+        raise BadInput(f"invalid host range `{match.group(0)}` in {source}",
+                       "write ranges as [01:08] or [a:f]")
+    if not values:
+        raise BadInput(f"empty host range `{match.group(0)}` in {source}",
+                       "the range's start must not exceed its end")
+    return [h for v in values for h in expand_host_pattern(head + v + tail, source)]
+
+
+def _ini_value(text: str) -> Any:
+    # Ansible's INI parser turns literals into Python values (ports become ints); keep it simple
+    # and safe: integers and booleans, the rest as strings.
+    if re.fullmatch(r"-?\d+", text):
+        return int(text)
+    if text in ("True", "true", "False", "false"):
+        return text.lower() == "true"
+    return text
+
+
+def _parse_ini(text: str, inv: _Inventory) -> None:
+    section, kind = "ungrouped", "hosts"
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        where = f"{inv.source}:{number}"
+        if not line or line.startswith(("#", ";")):
+            continue
+        if line.startswith("["):
+            m = re.fullmatch(r"\[([^\]:\s]+)(?::(vars|children))?\]", line)
+            if not m:
+                raise BadInput(f"inventory does not parse: bad section header `{line}` at {where}",
+                               "sections are [group], [group:vars] or [group:children]")
+            section, kind = m.group(1), m.group(2) or "hosts"
+            inv.group(section)
+            continue
+        try:
+            words = shlex.split(line, comments=True)
+        except ValueError as exc:
+            raise BadInput(f"inventory does not parse at {where}: {exc}",
+                           "check the quotes on that line") from None
+        if not words:
+            continue
+        if kind == "children":
+            if len(words) != 1:
+                raise BadInput(f"inventory does not parse at {where}: `{line}`",
+                               "list one child group per line")
+            inv.group(words[0])
+            inv.group(section).children.append(words[0])
+        elif kind == "vars":
+            key, sep, value = line.partition("=")
+            if not sep or not key.strip():
+                raise BadInput(f"inventory does not parse at {where}: `{line}` is not key=value",
+                               "write group vars as key=value")
+            value = value.strip()
+            if value[:1] in ("'", '"'):
+                value = " ".join(shlex.split(value, comments=True))
+            inv.group(section).vars[key.strip()] = _ini_value(value)
+        else:
+            host_vars: dict[str, Any] = {}
+            for word in words[1:]:
+                key, sep, value = word.partition("=")
+                if not sep or not key:
+                    raise BadInput(f"inventory does not parse at {where}: `{word}` is not key=value",
+                                   "write host vars as name key=value ...")
+                host_vars[key] = _ini_value(value)
+            pattern = words[0]
+            if pattern.count(":") == 1 and "[" not in pattern:
+                pattern, _, port = pattern.partition(":")  # `host:2222` as Ansible allows
+                host_vars.setdefault("ansible_port", _check_port(port, where))
+            inv.add_host(section, pattern, host_vars)
+
+
+def _parse_yaml(data: Any, inv: _Inventory) -> None:
+    if not isinstance(data, dict):
+        raise BadInput(f"inventory does not parse: {inv.source} is not a mapping of groups",
+                       "a YAML inventory starts with `all:` (see Ansible's inventory docs)")
+
+    def walk(name: str, body: Any) -> None:
+        group = inv.group(name)
+        if body is None:
+            return
+        if not isinstance(body, dict) or set(body) - {"hosts", "vars", "children"}:
+            raise BadInput(f"inventory does not parse: group `{name}` in {inv.source} must be a mapping "
+                           "with hosts/vars/children", "indent hosts under `hosts:` and vars under `vars:`")
+        for key in ("hosts", "vars", "children"):
+            if body.get(key) is not None and not isinstance(body[key], dict):
+                raise BadInput(f"inventory does not parse: `{name}.{key}` in {inv.source} is not a mapping",
+                               f"write `{key}:` as a mapping of names")
+        for host, host_vars in (body.get("hosts") or {}).items():
+            if host_vars is not None and not isinstance(host_vars, dict):
+                raise BadInput(f"inventory does not parse: vars of host `{host}` in {inv.source} "
+                               "are not a mapping",
+                               "write `host: {ansible_host: ...}` or `host:` with nothing after it")
+            inv.add_host(name, str(host), host_vars or {})
+        group.vars.update(body.get("vars") or {})
+        for child, child_body in (body.get("children") or {}).items():
+            group.children.append(str(child))
+            walk(str(child), child_body)
+
+    for name, body in data.items():
+        walk(str(name), body)
+
+
+def load_inventory(path: Path | str) -> list[HostTarget]:
+    """Hosts of an Ansible inventory file (INI or YAML), with merged vars and their groups."""
+    path = Path(path)
+    source = str(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise BadInput(f"inventory not found: {source}", "give the path of an inventory file") from None
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
+        raise BadInput(f"cannot read inventory {source}: {exc.__class__.__name__}",
+                       "give a readable INI or YAML inventory file") from None
+    inv = _Inventory(source)
+    if path.suffix in (".yml", ".yaml") or text.lstrip().startswith(("all:", "---")):
+        import yaml
+
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            at = f" at line {mark.line + 1}" if mark is not None else ""
+            raise BadInput(f"inventory does not parse: {source}{at} is not valid YAML",
+                           "fix the YAML (indentation, colons)") from None
+        _parse_yaml(data or {}, inv)
+    else:
+        _parse_ini(text, inv)
+    targets = inv.targets()
+    if not targets:
+        raise BadInput(f"inventory {source} lists no hosts", "add at least one host")
+    return targets

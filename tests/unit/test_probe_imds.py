@@ -1,0 +1,105 @@
+"""EC2 instance type via IMDSv2, against a tiny metadata server on loopback (never the real one).
+
+The server plays the instance metadata service: a token from PUT /latest/api/token, then
+GET /latest/meta-data/instance-type only with that token (HttpTokens=required, as provision's
+instances are launched).
+"""
+
+from __future__ import annotations
+
+import http.server
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from provision.hosts import gather
+from provision.hosts.transport import LocalTransport
+from tests.unit.probe_fixtures import table_lookup
+
+TOKEN = "AQAEAF-test-token=="
+
+
+class _Imds(http.server.BaseHTTPRequestHandler):
+    seen: list[tuple[str, str, str | None]]
+
+    def do_PUT(self) -> None:
+        self.seen.append(("PUT", self.path, self.headers.get("X-aws-ec2-metadata-token-ttl-seconds")))
+        if self.path == "/latest/api/token" and self.headers.get("X-aws-ec2-metadata-token-ttl-seconds"):
+            self._answer(200, TOKEN)
+        else:
+            self._answer(400, "")
+
+    def do_GET(self) -> None:
+        self.seen.append(("GET", self.path, self.headers.get("X-aws-ec2-metadata-token")))
+        if self.headers.get("X-aws-ec2-metadata-token") != TOKEN:
+            self._answer(401, "")
+        elif self.path == "/latest/meta-data/instance-type":
+            self._answer(200, "p5.48xlarge")
+        else:
+            self._answer(404, "")
+
+    def _answer(self, code: int, body: str) -> None:
+        data = body.encode()
+        self.send_response(code)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def imds() -> Iterator[tuple[str, list[tuple[str, str, str | None]]]]:
+    seen: list[tuple[str, str, str | None]] = []
+    handler = type("Handler", (_Imds,), {"seen": seen})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", seen
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _probe(endpoint: str | None, disabled: bool = False) -> str | None:
+    options = gather.GatherOptions(imds_endpoint=endpoint, imds_disabled=disabled, lookup=table_lookup)
+    return gather.gather(LocalTransport(), options).ec2_instance_type
+
+
+def test_instance_type_via_imdsv2(imds: tuple[str, list[tuple[str, str, str | None]]]) -> None:
+    endpoint, seen = imds
+    assert _probe(endpoint) == "p5.48xlarge"
+    assert seen == [("PUT", "/latest/api/token", "60"), ("GET", "/latest/meta-data/instance-type", TOKEN)]
+
+
+def test_no_metadata_service_is_no_instance_type_and_no_wait() -> None:
+    with socket.socket() as s:  # a loopback port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    start = time.monotonic()
+    assert _probe(f"http://127.0.0.1:{port}") is None
+    assert time.monotonic() - start < 10
+
+
+def test_disabled_is_not_asked(imds: tuple[str, list[tuple[str, str, str | None]]]) -> None:
+    endpoint, seen = imds
+    assert _probe(endpoint, disabled=True) is None
+    assert seen == []
+
+
+def test_default_endpoint_is_asked_only_on_ec2_hardware() -> None:
+    script = gather.main_script(gather.GatherOptions(), with_root=False)
+    imds_part = script.split("sec imds")[1].split("sec venv")[0]
+    assert "/sys/class/dmi/id/sys_vendor" in imds_part and gather.IMDS_DEFAULT in imds_part
+
+
+def test_aws_environment_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_EC2_METADATA_SERVICE_ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    options = gather.GatherOptions.from_env(venv=None)
+    assert (options.imds_endpoint, options.imds_disabled) == ("http://127.0.0.1:9", True)

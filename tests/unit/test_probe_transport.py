@@ -1,0 +1,155 @@
+"""Transports without a network: SSH settings resolution, host-key helpers, the local transport."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import paramiko
+import pytest
+
+from provision.hosts import transport as t
+from provision.hosts.inventory import HostTarget, parse_host
+
+SSH_CONFIG = """
+Host gpu1
+  HostName 10.9.0.1
+  User ubuntu
+  Port 2201
+  IdentityFile ~/.ssh/gpu1_ed25519
+  UserKnownHostsFile /etc/provision/known_hosts /tmp/second_known_hosts
+  ProxyJump jump@bastion.example.com:2222
+  IdentitiesOnly yes
+
+Host 10.200.*
+  User root
+
+Host *
+  ServerAliveInterval 30
+"""
+
+
+@pytest.fixture
+def ssh_config(tmp_path: Path) -> Path:
+    path = tmp_path / "config"
+    path.write_text(SSH_CONFIG)
+    return path
+
+
+def test_ssh_config_fills_what_the_host_argument_leaves_out(ssh_config: Path) -> None:
+    s = t.resolve_settings(parse_host("gpu1"), ssh_config)
+    assert (s.name, s.hostname, s.user, s.port) == ("gpu1", "10.9.0.1", "ubuntu", 2201)
+    assert s.key_files == (os.path.expanduser("~/.ssh/gpu1_ed25519"),)
+    assert s.known_hosts_files == ("/etc/provision/known_hosts", "/tmp/second_known_hosts")
+    assert s.proxy_jump == "jump@bastion.example.com:2222"
+    assert s.identities_only is True
+
+
+def test_explicit_user_and_port_win_over_ssh_config(ssh_config: Path) -> None:
+    s = t.resolve_settings(parse_host("admin@gpu1:22"), ssh_config)
+    assert (s.hostname, s.user, s.port) == ("10.9.0.1", "admin", 22)
+
+
+def test_inventory_vars_and_ssh_args(ssh_config: Path) -> None:
+    target = HostTarget(
+        "node7",
+        "10.200.1.17",
+        port=None,
+        key_file="/keys/id",
+        vars={
+            "ansible_ssh_common_args": "-o UserKnownHostsFile=/kh -o StrictHostKeyChecking=yes "
+            "-J hop1,hop2 -oProxyCommand=none",
+            "ansible_become_password": "pw",
+        },
+    )
+    s = t.resolve_settings(target, ssh_config)
+    # the config is matched against the address, as ssh matches the HostName it is given
+    assert (s.hostname, s.user, s.port) == ("10.200.1.17", "root", 22)
+    assert s.key_files == ("/keys/id",)
+    assert s.known_hosts_files == ("/kh",)
+    assert s.proxy_jump == "hop1,hop2" and s.proxy_command is None
+    assert s.sudo_password == "pw" and "pw" not in repr(s)
+
+
+def test_no_ssh_config_defaults(tmp_path: Path) -> None:
+    s = t.resolve_settings(parse_host("gpu9"), tmp_path / "absent")
+    assert (s.hostname, s.port) == ("gpu9", 22)
+    assert s.known_hosts_files[0] == os.path.expanduser("~/.ssh/known_hosts")
+    assert s.proxy_jump is None
+
+
+def test_fingerprint_matches_ssh_keygen(tmp_path: Path) -> None:
+    key_path = tmp_path / "k"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key_path)], check=True)
+    keygen = subprocess.run(
+        ["ssh-keygen", "-lf", str(key_path) + ".pub"], capture_output=True, text=True, check=True
+    ).stdout.split()[1]
+    key = paramiko.Ed25519Key.from_private_key_file(str(key_path))
+    assert t.fingerprint(key) == keygen
+
+
+def test_record_host_key_is_readable_by_ssh_tools(tmp_path: Path) -> None:
+    key_path = tmp_path / "k"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key_path)], check=True)
+    key = paramiko.Ed25519Key.from_private_key_file(str(key_path))
+    known = tmp_path / "dir" / "known_hosts"
+    t.record_host_key(str(known), "10.0.0.1", 22, key)
+    t.record_host_key(str(known), "10.0.0.2", 2222, key)
+    keys = paramiko.HostKeys(str(known))
+    assert keys.lookup("10.0.0.1")["ssh-ed25519"] == key
+    assert keys.lookup("[10.0.0.2]:2222")["ssh-ed25519"] == key
+    found = subprocess.run(
+        ["ssh-keygen", "-F", "[10.0.0.2]:2222", "-f", str(known)], capture_output=True, text=True
+    )
+    assert found.returncode == 0
+
+
+def test_local_transport_runs_shell_and_argv() -> None:
+    local = t.LocalTransport()
+    assert local.name == "localhost"
+    r = local.run("echo out; echo err >&2; exit 3")
+    assert (r.exit_status, r.stdout, r.stderr, r.ok) == (3, "out\n", "err\n", False)
+    r = local.run(["printf", "%s|", "a b", "$HOME"])
+    assert r.stdout == "a b|$HOME|"  # argv items reach the command verbatim, unexpanded
+    assert local.run("cat", stdin=b"data").stdout == "data"
+
+
+def test_local_transport_timeout_stops_the_whole_pipeline(tmp_path: Path) -> None:
+    marker = tmp_path / "late"
+    start = time.monotonic()
+    with pytest.raises(t.CommandTimeout, match=r"timed out after 0\.5s on localhost"):
+        t.LocalTransport().run(f"sleep 5; touch {marker}", timeout=0.5)
+    assert time.monotonic() - start < 3
+    time.sleep(0.2)
+    assert not marker.exists()
+
+
+def test_local_transport_copies(tmp_path: Path) -> None:
+    src = tmp_path / "a"
+    src.write_text("x")
+    local = t.LocalTransport()
+    local.put(src, str(tmp_path / "b"), mode=0o600)
+    assert (tmp_path / "b").stat().st_mode & 0o777 == 0o600
+    local.get(str(tmp_path / "b"), tmp_path / "c")
+    assert (tmp_path / "c").read_text() == "x"
+
+
+def test_sudo_never_puts_the_password_on_the_command_line() -> None:
+    wrapped = t._sudo_wrap("cat /etc/shadow", "hunter2")
+    assert "hunter2" not in wrapped and wrapped.startswith("sudo -S -p ''")
+    assert t._sudo_stdin("hunter2", b"in") == b"hunter2\nin"
+    assert t._sudo_wrap("id", None).startswith("sudo -n -- sh -c ")
+
+
+def test_local_sudo_as_root_runs_plainly() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("checks the root path")
+    assert t.LocalTransport().run("id -u", sudo=True).stdout.strip() == "0"
+
+
+def test_connect_to_localhost_is_local() -> None:
+    transport = t.connect("localhost")
+    assert isinstance(transport, t.LocalTransport)
+    transport.close()
