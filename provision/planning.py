@@ -44,7 +44,10 @@ def parse_assume(text: str) -> Assumed:
         key, sep, value = part.partition("=")
         key = key.strip().replace("-", "_")
         if not sep or not value.strip():
-            raise BadInput(f"--assume part {part!r} is not KEY=VALUE", "write e.g. --assume os=ubuntu-22.04,gpu=H100-SXM:8")
+            raise BadInput(
+                f"--assume part {part!r} is not KEY=VALUE",
+                "write e.g. --assume os=ubuntu-22.04,gpu=H100-SXM:8",
+            )
         if key not in ASSUME_KEYS:
             raise BadInput(f"--assume key {key!r} is unknown", f"use {', '.join(ASSUME_KEYS)}")
         values[key] = value.strip()
@@ -52,11 +55,15 @@ def parse_assume(text: str) -> Assumed:
     if gpu and ":" in gpu:
         gpu, _, n = gpu.rpartition(":")
         if not n.isdigit():
-            raise BadInput(f"--assume gpu count {n!r} is not a number", "write gpu=NAME:COUNT, e.g. gpu=H100-SXM:8")
+            raise BadInput(
+                f"--assume gpu count {n!r} is not a number", "write gpu=NAME:COUNT, e.g. gpu=H100-SXM:8"
+            )
         count = int(n)
     nvswitch = values.get("nvswitch")
     if nvswitch is not None and not nvswitch.isdigit():
-        raise BadInput(f"--assume nvswitch={nvswitch!r} is not a number", "give the NVSwitch count, e.g. nvswitch=4")
+        raise BadInput(
+            f"--assume nvswitch={nvswitch!r} is not a number", "give the NVSwitch count, e.g. nvswitch=4"
+        )
     return Assumed(
         os=values.get("os"), gpu=gpu, gpu_count=count, arch=values.get("arch"),
         instance_type=values.get("instance_type"), nvswitch_count=int(nvswitch) if nvswitch else None,
@@ -76,8 +83,14 @@ class HostPlan:
     reboot: str
 
     def to_json(self) -> dict[str, Any]:
-        return {"host": self.host, "group": self.group, "probed": self.probed, "present": self.present,
-                "changes": self.changes, "reboot": self.reboot}
+        return {
+            "host": self.host,
+            "group": self.group,
+            "probed": self.probed,
+            "present": self.present,
+            "changes": self.changes,
+            "reboot": self.reboot,
+        }
 
 
 @dataclass
@@ -89,8 +102,14 @@ class PlanResult:
     files: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {"ok": True, "out": str(self.out), "lock": str(self.lock_path),
-                "hosts": [h.to_json() for h in self.hosts], "groups": self.groups, "files": list(self.files)}
+        return {
+            "ok": True,
+            "out": str(self.out),
+            "lock": str(self.lock_path),
+            "hosts": [h.to_json() for h in self.hosts],
+            "groups": self.groups,
+            "files": list(self.files),
+        }
 
 
 @dataclass
@@ -120,7 +139,9 @@ def plan(
     from provision.resolve import HostSpec, StackRequest, resolve
 
     if local and inventory:
-        raise BadInput("give --local or -i INVENTORY, not both", "plan the local machine or an inventory's hosts")
+        raise BadInput(
+            "give --local or -i INVENTORY, not both", "plan the local machine or an inventory's hosts"
+        )
     install = InstallSettings.from_config(config.install)
     install = InstallSettings(**{**install.__dict__, "reboot_controller": reboot_controller})
     check_settings(install)
@@ -143,8 +164,14 @@ def plan(
             python = described.python
         else:
             a = assume or Assumed()
-            kwargs = {"gpu": a.gpu, "gpu_count": a.gpu_count, "instance_type": a.instance_type, "os": a.os,
-                      "arch": a.arch, "nvswitch_count": a.nvswitch_count}
+            kwargs = {
+                "gpu": a.gpu,
+                "gpu_count": a.gpu_count,
+                "instance_type": a.instance_type,
+                "os": a.os,
+                "arch": a.arch,
+                "nvswitch_count": a.nvswitch_count,
+            }
             python = a.python
         args = dict(request_args)
         if args.get("python") in (None, "auto") and python:
@@ -159,13 +186,16 @@ def plan(
             groups[key] = ([], resolution)
         groups[key][0].append(t.name)
 
-    lock_groups = [LockGroup.from_resolution(_group_label(res.host), names, res) for names, res in groups.values()]
+    lock_groups = [
+        LockGroup.from_resolution(_group_label(res.host), names, res) for names, res in groups.values()
+    ]
     _unique_names(lock_groups)
     lock = build_lock(lock_groups)
     text = dumps_lock(lock)
     write_lock(lock, lock_path)
-    run = write_run_dir(out, lock.to_json(), text, {t.name: t.connection for t in targets}, install,
-                        overrides=overrides)
+    run = write_run_dir(
+        out, lock.to_json(), text, {t.name: t.connection for t in targets}, install, overrides=overrides
+    )
     by_name = {t.name: t for t in targets}
     result = PlanResult(out=out, lock_path=lock_path, files=run.files)
     for g in lock_groups:
@@ -187,7 +217,9 @@ def _targets(local: bool, inventory: str | None, assume: Assumed | None) -> list
 
         return [_Target("localhost", {"ansible_connection": "local"}, LOCALHOST)]
     if assume is None:
-        raise BadInput("nothing to plan for", "give --local, -i INVENTORY or --assume os=ubuntu-22.04,gpu=H100-SXM:8")
+        raise BadInput(
+            "nothing to plan for", "give --local, -i INVENTORY or --assume os=ubuntu-22.04,gpu=H100-SXM:8"
+        )
     return [_Target(check_host_name(assume.name), {})]
 
 
@@ -217,7 +249,8 @@ def _probe(targets: Sequence[_Target], config: Config, **connect: Any) -> None:
         first = failed[0].error
         assert first is not None
         raise OperationFailed(
-            f"cannot probe {failed[0].host}: {first.message}" + (f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""),
+            f"cannot probe {failed[0].host}: {first.message}"
+            + (f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""),
             first.hint or "check `provision probe` for these hosts",
         )
     for t, r in zip(targets, results, strict=True):
@@ -257,8 +290,10 @@ def _host_plan(t: _Target, group: str, stack: Mapping[str, Any], reboot_setting:
     have_driver = present.get("driver")
     if driver and have_driver != driver["version"]:
         verb = f"{have_driver} -> " if have_driver else ""
-        changes.append(f"driver {verb}{driver['version']} ({driver['kernel_modules']} modules, "
-                       f"{driver.get('install_method', 'nvidia-repo')})")
+        changes.append(
+            f"driver {verb}{driver['version']} ({driver['kernel_modules']} modules, "
+            f"{driver.get('install_method', 'nvidia-repo')})"
+        )
     fm = stack.get("fabric_manager")
     if fm:
         changes.append(f"fabric manager {fm['version']}")
@@ -277,5 +312,9 @@ def _host_plan(t: _Target, group: str, stack: Mapping[str, Any], reboot_setting:
         if facts is None:
             reboot = "if nouveau or another driver is loaded (not probed)"
         elif facts.nouveau_loaded or (facts.nvidia_module_loaded and have_driver):
-            reboot = "yes" if reboot_setting == "auto" else "needed; install.reboot is never, the run stops and asks for one"
+            reboot = (
+                "yes"
+                if reboot_setting == "auto"
+                else "needed; install.reboot is never, the run stops and asks for one"
+            )
     return HostPlan(t.name, group, facts is not None, present, changes, reboot)

@@ -116,8 +116,9 @@ class InstallSettings:
         return cls(
             method=install.method,
             venv=install.venv,
-            pip=PipSettings(pip.index_url, tuple(pip.extra_index_urls), tuple(pip.find_links),
-                            tuple(pip.trusted_hosts)),
+            pip=PipSettings(
+                pip.index_url, tuple(pip.extra_index_urls), tuple(pip.find_links), tuple(pip.trusted_hosts)
+            ),
             apt_mirror=install.apt.mirror,
             apt_proxy=install.apt.proxy,
             reboot=install.reboot,
@@ -141,13 +142,17 @@ def check_host_name(name: str) -> str:
 
 def _check_url(value: str, what: str) -> str:
     if not _URL.match(value):
-        raise BadInput(f"{what} {value!r} is not a plain http(s) or file URL", "give a URL without spaces or quotes")
+        raise BadInput(
+            f"{what} {value!r} is not a plain http(s) or file URL", "give a URL without spaces or quotes"
+        )
     return value
 
 
 def _check_path(value: str, what: str) -> str:
     if not value.startswith("/") or _CONTROL.search(value) or "{" in value or ".." in value.split("/"):
-        raise BadInput(f"{what} {value!r} is not an absolute path", "give an absolute path such as /opt/provision/venv")
+        raise BadInput(
+            f"{what} {value!r} is not an absolute path", "give an absolute path such as /opt/provision/venv"
+        )
     return value
 
 
@@ -159,13 +164,17 @@ def _check_text(value: Any, what: str) -> str:
 
 def _check_version(value: Any, what: str) -> str:
     if not isinstance(value, str) or not _VERSION.match(value):
-        raise BadInput(f"the lock's {what} {value!r} is not a version", "regenerate the lock with `provision plan`")
+        raise BadInput(
+            f"the lock's {what} {value!r} is not a version", "regenerate the lock with `provision plan`"
+        )
     return value
 
 
 def _check_package(value: Any, what: str) -> str:
     if not isinstance(value, str) or not _PACKAGE.match(value):
-        raise BadInput(f"the lock's {what} {value!r} is not a package name", "regenerate the lock with `provision plan`")
+        raise BadInput(
+            f"the lock's {what} {value!r} is not a package name", "regenerate the lock with `provision plan`"
+        )
     return value
 
 
@@ -185,7 +194,9 @@ def check_settings(install: InstallSettings) -> None:
             _check_path(link, "install.pip.find_links entry")
     for host in install.pip.trusted_hosts:
         if not re.match(r"^[A-Za-z0-9.-]+(:[0-9]+)?$", host):
-            raise BadInput(f"install.pip.trusted_hosts entry {host!r} is not a host name", "give host or host:port")
+            raise BadInput(
+                f"install.pip.trusted_hosts entry {host!r} is not a host name", "give host or host:port"
+            )
     for path in (install.mok_key, install.mok_cert):
         if path:
             _check_path(path, "MOK key path")
@@ -282,8 +293,11 @@ def _driver_vars(
     install: InstallSettings,
     family: str,
 ) -> dict[str, Any]:
-    out: dict[str, Any] = {"nvidia_driver_enabled": driver is not None, "nvidia_driver_reboot": install.reboot,
-                           "nvidia_driver_reboot_controller": install.reboot_controller}
+    out: dict[str, Any] = {
+        "nvidia_driver_enabled": driver is not None,
+        "nvidia_driver_reboot": install.reboot,
+        "nvidia_driver_reboot_controller": install.reboot_controller,
+    }
     if install.apt_mirror:
         out["nvidia_driver_debian_mirror"] = install.apt_mirror
     if install.mok_key and install.mok_cert:
@@ -320,16 +334,23 @@ def _driver_vars(
     else:
         # Precompiled module packages follow the kernel's version, headers the kernel's: not pinned.
         floating = [n for n in names if n.startswith(("linux-modules-nvidia-", "linux-headers-"))]
-        out["nvidia_driver_distro_packages"] = [_check_package(n, "driver package") for n in names
-                                                if n not in floating]
-        out["nvidia_driver_distro_unpinned_packages"] = [_check_package(n, "driver package") for n in floating]
+        out["nvidia_driver_distro_packages"] = [
+            _check_package(n, "driver package") for n in names if n not in floating
+        ]
+        out["nvidia_driver_distro_unpinned_packages"] = [
+            _check_package(n, "driver package") for n in floating
+        ]
     return out
 
 
 def _fm_package(names: Sequence[str], version: str, family: str) -> str:
     if not names:
-        # NVIDIA's names when the lock carries none: apt nvidia-fabricmanager-<branch>, dnf nvidia-fabric-manager.
-        return f"nvidia-fabricmanager-{version.split('.')[0]}" if family == "debian" else "nvidia-fabric-manager"
+        # NVIDIA's names when the lock has none: apt nvidia-fabricmanager-<branch>, dnf nvidia-fabric-manager.
+        return (
+            f"nvidia-fabricmanager-{version.split('.', maxsplit=1)[0]}"
+            if family == "debian"
+            else "nvidia-fabric-manager"
+        )
     name = str(names[0]).split("=")[0]
     name = name.split(f"-{version}")[0]
     return _check_package(name, "fabric_manager package")
@@ -339,7 +360,9 @@ def _python_packages(os_id: str, family: str, python: str) -> list[str]:
     """OS packages that give ``python<X.Y>`` with its venv module (see docs: the OS table)."""
     default = _default_python(os_id)
     if family == "debian":
-        return ["python3", "python3-venv"] if python == default else [f"python{python}", f"python{python}-venv"]
+        return (
+            ["python3", "python3-venv"] if python == default else [f"python{python}", f"python{python}-venv"]
+        )
     return ["python3"] if python == default else [f"python{python}"]
 
 
@@ -352,7 +375,9 @@ def _default_python(os_id: str) -> str | None:
         return None
 
 
-def _framework_vars(stack: Mapping[str, Any], packages: Mapping[str, Any], install: InstallSettings) -> dict[str, Any]:
+def _framework_vars(
+    stack: Mapping[str, Any], packages: Mapping[str, Any], install: InstallSettings
+) -> dict[str, Any]:
     frameworks = stack.get("frameworks") or {}
     pip = packages.get("pip") or {}
     requirements = list(pip.get("requirements") or [])
@@ -361,21 +386,27 @@ def _framework_vars(stack: Mapping[str, Any], packages: Mapping[str, Any], insta
     for req in requirements:
         _check_text(req, "framework requirement")
         if "==" not in req or " " in req.strip():
-            raise BadInput(f"the lock's framework requirement {req!r} is not an exact pin", "regenerate the lock")
+            raise BadInput(
+                f"the lock's framework requirement {req!r} is not an exact pin", "regenerate the lock"
+            )
     mirror = install.pip.index_url
 
     def mirrored(url: str) -> str:
         return mirror if mirror and url.rstrip("/") == PYPI else url
 
     index = str(pip.get("index_url") or "")
-    extras = [mirrored(str(u)) for u in pip.get("extra_index_urls") or []] + list(install.pip.extra_index_urls)
+    extras = [mirrored(str(u)) for u in pip.get("extra_index_urls") or []] + list(
+        install.pip.extra_index_urls
+    )
     for url in [index, *extras]:
         if url:
             _check_url(url, "index URL")
     return {
         "frameworks_enabled": bool(requirements),
         "frameworks_venv": install.venv,
-        "frameworks_installs": [{"packages": requirements, "index_url": mirrored(index)}] if requirements else [],
+        "frameworks_installs": [{"packages": requirements, "index_url": mirrored(index)}]
+        if requirements
+        else [],
         "frameworks_index_url": mirror or "",
         "frameworks_extra_index_urls": extras,
         "frameworks_find_links": list(install.pip.find_links),
@@ -383,8 +414,11 @@ def _framework_vars(stack: Mapping[str, Any], packages: Mapping[str, Any], insta
     }
 
 
-TESTONLY_VARS = ("preflight_testonly_skip_gpu_check", "nvidia_driver_testonly_skip_module_load",
-                 "verify_testonly_skip_gpu")
+TESTONLY_VARS = (
+    "preflight_testonly_skip_gpu_check",
+    "nvidia_driver_testonly_skip_module_load",
+    "verify_testonly_skip_gpu",
+)
 
 
 def check_overrides(overrides: Mapping[str, Any]) -> None:
@@ -423,7 +457,9 @@ def render_files(
     overrides = dict(overrides or {})
     check_overrides(overrides)
     if not _CFG_PATH.match(roles_path):
-        raise BadInput(f"roles path {roles_path!r} cannot go into ansible.cfg", "install provision under a plain path")
+        raise BadInput(
+            f"roles path {roles_path!r} cannot go into ansible.cfg", "install provision under a plain path"
+        )
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(_templates())),
         variable_start_string="[[",
@@ -457,7 +493,10 @@ def render_files(
         raise BadInput("the lock has no host groups", "run `provision plan` with at least one host")
     all_vars: dict[str, Any] = {}
     if install.apt_proxy:
-        all_vars["provision_environment"] = {"http_proxy": install.apt_proxy, "https_proxy": install.apt_proxy}
+        all_vars["provision_environment"] = {
+            "http_proxy": install.apt_proxy,
+            "https_proxy": install.apt_proxy,
+        }
     else:
         all_vars["provision_environment"] = {}
     files["group_vars/all.yml"] = env.get_template("data.yml.j2").render(
@@ -498,7 +537,9 @@ def _connection(host: str, given: Mapping[str, Any]) -> dict[str, Any]:
             try:
                 out[key] = int(value)
             except (TypeError, ValueError):
-                raise BadInput(f"host {host}: ansible_port {value!r} is not a number", "give a port number") from None
+                raise BadInput(
+                    f"host {host}: ansible_port {value!r} is not a number", "give a port number"
+                ) from None
         elif isinstance(value, bool):
             out[key] = value
         else:
@@ -529,7 +570,9 @@ def write_run_dir(
     roles_path: str | None = None,
 ) -> RunDir:
     """Render and write the run dir (replacing the files it owns, keeping anything else there)."""
-    files = render_files(lock, hosts, install, roles_path=roles_path or default_roles_path(), overrides=overrides)
+    files = render_files(
+        lock, hosts, install, roles_path=roles_path or default_roles_path(), overrides=overrides
+    )
     files["provision.lock"] = lock_text
     out.mkdir(parents=True, exist_ok=True)
     stale = out / "group_vars"

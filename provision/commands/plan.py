@@ -23,7 +23,10 @@ def _overrides(pairs: tuple[str, ...]) -> dict[str, Any]:
     for pair in pairs:
         name, sep, raw = pair.partition("=")
         if not sep:
-            raise BadInput(f"--set {pair!r} is not NAME=VALUE", "write e.g. --set nvidia_driver_repo_base_url=http://mirror/cuda")
+            raise BadInput(
+                f"--set {pair!r} is not NAME=VALUE",
+                "write e.g. --set nvidia_driver_repo_base_url=http://mirror/cuda",
+            )
         try:
             out[name.strip()] = yaml.safe_load(raw) if raw.strip() else ""
         except yaml.YAMLError:
@@ -33,18 +36,42 @@ def _overrides(pairs: tuple[str, ...]) -> dict[str, Any]:
 
 @click.command(name="plan")
 @click.option("--local", is_flag=True, help="Plan for the machine provision runs on (probed).")
-@click.option("-i", "--inventory", metavar="INVENTORY", help="Plan for an Ansible inventory's hosts (probed).")
-@click.option("--assume", metavar="FACTS",
-              help="Do not contact hosts; assume os=ID-VERSION,gpu=NAME:COUNT[,arch=..,nvswitch=N,python=X.Y,name=HOST].")
+@click.option(
+    "-i", "--inventory", metavar="INVENTORY", help="Plan for an Ansible inventory's hosts (probed)."
+)
+@click.option(
+    "--assume",
+    metavar="FACTS",
+    help="Do not contact hosts; assume os=ID-VERSION,gpu=NAME:COUNT[,arch=,nvswitch=N,python=X.Y,name=HOST].",
+)
 @click.option("-c", "--config", "config_path", type=click.Path(path_type=Path), help="provision.yaml.")
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path(".provision/run"),
-              show_default=True, help="The run dir to write.")
-@click.option("--lock", "lock_path", type=click.Path(dir_okay=False, path_type=Path), default=Path("provision.lock"),
-              show_default=True, help="Where to write the lock.")
-@click.option("--set", "sets", multiple=True, metavar="VAR=VALUE",
-              help="Set a role variable in the run dir (mirrors, air-gapped repositories); repeatable.")
-@click.option("--reboot-controller", is_flag=True,
-              help="Allow rebooting the machine that runs Ansible (--local) when the driver needs it.")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path(".provision/run"),
+    show_default=True,
+    help="The run dir to write.",
+)
+@click.option(
+    "--lock",
+    "lock_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=Path("provision.lock"),
+    show_default=True,
+    help="Where to write the lock.",
+)
+@click.option(
+    "--set",
+    "sets",
+    multiple=True,
+    metavar="VAR=VALUE",
+    help="Set a role variable in the run dir (mirrors, air-gapped repositories); repeatable.",
+)
+@click.option(
+    "--reboot-controller",
+    is_flag=True,
+    help="Allow rebooting the machine that runs Ansible (--local) when the driver needs it.",
+)
 @click.option("--accept-new-host-keys", is_flag=True, help="Record the key of a host not yet in known_hosts.")
 @click.option("-F", "--ssh-config", type=click.Path(dir_okay=False, path_type=Path), help="SSH config file.")
 @command_options
