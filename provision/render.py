@@ -76,7 +76,8 @@ def dump(data: Any) -> str:
 
 def _tag(value: Any) -> Any:
     if isinstance(value, str):
-        return Unsafe(value)
+        # an empty string holds nothing to template (and ansible-core 2.19 loads `!unsafe ''` as None)
+        return Unsafe(value) if value else value
     if isinstance(value, Mapping):
         return {str(k): _tag(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -268,14 +269,22 @@ def group_vars(group: Mapping[str, Any], install: InstallSettings) -> dict[str, 
     if stack.get("dcgm") is not None:
         out["dcgm_cuda_major"] = str(stack["dcgm"].get("cuda_major") or "")
 
-    frameworks = stack.get("frameworks") or {}
     out.update({
         "verify_driver_version": driver["version"] if driver else "",
-        "verify_frameworks": {name: _check_text(str(fw.get("version")), f"{name} version")
-                              for name, fw in frameworks.items()},
+        "verify_frameworks": _pinned_versions(out["frameworks_installs"]),
         "verify_venv": install.venv,
         "verify_stack": dict(stack),
     })  # fmt: skip
+    return out
+
+
+def _pinned_versions(installs: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """{distribution: exact version} of the pinned requirements (``tensorflow[and-cuda]==2.20.0``)."""
+    out: dict[str, str] = {}
+    for entry in installs:
+        for req in entry["packages"]:
+            name, _, version = str(req).partition("==")
+            out[name.split("[")[0].strip()] = version.strip()
     return out
 
 
@@ -340,6 +349,11 @@ def _driver_vars(
         out["nvidia_driver_distro_unpinned_packages"] = [
             _check_package(n, "driver package") for n in floating
         ]
+        if "nvidia-driver" in names:
+            # Debian's own packaging: the module is nvidia-current, the persistence daemon its own
+            # package with its own version (source: packages.debian.org/bookworm/nvidia-kernel-dkms).
+            out["nvidia_driver_module_name"] = "nvidia-current"
+            out["nvidia_driver_persistenced_package"] = "nvidia-persistenced"
     return out
 
 
