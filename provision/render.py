@@ -6,9 +6,9 @@ rendered here through their documented variables (each role's ``defaults/main.ym
 
 Double templating: the templates in ``templates/`` use ``[[ ]]`` delimiters, so Ansible's
 ``{{ }}`` would pass through them untouched; the data parts are dumped with ``yaml.safe_dump``
-and every string in them is tagged ``!unsafe``, so nothing a user typed (a host name, a path, a
-mirror URL) is ever templated by Ansible, and nothing can inject YAML. Values are validated
-first, so a bad one is a one-line ``BadInput`` rather than a broken run dir.
+(nothing can inject YAML) and refused when a string holds a Jinja marker (so nothing a user typed,
+a host name, a path, a mirror URL, is ever templated by Ansible). Values are validated first, so
+a bad one is a one-line ``BadInput`` rather than a broken run dir.
 """
 
 from __future__ import annotations
@@ -54,35 +54,33 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _CFG_PATH = re.compile(r"^/[^\s%;#\x00-\x1f]*$")
 
 
-class Unsafe(str):
-    """A string Ansible must treat as data (dumped as ``!unsafe``)."""
-
-
-class _Dumper(yaml.SafeDumper):
-    pass
-
-
-def _represent_unsafe(dumper: yaml.SafeDumper, value: Unsafe) -> yaml.Node:
-    return dumper.represent_scalar("!unsafe", str(value), style="'")
-
-
-_Dumper.add_representer(Unsafe, _represent_unsafe)
+_JINJA = re.compile(r"\{\{|\{%|\{#")
 
 
 def dump(data: Any) -> str:
-    """YAML for Ansible: every string tagged ``!unsafe``; keys stay plain (they are names we made)."""
-    return yaml.dump(_tag(data), Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=1000)
+    """YAML for Ansible: plain data, refused if any string could be read as a Jinja template.
+
+    (Tagging strings ``!unsafe`` would also stop templating, but ansible-core 2.19 turns an unsafe
+    "3.10" into the float 3.1 and "570" into an int; refusing template markers keeps strings strings.)
+    """
+    _refuse_templates(data, "")
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, width=1000)
 
 
-def _tag(value: Any) -> Any:
+def _refuse_templates(value: Any, where: str) -> None:
     if isinstance(value, str):
-        # an empty string holds nothing to template (and ansible-core 2.19 loads `!unsafe ''` as None)
-        return Unsafe(value) if value else value
-    if isinstance(value, Mapping):
-        return {str(k): _tag(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_tag(v) for v in value]
-    return value
+        if _JINJA.search(value):
+            raise BadInput(
+                f"{where or 'a value'} {value!r} contains a template marker ({{{{, {{% or {{#)",
+                "remove it: values are passed to Ansible as data, never as templates",
+            )
+    elif isinstance(value, Mapping):
+        for k, v in value.items():
+            _refuse_templates(str(k), f"{where}.{k}".strip("."))
+            _refuse_templates(v, f"{where}.{k}".strip("."))
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            _refuse_templates(v, f"{where}[{i}]")
 
 
 # --- what the user controls -------------------------------------------------------------------
@@ -527,7 +525,7 @@ def render_files(
         "environment": "{{ provision_environment }}",
         "roles": [{"role": r} for r in ROLES],
     }
-    # the one string here that Ansible must template: dump it untagged
+    # the one string here that Ansible must template is ours: dump it without the marker check
     body = yaml.safe_dump([play], sort_keys=False, default_flow_style=False, width=1000)
     files["site.yml"] = env.get_template("site.yml.j2").render(body=body)
     nhosts = sum(len(g.get("hosts") or []) for g in lock.get("groups") or [])

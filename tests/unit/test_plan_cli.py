@@ -75,8 +75,8 @@ def test_config_and_overrides_reach_group_vars(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     text = next((tmp_path / "run" / "group_vars").glob("cpu_*.yml")).read_text()
     assert "nvidia_driver_enabled: false" in text
-    assert "- !unsafe 'torch==2.13.0+cpu'" in text
-    assert "python_env_path: !unsafe '/srv/venv'" in text and "nvidia_driver_reboot: !unsafe 'never'" in text
+    assert "- torch==2.13.0+cpu" in text
+    assert "python_env_path: /srv/venv" in text and "nvidia_driver_reboot: never" in text
     assert "frameworks_no_index: true" in text
 
 

@@ -70,7 +70,7 @@ def test_group_vars_carry_the_lock_versions_and_no_role_writes_one() -> None:
     lock = _lock("debian-12")
     files = render_files(lock, HOSTS, INSTALL, roles_path="/r")
     name = next(k for k in files if k.startswith("group_vars/") and not k.endswith("all.yml"))
-    data = yaml.load(files[name], Loader=_UnsafeLoader)
+    data = yaml.safe_load(files[name])
     stack = lock["groups"][0]["stack"]
     assert data["nvidia_driver_version"] == stack["driver"]["version"]
     assert data["fabric_manager_version"] == stack["driver"]["version"]
@@ -80,16 +80,15 @@ def test_group_vars_carry_the_lock_versions_and_no_role_writes_one() -> None:
     assert data["frameworks_find_links"] == ["/srv/wheels"]
 
 
-class _UnsafeLoader(yaml.SafeLoader):
-    pass
-
-
-_UnsafeLoader.add_constructor("!unsafe", lambda loader, node: loader.construct_scalar(node))
-
-
-def test_strings_are_dumped_unsafe_so_ansible_never_templates_them() -> None:
-    text = dump({"a": "{{ lookup('pipe', 'id') }}", "b": ["x"], "c": 3, "d": True})
-    assert text == "a: !unsafe '{{ lookup(''pipe'', ''id'') }}'\nb:\n- !unsafe 'x'\nc: 3\nd: true\n"
+def test_strings_that_ansible_would_template_are_refused() -> None:
+    assert dump({"a": "x{y}", "b": ["570"], "c": 3}) == "a: x{y}\nb:\n- '570'\nc: 3\n"
+    for evil in ("{{ lookup('pipe', 'id') }}", "{% raw %}", "{# c #}"):
+        with pytest.raises(BadInput, match="template marker"):
+            dump({"frameworks_find_links": ["/srv", evil]})
+    lock = _lock("debian-12")
+    lock["groups"][0]["stack"]["frameworks"]["torch"]["index_url"] = "https://x/{{ lookup('env', 'HOME') }}"
+    with pytest.raises(BadInput):
+        render_files(lock, HOSTS, INSTALL, roles_path="/r")
 
 
 @pytest.mark.parametrize("install, what", [
@@ -119,7 +118,7 @@ def test_host_names_and_connection_values_are_validated(hosts: dict) -> None:
 def test_overrides_only_name_role_variables() -> None:
     files = render_files(_lock("debian-12"), HOSTS, INSTALL, roles_path="/r",
                          overrides={"nvidia_driver_repo_base_url": "http://mirror/cuda"})
-    assert "nvidia_driver_repo_base_url: !unsafe 'http://mirror/cuda'" in "".join(files.values())
+    assert "nvidia_driver_repo_base_url: http://mirror/cuda" in "".join(files.values())
     with pytest.raises(BadInput, match="not a role variable"):
         render_files(_lock("debian-12"), HOSTS, INSTALL, roles_path="/r", overrides={"ansible_become_exe": "sh"})
 
