@@ -112,3 +112,11 @@ def host_snapshot(hostset: harness.HostSet, host: harness.TestHost) -> str:
 
 def quote(text: str) -> str:
     return shlex.quote(text)
+
+
+def reach_bridge_directly(hostset: harness.HostSet, host: harness.TestHost) -> None:
+    """Let apt and Python on the host reach a server on the bridge address without the filtering proxy
+    (the proxy passes only the Debian mirror and PyPI; the stand-in repository is on the bridge)."""
+    gw = f"{hostset.net}.1"
+    ssh(hostset, host, f"printf 'Acquire::http::Proxy::{gw} \"DIRECT\";\\n' > /etc/apt/apt.conf.d/02direct-bridge; "
+                       f"grep -q '^no_proxy=.*{gw}' /etc/environment || sed -i 's/^no_proxy=.*/&,{gw}/' /etc/environment")

@@ -143,7 +143,9 @@ def build_repo(folder: Path, debs: list[Deb]) -> Repo:
         lines.append(f" {hashlib.sha256(data).hexdigest()} {len(data)} {name}")
     (folder / "Release").write_text("\n".join(lines) + "\n")
     home = folder.parent / "gnupg"
-    shutil.rmtree(home, ignore_errors=True)  # a fresh throwaway key every build
+    # a fresh throwaway key every build; the agent of an earlier build must not outlive its home
+    subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"], capture_output=True)
+    shutil.rmtree(home, ignore_errors=True)
     home.mkdir(mode=0o700)
     env = {**os.environ, "GNUPGHOME": str(home)}
     gpg = ["gpg", "--batch", "--quiet", "--pinentry-mode", "loopback", "--passphrase", ""]
@@ -158,6 +160,7 @@ def build_repo(folder: Path, debs: list[Deb]) -> Repo:
     (folder / "InRelease").unlink(missing_ok=True)
     subprocess.run([*gpg, "--clearsign", "-o", str(folder / "InRelease"), str(folder / "Release")], env=env,
                    check=True, capture_output=True)  # fmt: skip
+    subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"], capture_output=True)
     return Repo(folder, key, fingerprint)
 
 
