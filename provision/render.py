@@ -348,9 +348,10 @@ def _driver_vars(
             _check_package(n, "driver package") for n in floating
         ]
         if "nvidia-driver" in names:
-            # Debian's own packaging: the module is nvidia-current[-open], the persistence daemon its own
-            # package with its own version (source: dkms.conf of bookworm's nvidia-kernel-dkms / nvidia-open-kernel-dkms).
-            out["nvidia_driver_module_name"] = "nvidia-current-open" if flavour == "open" else "nvidia-current"
+            # Debian's own packaging: the module is nvidia-current[-open] (dkms.conf of bookworm's
+            # nvidia-[open-]kernel-dkms), the persistence daemon its own package (contrib) and version.
+            module = "nvidia-current-open" if flavour == "open" else "nvidia-current"
+            out["nvidia_driver_module_name"] = module
             out["nvidia_driver_persistenced_package"] = "nvidia-persistenced"
     return out
 

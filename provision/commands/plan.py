@@ -112,21 +112,18 @@ def plan(
 
 
 def _human(con: Console, result: PlanResult) -> None:
-    from rich.table import Table
-
-    table = Table(title=f"plan: {result.out}", show_lines=False)
-    for col in ("host", "group", "there now", "will change", "reboot"):
-        table.add_column(col)
     for h in result.hosts:
+        con.print(f"[bold]{h.host}[/bold]  (group {h.group})", markup=True)
         if h.probed:
             fw = ", ".join(f"{k} {v}" for k, v in (h.present.get("frameworks") or {}).items())
             now = f"driver {h.present.get('driver') or 'none'}" + (f"; {fw}" if fw else "")
         else:
             now = "not probed (--assume)"
-        table.add_row(h.host, h.group, now, "\n".join(h.changes) or "nothing", h.reboot)
-    con.print(table)
+        con.print(f"  there now:    {now}", markup=False)
+        con.print("  will install: " + ("\n                ".join(h.changes) or "nothing"), markup=False)
+        con.print(f"  reboot:       {h.reboot}", markup=False)
     for g in result.groups:
         for w in g["warnings"]:
-            con.print(f"warning ({g['name']}): {w['message']}")
-    con.print(f"lock: {result.lock_path}")
-    con.print(f"apply: cd {result.out} && ansible-playbook site.yml")
+            con.print(f"warning ({g['name']}): {w['message']}", markup=False)
+    con.print(f"lock: {result.lock_path}", markup=False)
+    con.print(f"apply: cd {result.out} && ansible-playbook site.yml", markup=False)

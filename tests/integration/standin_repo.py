@@ -60,7 +60,7 @@ def _unit(description: str) -> str:
 
 def driver_debs(version: str, kernel: str = STANDIN_KERNEL) -> list[Deb]:
     """The packages of one driver version, as NVIDIA's Debian repository names them (branches < 590)."""
-    branch = version.split(".")[0]
+    branch = version.split(".", maxsplit=1)[0]
     v = f"{version}-1"
     return [
         Deb(f"nvidia-open-{branch}", v,
@@ -179,5 +179,5 @@ def serve(folder: Path, address: str) -> Iterator[str]:
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the stdlib's name
+    def log_message(self, format: str, *args: object) -> None:
         pass
