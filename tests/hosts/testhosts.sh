@@ -144,6 +144,10 @@ start_host() {  # $1 = index
   mountpoint -q "$H/root" || mount -t overlay overlay -o "lowerdir=$BASE,upperdir=$H/upper,workdir=$H/work" "$H/root"
   local R=$H/root
   echo "$n" > "$R/etc/hostname"; printf '127.0.0.1 localhost\n%s %s\n' "$ip" "$n" > "$R/etc/hosts"
+  # The base was built for one set's bridge; point apt and pip at this set's proxy (TESTHOSTS_NET).
+  printf 'Acquire::http::Proxy "http://%s:%s";\nAcquire::https::Proxy "http://%s:%s";\n' $GW $PORT $GW $PORT \
+    > "$R/etc/apt/apt.conf.d/01testhost-proxy"
+  sed -i "s#^\(https\?_proxy=http://\)[0-9.]*:#\1$GW:#" "$R/etc/environment"
   [[ -f $R/etc/ssh/ssh_host_ed25519_key ]] || ssh-keygen -q -t ed25519 -N '' -C "$n" -f "$R/etc/ssh/ssh_host_ed25519_key"
   authorize "$R"
   ip netns add "$n" 2>/dev/null || true

@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""Wait until no other process holds the package manager's lock, or fail with one clear line.
+
+Usage: wait_package_lock.py TIMEOUT_SECONDS
+dpkg/apt take fcntl locks on their lock files; dnf writes a pid file. A fresh cloud VM often
+runs unattended-upgrades (or dnf-automatic) for minutes after boot, so we wait rather than fail.
+"""
+import fcntl
+import os
+import sys
+import time
+
+DPKG_LOCKS = ["/var/lib/dpkg/lock-frontend", "/var/lib/dpkg/lock", "/var/lib/apt/lists/lock"]
+DNF_PIDS = ["/var/lib/dnf/rpmdb_lock.pid", "/var/cache/dnf/metadata_lock.pid", "/var/run/dnf.pid"]
+
+
+def holder_of_dpkg(path):
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except OSError:
+        return None
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return path
+    else:
+        fcntl.lockf(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+def holder_of_pidfile(path):
+    try:
+        pid = int(open(path).read().strip() or "0")
+    except (OSError, ValueError):
+        return None
+    if pid > 0 and os.path.exists(f"/proc/{pid}"):
+        return path
+    return None
+
+
+def process_names():
+    names = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                names.append(open(f"/proc/{pid}/comm").read().strip())
+            except OSError:
+                pass
+    return names
+
+
+def main():
+    timeout = int(sys.argv[1])
+    deadline = time.monotonic() + timeout
+    while True:
+        held = [h for h in map(holder_of_dpkg, DPKG_LOCKS) if h] + [h for h in map(holder_of_pidfile, DNF_PIDS) if h]
+        if not held:
+            print("free")
+            return 0
+        if time.monotonic() >= deadline:
+            busy = sorted({n for n in process_names() if n in ("apt", "apt-get", "dpkg", "dnf", "yum", "unattended-upgr", "dnf-automatic", "packagekitd")})
+            print(f"preflight: the package manager lock {held[0]} is still held after {timeout}s"
+                  f" (by {', '.join(busy) or 'another process'}); wait for it to finish"
+                  " (unattended-upgrades on a fresh VM), or raise install.package_lock_timeout", file=sys.stderr)
+            return 1
+        time.sleep(2)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,320 @@
+"""`provision plan` as a function: targets -> facts -> resolve per host -> lock -> run dir.
+
+No host is changed. Facts come from the probe (``--local``, ``-i``) or are assumed
+(``--assume os=ubuntu-22.04,gpu=H100-SXM:8``) for hosts that are not contacted. Hosts whose
+resolved stacks are the same form one lock group (and one Ansible group in the run dir).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from provision.errors import BadInput, OperationFailed, Unsatisfiable
+
+if TYPE_CHECKING:
+    from provision.config import Config
+    from provision.hosts.inventory import HostTarget
+    from provision.hosts.probe import HostFacts
+
+ASSUME_KEYS = ("os", "gpu", "arch", "instance_type", "nvswitch", "python", "name")
+
+
+@dataclass(frozen=True)
+class Assumed:
+    """A host description given on the command line instead of probed."""
+
+    os: str | None = None
+    gpu: str | None = None
+    gpu_count: int | None = None
+    arch: str | None = None
+    instance_type: str | None = None
+    nvswitch_count: int | None = None
+    python: str | None = None
+    name: str = "assumed"
+
+
+def parse_assume(text: str) -> Assumed:
+    """``os=ubuntu-22.04,gpu=H100-SXM:8[,arch=..,instance_type=..,nvswitch=N,python=X.Y,name=HOST]``."""
+    values: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = part.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not value.strip():
+            raise BadInput(
+                f"--assume part {part!r} is not KEY=VALUE",
+                "write e.g. --assume os=ubuntu-22.04,gpu=H100-SXM:8",
+            )
+        if key not in ASSUME_KEYS:
+            raise BadInput(f"--assume key {key!r} is unknown", f"use {', '.join(ASSUME_KEYS)}")
+        values[key] = value.strip()
+    gpu, count = values.get("gpu"), None
+    if gpu and ":" in gpu:
+        gpu, _, n = gpu.rpartition(":")
+        if not n.isdigit():
+            raise BadInput(
+                f"--assume gpu count {n!r} is not a number", "write gpu=NAME:COUNT, e.g. gpu=H100-SXM:8"
+            )
+        count = int(n)
+    nvswitch = values.get("nvswitch")
+    if nvswitch is not None and not nvswitch.isdigit():
+        raise BadInput(
+            f"--assume nvswitch={nvswitch!r} is not a number", "give the NVSwitch count, e.g. nvswitch=4"
+        )
+    return Assumed(
+        os=values.get("os"), gpu=gpu, gpu_count=count, arch=values.get("arch"),
+        instance_type=values.get("instance_type"), nvswitch_count=int(nvswitch) if nvswitch else None,
+        python=values.get("python"), name=values.get("name", "assumed"),
+    )  # fmt: skip
+
+
+@dataclass
+class HostPlan:
+    """What plan says about one host."""
+
+    host: str
+    group: str
+    probed: bool
+    present: dict[str, Any]
+    changes: list[str]
+    reboot: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "host": self.host,
+            "group": self.group,
+            "probed": self.probed,
+            "present": self.present,
+            "changes": self.changes,
+            "reboot": self.reboot,
+        }
+
+
+@dataclass
+class PlanResult:
+    out: Path
+    lock_path: Path
+    hosts: list[HostPlan] = field(default_factory=list)
+    groups: list[dict[str, Any]] = field(default_factory=list)
+    files: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ok": True,
+            "out": str(self.out),
+            "lock": str(self.lock_path),
+            "hosts": [h.to_json() for h in self.hosts],
+            "groups": self.groups,
+            "files": list(self.files),
+        }
+
+
+@dataclass
+class _Target:
+    name: str
+    connection: dict[str, Any]
+    target: HostTarget | None = None  # None: assumed, never contacted
+    facts: HostFacts | None = None
+
+
+def plan(
+    *,
+    config: Config,
+    local: bool = False,
+    inventory: str | None = None,
+    assume: Assumed | None = None,
+    out: Path = Path(".provision/run"),
+    lock_path: Path = Path("provision.lock"),
+    overrides: Mapping[str, Any] | None = None,
+    reboot_controller: bool = False,
+    accept_new_host_keys: bool = False,
+    ssh_config: Path | None = None,
+) -> PlanResult:
+    """Resolve per host, write ``lock_path`` and the run dir ``out``; contact hosts only to probe."""
+    from provision.lock import LockGroup, build_lock, dumps_lock, write_lock
+    from provision.render import InstallSettings, check_overrides, check_settings, write_run_dir
+    from provision.resolve import HostSpec, StackRequest, resolve
+
+    if local and inventory:
+        raise BadInput(
+            "give --local or -i INVENTORY, not both", "plan the local machine or an inventory's hosts"
+        )
+    install = InstallSettings.from_config(config.install)
+    install = InstallSettings(**{**install.__dict__, "reboot_controller": reboot_controller})
+    check_settings(install)
+    check_overrides(overrides or {})
+    targets = _targets(local, inventory, assume)
+    if assume is not None:
+        for t in targets:
+            t.target = None  # --assume: the facts are given, no host is contacted
+    else:
+        _probe(targets, config, accept_new_host_keys=accept_new_host_keys, ssh_config=ssh_config)
+
+    request_args = config.request_args()
+    groups: dict[str, tuple[list[str], Any]] = {}
+    for t in targets:
+        if t.facts is not None:
+            from provision.hosts.probe import host_description
+
+            described = host_description(t.facts)
+            kwargs = described.resolver_kwargs()
+            python = described.python
+        else:
+            a = assume or Assumed()
+            kwargs = {
+                "gpu": a.gpu,
+                "gpu_count": a.gpu_count,
+                "instance_type": a.instance_type,
+                "os": a.os,
+                "arch": a.arch,
+                "nvswitch_count": a.nvswitch_count,
+            }
+            python = a.python
+        args = dict(request_args)
+        if args.get("python") in (None, "auto") and python:
+            args["python"] = python
+        try:
+            resolution = resolve(StackRequest.build(**args), HostSpec.describe(**kwargs))
+        except Unsatisfiable as exc:
+            exc.message = f"{t.name}: {exc.message}"
+            raise
+        key = repr((resolution.host, resolution.stack, resolution.packages))
+        if key not in groups:
+            groups[key] = ([], resolution)
+        groups[key][0].append(t.name)
+
+    lock_groups = [
+        LockGroup.from_resolution(_group_label(res.host), names, res) for names, res in groups.values()
+    ]
+    _unique_names(lock_groups)
+    lock = build_lock(lock_groups)
+    text = dumps_lock(lock)
+    write_lock(lock, lock_path)
+    run = write_run_dir(
+        out, lock.to_json(), text, {t.name: t.connection for t in targets}, install, overrides=overrides
+    )
+    by_name = {t.name: t for t in targets}
+    result = PlanResult(out=out, lock_path=lock_path, files=run.files)
+    for g in lock_groups:
+        result.groups.append({"name": g.name, "hosts": g.hosts, "stack": g.stack, "warnings": g.warnings})
+        for name in g.hosts:
+            result.hosts.append(_host_plan(by_name[name], g.name, g.stack, install.reboot))
+    return result
+
+
+def _targets(local: bool, inventory: str | None, assume: Assumed | None) -> list[_Target]:
+    from provision.render import check_host_name
+
+    if inventory:
+        from provision.hosts.inventory import load_inventory
+
+        return [_Target(t.name, _connection_vars(t), t) for t in load_inventory(inventory)]
+    if local:
+        from provision.hosts.inventory import LOCALHOST
+
+        return [_Target("localhost", {"ansible_connection": "local"}, LOCALHOST)]
+    if assume is None:
+        raise BadInput(
+            "nothing to plan for", "give --local, -i INVENTORY or --assume os=ubuntu-22.04,gpu=H100-SXM:8"
+        )
+    return [_Target(check_host_name(assume.name), {})]
+
+
+def _connection_vars(t: HostTarget) -> dict[str, Any]:
+    out: dict[str, Any] = {k: v for k, v in t.vars.items() if k.startswith("ansible_")}
+    if t.local:
+        out["ansible_connection"] = "local"
+    elif t.address != t.name:
+        out["ansible_host"] = t.address
+    if t.user:
+        out["ansible_user"] = t.user
+    if t.port:
+        out["ansible_port"] = t.port
+    if t.key_file:
+        out["ansible_ssh_private_key_file"] = t.key_file
+    return out
+
+
+def _probe(targets: Sequence[_Target], config: Config, **connect: Any) -> None:
+    from provision.hosts.gather import GatherOptions, matrix_lookup, probe_hosts
+
+    hosts = [t.target for t in targets if t.target is not None]
+    options = GatherOptions.from_env(venv=config.install.venv, lookup=matrix_lookup())
+    results = probe_hosts(hosts, options, **connect)
+    failed = [r for r in results if r.error is not None]
+    if failed:
+        first = failed[0].error
+        assert first is not None
+        raise OperationFailed(
+            f"cannot probe {failed[0].host}: {first.message}"
+            + (f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""),
+            first.hint or "check `provision probe` for these hosts",
+        )
+    for t, r in zip(targets, results, strict=True):
+        t.facts = r.facts
+
+
+def _group_label(host: Mapping[str, Any]) -> str:
+    gpu = host.get("gpu") or "cpu"
+    count = host.get("gpu_count") or 0
+    label = f"{gpu}_x{count}_{host.get('os')}" if host.get("gpu") else f"cpu_{host.get('os')}"
+    return re.sub(r"[^a-z0-9_]+", "_", label.lower()).strip("_")
+
+
+def _unique_names(groups: Sequence[Any]) -> None:
+    seen: dict[str, int] = {}
+    for g in groups:
+        n = seen.get(g.name, 0)
+        seen[g.name] = n + 1
+        if n:
+            g.name = f"{g.name}_{n + 1}"
+
+
+def _host_plan(t: _Target, group: str, stack: Mapping[str, Any], reboot_setting: str) -> HostPlan:
+    facts = t.facts
+    present: dict[str, Any] = {}
+    if facts is not None:
+        present = {
+            "os": facts.os.slug if facts.os else None,
+            "driver": facts.driver.version,
+            "cuda_toolkits": [tk.version for tk in facts.cuda_toolkits],
+            "cudnn": facts.cudnn.version if facts.cudnn else None,
+            "frameworks": facts.frameworks(),
+            "nouveau_loaded": facts.nouveau_loaded,
+        }
+    changes: list[str] = []
+    driver = stack.get("driver")
+    have_driver = present.get("driver")
+    if driver and have_driver != driver["version"]:
+        verb = f"{have_driver} -> " if have_driver else ""
+        changes.append(
+            f"driver {verb}{driver['version']} ({driver['kernel_modules']} modules, "
+            f"{driver.get('install_method', 'nvidia-repo')})"
+        )
+    fm = stack.get("fabric_manager")
+    if fm:
+        changes.append(f"fabric manager {fm['version']}")
+    toolkit = stack.get("cuda_toolkit")
+    if toolkit and toolkit["version"] not in present.get("cuda_toolkits", []):
+        changes.append(f"cuda toolkit {toolkit['version']}")
+    cudnn = stack.get("cudnn")
+    if cudnn and present.get("cudnn") != cudnn["version"]:
+        changes.append(f"cudnn {cudnn['version']}")
+    have_fw = present.get("frameworks") or {}
+    for name, fw in (stack.get("frameworks") or {}).items():
+        if have_fw.get(name) != fw["version"]:
+            changes.append(f"{name} {fw['version']}" + (f" ({fw['variant']})" if fw.get("variant") else ""))
+    reboot = "no"
+    if driver and have_driver != driver["version"]:
+        if facts is None:
+            reboot = "if nouveau or another driver is loaded (not probed)"
+        elif facts.nouveau_loaded or (facts.nvidia_module_loaded and have_driver):
+            reboot = (
+                "yes"
+                if reboot_setting == "auto"
+                else "needed; install.reboot is never, the run stops and asks for one"
+            )
+    return HostPlan(t.name, group, facts is not None, present, changes, reboot)

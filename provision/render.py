@@ -1,0 +1,599 @@
+"""Lock + inventory -> an Ansible run dir (``site.yml``, ``inventory.yml``, ``group_vars/``,
+``ansible.cfg``, ``provision.lock``) that plain ``ansible-playbook site.yml`` runs.
+
+Python renders only the glue; the roles under ``playbooks/roles`` are static and read what is
+rendered here through their documented variables (each role's ``defaults/main.yml``).
+
+Double templating: the templates in ``templates/`` use ``[[ ]]`` delimiters, so Ansible's
+``{{ }}`` would pass through them untouched; the data parts are dumped with ``yaml.safe_dump``
+(nothing can inject YAML) and refused when a string holds a Jinja marker (so nothing a user typed,
+a host name, a path, a mirror URL, is ever templated by Ansible). Values are validated first, so
+a bad one is a one-line ``BadInput`` rather than a broken run dir.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from provision.errors import BadInput
+
+# The roles in the order site.yml runs them (DESIGN.md).
+ROLES: tuple[str, ...] = (
+    "preflight",
+    "nvidia_driver",
+    "fabric_manager",
+    "cuda_toolkit",
+    "cudnn",
+    "python_env",
+    "frameworks",
+    "container_toolkit",
+    "dcgm",
+    "verify",
+)
+PYPI = "https://pypi.org/simple"
+# Connection variables a user's inventory may give a host; everything else is not ours to copy.
+CONNECTION_VARS = frozenset({
+    "ansible_host", "ansible_port", "ansible_user", "ansible_ssh_private_key_file", "ansible_connection",
+    "ansible_python_interpreter", "ansible_ssh_common_args", "ansible_become", "ansible_become_user",
+    "ansible_become_method", "ansible_ssh_extra_args",
+})  # fmt: skip
+
+_HOST = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,252}$")
+_GROUP = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
+_VERSION = re.compile(r"^[0-9]+(\.[0-9]+)*$")
+_PACKAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.+_:-]*$")
+_URL = re.compile(r"^(https?|file)://[^\s\"'\\<>{}|^`]+$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# ansible.cfg values: no INI syntax, no interpolation, no line breaks.
+_CFG_PATH = re.compile(r"^/[^\s%;#\x00-\x1f]*$")
+
+
+_JINJA = re.compile(r"\{\{|\{%|\{#")
+
+
+def dump(data: Any) -> str:
+    """YAML for Ansible: plain data, refused if any string could be read as a Jinja template.
+
+    (Tagging strings ``!unsafe`` would also stop templating, but ansible-core 2.19 turns an unsafe
+    "3.10" into the float 3.1 and "570" into an int; refusing template markers keeps strings strings.)
+    """
+    _refuse_templates(data, "")
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, width=1000)
+
+
+def _refuse_templates(value: Any, where: str) -> None:
+    if isinstance(value, str):
+        if _JINJA.search(value):
+            raise BadInput(
+                f"{where or 'a value'} {value!r} contains a template marker ({{{{, {{% or {{#)",
+                "remove it: values are passed to Ansible as data, never as templates",
+            )
+    elif isinstance(value, Mapping):
+        for k, v in value.items():
+            _refuse_templates(str(k), f"{where}.{k}".strip("."))
+            _refuse_templates(v, f"{where}.{k}".strip("."))
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            _refuse_templates(v, f"{where}[{i}]")
+
+
+# --- what the user controls -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PipSettings:
+    index_url: str | None = None
+    extra_index_urls: tuple[str, ...] = ()
+    find_links: tuple[str, ...] = ()
+    trusted_hosts: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class InstallSettings:
+    """provision.yaml's ``install:`` section, as render needs it."""
+
+    method: str = "auto"  # auto | nvidia-repo | distro
+    venv: str = "/opt/provision/venv"
+    pip: PipSettings = field(default_factory=PipSettings)
+    apt_mirror: str | None = None
+    apt_proxy: str | None = None
+    reboot: str = "auto"  # auto | never
+    reboot_controller: bool = False
+    mok_key: str | None = None
+    mok_cert: str | None = None
+
+    @classmethod
+    def from_config(cls, install: Any) -> InstallSettings:
+        """From :class:`provision.config.InstallConfig` (duck-typed: render does not import config)."""
+        pip = install.pip
+        return cls(
+            method=install.method,
+            venv=install.venv,
+            pip=PipSettings(
+                pip.index_url, tuple(pip.extra_index_urls), tuple(pip.find_links), tuple(pip.trusted_hosts)
+            ),
+            apt_mirror=install.apt.mirror,
+            apt_proxy=install.apt.proxy,
+            reboot=install.reboot,
+        )
+
+
+@dataclass(frozen=True)
+class RunDir:
+    path: Path
+    files: tuple[str, ...]
+
+
+def check_host_name(name: str) -> str:
+    if not _HOST.match(name):
+        raise BadInput(
+            f"host name {name!r} cannot be used in an inventory",
+            "use letters, digits, '.', '_' and '-' only",
+        )
+    return name
+
+
+def _check_url(value: str, what: str) -> str:
+    if not _URL.match(value):
+        raise BadInput(
+            f"{what} {value!r} is not a plain http(s) or file URL", "give a URL without spaces or quotes"
+        )
+    return value
+
+
+def _check_path(value: str, what: str) -> str:
+    if not value.startswith("/") or _CONTROL.search(value) or "{" in value or ".." in value.split("/"):
+        raise BadInput(
+            f"{what} {value!r} is not an absolute path", "give an absolute path such as /opt/provision/venv"
+        )
+    return value
+
+
+def _check_text(value: Any, what: str) -> str:
+    if not isinstance(value, str) or _CONTROL.search(value):
+        raise BadInput(f"{what} must be one line of text", "remove line breaks and control characters")
+    return value
+
+
+def _check_version(value: Any, what: str) -> str:
+    if not isinstance(value, str) or not _VERSION.match(value):
+        raise BadInput(
+            f"the lock's {what} {value!r} is not a version", "regenerate the lock with `provision plan`"
+        )
+    return value
+
+
+def _check_package(value: Any, what: str) -> str:
+    if not isinstance(value, str) or not _PACKAGE.match(value):
+        raise BadInput(
+            f"the lock's {what} {value!r} is not a package name", "regenerate the lock with `provision plan`"
+        )
+    return value
+
+
+def check_settings(install: InstallSettings) -> None:
+    if install.method not in ("auto", "nvidia-repo", "distro"):
+        raise BadInput(f"install.method {install.method!r} is unknown", "use auto, nvidia-repo or distro")
+    if install.reboot not in ("auto", "never"):
+        raise BadInput(f"install.reboot {install.reboot!r} is unknown", "use auto or never")
+    _check_path(install.venv, "install.venv")
+    for url in (install.pip.index_url, install.apt_mirror, install.apt_proxy, *install.pip.extra_index_urls):
+        if url:
+            _check_url(url, "URL")
+    for link in install.pip.find_links:
+        if not link.startswith("/"):
+            _check_url(link, "install.pip.find_links entry")
+        else:
+            _check_path(link, "install.pip.find_links entry")
+    for host in install.pip.trusted_hosts:
+        if not re.match(r"^[A-Za-z0-9.-]+(:[0-9]+)?$", host):
+            raise BadInput(
+                f"install.pip.trusted_hosts entry {host!r} is not a host name", "give host or host:port"
+            )
+    for path in (install.mok_key, install.mok_cert):
+        if path:
+            _check_path(path, "MOK key path")
+
+
+# --- lock group -> role variables -------------------------------------------------------------
+
+
+def group_vars(group: Mapping[str, Any], install: InstallSettings) -> dict[str, Any]:
+    """The role variables of one lock group (every role's documented interface)."""
+    host = group.get("host") or {}
+    stack = group.get("stack") or {}
+    packages = group.get("packages") or {}
+    os_id = _check_text(host.get("os") or "", "the lock's host.os")
+    distro = os_id.split("-")[0]
+    family = str(packages.get("os_family") or ("debian" if distro in ("debian", "ubuntu") else distro))
+    out: dict[str, Any] = {}
+
+    driver = stack.get("driver")
+    method = _method(driver, packages, install)
+    uses_dkms = not (method == "distro" and distro == "ubuntu")
+    out.update(_driver_vars(driver, packages, method, install, family))
+    out.update({
+        "preflight_driver_install": driver is not None,
+        "preflight_driver_uses_dkms": uses_dkms,
+        "preflight_require_gpu": driver is not None,
+        "preflight_mok_signing": bool(install.mok_key and install.mok_cert),
+        "preflight_disk_paths": ["/", str(Path(install.venv).parent)],
+    })  # fmt: skip
+
+    fm = stack.get("fabric_manager")
+    out["fabric_manager_enabled"] = fm is not None
+    if fm is not None:
+        out["fabric_manager_version"] = _check_version(fm.get("version"), "fabric_manager.version")
+        names = list(packages.get("fabric_manager") or [])
+        out["fabric_manager_package"] = _fm_package(names, out["fabric_manager_version"], family)
+
+    toolkit = stack.get("cuda_toolkit")
+    out["cuda_toolkit_enabled"] = toolkit is not None
+    if toolkit is not None:
+        out["cuda_toolkit_version"] = _check_version(toolkit.get("version"), "cuda_toolkit.version")
+        out["cuda_toolkit_method"] = method
+        names = list(packages.get("cuda_toolkit") or [])
+        if names and method == "nvidia-repo":
+            out["cuda_toolkit_package"] = _check_package(names[0], "cuda_toolkit package")
+
+    cudnn = stack.get("cudnn")
+    out["cudnn_enabled"] = cudnn is not None
+    if cudnn is not None:
+        out["cudnn_version"] = _check_version(cudnn.get("version"), "cudnn.version")
+        out["cudnn_cuda_major"] = _check_version(str(cudnn.get("cuda_major") or ""), "cudnn.cuda_major")
+        names = [_check_package(n, "cudnn package") for n in packages.get("cudnn") or []]
+        if names:
+            out["cudnn_packages"] = names
+
+    python = _check_version(stack.get("python") or host.get("python"), "python")
+    out.update({
+        "python_env_path": install.venv,
+        "python_env_python": python,
+        "python_env_os_packages": _python_packages(os_id, family, python),
+    })  # fmt: skip
+    out.update(_framework_vars(stack, packages, install))
+
+    for extra in ("container_toolkit", "dcgm"):
+        item = stack.get(extra)
+        out[f"{extra}_enabled"] = item is not None
+        if item is not None:
+            out[f"{extra}_version"] = _check_text(str(item.get("version") or ""), f"{extra}.version")
+    if stack.get("dcgm") is not None:
+        out["dcgm_cuda_major"] = str(stack["dcgm"].get("cuda_major") or "")
+
+    out.update({
+        "verify_driver_version": driver["version"] if driver else "",
+        "verify_frameworks": _pinned_versions(out["frameworks_installs"]),
+        "verify_venv": install.venv,
+        "verify_stack": dict(stack),
+    })  # fmt: skip
+    return out
+
+
+def _pinned_versions(installs: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """{distribution: exact version} of the pinned requirements (``tensorflow[and-cuda]==2.20.0``)."""
+    out: dict[str, str] = {}
+    for entry in installs:
+        for req in entry["packages"]:
+            name, _, version = str(req).partition("==")
+            out[name.split("[")[0].strip()] = version.strip()
+    return out
+
+
+def _method(driver: Mapping[str, Any] | None, packages: Mapping[str, Any], install: InstallSettings) -> str:
+    locked = (driver or {}).get("install_method") or (packages.get("driver") or {}).get("method")
+    if locked:
+        return str(locked)
+    return "nvidia-repo" if install.method == "auto" else install.method
+
+
+def _driver_vars(
+    driver: Mapping[str, Any] | None,
+    packages: Mapping[str, Any],
+    method: str,
+    install: InstallSettings,
+    family: str,
+) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "nvidia_driver_enabled": driver is not None,
+        "nvidia_driver_reboot": install.reboot,
+        "nvidia_driver_reboot_controller": install.reboot_controller,
+    }
+    if install.apt_mirror:
+        out["nvidia_driver_debian_mirror"] = install.apt_mirror
+    if install.mok_key and install.mok_cert:
+        out["nvidia_driver_mok_key"] = install.mok_key
+        out["nvidia_driver_mok_cert"] = install.mok_cert
+    if driver is None:
+        return out
+    version = _check_version(driver.get("version"), "driver.version")
+    flavour = driver.get("kernel_modules")
+    if flavour not in ("open", "proprietary"):
+        raise BadInput(f"the lock's driver.kernel_modules {flavour!r} is unknown", "regenerate the lock")
+    out.update({
+        "nvidia_driver_method": method,
+        "nvidia_driver_branch": _check_version(str(driver.get("branch")), "driver.branch"),
+        "nvidia_driver_version": version,
+        "nvidia_driver_kernel_modules": flavour,
+    })  # fmt: skip
+    pkg = packages.get("driver") or {}
+    names = [_check_text(n, "driver package") for n in pkg.get("names") or []]
+    if pkg.get("repo"):
+        out["nvidia_driver_repo_url"] = _check_url(str(pkg["repo"]).rstrip("/"), "driver repository")
+    if method == "nvidia-repo":
+        pinning = [n for n in names if n.startswith("nvidia-driver-pinning-")]
+        rest = [n for n in names if n not in pinning]
+        streams = [n.split(":", 1)[1] for n in rest if n.startswith("@nvidia-driver:")]
+        if streams:
+            # RHEL-like module streams (NVIDIA's packaging before the pinning packages): enable the
+            # stream, then install its packages at the exact version.
+            out["nvidia_driver_dnf_module_stream"] = streams[0]
+            dkms = "kmod-nvidia-open-dkms" if flavour == "open" else "kmod-nvidia-latest-dkms"
+            rest = ["nvidia-driver", "nvidia-driver-cuda", dkms]
+        out["nvidia_driver_repo_pinning_package"] = pinning[0] if pinning else ""
+        out["nvidia_driver_repo_packages"] = [_check_package(n, "driver package") for n in rest]
+    else:
+        # Precompiled module packages follow the kernel's version, headers the kernel's: not pinned.
+        floating = [n for n in names if n.startswith(("linux-modules-nvidia-", "linux-headers-"))]
+        out["nvidia_driver_distro_packages"] = [
+            _check_package(n, "driver package") for n in names if n not in floating
+        ]
+        out["nvidia_driver_distro_unpinned_packages"] = [
+            _check_package(n, "driver package") for n in floating
+        ]
+        if "nvidia-driver" in names:
+            # Debian's own packaging: the module is nvidia-current[-open] (dkms.conf of bookworm's
+            # nvidia-[open-]kernel-dkms), the persistence daemon its own package (contrib) and version.
+            module = "nvidia-current-open" if flavour == "open" else "nvidia-current"
+            out["nvidia_driver_module_name"] = module
+            out["nvidia_driver_persistenced_package"] = "nvidia-persistenced"
+    return out
+
+
+def _fm_package(names: Sequence[str], version: str, family: str) -> str:
+    if not names:
+        # NVIDIA's names when the lock has none: apt nvidia-fabricmanager-<branch>, dnf nvidia-fabric-manager.
+        return (
+            f"nvidia-fabricmanager-{version.split('.', maxsplit=1)[0]}"
+            if family == "debian"
+            else "nvidia-fabric-manager"
+        )
+    name = str(names[0]).split("=")[0]
+    name = name.split(f"-{version}")[0]
+    return _check_package(name, "fabric_manager package")
+
+
+def _python_packages(os_id: str, family: str, python: str) -> list[str]:
+    """OS packages that give ``python<X.Y>`` with its venv module (see docs: the OS table)."""
+    default = _default_python(os_id)
+    if family == "debian":
+        return (
+            ["python3", "python3-venv"] if python == default else [f"python{python}", f"python{python}-venv"]
+        )
+    return ["python3"] if python == default else [f"python{python}"]
+
+
+def _default_python(os_id: str) -> str | None:
+    try:
+        from provision.matrix import load
+
+        return load().os_release(os_id).default_python
+    except BadInput:
+        return None
+
+
+def _framework_vars(
+    stack: Mapping[str, Any], packages: Mapping[str, Any], install: InstallSettings
+) -> dict[str, Any]:
+    frameworks = stack.get("frameworks") or {}
+    pip = packages.get("pip") or {}
+    requirements = list(pip.get("requirements") or [])
+    if not requirements:  # a lock without packages.pip: exact pins from the stack
+        requirements = [f"{name}=={fw['version']}" for name, fw in frameworks.items()]
+    for req in requirements:
+        _check_text(req, "framework requirement")
+        if "==" not in req or " " in req.strip():
+            raise BadInput(
+                f"the lock's framework requirement {req!r} is not an exact pin", "regenerate the lock"
+            )
+    mirror = install.pip.index_url
+
+    def mirrored(url: str) -> str:
+        return mirror if mirror and url.rstrip("/") == PYPI else url
+
+    index = str(pip.get("index_url") or "")
+    extras = [mirrored(str(u)) for u in pip.get("extra_index_urls") or []] + list(
+        install.pip.extra_index_urls
+    )
+    for url in [index, *extras]:
+        if url:
+            _check_url(url, "index URL")
+    return {
+        "frameworks_enabled": bool(requirements),
+        "frameworks_venv": install.venv,
+        "frameworks_installs": [{"packages": requirements, "index_url": mirrored(index)}]
+        if requirements
+        else [],
+        "frameworks_index_url": mirror or "",
+        "frameworks_extra_index_urls": extras,
+        "frameworks_find_links": list(install.pip.find_links),
+        "frameworks_trusted_hosts": list(install.pip.trusted_hosts),
+    }
+
+
+TESTONLY_VARS = (
+    "preflight_testonly_skip_gpu_check",
+    "nvidia_driver_testonly_skip_module_load",
+    "verify_testonly_skip_gpu",
+)
+
+
+def check_overrides(overrides: Mapping[str, Any]) -> None:
+    """Role variables set on top of the rendered ones (air-gapped mirrors, tests): only role names."""
+    for name in overrides:
+        if not re.match(rf"^({'|'.join(ROLES)})_[a-z0-9_]+$", name):
+            raise BadInput(f"{name!r} is not a role variable", "use a name from a role's defaults/main.yml")
+
+
+# --- the run dir ------------------------------------------------------------------------------
+
+
+def group_name(index: int, group: Mapping[str, Any]) -> str:
+    name = str(group.get("name") or f"group{index + 1}")
+    name = re.sub(r"[^a-z0-9_]+", "_", name.lower()).strip("_") or f"group{index + 1}"
+    if not name[0].isalpha():
+        name = f"g_{name}"
+    return name[:62]
+
+
+def render_files(
+    lock: Mapping[str, Any],
+    hosts: Mapping[str, Mapping[str, Any]],
+    install: InstallSettings,
+    *,
+    roles_path: str,
+    overrides: Mapping[str, Any] | None = None,
+) -> dict[str, str]:
+    """The run dir's files as {relative path: text}; pure, so golden tests compare it byte for byte.
+
+    ``hosts`` maps each host of the lock to its connection variables (``ansible_host``, ...).
+    """
+    import jinja2
+
+    check_settings(install)
+    overrides = dict(overrides or {})
+    check_overrides(overrides)
+    if not _CFG_PATH.match(roles_path):
+        raise BadInput(
+            f"roles path {roles_path!r} cannot go into ansible.cfg", "install provision under a plain path"
+        )
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(_templates())),
+        variable_start_string="[[",
+        variable_end_string="]]",
+        block_start_string="[%",
+        block_end_string="%]",
+        comment_start_string="[#",
+        comment_end_string="#]",
+        keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+    )
+    files: dict[str, str] = {}
+    inventory: dict[str, Any] = {}
+    names: list[str] = []
+    for i, group in enumerate(lock.get("groups") or []):
+        name = group_name(i, group)
+        if name in names:
+            name = f"{name}_{i + 1}"
+        names.append(name)
+        members: dict[str, Any] = {}
+        for host in group.get("hosts") or []:
+            check_host_name(str(host))
+            members[str(host)] = _connection(str(host), hosts.get(str(host), {}))
+        inventory[name] = {"hosts": members}
+        data = {**group_vars(group, install), **overrides}
+        files[f"group_vars/{name}.yml"] = env.get_template("data.yml.j2").render(
+            what=f"role variables of host group {name} (from provision.lock)", body=dump(data)
+        )
+    if not names:
+        raise BadInput("the lock has no host groups", "run `provision plan` with at least one host")
+    all_vars: dict[str, Any] = {}
+    if install.apt_proxy:
+        all_vars["provision_environment"] = {
+            "http_proxy": install.apt_proxy,
+            "https_proxy": install.apt_proxy,
+        }
+    else:
+        all_vars["provision_environment"] = {}
+    files["group_vars/all.yml"] = env.get_template("data.yml.j2").render(
+        what="settings for every host", body=dump(all_vars)
+    )
+    files["inventory.yml"] = env.get_template("data.yml.j2").render(
+        what="the hosts of provision.lock, by host group", body=dump({"all": {"children": inventory}})
+    )
+    play = {
+        "name": "Provision NVIDIA GPU hosts",
+        "hosts": ":".join(names),
+        "become": True,
+        "gather_facts": True,
+        "environment": "{{ provision_environment }}",
+        "roles": [{"role": r} for r in ROLES],
+    }
+    # the one string here that Ansible must template is ours: dump it without the marker check
+    body = yaml.safe_dump([play], sort_keys=False, default_flow_style=False, width=1000)
+    files["site.yml"] = env.get_template("site.yml.j2").render(body=body)
+    nhosts = sum(len(g.get("hosts") or []) for g in lock.get("groups") or [])
+    files["ansible.cfg"] = env.get_template("ansible.cfg.j2").render(
+        roles_path=roles_path, forks=_forks(nhosts)
+    )
+    return files
+
+
+def _forks(hosts: int) -> int:
+    # One fork per host up to 50: most of a run is waiting on apt/pip on the hosts, not on the controller.
+    return max(5, min(50, hosts))
+
+
+def _connection(host: str, given: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in given.items():
+        if key not in CONNECTION_VARS:
+            continue
+        if key == "ansible_port":
+            try:
+                out[key] = int(value)
+            except (TypeError, ValueError):
+                raise BadInput(
+                    f"host {host}: ansible_port {value!r} is not a number", "give a port number"
+                ) from None
+        elif isinstance(value, bool):
+            out[key] = value
+        else:
+            out[key] = _check_text(str(value), f"host {host}: {key}")
+    return out
+
+
+def _templates() -> Path:
+    from provision.resources import templates_dir
+
+    return templates_dir()
+
+
+def default_roles_path() -> str:
+    from provision.resources import playbooks_dir
+
+    return str(playbooks_dir() / "roles")
+
+
+def write_run_dir(
+    out: Path,
+    lock: Mapping[str, Any],
+    lock_text: str,
+    hosts: Mapping[str, Mapping[str, Any]],
+    install: InstallSettings,
+    *,
+    overrides: Mapping[str, Any] | None = None,
+    roles_path: str | None = None,
+) -> RunDir:
+    """Render and write the run dir (replacing the files it owns, keeping anything else there)."""
+    files = render_files(
+        lock, hosts, install, roles_path=roles_path or default_roles_path(), overrides=overrides
+    )
+    files["provision.lock"] = lock_text
+    out.mkdir(parents=True, exist_ok=True)
+    stale = out / "group_vars"
+    if stale.is_dir():
+        for old in stale.glob("*.yml"):
+            old.unlink()
+    for rel, text in files.items():
+        target = out / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+    return RunDir(out, tuple(sorted(files)))

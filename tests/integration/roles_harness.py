@@ -1,0 +1,122 @@
+"""Apply a rendered run dir to a test host with plain `ansible-playbook`, and read what happened.
+
+The run dir is what `provision plan` writes (render.write_run_dir) from a lock group; the hosts'
+connection variables point at the SSH test hosts with their real host keys.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from provision.lock import LockGroup, build_lock, dumps_lock
+from provision.render import InstallSettings, write_run_dir
+from provision.resolve import HostSpec, StackRequest, resolve
+from tests.hosts import harness
+
+BIN = Path(sys.executable).parent
+# The explicit test-only switches: no GPU on the test hosts, so no GPU check and no module load.
+TESTONLY = {"preflight_testonly_skip_gpu_check": True, "nvidia_driver_testonly_skip_module_load": True,
+            "verify_testonly_skip_gpu": True}  # fmt: skip
+_RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
+
+
+@dataclass
+class Outcome:
+    rc: int
+    ok: int
+    changed: int
+    failed: int
+    output: str
+
+    def error_lines(self) -> list[str]:
+        """The failure messages the play printed (`[ERROR]: Task failed: ...: <msg>`)."""
+        return [line.split(": ", 2)[-1] for line in self.output.splitlines() if line.startswith("[ERROR]: Task failed")]
+
+
+def lock_group(name: str, hosts: list[str], **request: Any) -> dict[str, Any]:
+    """A lock group from the real resolver; ``host`` keys go to HostSpec, the rest to the request."""
+    host_keys = {k: request.pop(k) for k in ("gpu", "gpu_count", "os", "arch") if k in request}
+    resolution = resolve(StackRequest.build(**request), HostSpec.describe(**host_keys))
+    return LockGroup.from_resolution(name, hosts, resolution).to_json()
+
+
+def connection(hostset: harness.HostSet, host: harness.TestHost) -> dict[str, Any]:
+    return {
+        "ansible_host": host.address,
+        "ansible_user": host.user,
+        "ansible_ssh_private_key_file": str(hostset.key),
+        "ansible_ssh_common_args": f"-o UserKnownHostsFile={hostset.known_hosts} -o StrictHostKeyChecking=yes",
+        "ansible_python_interpreter": "/usr/bin/python3",
+    }
+
+
+def render(
+    run: Path,
+    hostset: harness.HostSet,
+    host: harness.TestHost,
+    group: Mapping[str, Any],
+    *,
+    install: InstallSettings | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> Path:
+    group = {**group, "hosts": [host.name]}
+    lock = build_lock([LockGroup(**group)])
+    text = dumps_lock(lock)
+    write_run_dir(run, json.loads(text), text, {host.name: connection(hostset, host)}, install or InstallSettings(),
+                  overrides={**TESTONLY, **(overrides or {})})  # fmt: skip
+    return run
+
+
+def start(run: Path) -> subprocess.Popen[str]:
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0",
+           "ANSIBLE_SSH_CONTROL_PATH_DIR": str(run / ".cp")}  # fmt: skip
+    return subprocess.Popen([str(BIN / "ansible-playbook"), "site.yml"], cwd=run, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
+
+
+def finish(proc: subprocess.Popen[str], host: str, timeout: float = 1200) -> Outcome:
+    out, _ = proc.communicate(timeout=timeout)
+    for m in _RECAP.finditer(out):
+        if m.group(1) == host:
+            return Outcome(proc.returncode, int(m.group(2)), int(m.group(3)), int(m.group(5)), out)
+    return Outcome(proc.returncode, 0, 0, 0, out)
+
+
+def apply(run: Path, host: str) -> Outcome:
+    return finish(start(run), host)
+
+
+def ssh(hostset: harness.HostSet, host: harness.TestHost, command: str, check: bool = True) -> str:
+    r = subprocess.run(["ssh", "-F", str(hostset.ssh_config), host.name, command], capture_output=True, text=True,
+                       timeout=600)  # fmt: skip
+    if check and r.returncode != 0:
+        raise AssertionError(f"{host.name}: {command}: rc={r.returncode} {r.stderr.strip()}")
+    return r.stdout
+
+
+def host_snapshot(hostset: harness.HostSet, host: harness.TestHost) -> str:
+    """What a refused run must not have touched: packages, apt sources and pins, modprobe config."""
+    return ssh(hostset, host, "dpkg-query -W -f '${Package} ${Version} ${Status}\\n' | sort | md5sum; "
+               "ls -la /etc/apt/sources.list.d /etc/apt/preferences.d /etc/modprobe.d /etc/kernel 2>&1; "
+               "ls /opt/provision 2>&1", check=False)  # fmt: skip
+
+
+def quote(text: str) -> str:
+    return shlex.quote(text)
+
+
+def reach_bridge_directly(hostset: harness.HostSet, host: harness.TestHost) -> None:
+    """Let apt and Python on the host reach a server on the bridge address without the filtering proxy
+    (the proxy passes only the Debian mirror and PyPI; the stand-in repository is on the bridge)."""
+    gw = f"{hostset.net}.1"
+    ssh(hostset, host, f"printf 'Acquire::http::Proxy::{gw} \"DIRECT\";\\n' > /etc/apt/apt.conf.d/02direct-bridge; "
+                       f"grep -q '^no_proxy=.*{gw}' /etc/environment || sed -i 's/^no_proxy=.*/&,{gw}/' /etc/environment")

@@ -1,0 +1,241 @@
+"""The roles for real, on Debian 12 SSH test hosts, through a run dir that plain `ansible-playbook`
+applies (rendered from a lock group the real resolver made).
+
+The test hosts have no GPU: preflight's GPU check and the module load are skipped by the explicit
+test-only variables (roles_harness.TESTONLY), nothing else. Host 1 runs the long real install (the
+Debian non-free driver, DKMS build, Debian's CUDA toolkit) in the background while host 2 runs the
+rest, so the whole module stays within about ten minutes on two cores.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from provision.render import InstallSettings, PipSettings
+from tests.hosts import harness
+from tests.integration import roles_harness as rh
+from tests.integration import standin_repo as sr
+
+TORCH_CPU = "torch==2.13.0+cpu"
+# The driver tests install no framework (the lock's torch would come from PyTorch's index, which
+# the test hosts cannot reach): the roles' own switches, as a user leaving the venv alone would set.
+NO_FRAMEWORKS = {"frameworks_enabled": False, "verify_frameworks": {}, "python_env_enabled": False}
+
+
+@pytest.fixture(scope="module")
+def distro_run(
+    testhosts: harness.HostSet, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Any]]:
+    """Starts the `distro` install on host 1 at once; the test that needs it waits for it.
+
+    Debian's nvidia-driver from non-free with DKMS building the module against the kernel
+    linux-headers-amd64 brings (the test hosts run the machine's kernel, whose headers Debian does
+    not carry, so the lock's kernel is that one), and Debian's nvidia-cuda-toolkit.
+    """
+    host = testhosts.hosts[0]
+    kernel = rh.ssh(testhosts, host, "apt-cache depends linux-headers-amd64 | sed -n 's/.*Depends: linux-headers-//p'")
+    kernel = kernel.split()[0]
+    # Debian's point releases move the driver's version (the knowledge data may lag behind the
+    # mirror): the lock pins what the mirror has, as `provision plan --driver <version>` would.
+    rh.ssh(testhosts, host, "sed -i 's/ main$/ main non-free non-free-firmware/' /etc/apt/sources.list.d/*.list "
+           "/etc/apt/sources.list 2>/dev/null; apt-get update -qq")  # fmt: skip
+    candidate = rh.ssh(testhosts, host, "apt-cache policy nvidia-driver | sed -n 's/ *Candidate: //p'").strip()
+    rh.ssh(testhosts, host, "sed -i 's/ main non-free non-free-firmware$/ main/' /etc/apt/sources.list; "
+           "apt-get update -qq")  # the role must add non-free itself  # fmt: skip
+    version = candidate.split("-")[0]
+    group = rh.lock_group("debian_distro", [host.name], gpu="L4", gpu_count=1, os="debian-12",
+                          install_method="distro", cuda_toolkit="11.8", frameworks=[])  # fmt: skip
+    group["stack"]["driver"].update(version=version, branch=version.split(".")[0])
+    tmp = tmp_path_factory.mktemp("distro")
+    overrides = {"nvidia_driver_kernel": kernel, "preflight_kernel": kernel, **NO_FRAMEWORKS}
+    run1 = rh.render(tmp / "run1", testhosts, host, group, overrides=overrides)
+    started = time.monotonic()
+    proc = rh.start(run1)
+    yield {"host": host, "group": group, "kernel": kernel, "version": version, "proc": proc, "started": started,
+           "tmp": tmp, "overrides": overrides}  # fmt: skip
+    if proc.poll() is None:
+        proc.kill()
+
+
+@pytest.fixture(scope="module")
+def standin(testhosts: harness.HostSet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """The stand-in NVIDIA repository (see standin_repo) served on the bridge for host 2."""
+    host = testhosts.hosts[1]
+    folder = tmp_path_factory.mktemp("standin") / "repo"
+    debs = (sr.driver_debs("570.124.06") + sr.driver_debs("580.82.07") + sr.driver_debs("580.95.05")
+            + sr.toolkit_debs("12.8", "12.8.93", "9.10.2.21"))  # fmt: skip
+    repo = sr.build_repo(folder, debs)
+    rh.reach_bridge_directly(testhosts, host)
+    # the stand-in kernel's headers are installed (as a real kernel's would be)
+    rh.ssh(testhosts, host, f"mkdir -p /lib/modules/{sr.STANDIN_KERNEL}/build")
+    with sr.serve(repo.path, f"{testhosts.net}.1") as url:
+        yield {"host": host, "url": url, "repo": repo,
+               "overrides": {"nvidia_driver_repo_url": url, "nvidia_driver_repo_key_url": f"{url}/standin-key.asc",
+                             "nvidia_driver_repo_key_fingerprint": repo.fingerprint,
+                             "nvidia_driver_kernel": sr.STANDIN_KERNEL, "preflight_kernel": sr.STANDIN_KERNEL,
+                             **NO_FRAMEWORKS}}  # fmt: skip
+
+
+# --- preflight: refused before any change, one clear line ---------------------------------------
+
+
+def _distro_group(host: harness.TestHost) -> dict[str, Any]:
+    return rh.lock_group("refused", [host.name], gpu="L4", gpu_count=1, os="debian-12", install_method="distro",
+                         frameworks=[])  # fmt: skip
+
+
+@pytest.mark.parametrize("case", ["unsupported_os", "secure_boot", "no_headers", "disk"])
+def test_preflight_refuses_before_any_change(
+    distro_run: dict[str, Any], testhosts: harness.HostSet, tmp_path: Path, case: str
+) -> None:
+    host = testhosts.hosts[1]
+    group = _distro_group(host)
+    overrides: dict[str, Any] = dict(NO_FRAMEWORKS)
+    expected = ""
+    restore = ""
+    if case == "unsupported_os":
+        # the host claims Debian 11, a release the roles do not support
+        rh.ssh(testhosts, host, "cp /etc/os-release /tmp/os-release.keep; cp /etc/debian_version /tmp/dv.keep; "
+               "sed -i 's/VERSION_ID=\"12\"/VERSION_ID=\"11\"/; s/bookworm/bullseye/' /usr/lib/os-release; "
+               "echo 11.9 > /etc/debian_version")  # fmt: skip
+        restore = "cp /tmp/os-release.keep /usr/lib/os-release; cp /tmp/dv.keep /etc/debian_version"
+        expected = "preflight: debian-11 is not supported"
+    elif case == "secure_boot":
+        # STAND-IN EFI variable: attributes (4 bytes) + 1 = Secure Boot on; no MOK pair configured
+        rh.ssh(testhosts, host, "mkdir -p /tmp/efivars && printf '\\006\\000\\000\\000\\001' > "
+               "/tmp/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c")  # fmt: skip
+        overrides["preflight_efivars_dir"] = "/tmp/efivars"
+        expected = "preflight: Secure Boot is on and the NVIDIA module would be built by DKMS unsigned"
+    elif case == "no_headers":
+        # the running kernel is the machine's own, whose headers no Debian mirror carries
+        expected = "preflight: no kernel headers for kernel"
+    else:
+        overrides["preflight_min_free_gib"] = 1000000
+        expected = "GiB needed; free some space or grow the disk"
+    before = rh.host_snapshot(testhosts, host)
+    try:
+        outcome = rh.apply(rh.render(tmp_path / "run", testhosts, host, group, overrides=overrides), host.name)
+    finally:
+        if restore:
+            rh.ssh(testhosts, host, restore)
+    assert outcome.rc != 0 and outcome.failed == 1 and outcome.changed == 0, outcome.output[-2000:]
+    [line] = outcome.error_lines()
+    assert expected in line and "\n" not in line, line
+    assert rh.host_snapshot(testhosts, host) == before
+
+
+# --- frameworks: the CPU torch wheel from a local wheel folder ------------------------------------
+
+
+def test_frameworks_install_cpu_torch_from_find_links_and_converge(
+    distro_run: dict[str, Any], testhosts: harness.HostSet, wheelhouse: Path, tmp_path: Path
+) -> None:
+    host = testhosts.hosts[1]
+    group = rh.lock_group("cpu", [host.name], os="debian-12", frameworks=[TORCH_CPU])
+    assert group["stack"]["driver"] is None
+    install = InstallSettings(venv="/opt/provision/venv", pip=PipSettings(find_links=(str(wheelhouse),)))
+    first = rh.apply(rh.render(tmp_path / "run1", testhosts, host, group, install=install,
+                               overrides={"frameworks_no_index": True}), host.name)  # fmt: skip
+    assert first.rc == 0 and first.changed > 0, first.output[-3000:]
+    out = rh.ssh(testhosts, host, "/opt/provision/venv/bin/python -c 'import torch; print(torch.__version__, "
+                 "torch.ones(3).sum().item())'")  # fmt: skip
+    assert out.split() == ["2.13.0+cpu", "3.0"]
+    assert '"torch"' in rh.ssh(testhosts, host, "cat /var/lib/provision/stack.json")
+    second = rh.apply(rh.render(tmp_path / "run2", testhosts, host, group, install=install,
+                                overrides={"frameworks_no_index": True}), host.name)  # fmt: skip
+    assert second.rc == 0 and second.changed == 0, second.output[-3000:]
+
+
+# --- nvidia-repo: exact pins, holds, Fabric Manager == driver, branch change, idempotence ---------
+
+
+def _repo_run(standin: dict[str, Any], testhosts: harness.HostSet, run: Path, driver: str, **extra: Any) -> rh.Outcome:
+    host = standin["host"]
+    group = rh.lock_group("hgx", [host.name], gpu="H100-SXM", gpu_count=8, os="debian-12", driver=driver,
+                          install_method="nvidia-repo", frameworks=[], **extra)  # fmt: skip
+    assert group["stack"]["fabric_manager"] == {"version": driver}  # 8 x H100-SXM: NVSwitch board
+    return rh.apply(rh.render(run, testhosts, host, group, overrides=standin["overrides"]), host.name)
+
+
+def _installed(testhosts: harness.HostSet, host: harness.TestHost) -> dict[str, str]:
+    out = rh.ssh(testhosts, host, "dpkg-query -W -f '${Package} ${Version} ${Status}\\n' | awk '$5 == \"installed\"'")
+    return {line.split()[0]: line.split()[1] for line in out.splitlines()}
+
+
+@pytest.mark.slow
+def test_nvidia_repo_pins_holds_fabric_manager_and_changes_branch(
+    distro_run: dict[str, Any], standin: dict[str, Any], testhosts: harness.HostSet, tmp_path: Path
+) -> None:
+    host = standin["host"]
+    first = _repo_run(standin, testhosts, tmp_path / "r570", "570.124.06")
+    assert first.rc == 0, first.output[-3000:]
+    have = _installed(testhosts, host)
+    assert have["nvidia-open-570"] == have["nvidia-fabricmanager-570"] == "570.124.06-1"
+    assert rh.ssh(testhosts, host, "apt-mark showhold").split() == ["nvidia-fabricmanager-570", "nvidia-open-570"]
+    assert rh.ssh(testhosts, host, "systemctl is-active nvidia-fabricmanager").strip() == "active"
+    assert rh.ssh(testhosts, host, f"modinfo -k {sr.STANDIN_KERNEL} -F version nvidia").strip() == "570.124.06"
+
+    # branch change 570 -> 580 at an exact release that is not the newest one the repository has
+    upgrade = _repo_run(standin, testhosts, tmp_path / "r580", "580.82.07", cuda_toolkit="12.8", cudnn="9.10.2.21")
+    assert upgrade.rc == 0, upgrade.output[-3000:]
+    have = _installed(testhosts, host)
+    assert "nvidia-open-570" not in have and "nvidia-fabricmanager-570" not in have
+    assert have["nvidia-open-580"] == have["nvidia-kernel-open-dkms"] == have["nvidia-fabricmanager-580"] == "580.82.07-1"
+    assert have["cuda-toolkit-12-8"] == "12.8.93-1" and have["cudnn9-cuda-12"] == "9.10.2.21-1"
+    held = set(rh.ssh(testhosts, host, "apt-mark showhold").split())
+    assert held == {"nvidia-open-580", "nvidia-fabricmanager-580", "cuda-toolkit-12-8", "cudnn9-cuda-12"}
+    # 580.95.05 is in the repository, yet nothing would move: the exact pin and holds keep 580.82.07
+    sim = rh.ssh(testhosts, host, "apt-get -s -o Debug::NoLocking=1 dist-upgrade")
+    assert "580.95.05" not in sim, sim
+    assert rh.ssh(testhosts, host, f"modinfo -k {sr.STANDIN_KERNEL} -F version nvidia").strip() == "580.82.07"
+    assert "release 12.8" in rh.ssh(testhosts, host, "bash -lc 'nvcc --version'")
+
+    again = _repo_run(standin, testhosts, tmp_path / "r580b", "580.82.07", cuda_toolkit="12.8", cudnn="9.10.2.21")
+    assert again.rc == 0 and again.changed == 0, again.output[-3000:]
+
+
+def test_nvidia_repo_refuses_a_key_without_the_pinned_fingerprint(
+    distro_run: dict[str, Any], standin: dict[str, Any], testhosts: harness.HostSet, tmp_path: Path
+) -> None:
+    host = standin["host"]
+    group = rh.lock_group("hgx", [host.name], gpu="H100-SXM", gpu_count=8, os="debian-12", driver="570.124.06",
+                          install_method="nvidia-repo", frameworks=[])  # fmt: skip
+    overrides = {**standin["overrides"], "nvidia_driver_repo_key_fingerprint": "0" * 40}
+    outcome = rh.apply(rh.render(tmp_path / "run", testhosts, host, group, overrides=overrides), host.name)
+    assert outcome.rc != 0
+    [line] = outcome.error_lines()
+    assert "does not have the pinned fingerprint" in line
+
+
+# --- distro: Debian's nvidia-driver with DKMS, Debian's CUDA toolkit ------------------------------
+
+
+@pytest.mark.slow
+def test_distro_driver_builds_with_dkms_then_converges(distro_run: dict[str, Any], testhosts: harness.HostSet) -> None:
+    host, kernel, version = distro_run["host"], distro_run["kernel"], distro_run["version"]
+    first = rh.finish(distro_run["proc"], host.name)
+    took = time.monotonic() - distro_run["started"]
+    print(f"\ndistro install (driver {version} with DKMS for {kernel} + nvidia-cuda-toolkit): {took:.0f} s")
+    assert first.rc == 0 and first.changed > 0, first.output[-4000:]
+    module = "nvidia-current-open" if distro_run["group"]["stack"]["driver"]["kernel_modules"] == "open" else "nvidia-current"
+    assert rh.ssh(testhosts, host, f"modinfo -k {kernel} -F version {module}").strip() == version
+    assert "release 11.8" in rh.ssh(testhosts, host, "nvcc --version")
+    assert {"nvidia-driver", "nvidia-cuda-toolkit"} <= set(rh.ssh(testhosts, host, "apt-mark showhold").split())
+    assert "blacklist nouveau" in rh.ssh(testhosts, host, "cat /etc/modprobe.d/provision-blacklist-nouveau.conf")
+    # the kernel-update guard: fine for the kernel DKMS built for, loud for one without a module
+    rh.ssh(testhosts, host, f"/etc/kernel/postinst.d/zz-provision-nvidia {kernel}")
+    guard = subprocess.run(["ssh", "-F", str(testhosts.ssh_config), host.name,
+                            "/etc/kernel/postinst.d/zz-provision-nvidia 6.1.0-999-amd64"], capture_output=True, text=True)  # fmt: skip
+    assert guard.returncode == 1 and "no NVIDIA kernel module for kernel 6.1.0-999-amd64" in guard.stderr
+
+    started = time.monotonic()
+    second = rh.apply(rh.render(distro_run["tmp"] / "run2", testhosts, host, distro_run["group"],
+                                overrides=distro_run["overrides"]), host.name)  # fmt: skip
+    print(f"second run (converged): {time.monotonic() - started:.0f} s")
+    assert second.rc == 0 and second.changed == 0, second.output[-4000:]

@@ -1,0 +1,131 @@
+"""render: the run dir's glue, byte for byte against golden files, and what users cannot inject.
+
+Golden files live in tests/unit/golden/render/<os>/; the locks they come from are
+tests/unit/golden/render/<os>.lock (written once by the resolver, kept fixed so that a change in
+the knowledge data does not move these goldens). Regenerate after an intended change with
+PROVISION_UPDATE_GOLDEN=1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from provision.errors import BadInput
+from provision.render import InstallSettings, PipSettings, dump, render_files, write_run_dir
+
+GOLDEN = Path(__file__).parent / "golden" / "render"
+OS_RELEASES = ["ubuntu-22.04", "ubuntu-24.04", "debian-12", "rhel-8", "rhel-9", "rocky-8", "rocky-9", "amzn-2023"]
+HOSTS = {"gpu-1.example": {"ansible_host": "10.0.0.1", "ansible_user": "ubuntu", "ansible_port": "2222"},
+         "gpu-2.example": {"ansible_host": "10.0.0.2", "ansible_password": "never-copied"}}
+INSTALL = InstallSettings(pip=PipSettings(find_links=("/srv/wheels",)), apt_proxy="http://proxy.example:3128")
+UPDATE = os.environ.get("PROVISION_UPDATE_GOLDEN") == "1"
+
+
+def _lock(os_id: str) -> dict:
+    return json.loads((GOLDEN / f"{os_id}.lock").read_text())
+
+
+@pytest.mark.parametrize("os_id", OS_RELEASES)
+def test_rendered_glue_matches_golden_files(os_id: str) -> None:
+    files = render_files(_lock(os_id), HOSTS, INSTALL, roles_path="/usr/share/provision/roles")
+    folder = GOLDEN / os_id
+    if UPDATE:
+        shutil.rmtree(folder, ignore_errors=True)
+        for rel, text in files.items():
+            (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+            (folder / rel).write_text(text)
+    expected = {str(p.relative_to(folder)): p.read_text() for p in folder.rglob("*") if p.is_file()}
+    assert files == expected
+
+
+@pytest.mark.parametrize("os_id", OS_RELEASES)
+def test_rendered_run_dir_passes_ansible_syntax_check(os_id: str, tmp_path: Path) -> None:
+    lock = _lock(os_id)
+    run = write_run_dir(tmp_path / "run", lock, json.dumps(lock), HOSTS, INSTALL)
+    assert set(run.files) >= {"site.yml", "inventory.yml", "ansible.cfg", "group_vars/all.yml", "provision.lock"}
+    bindir = Path(sys.executable).parent
+    result = subprocess.run([str(bindir / "ansible-playbook"), "--syntax-check", "site.yml"], cwd=run.path,
+                            capture_output=True, text=True, env={**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"})
+    assert result.returncode == 0, result.stderr
+    # the inventory Ansible sees is the one we meant: every host in its group, secrets not copied
+    inv = subprocess.run([str(bindir / "ansible-inventory"), "--list"], cwd=run.path, capture_output=True, text=True,
+                         env={**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"}, check=True)
+    listed = json.loads(inv.stdout)
+    group = lock["groups"][0]["name"].lower().replace("-", "_").replace(".", "_")
+    assert sorted(listed[group]["hosts"]) == ["gpu-1.example", "gpu-2.example"]
+    hostvars = listed["_meta"]["hostvars"]
+    assert hostvars["gpu-1.example"]["ansible_port"] == 2222
+    assert "ansible_password" not in hostvars["gpu-2.example"]
+
+
+def test_group_vars_carry_the_lock_versions_and_no_role_writes_one() -> None:
+    lock = _lock("debian-12")
+    files = render_files(lock, HOSTS, INSTALL, roles_path="/r")
+    name = next(k for k in files if k.startswith("group_vars/") and not k.endswith("all.yml"))
+    data = yaml.safe_load(files[name])
+    stack = lock["groups"][0]["stack"]
+    assert data["nvidia_driver_version"] == stack["driver"]["version"]
+    assert data["fabric_manager_version"] == stack["driver"]["version"]
+    assert data["cuda_toolkit_version"] == stack["cuda_toolkit"]["version"]
+    assert data["cudnn_version"] == stack["cudnn"]["version"]
+    assert data["frameworks_installs"][0]["index_url"] == stack["frameworks"]["torch"]["index_url"]
+    assert data["frameworks_find_links"] == ["/srv/wheels"]
+
+
+def test_strings_that_ansible_would_template_are_refused() -> None:
+    assert dump({"a": "x{y}", "b": ["570"], "c": 3}) == "a: x{y}\nb:\n- '570'\nc: 3\n"
+    for evil in ("{{ lookup('pipe', 'id') }}", "{% raw %}", "{# c #}"):
+        with pytest.raises(BadInput, match="template marker"):
+            dump({"frameworks_find_links": ["/srv", evil]})
+    lock = _lock("debian-12")
+    lock["groups"][0]["stack"]["frameworks"]["torch"]["index_url"] = "https://x/{{ lookup('env', 'HOME') }}"
+    with pytest.raises(BadInput):
+        render_files(lock, HOSTS, INSTALL, roles_path="/r")
+
+
+@pytest.mark.parametrize("install, what", [
+    (InstallSettings(venv="relative/venv"), "install.venv"),
+    (InstallSettings(venv="/opt/{{ evil }}"), "install.venv"),
+    (InstallSettings(pip=PipSettings(index_url="http://x/\n- hosts: all")), "URL"),
+    (InstallSettings(pip=PipSettings(trusted_hosts=("a b",))), "trusted_hosts"),
+    (InstallSettings(apt_proxy="http://proxy:3128 -o x"), "URL"),
+    (InstallSettings(reboot="sometimes"), "install.reboot"),
+])
+def test_user_values_are_validated(install: InstallSettings, what: str) -> None:
+    with pytest.raises(BadInput, match=what.replace(".", r"\.")):
+        render_files(_lock("debian-12"), HOSTS, install, roles_path="/r")
+
+
+@pytest.mark.parametrize("hosts", [
+    {"bad host;rm -rf /": {}},
+    {"gpu-1.example": {"ansible_host": "10.0.0.1\n[evil]"}},
+])
+def test_host_names_and_connection_values_are_validated(hosts: dict) -> None:
+    lock = _lock("debian-12")
+    lock["groups"][0]["hosts"] = list(hosts)
+    with pytest.raises(BadInput):
+        render_files(lock, hosts, INSTALL, roles_path="/r")
+
+
+def test_overrides_only_name_role_variables() -> None:
+    files = render_files(_lock("debian-12"), HOSTS, INSTALL, roles_path="/r",
+                         overrides={"nvidia_driver_repo_base_url": "http://mirror/cuda"})
+    assert "nvidia_driver_repo_base_url: http://mirror/cuda" in "".join(files.values())
+    with pytest.raises(BadInput, match="not a role variable"):
+        render_files(_lock("debian-12"), HOSTS, INSTALL, roles_path="/r", overrides={"ansible_become_exe": "sh"})
+
+
+def test_forks_follow_the_fleet() -> None:
+    lock = _lock("debian-12")
+    lock["groups"][0]["hosts"] = [f"h{i}" for i in range(80)]
+    cfg = render_files(lock, {}, INSTALL, roles_path="/r")["ansible.cfg"]
+    assert "forks = 50\n" in cfg and "pipelining = True" in cfg and "ControlPersist=60s" in cfg
+    assert "fact_caching = jsonfile" in cfg and "roles_path = /r\n" in cfg
