@@ -13,6 +13,8 @@
 #                    included) and peak host memory (max RSS of the job and its children)
 #   summary.json     time to verdict, GEMM job / reference ratio, utilization, memory vs targets
 #   env.txt, nvidia-smi.txt, job.stderr, gpu_check.log
+#   tune/            `provision tune`'s job on the same GPU (benchmarks/tune_gpu.sh: tune.json,
+#                    tune.md, tune.log), run last so that it cannot disturb the job's figures
 # Exit status: 0 when every step ran (the targets' outcome is in summary.json), 1 when a step
 # failed or timed out, 2 for bad arguments.
 set -u -o pipefail
@@ -173,6 +175,13 @@ json.dump(summary, open(os.path.join(out, "summary.json"), "w"), indent=2)
 print(json.dumps(summary, indent=2))
 sys.exit(0 if report else 1)
 PY
+
+# 5. The tuning sweeps (issue 9), after the verdict's figures are safely written.
+if [[ $MODE == cpu ]]; then
+  step tune 90 env PYTHON="$PY" ALLOW_CPU=1 SCALE=test TIME_LIMIT=30 bash "$ROOT/benchmarks/tune_gpu.sh" "$OUT/tune"
+else
+  step tune 130 env PYTHON="$PY" TIME_LIMIT=90 bash "$ROOT/benchmarks/tune_gpu.sh" "$OUT/tune"
+fi
 
 log "done: $( [[ $failed -eq 0 ]] && echo 'every step ran' || echo 'a step FAILED' ); files in $OUT"
 exit $failed

@@ -36,6 +36,8 @@ def test_gpu_check_runs_every_step_in_cpu_mode(tmp_path: Path) -> None:
     assert summary["verdict"] == "pass" and summary["time_to_verdict_s"] > 0
     assert summary["gemm"]["metric"] == "gemm_fp32" and summary["gemm"]["ratio"] > 0
     assert 0 < summary["memory"]["host_peak_gib"] < 4
+    tune = json.loads((out / "tune" / "tune.json").read_text())  # issue 9's sweeps run last
+    assert tune["best_batch_size"] >= 1 and tune["batch_sizes"]
     assert "every step ran" in proc.stderr
 
 
