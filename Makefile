@@ -18,7 +18,7 @@ demo: venv
 	$(BIN)/provision --version
 
 test: deps venv lint
-	$(IN_VENV) PROVISION_REQUIRE_TESTHOSTS=1 $(BIN)/pytest -m "not gpu" $(PYTEST_ARGS)
+	$(IN_VENV) PROVISION_REQUIRE_TESTHOSTS=1 $(BIN)/pytest -m "not gpu" --durations=25 $(PYTEST_ARGS)
 
 deps:
 	bash tests/hosts/install-deps.sh
