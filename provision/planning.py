@@ -273,6 +273,15 @@ def _unique_names(groups: Sequence[Any]) -> None:
             g.name = f"{g.name}_{n + 1}"
 
 
+def _same_wheel(have: str | None, locked: Mapping[str, Any]) -> bool:
+    """``2.8.0+cu128`` installed satisfies the lock's torch 2.8.0 / cu128 (the local tag is the variant)."""
+    if not have:
+        return False
+    public, _, local = have.partition("+")
+    variant = locked.get("variant")
+    return public == locked["version"] and (not local or not variant or local == variant)
+
+
 def _host_plan(t: _Target, group: str, stack: Mapping[str, Any], reboot_setting: str) -> HostPlan:
     facts = t.facts
     present: dict[str, Any] = {}
@@ -305,7 +314,7 @@ def _host_plan(t: _Target, group: str, stack: Mapping[str, Any], reboot_setting:
         changes.append(f"cudnn {cudnn['version']}")
     have_fw = present.get("frameworks") or {}
     for name, fw in (stack.get("frameworks") or {}).items():
-        if have_fw.get(name) != fw["version"]:
+        if not _same_wheel(have_fw.get(name), fw):
             changes.append(f"{name} {fw['version']}" + (f" ({fw['variant']})" if fw.get("variant") else ""))
     reboot = "no"
     if driver and have_driver != driver["version"]:

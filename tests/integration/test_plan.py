@@ -1,5 +1,6 @@
 """`provision plan -i INVENTORY` probes the SSH test hosts (real SSH, verified host keys) and writes a
-run dir for what they are; nothing on them changes."""
+run dir for what they are; nothing on them changes. (The hosts are the session's: what earlier
+tests installed there is what the probe must report.)"""
 
 from __future__ import annotations
 
@@ -26,9 +27,13 @@ def test_plan_probes_inventory_hosts_and_changes_nothing(testhosts: harness.Host
     doc = json.loads(r.stdout)
     hosts = {h["host"]: h for h in doc["hosts"]}
     assert set(hosts) == {h.name for h in testhosts.hosts}
-    for h in hosts.values():
-        assert h["probed"] is True and h["present"]["os"] == "debian-12" and h["present"]["driver"] is None
-        assert h["reboot"] == "no"
+    for host in testhosts.hosts:
+        h = hosts[host.name]
+        assert h["probed"] is True and h["present"]["os"] == "debian-12" and h["reboot"] == "no"
+        torch = rh.ssh(testhosts, host, "/opt/provision/venv/bin/python -c 'import torch; print(torch.__version__)'",
+                       check=False).strip()  # fmt: skip
+        assert h["present"]["frameworks"].get("torch") == (torch or None)
+        assert h["changes"] == ([] if torch == "2.13.0+cpu" else ["torch 2.13.0 (cpu)"])
     [group] = doc["groups"]  # same facts, same stack: one group
     assert group["name"] == "cpu_debian_12" and group["stack"]["driver"] is None
     inventory = (tmp_path / "run" / "inventory.yml").read_text()

@@ -90,7 +90,7 @@ def _distro_group(host: harness.TestHost) -> dict[str, Any]:
                          frameworks=[])  # fmt: skip
 
 
-@pytest.mark.parametrize("case", ["unsupported_os", "secure_boot", "no_headers", "disk"])
+@pytest.mark.parametrize("case", ["unsupported_os", "secure_boot", "no_headers", "disk", "package_lock"])
 def test_preflight_refuses_before_any_change(
     distro_run: dict[str, Any], testhosts: harness.HostSet, tmp_path: Path, case: str
 ) -> None:
@@ -115,9 +115,18 @@ def test_preflight_refuses_before_any_change(
     elif case == "no_headers":
         # the running kernel is the machine's own, whose headers no Debian mirror carries
         expected = "preflight: no kernel headers for kernel"
-    else:
+    elif case == "disk":
         overrides["preflight_min_free_gib"] = 1000000
         expected = "GiB needed; free some space or grow the disk"
+    else:
+        # another process (as unattended-upgrades would) holds dpkg's lock for longer than the wait;
+        # a CPU-only stack, so that no driver check comes first
+        group = rh.lock_group("refused", [host.name], os="debian-12", frameworks=[TORCH_CPU])
+        rh.ssh(testhosts, host, "nohup python3 -c \"import fcntl, time; f = open('/var/lib/dpkg/lock-frontend', 'w'); "
+               "fcntl.lockf(f, fcntl.LOCK_EX); time.sleep(60)\" >/dev/null 2>&1 & echo $! > /tmp/lock-holder.pid; sleep 1")  # fmt: skip
+        restore = "kill $(cat /tmp/lock-holder.pid)"
+        overrides["preflight_package_lock_timeout"] = 4
+        expected = "preflight: the package manager lock /var/lib/dpkg/lock-frontend is still held after 4s"
     before = rh.host_snapshot(testhosts, host)
     try:
         outcome = rh.apply(rh.render(tmp_path / "run", testhosts, host, group, overrides=overrides), host.name)

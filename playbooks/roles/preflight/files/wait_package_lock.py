@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Wait until no other process holds the package manager's lock, or fail with one clear line.
 
-Usage: wait_package_lock.py TIMEOUT_SECONDS
+Usage: wait_package_lock.py TIMEOUT_SECONDS   (the verdict on stdout: a script's stderr shares the pty)
 dpkg/apt take fcntl locks on their lock files; dnf writes a pid file. A fresh cloud VM often
 runs unattended-upgrades (or dnf-automatic) for minutes after boot, so we wait rather than fail.
 """
@@ -63,7 +63,7 @@ def main():
             busy = sorted({n for n in process_names() if n in ("apt", "apt-get", "dpkg", "dnf", "yum", "unattended-upgr", "dnf-automatic", "packagekitd")})
             print(f"preflight: the package manager lock {held[0]} is still held after {timeout}s"
                   f" (by {', '.join(busy) or 'another process'}); wait for it to finish"
-                  " (unattended-upgrades on a fresh VM), or raise install.package_lock_timeout", file=sys.stderr)
+                  " (unattended-upgrades on a fresh VM), or raise preflight_package_lock_timeout")
             return 1
         time.sleep(2)
 
