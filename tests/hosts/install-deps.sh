@@ -8,6 +8,10 @@ python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
 command -v make >/dev/null || need+=(make)
 command -v git >/dev/null || need+=(git)
 command -v cc >/dev/null || need+=(gcc)   # the stand-in NVML library is compiled by the tests
+# the stand-in NVIDIA apt repository the role tests build and sign
+command -v dpkg-scanpackages >/dev/null || need+=(dpkg-dev)
+command -v gpg >/dev/null || need+=(gpg)
+command -v objcopy >/dev/null || need+=(binutils)
 command -v debootstrap >/dev/null || need+=(debootstrap)
 command -v systemd-nspawn >/dev/null || need+=(systemd-container)
 command -v tinyproxy >/dev/null || need+=(tinyproxy)
