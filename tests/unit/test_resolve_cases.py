@@ -55,7 +55,7 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
      {"stack.frameworks.torch.variant": "cu117"}),
     # --- driver_cuda: the driver must run the wheel's CUDA ----------------------------------
     ("h100-torch28-driver535-minor", {"gpu": "H100-SXM", "frameworks": ["torch==2.8.0"], "driver": "535"},
-     {"stack.driver.version": "535.247.01", "warn": {"minor_version_compat", "eol_branch"}}),
+     {"stack.driver.version": "535.261.03", "warn": {"minor_version_compat", "eol_branch"}}),
     ("torch211-driver535-falls-to-cu128", {"gpu": "A100-80GB", "frameworks": ["torch==2.11.0"], "driver": "535"},
      {"stack.frameworks.torch.variant": "cu128", "warn": {"minor_version_compat"}}),
     ("torch212-driver535-cu126", {"gpu": "A100-80GB", "frameworks": ["torch==2.12.0"], "driver": "535"},
@@ -223,7 +223,7 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
      {"stack.frameworks.jax.version": "0.5.0"}),
     # --- install methods and packages -----------------------------------------------------
     ("debian12-distro-535", {"gpu": "T4", "os": "debian-12", "install_method": "distro"},
-     {"stack.driver.version": "535.247.01", "stack.driver.install_method": "distro",
+     {"stack.driver.version": "535.261.03", "stack.driver.install_method": "distro",
       "packages.driver.names": ["nvidia-driver", "nvidia-open-kernel-dkms", "linux-headers-amd64"]}),
     ("debian12-distro-b200-unsat", {"gpu": "B200", "os": "debian-12", "install_method": "distro"},
      {"unsat": "driver_gpu", "suggest": "--install-method"}),
