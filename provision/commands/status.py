@@ -44,7 +44,7 @@ def _when(ts: float | None) -> str | None:
 @click.option("--local", is_flag=True, help="With --check-drift: the hosts are this machine.")
 @click.option("-i", "--inventory", metavar="INVENTORY", help="With --check-drift: how to reach the hosts.")
 @click.option("--runs", "runs_dir", type=click.Path(file_okay=False, path_type=Path),
-              default=Path(".provision/runs"), show_default=True, help="Where up keeps its runs (and locks).")  # fmt: skip
+              default=Path(".provision/runs"), show_default=True, help="Where up keeps runs and locks.")  # fmt: skip
 @click.option("--accept-new-host-keys", is_flag=True, help="Record the key of a host not yet in known_hosts.")
 @click.option("-F", "--ssh-config", type=click.Path(dir_okay=False, path_type=Path), help="SSH config file.")
 @command_options
