@@ -108,6 +108,9 @@ class EventReducer:
 
 def _message(result: dict[str, Any]) -> str:
     text = result.get("msg") or result.get("stderr") or result.get("reason") or "failed"
+    stderr = str(result.get("stderr") or "").strip()
+    if stderr and text == "non-zero return code":  # a command's own words say what went wrong
+        text = f"{text}: {stderr.splitlines()[-1]}"
     return " ".join(str(text).split())[:500]
 
 

@@ -246,7 +246,6 @@ def up(
     venv = config.install.venv
     batches = _batches(result.hosts, options.serial)
     for number, batch in enumerate(batches, start=1):
-        started = time.monotonic()
         to_apply = [h for h in batch if not h.converged]
         if to_apply:
             say(f"batch {number}/{len(batches)}: applying {', '.join(h.host for h in to_apply)}"
@@ -262,7 +261,9 @@ def up(
         for h in batch:
             if h.failed_task is not None:
                 h.verdict = "fail"
-            h.duration_s = time.monotonic() - started
+            # the host's own time: its tasks plus its smoke job (hosts in a batch run side by side)
+            job_s = float((h.verify or {}).get("duration_s") or 0.0)
+            h.duration_s = sum(h.role_seconds.values()) + job_s if (h.role_seconds or job_s) else 0.0
             if not options.check:
                 if h.applied and h.failed_task is None:
                     state.record_applied(run, h.host, h.lock_hash, h.changed)
