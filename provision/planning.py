@@ -283,6 +283,16 @@ def _unique_names(groups: Sequence[Any]) -> None:
             g.name = f"{g.name}_{n + 1}"
 
 
+def _same_framework(have: str | None, locked: Mapping[str, Any]) -> bool:
+    """The probe's ``2.13.0+cpu`` is the lock's ``2.13.0`` with variant ``cpu``."""
+    if have is None:
+        return False
+    base, _, tag = have.partition("+")
+    want_base, _, want_tag = str(locked["version"]).partition("+")
+    variant = want_tag or locked.get("variant")
+    return base == want_base and (not tag or not variant or tag == variant)
+
+
 def _host_plan(t: _Target, group: str, stack: Mapping[str, Any], reboot_setting: str) -> HostPlan:
     facts = t.facts
     present: dict[str, Any] = {}
@@ -316,7 +326,7 @@ def _host_plan(t: _Target, group: str, stack: Mapping[str, Any], reboot_setting:
         changes.append(f"cudnn {cudnn['version']}")
     have_fw = present.get("frameworks") or {}
     for name, fw in (stack.get("frameworks") or {}).items():
-        if have_fw.get(name) != fw["version"]:
+        if not _same_framework(have_fw.get(name), fw):
             changes.append(f"{name} {fw['version']}" + (f" ({fw['variant']})" if fw.get("variant") else ""))
     reboot = "no"
     if driver and have_driver != driver["version"]:

@@ -103,3 +103,14 @@ def test_report_html_is_self_contained_with_the_verdicts_and_plots() -> None:
     assert page.count("<svg") == 5  # GEMM, bandwidth, loss, utilization, time per role
     assert "Install the pinned wheels" in page and "pip &lt;exploded&gt;" in page
     assert 'class="fail"' in page and 'class="pass"' in page
+
+
+def test_a_probed_local_tag_matches_the_locked_variant() -> None:
+    """The fast path needs plan to see torch 2.13.0+cpu in the venv as the lock's 2.13.0 (cpu)."""
+    from provision.planning import _same_framework
+
+    assert _same_framework("2.13.0+cpu", {"version": "2.13.0", "variant": "cpu"})
+    assert _same_framework("2.8.0", {"version": "2.8.0", "variant": "cu128"})
+    assert not _same_framework("2.13.0+cu128", {"version": "2.13.0", "variant": "cpu"})
+    assert not _same_framework("2.12.0+cpu", {"version": "2.13.0", "variant": "cpu"})
+    assert not _same_framework(None, {"version": "2.13.0"})
