@@ -200,6 +200,7 @@ def up(
     confirm: Confirm | None = None,
     on_progress: Progress | None = None,
     on_phase: Callable[[str], None] | None = None,
+    on_total: Callable[[int | None], None] | None = None,
 ) -> UpResult:
     """Run `provision up`; host failures are in the result, input problems raise BadInput first."""
     from provision import verify as verify_api
@@ -250,7 +251,7 @@ def up(
         if to_apply:
             say(f"batch {number}/{len(batches)}: applying {', '.join(h.host for h in to_apply)}"
                 + (" (check mode)" if options.check else ""))  # fmt: skip
-            _apply(run_dir, to_apply, options, on_progress)
+            _apply(run_dir, to_apply, options, on_progress, on_total)
         for h in batch:
             if h.converged:
                 say(f"{h.host}: converged with this lock; only verifying (--force re-applies)")
@@ -287,14 +288,20 @@ def _batches(hosts: list[HostRun], serial: int | None) -> list[list[HostRun]]:
     return [hosts[i : i + serial] for i in range(0, len(hosts), serial)]
 
 
-def _apply(run_dir: Path, hosts: list[HostRun], options: UpOptions, on_progress: Progress | None) -> None:
-    from provision.apply import run_playbook
+def _apply(
+    run_dir: Path, hosts: list[HostRun], options: UpOptions, on_progress: Progress | None,
+    on_total: Callable[[int | None], None] | None,
+) -> None:
+    from provision.apply import listed_tasks, run_playbook
 
     ansible_dir = run_dir / "ansible"
+    limit = ",".join(h.host for h in hosts)
+    if on_total is not None:  # the progress view shows "done of ~total"; --list-tasks costs a second or two
+        on_total(listed_tasks(ansible_dir, "site.yml", inventory=ansible_dir / "inventory.yml", limit=limit))
     outcome = run_playbook(
         ansible_dir, "site.yml", inventory=ansible_dir / "inventory.yml",
         artifacts=run_dir / "apply" / "-".join(sorted(h.host for h in hosts))[:80],
-        check=options.check, limit=",".join(h.host for h in hosts), forks=max(5, min(50, len(hosts))),
+        check=options.check, limit=limit, forks=max(5, min(50, len(hosts))),
         on_progress=on_progress,
     )  # fmt: skip
     _append_events(outcome.events, run_dir / "events.jsonl")

@@ -85,7 +85,8 @@ def up(
     view = ProgressView(as_json)
     confirm = None if (yes or check) else _ask
     try:
-        result = run_up(config, options, confirm=confirm, on_progress=view.update, on_phase=view.phase)
+        result = run_up(config, options, confirm=confirm, on_progress=view.update, on_phase=view.phase,
+                        on_total=view.set_total)  # fmt: skip
     finally:
         view.stop()
     from provision.output import emit
@@ -118,6 +119,14 @@ class ProgressView:
         self.started = time.monotonic()
         self.last: dict[str, tuple[str | None, str | None]] = {}
         self.tty = sys.stdout.isatty()
+        self.total: int | None = None
+
+    def set_total(self, total: int | None) -> None:
+        if not self.as_json:
+            self.total = total
+
+    def _done(self, p: HostProgress) -> str:
+        return f"{p.tasks_done} of ~{self.total}" if self.total else str(p.tasks_done)
 
     def phase(self, text: str) -> None:
         if self.as_json:
@@ -144,7 +153,7 @@ class ProgressView:
             self.last[progress.host] = key
             elapsed = time.monotonic() - self.started
             print(f"{progress.host}: [{progress.role or '-'}] {progress.task or '-'} "
-                  f"({progress.tasks_done} done, {elapsed:.0f}s)", flush=True)  # fmt: skip
+                  f"({self._done(progress)} done, {elapsed:.0f}s)", flush=True)  # fmt: skip
 
     def _table(self) -> Any:
         from rich.table import Table
@@ -155,7 +164,7 @@ class ProgressView:
         elapsed = f"{time.monotonic() - self.started:.0f}s"
         for name, p in sorted(self.rows.items()):
             state = " (failed)" if p.failed or p.unreachable else ""
-            table.add_row(name, p.role or "-", (p.task or "-")[:60] + state, str(p.tasks_done), elapsed)
+            table.add_row(name, p.role or "-", (p.task or "-")[:60] + state, self._done(p), elapsed)
         return table
 
     def stop(self) -> None:
