@@ -126,7 +126,8 @@ class ProgressView:
             self.total = total
 
     def _done(self, p: HostProgress) -> str:
-        return f"{p.tasks_done} of ~{self.total}" if self.total else str(p.tasks_done)
+        # dynamically included tasks are not listed: the estimate grows to what was done
+        return f"{p.tasks_done} of ~{max(self.total, p.tasks_done)}" if self.total else str(p.tasks_done)
 
     def phase(self, text: str) -> None:
         if self.as_json:
