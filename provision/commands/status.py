@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from provision.hosts.probe import HostFacts
 
 
-def observed_versions(facts: HostFacts, config_venv: str | None = None) -> dict[str, str | None]:
+def observed_versions(facts: HostFacts) -> dict[str, str | None]:
     """What a probe saw, keyed like :func:`provision.lock.drift`'s input."""
     observed: dict[str, str | None] = {"driver": facts.driver.version}
     for name, version in facts.frameworks().items():
@@ -45,6 +45,8 @@ def _when(ts: float | None) -> str | None:
 @click.option("-i", "--inventory", metavar="INVENTORY", help="With --check-drift: how to reach the hosts.")
 @click.option("--runs", "runs_dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path(".provision/runs"), show_default=True, help="Where up keeps runs and locks.")  # fmt: skip
+@click.option("--venv", default="/opt/provision/venv", show_default=True,
+              help="With --check-drift: the venv whose frameworks are compared (install.venv).")  # fmt: skip
 @click.option("--accept-new-host-keys", is_flag=True, help="Record the key of a host not yet in known_hosts.")
 @click.option("-F", "--ssh-config", type=click.Path(dir_okay=False, path_type=Path), help="SSH config file.")
 @command_options
@@ -55,6 +57,7 @@ def status(
     local: bool,
     inventory: str | None,
     runs_dir: Path,
+    venv: str,
     accept_new_host_keys: bool,
     ssh_config: Path | None,
     as_json: bool,
@@ -84,7 +87,7 @@ def status(
     ]  # fmt: skip
     ok = True
     if check_drift:
-        ok = _check_drift(hosts, runs_dir, local, inventory, accept_new_host_keys, ssh_config)
+        ok = _check_drift(hosts, runs_dir, inventory, venv, accept_new_host_keys, ssh_config)
     doc = {"ok": ok, "state": str(path), "hosts": hosts}
     from provision.output import emit
 
@@ -93,7 +96,7 @@ def status(
 
 
 def _check_drift(  # noqa: PLR0917
-    hosts: list[dict[str, Any]], runs_dir: Path, local: bool, inventory: str | None,
+    hosts: list[dict[str, Any]], runs_dir: Path, inventory: str | None, venv: str,
     accept_new_host_keys: bool, ssh_config: Path | None,
 ) -> bool:  # fmt: skip
     from provision.hosts.gather import GatherOptions, matrix_lookup, probe_hosts
@@ -102,7 +105,8 @@ def _check_drift(  # noqa: PLR0917
 
     targets = {t.name: t for t in (load_inventory(inventory) if inventory else [LOCALHOST])}
     known = [h for h in hosts if h["host"] in targets and h["last_run"]]
-    results = probe_hosts([targets[h["host"]] for h in known], GatherOptions.from_env(lookup=matrix_lookup()),
+    options = GatherOptions.from_env(venv=venv, lookup=matrix_lookup())
+    results = probe_hosts([targets[h["host"]] for h in known], options,
                           accept_new_host_keys=accept_new_host_keys, ssh_config=ssh_config)  # fmt: skip
     ok = True
     for h, r in zip(known, results, strict=True):
