@@ -15,7 +15,7 @@ IN_VENV := PATH="$(abspath $(BIN)):$$PATH"
 .PHONY: demo test deps venv lint clean
 
 demo: venv
-	$(BIN)/provision --version
+	$(IN_VENV) $(BIN)/provision up --local --check --yes
 
 test: deps venv lint
 	$(IN_VENV) PROVISION_REQUIRE_TESTHOSTS=1 $(BIN)/pytest -m "not gpu" --durations=25 $(PYTEST_ARGS)

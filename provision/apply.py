@@ -108,6 +108,9 @@ class EventReducer:
 
 def _message(result: dict[str, Any]) -> str:
     text = result.get("msg") or result.get("stderr") or result.get("reason") or "failed"
+    stderr = str(result.get("stderr") or "").strip()
+    if stderr and text == "non-zero return code":  # a command's own words say what went wrong
+        text = f"{text}: {stderr.splitlines()[-1]}"
     return " ".join(str(text).split())[:500]
 
 
@@ -148,6 +151,29 @@ def ansible_bin_dir() -> Path:
     if found is None:
         raise OperationFailed("ansible-playbook is not installed", "pip install provision into this Python")
     return Path(found).parent
+
+
+def listed_tasks(run_dir: Path, playbook: str, *, inventory: Path, limit: str | None = None) -> int | None:
+    """How many tasks ``ansible-playbook --list-tasks`` lists per host (None when it cannot say).
+
+    Tasks that roles include dynamically (``include_tasks``) are not listed, so a host can do more
+    than this; progress shows it as an estimate ("of ~66").
+    """
+    import subprocess
+
+    env = {**os.environ, "PATH": f"{ansible_bin_dir()}{os.pathsep}{os.environ.get('PATH', '')}"}
+    if (run_dir / "ansible.cfg").exists():
+        env["ANSIBLE_CONFIG"] = str(run_dir / "ansible.cfg")
+    command = [str(ansible_bin_dir() / "ansible-playbook"), playbook, "-i", str(inventory), "--list-tasks"]
+    if limit:
+        command += ["--limit", limit]
+    try:
+        listed = subprocess.run(command, cwd=run_dir, env=env, capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if listed.returncode != 0:
+        return None
+    return sum(1 for line in listed.stdout.splitlines() if "TAGS:" in line)
 
 
 def run_playbook(

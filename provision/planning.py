@@ -132,6 +132,7 @@ def plan(
     reboot_controller: bool = False,
     accept_new_host_keys: bool = False,
     ssh_config: Path | None = None,
+    only: Sequence[str] | None = None,
 ) -> PlanResult:
     """Resolve per host, write ``lock_path`` and the run dir ``out``; contact hosts only to probe."""
     from provision.lock import LockGroup, build_lock, dumps_lock, write_lock
@@ -147,6 +148,8 @@ def plan(
     check_settings(install)
     check_overrides(overrides or {})
     targets = _targets(local, inventory, assume)
+    if only is not None:  # `up --limit`: plan (and probe) only these hosts
+        targets = [t for t in targets if t.name in set(only)]
     if assume is not None:
         for t in targets:
             t.target = None  # --assume: the facts are given, no host is contacted
@@ -215,7 +218,7 @@ def _targets(local: bool, inventory: str | None, assume: Assumed | None) -> list
     if local:
         from provision.hosts.inventory import LOCALHOST
 
-        return [_Target("localhost", {"ansible_connection": "local"}, LOCALHOST)]
+        return [_Target("localhost", _local_connection(), LOCALHOST)]
     if assume is None:
         raise BadInput(
             "nothing to plan for", "give --local, -i INVENTORY or --assume os=ubuntu-22.04,gpu=H100-SXM:8"
@@ -223,10 +226,17 @@ def _targets(local: bool, inventory: str | None, assume: Assumed | None) -> list
     return [_Target(check_host_name(assume.name), {})]
 
 
+def _local_connection() -> dict[str, Any]:
+    # Interpreter discovery on a developer machine can find a pyenv shim first; the OS's python3
+    # is the one with the OS's apt/dnf bindings that the roles' package modules need.
+    system = Path("/usr/bin/python3")
+    return {"ansible_connection": "local", **({"ansible_python_interpreter": str(system)} if system.exists() else {})}
+
+
 def _connection_vars(t: HostTarget) -> dict[str, Any]:
     out: dict[str, Any] = {k: v for k, v in t.vars.items() if k.startswith("ansible_")}
     if t.local:
-        out["ansible_connection"] = "local"
+        out.update(_local_connection())
     elif t.address != t.name:
         out["ansible_host"] = t.address
     if t.user:
@@ -273,13 +283,14 @@ def _unique_names(groups: Sequence[Any]) -> None:
             g.name = f"{g.name}_{n + 1}"
 
 
-def _same_wheel(have: str | None, locked: Mapping[str, Any]) -> bool:
-    """``2.8.0+cu128`` installed satisfies the lock's torch 2.8.0 / cu128 (the local tag is the variant)."""
-    if not have:
+def _same_framework(have: str | None, locked: Mapping[str, Any]) -> bool:
+    """The probe's ``2.13.0+cpu`` is the lock's ``2.13.0`` with variant ``cpu``."""
+    if have is None:
         return False
-    public, _, local = have.partition("+")
-    variant = locked.get("variant")
-    return public == locked["version"] and (not local or not variant or local == variant)
+    base, _, tag = have.partition("+")
+    want_base, _, want_tag = str(locked["version"]).partition("+")
+    variant = want_tag or locked.get("variant")
+    return base == want_base and (not tag or not variant or tag == variant)
 
 
 def _host_plan(t: _Target, group: str, stack: Mapping[str, Any], reboot_setting: str) -> HostPlan:
@@ -288,6 +299,7 @@ def _host_plan(t: _Target, group: str, stack: Mapping[str, Any], reboot_setting:
     if facts is not None:
         present = {
             "os": facts.os.slug if facts.os else None,
+            "gpu_count": len(facts.gpus),
             "driver": facts.driver.version,
             "cuda_toolkits": [tk.version for tk in facts.cuda_toolkits],
             "cudnn": facts.cudnn.version if facts.cudnn else None,
@@ -314,7 +326,7 @@ def _host_plan(t: _Target, group: str, stack: Mapping[str, Any], reboot_setting:
         changes.append(f"cudnn {cudnn['version']}")
     have_fw = present.get("frameworks") or {}
     for name, fw in (stack.get("frameworks") or {}).items():
-        if not _same_wheel(have_fw.get(name), fw):
+        if not _same_framework(have_fw.get(name), fw):
             changes.append(f"{name} {fw['version']}" + (f" ({fw['variant']})" if fw.get("variant") else ""))
     reboot = "no"
     if driver and have_driver != driver["version"]:

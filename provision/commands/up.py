@@ -1,5 +1,197 @@
-"""`provision up`: Plan, apply and verify the whole stack on the hosts."""
+"""`provision up`: plan, apply and verify the whole stack on the hosts; report.
 
-from provision.commands._pending import pending_command
+Exit status: 0 every host's verdict is pass, 1 a host failed (apply or verification), 2 bad input
+(checked before any host is contacted), 3 unsatisfiable, 130 interrupted or not confirmed.
+"""
 
-up = pending_command("up", "Plan, apply and verify the whole stack on the hosts.")
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from provision.cli import command_options
+from provision.errors import BadInput, ExitCode
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from provision.apply import HostProgress
+    from provision.planning import PlanResult
+    from provision.up import HostRun, UpResult
+
+
+@click.command(name="up")
+@click.option("--local", is_flag=True, help="Provision the machine provision runs on.")
+@click.option("-i", "--inventory", metavar="INVENTORY", help="Provision an Ansible inventory's hosts.")
+@click.option("-c", "--config", "config_path", type=click.Path(path_type=Path), help="provision.yaml.")
+@click.option("--check", is_flag=True, help="Ansible check mode: change nothing, verify what is there.")
+@click.option("--yes", is_flag=True, help="Do not ask before changing hosts.")
+@click.option("--limit", metavar="PATTERN", help="Only these hosts: names or globs, comma-separated.")
+@click.option("--serial", type=int, metavar="N", help="Roll through N hosts at a time; stop when a batch fails.")
+@click.option("--force", is_flag=True, help="Apply even to hosts that are converged with this lock.")
+@click.option("--set", "sets", multiple=True, metavar="VAR=VALUE", help="Set a role variable; repeatable.")
+@click.option("--reboot-controller", is_flag=True, help="Allow rebooting this machine (--local) if needed.")
+@click.option("--accept-new-host-keys", is_flag=True, help="Record the key of a host not yet in known_hosts.")
+@click.option("-F", "--ssh-config", type=click.Path(dir_okay=False, path_type=Path), help="SSH config file.")
+@click.option("--state", "state_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="The fleet state DB (default .provision/state.db).")  # fmt: skip
+@command_options
+def up(
+    *,
+    local: bool,
+    inventory: str | None,
+    config_path: Path | None,
+    check: bool,
+    yes: bool,
+    limit: str | None,
+    serial: int | None,
+    force: bool,
+    sets: tuple[str, ...],
+    reboot_controller: bool,
+    accept_new_host_keys: bool,
+    ssh_config: Path | None,
+    state_path: Path | None,
+    as_json: bool,
+) -> int:
+    """Probe, resolve, plan, apply with Ansible, verify every host, report.
+
+    Without --yes it shows the plan and asks (check mode changes nothing and does not ask).
+    Hosts already converged with this lock (probed versions equal the lock, last verification
+    with it passed) are only verified. Each run keeps .provision/runs/<run-id>/ (lock, Ansible
+    run dir, events.jsonl, verify reports, report.json, report.html).
+
+    Exit status: 0 every host passes, 1 a host failed, 2 bad input, 3 unsatisfiable.
+    """
+    from provision.commands.plan import _overrides
+    from provision.config import Config, load_config
+    from provision.up import UpOptions
+    from provision.up import up as run_up
+
+    if not local and inventory is None:
+        raise BadInput("nothing to provision", "give --local or -i INVENTORY")
+    interactive = sys.stdin.isatty() and not as_json
+    if not (yes or check or interactive):
+        raise BadInput("up changes hosts and there is no terminal to ask on", "pass --yes to go ahead without asking")
+    config = load_config(config_path) if config_path is not None else Config()
+    options = UpOptions(
+        local=local, inventory=inventory, check=check, limit=limit, serial=serial, force=force,
+        overrides=_overrides(sets), accept_new_host_keys=accept_new_host_keys, ssh_config=ssh_config,
+        reboot_controller=reboot_controller, state_path=state_path,
+    )  # fmt: skip
+    view = ProgressView(as_json)
+    confirm = None if (yes or check) else _ask
+    try:
+        result = run_up(config, options, confirm=confirm, on_progress=view.update, on_phase=view.phase,
+                        on_total=view.set_total)  # fmt: skip
+    finally:
+        view.stop()
+    from provision.output import emit
+
+    emit(result.to_json(), as_json, lambda con: _human(con, result))
+    return int(ExitCode.OK if result.ok else ExitCode.FAILED)
+
+
+def _ask(planned: PlanResult, hosts: list[HostRun]) -> bool:
+    from provision.output import console
+
+    con = console()
+    for h in hosts:
+        if h.converged:
+            con.print(f"[bold]{h.host}[/bold]: converged with this lock; verify only", markup=True)
+            continue
+        con.print(f"[bold]{h.host}[/bold] ({h.group}): " + ("; ".join(h.plan.changes) or "no version change"),
+                  markup=True)  # fmt: skip
+        con.print(f"  reboot: {h.plan.reboot}", markup=False)
+    return click.confirm("apply this plan?", default=False)
+
+
+class ProgressView:
+    """A live table on a terminal, plain lines otherwise, nothing with --json."""
+
+    def __init__(self, as_json: bool) -> None:
+        self.as_json = as_json
+        self.live: Any = None
+        self.rows: dict[str, HostProgress] = {}
+        self.started = time.monotonic()
+        self.last: dict[str, tuple[str | None, str | None]] = {}
+        self.tty = sys.stdout.isatty()
+        self.total: int | None = None
+
+    def set_total(self, total: int | None) -> None:
+        if not self.as_json:
+            self.total = total
+
+    def _done(self, p: HostProgress) -> str:
+        # dynamically included tasks are not listed: the estimate grows to what was done
+        return f"{p.tasks_done} of ~{max(self.total, p.tasks_done)}" if self.total else str(p.tasks_done)
+
+    def phase(self, text: str) -> None:
+        if self.as_json:
+            return
+        if self.live is not None:
+            self.live.console.print(text, markup=False)
+        else:
+            print(text, flush=True)
+
+    def update(self, progress: HostProgress) -> None:
+        if self.as_json:
+            return
+        self.rows[progress.host] = progress
+        if self.tty:
+            if self.live is None:
+                from rich.live import Live
+
+                self.live = Live(self._table(), refresh_per_second=4, transient=False)
+                self.live.start()
+            self.live.update(self._table())
+            return
+        key = (progress.role, progress.task)
+        if self.last.get(progress.host) != key:  # one line per task a host starts, not per event
+            self.last[progress.host] = key
+            elapsed = time.monotonic() - self.started
+            print(f"{progress.host}: [{progress.role or '-'}] {progress.task or '-'} "
+                  f"({self._done(progress)} done, {elapsed:.0f}s)", flush=True)  # fmt: skip
+
+    def _table(self) -> Any:
+        from rich.table import Table
+
+        table = Table(show_edge=False)
+        for header in ("host", "role", "task", "tasks done", "elapsed"):
+            table.add_column(header)
+        elapsed = f"{time.monotonic() - self.started:.0f}s"
+        for name, p in sorted(self.rows.items()):
+            state = " (failed)" if p.failed or p.unreachable else ""
+            table.add_row(name, p.role or "-", (p.task or "-")[:60] + state, self._done(p), elapsed)
+        return table
+
+    def stop(self) -> None:
+        if self.live is not None:
+            self.live.stop()
+            self.live = None
+
+
+def _human(con: Console, result: UpResult) -> None:
+    from rich.table import Table
+
+    table = Table(show_edge=False)
+    for header in ("host", "verdict", "changed", "reboots", "seconds", "failed task / note"):
+        table.add_column(header)
+    colours = {"pass": "green", "fail": "red", "no-gpu": "yellow"}
+    for h in result.hosts:
+        note = h.failed_task or ""
+        if h.message:
+            note = f"{note}: {h.message}" if note else h.message
+        if h.converged:
+            note = note or "converged: apply skipped"
+        if h.cpu_only_check:
+            note = f"no GPU on this host: the smoke job ran on the CPU. {note}".strip()
+        table.add_row(h.host, f"[{colours.get(h.verdict, 'red')}]{h.verdict}[/]", str(h.changed),
+                      str(h.reboots), f"{h.duration_s:.0f}", note)  # fmt: skip
+    con.print(table)
+    if result.stopped_after_batch is not None:
+        con.print(f"stopped after batch {result.stopped_after_batch}: it failed verification", markup=False)
+    con.print(f"report: {result.run_dir / 'report.html'}", markup=False)

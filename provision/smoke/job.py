@@ -248,6 +248,7 @@ def run_training(
         mean = sampler.mean_util(watched)
         result["gpu_util_mean_pct"] = None if mean is None else round(mean, 1)
         result["gpu_util_samples"] = len(sampler.util[watched])
+        result["gpu_util_series"] = list(sampler.util[watched])  # for the report's plot over time
     else:
         result["gpu_util_mean_pct"] = None
     result["gpu"] = gpu["index"]

@@ -206,6 +206,8 @@ def train(torch: Any, device: Any, cfg: TrainConfig, on_timed_start: Any = None)
         "loss_first": round(values[0], 4) if math.isfinite(values[0]) else None,
         "loss_last": round(last, 4) if math.isfinite(last) else None,
         "loss_bound": cfg.loss_bound,
+        # at most ~50 points of the curve, for the report's plot
+        "loss_curve": [round(v, 4) for v in values[:: max(1, len(values) // 50)] if math.isfinite(v)],
         "samples_per_s": round((cfg.steps - timed_from) * cfg.batch / max(elapsed, 1e-9), 1),
         "elapsed_s": round(elapsed, 3),
         **({} if math.isfinite(last) else {"error": "the loss is not finite (NaN or inf)"}),

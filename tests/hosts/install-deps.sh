@@ -17,6 +17,7 @@ command -v systemd-nspawn >/dev/null || need+=(systemd-container)
 command -v tinyproxy >/dev/null || need+=(tinyproxy)
 command -v ip >/dev/null || need+=(iproute2)
 command -v ssh-keygen >/dev/null || need+=(openssh-client)
+command -v chromium >/dev/null || need+=(chromium)   # report.html is looked at in a headless browser
 ((${#need[@]})) || exit 0
 if [[ $(id -u) != 0 ]]; then
   echo "error: missing OS packages: ${need[*]} (install them as root: apt-get install ${need[*]})" >&2

@@ -1,0 +1,419 @@
+"""`provision up` as a function: plan, (ask), apply, verify, remember, report.
+
+Everything a user can get wrong (targets, config, --limit, --serial, a missing --yes without a
+terminal) is checked before any host is contacted. Then every host is probed and planned
+(:func:`provision.planning.plan`), hosts whose probed versions equal the lock and whose last
+verification with this lock passed skip the apply (the fast converge path), the rest are applied
+with ansible-runner in batches (``--serial``) and every host is verified with the smoke job.
+Success is every host's verdict, never Ansible's ``failed=0``.
+
+Re-running after an interruption is safe by construction: the roles are idempotent, and the
+state DB only records an apply once Ansible reported the host done and a verdict once the job
+answered, so a killed run leaves nothing that makes the next run skip work it did not finish.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+import secrets
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from provision.errors import BadInput
+
+if TYPE_CHECKING:
+    from provision.apply import HostProgress
+    from provision.config import Config
+    from provision.lock import LockGroup
+    from provision.planning import HostPlan, PlanResult
+    from provision.verify import HostResult
+
+RUNS_DIR = Path(".provision") / "runs"
+
+# verdicts beyond the smoke job's pass / fail / no-gpu
+NOT_RUN = "not-run"  # --serial stopped before this host's batch
+
+
+@dataclass
+class HostRun:
+    """One host's way through `up`."""
+
+    host: str
+    group: str
+    lock_hash: str
+    plan: HostPlan
+    converged: bool = False  # fast path: apply skipped
+    applied: bool = False
+    changed: int = 0
+    failed_task: str | None = None
+    message: str | None = None
+    reboots: int = 0
+    verdict: str = NOT_RUN
+    duration_s: float = 0.0
+    role_seconds: dict[str, float] = field(default_factory=dict)
+    verify: dict[str, Any] | None = None
+    cpu_only_check: bool = False  # --check on a host without a GPU: the job ran on the CPU
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict == "pass"
+
+    def to_json(self) -> dict[str, Any]:
+        """Exactly DESIGN.md's `up --json` host object."""
+        return {
+            "host": self.host,
+            "ok": self.ok,
+            "changed": self.changed,
+            "failed_task": self.failed_task,
+            "reboots": self.reboots,
+            "verdict": self.verdict,
+            "duration_s": round(self.duration_s, 1),
+        }
+
+    def detail_json(self) -> dict[str, Any]:
+        """Everything report.json keeps about the host."""
+        return {
+            **self.to_json(),
+            "group": self.group,
+            "lock_hash": self.lock_hash,
+            "converged": self.converged,
+            "applied": self.applied,
+            "message": self.message,
+            "changes": self.plan.changes,
+            "reboot": self.plan.reboot,
+            "cpu_only_check": self.cpu_only_check,
+            "role_seconds": {k: round(v, 2) for k, v in self.role_seconds.items()},
+            "verify": self.verify,
+        }
+
+
+@dataclass
+class UpResult:
+    run: str
+    run_dir: Path
+    check: bool
+    hosts: list[HostRun]
+    stopped_after_batch: int | None = None  # --serial: the batch whose verification failed
+    started: float = field(default_factory=time.time)
+    finished: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.hosts) and all(h.ok for h in self.hosts)
+
+    def to_json(self) -> dict[str, Any]:
+        """Exactly DESIGN.md's `up --json` document."""
+        return {"ok": self.ok, "run": self.run, "hosts": [h.to_json() for h in self.hosts]}
+
+    def report_json(self) -> dict[str, Any]:
+        return {
+            "schema": "provision.up/1",
+            **self.to_json(),
+            "check": self.check,
+            "run_dir": str(self.run_dir),
+            "started_at": self.started,
+            "finished_at": self.finished,
+            "stopped_after_batch": self.stopped_after_batch,
+            "details": [h.detail_json() for h in self.hosts],
+        }
+
+
+# --- checks that happen before any host is contacted -----------------------------------------
+
+
+def limit_patterns(limit: str | None) -> list[str]:
+    """``--limit a,b*`` / ``a:b`` as patterns; empty parts are bad input."""
+    if limit is None:
+        return []
+    parts = [p.strip() for p in limit.replace(":", ",").split(",")]
+    if not all(parts):
+        raise BadInput(f"--limit {limit!r} has an empty part", "write host names or globs: --limit th1,th2 or 'th*'")
+    return parts
+
+
+def apply_limit(names: Sequence[str], patterns: Sequence[str]) -> list[str]:
+    """The names a limit keeps, in order; a pattern that matches no host is bad input."""
+    if not patterns:
+        return list(names)
+    for p in patterns:
+        if not any(fnmatch.fnmatchcase(n, p) for n in names):
+            raise BadInput(
+                f"--limit pattern {p!r} matches no host",
+                f"the hosts are {', '.join(names[:8])}" + (" ..." if len(names) > 8 else ""),
+            )
+    return [n for n in names if any(fnmatch.fnmatchcase(n, p) for p in patterns)]
+
+
+def target_names(local: bool, inventory: str | None) -> list[str]:
+    if local and inventory:
+        raise BadInput("give --local or -i INVENTORY, not both", "provision this machine or an inventory's hosts")
+    if inventory:
+        from provision.hosts.inventory import load_inventory
+
+        return [t.name for t in load_inventory(inventory)]
+    return ["localhost"]
+
+
+def group_hash(group: LockGroup) -> str:
+    """A lock group's identity for the state DB: what is installed, not which hosts share it."""
+    doc = {"host": group.host, "stack": group.stack, "packages": group.packages}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(2)
+
+
+# --- the run ---------------------------------------------------------------------------------
+
+
+@dataclass
+class UpOptions:
+    local: bool = False
+    inventory: str | None = None
+    check: bool = False
+    limit: str | None = None
+    serial: int | None = None
+    force: bool = False
+    overrides: dict[str, Any] = field(default_factory=dict)
+    accept_new_host_keys: bool = False
+    ssh_config: Path | None = None
+    reboot_controller: bool = False
+    state_path: Path | None = None
+    runs_dir: Path = RUNS_DIR
+
+
+Confirm = Callable[["PlanResult", list["HostRun"]], bool]
+Progress = Callable[["HostProgress"], None]
+
+
+def up(
+    config: Config,
+    options: UpOptions,
+    *,
+    confirm: Confirm | None = None,
+    on_progress: Progress | None = None,
+    on_phase: Callable[[str], None] | None = None,
+    on_total: Callable[[int | None], None] | None = None,
+) -> UpResult:
+    """Run `provision up`; host failures are in the result, input problems raise BadInput first."""
+    from provision import verify as verify_api
+    from provision.hosts.inventory import LOCALHOST, load_inventory
+    from provision.lock import read_lock
+    from provision.planning import plan
+    from provision.state import DEFAULT_PATH, State
+
+    say = on_phase or (lambda _: None)
+    if options.serial is not None and options.serial < 1:
+        raise BadInput(f"--serial {options.serial} is not a batch size", "give --serial 1 or more")
+    names = target_names(options.local, options.inventory)
+    selected = apply_limit(names, limit_patterns(options.limit))
+    state = State(options.state_path or DEFAULT_PATH)
+
+    run = new_run_id()
+    run_dir = (options.runs_dir / run).resolve()  # ansible-runner changes directory
+    run_dir.mkdir(parents=True, exist_ok=True)
+    result = UpResult(run=run, run_dir=run_dir, check=options.check, hosts=[])
+    say(f"run {run}: probing {len(selected)} host(s)")
+    planned = plan(
+        config=config, local=options.local, inventory=options.inventory, out=run_dir / "ansible",
+        lock_path=run_dir / "provision.lock", overrides=options.overrides,
+        reboot_controller=options.reboot_controller, accept_new_host_keys=options.accept_new_host_keys,
+        ssh_config=options.ssh_config, only=selected,
+    )  # fmt: skip
+    lock = read_lock(planned.lock_path)
+    hashes = {h: group_hash(g) for g in lock.groups for h in g.hosts}
+    for hp in planned.hosts:
+        hr = HostRun(host=hp.host, group=hp.group, lock_hash=hashes[hp.host], plan=hp)
+        known = state.host(hp.host)
+        hr.converged = (
+            not options.force and not hp.changes and known is not None and known.converged(hr.lock_hash)
+        )
+        result.hosts.append(hr)
+    if confirm is not None and not confirm(planned, result.hosts):
+        from provision.errors import Interrupted
+
+        raise Interrupted("nothing was changed: the plan was not confirmed", "run again and answer y, or pass --yes")
+
+    if options.check:
+        _check_without_gpu(run_dir / "ansible", result.hosts, say)
+    targets = {t.name: t for t in (load_inventory(options.inventory) if options.inventory else [LOCALHOST])}
+    venv = config.install.venv
+    batches = _batches(result.hosts, options.serial)
+    for number, batch in enumerate(batches, start=1):
+        to_apply = [h for h in batch if not h.converged]
+        if to_apply:
+            say(f"batch {number}/{len(batches)}: applying {', '.join(h.host for h in to_apply)}"
+                + (" (check mode)" if options.check else ""))  # fmt: skip
+            _apply(run_dir, to_apply, options, on_progress, on_total)
+        for h in batch:
+            if h.converged:
+                say(f"{h.host}: converged with this lock; only verifying (--force re-applies)")
+        to_verify = [h for h in batch if h.failed_task is None]
+        if to_verify:
+            say(f"batch {number}/{len(batches)}: verifying {', '.join(h.host for h in to_verify)}")
+            _verify(verify_api, [targets[h.host] for h in to_verify], to_verify, lock, venv, config, options)
+        for h in batch:
+            if h.failed_task is not None:
+                h.verdict = "fail"
+            # the host's own time: its tasks plus its smoke job (hosts in a batch run side by side)
+            job_s = float((h.verify or {}).get("duration_s") or 0.0)
+            h.duration_s = sum(h.role_seconds.values()) + job_s if (h.role_seconds or job_s) else 0.0
+            if not options.check:
+                if h.applied and h.failed_task is None:
+                    state.record_applied(run, h.host, h.lock_hash, h.changed)
+                if h.failed_task is not None:
+                    state.record_failed(run, h.host, h.failed_task)
+                if h.verify is not None:
+                    state.record_verdict(run, h.host, h.lock_hash, h.verdict)
+        if options.serial is not None and not all(h.ok for h in batch) and number < len(batches):
+            result.stopped_after_batch = number
+            say(f"batch {number} failed verification: stopping before the next batch")
+            break
+    state.close()
+    result.finished = time.time()
+    write_reports(result)
+    return result
+
+
+def _batches(hosts: list[HostRun], serial: int | None) -> list[list[HostRun]]:
+    if not serial:
+        return [hosts]
+    return [hosts[i : i + serial] for i in range(0, len(hosts), serial)]
+
+
+def _apply(
+    run_dir: Path, hosts: list[HostRun], options: UpOptions, on_progress: Progress | None,
+    on_total: Callable[[int | None], None] | None,
+) -> None:
+    from provision.apply import listed_tasks, run_playbook
+
+    ansible_dir = run_dir / "ansible"
+    limit = ",".join(h.host for h in hosts)
+    if on_total is not None:  # the progress view shows "done of ~total"; --list-tasks costs a second or two
+        on_total(listed_tasks(ansible_dir, "site.yml", inventory=ansible_dir / "inventory.yml", limit=limit))
+    outcome = run_playbook(
+        ansible_dir, "site.yml", inventory=ansible_dir / "inventory.yml",
+        artifacts=run_dir / "apply" / "-".join(sorted(h.host for h in hosts))[:80],
+        check=options.check, limit=limit, forks=max(5, min(50, len(hosts))),
+        on_progress=on_progress,
+    )  # fmt: skip
+    _append_events(outcome.events, run_dir / "events.jsonl")
+    for h in hosts:
+        got = outcome.hosts.get(h.host)
+        if got is None:  # the play never reached it: the runner died or was cancelled
+            h.failed_task = "(not run)"
+            h.message = f"ansible-runner ended {outcome.status} before this host ran"
+            continue
+        h.applied = not options.check
+        h.changed = got.changed
+        h.role_seconds = dict(got.role_seconds)
+        if not got.ok:
+            h.failed_task = got.failed_task or "(unknown task)"
+            h.message = got.message
+        elif h.plan.reboot == "yes" and not options.check:
+            h.reboots = 1
+
+
+def _append_events(src: Path, dest: Path) -> None:
+    if src.exists():
+        with src.open("rb") as fin, dest.open("ab") as fout:
+            shutil.copyfileobj(fin, fout)
+
+
+def _verify(  # noqa: PLR0917
+    verify_api: Any,
+    targets: list[Any],
+    hosts: list[HostRun],
+    lock: Any,
+    venv: str,
+    config: Config,
+    options: UpOptions,
+) -> None:
+    from provision.errors import ProvisionError
+
+    by_name = {h.host: h for h in hosts}
+    # A host the probe found without a GPU, in check mode, runs the job on its CPU and says so:
+    # check mode installs nothing, so "what is here works (on the CPU)" is the only honest answer.
+    cpu_check = {h.host for h in hosts if h.cpu_only_check}
+    groups: dict[bool, list[Any]] = {}
+    for t in targets:
+        groups.setdefault(config.verify.allow_cpu or t.name in cpu_check, []).append(t)
+    connect = verify_api.default_connect(
+        accept_new_host_keys=options.accept_new_host_keys, ssh_config=options.ssh_config
+    )
+    for allow_cpu, subset in groups.items():
+        try:
+            # check mode installed nothing: verify what is there, not against the lock
+            plans = verify_api.plan_hosts(subset, None if options.check else lock)
+            # check mode installed nothing: the job takes the default venv where there is one
+            results: list[HostResult] = verify_api.verify_hosts(
+                plans, connect, venv=None if options.check else venv, allow_cpu=allow_cpu
+            )
+        except ProvisionError as exc:  # e.g. no Python on a host: each of these hosts fails with it
+            for t in subset:
+                h = by_name[t.name]
+                h.verdict, h.message = "fail", exc.one_line()
+            continue
+        for r in results:
+            h = by_name[r.host]
+            h.verify = r.to_json()
+            h.verdict = r.verdict
+            if not r.ok and h.message is None:
+                from provision.verify import failures
+
+                lines = failures(r)
+                h.message = lines[0] if lines else (r.error.one_line() if r.error else None)
+
+
+# Role variables that leave the driver out; see _check_without_gpu.
+NO_GPU_CHECK_VARS = {
+    "preflight_require_gpu": False,
+    "preflight_driver_install": False,
+    "nvidia_driver_enabled": False,
+    "verify_driver_version": "",
+}
+
+
+def _check_without_gpu(ansible_dir: Path, hosts: list[HostRun], say: Callable[[str], None]) -> None:
+    """``--check`` on a host where the probe found no NVIDIA GPU: check the rest of the stack.
+
+    A real run refuses such a host in preflight (a driver without a GPU is a mistake). A check
+    run is a dry run that people make on laptops and CI machines first, so it says plainly that
+    there is no GPU, leaves the driver roles out for that host only (host_vars in this run's
+    Ansible dir, never in the lock) and runs the smoke job on the CPU.
+    """
+    import yaml
+
+    for h in hosts:
+        if _has_gpu(h):
+            continue
+        h.cpu_only_check = True
+        say(f"{h.host}: no NVIDIA GPU found: check mode leaves the driver out and the smoke job runs on the CPU")
+        host_vars = ansible_dir / "host_vars"
+        host_vars.mkdir(exist_ok=True)
+        (host_vars / f"{h.host}.yml").write_text(
+            "# provision up --check: no NVIDIA GPU on this host (see docs/sections/up.md)\n"
+            + yaml.safe_dump(NO_GPU_CHECK_VARS, sort_keys=True)
+        )
+
+
+def _has_gpu(h: HostRun) -> bool:
+    return bool(h.plan.present.get("gpu_count"))
+
+
+def write_reports(result: UpResult) -> None:
+    from provision.report import write_html
+
+    doc = result.report_json()
+    (result.run_dir / "report.json").write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    for h in result.hosts:
+        if h.verify is not None:
+            (result.run_dir / f"verify-{h.host}.json").write_text(json.dumps(h.verify, indent=2) + "\n")
+    write_html(doc, result.run_dir / "report.html")

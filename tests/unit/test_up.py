@@ -1,0 +1,116 @@
+"""`provision up` and `provision status` without hosts: bad input before any host is touched,
+--limit patterns, the lock-group hash of the fast path, the state DB listing, and report.html."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from provision.errors import BadInput
+from provision.lock import LockGroup
+from provision.report import render_html
+from provision.state import State
+from provision.up import apply_limit, group_hash, limit_patterns
+
+
+def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "provision", *args], cwd=cwd, capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=120)  # fmt: skip
+
+
+def test_limit_patterns_and_globs() -> None:
+    names = ["th1", "th2", "gpu-a", "gpu-b"]
+    assert apply_limit(names, limit_patterns("gpu-*")) == ["gpu-a", "gpu-b"]
+    assert apply_limit(names, limit_patterns("th2,gpu-a")) == ["th2", "gpu-a"]
+    assert apply_limit(names, limit_patterns("th1:th2")) == ["th1", "th2"]
+    assert apply_limit(names, limit_patterns(None)) == names
+    with pytest.raises(BadInput, match="matches no host"):
+        apply_limit(names, limit_patterns("nope*"))
+    with pytest.raises(BadInput, match="empty part"):
+        limit_patterns("th1,,th2")
+
+
+def test_group_hash_ignores_which_hosts_share_the_group() -> None:
+    def group(hosts: list[str], torch: str) -> LockGroup:
+        return LockGroup("g", hosts, {"os": "debian-12"}, {"frameworks": {"torch": {"version": torch}}})
+
+    assert group_hash(group(["a"], "2.13.0")) == group_hash(group(["a", "b"], "2.13.0"))
+    assert group_hash(group(["a"], "2.13.0")) != group_hash(group(["a"], "2.12.0"))
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["up"], "nothing to provision"),
+        (["up", "--local", "-i", "inv.ini", "--yes"], "not both"),
+        (["up", "-i", "missing.ini", "--yes"], "missing.ini"),
+        (["up", "--local"], "--yes"),  # no terminal to ask on
+        (["up", "--local", "--yes", "--limit", "nothere"], "matches no host"),
+        (["up", "--local", "--yes", "--serial", "0"], "--serial"),
+        (["up", "--local", "--yes", "-c", "bad.yaml"], "bad.yaml"),
+        (["status", "--check-drift"], "-i INVENTORY"),
+        (["status", "--state", "nope.db"], "no state database"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], needle: str) -> None:
+    (tmp_path / "inv.ini").write_text("th1\n")
+    (tmp_path / "bad.yaml").write_text("stack: {frameworkz: []}\n")
+    r = run(*args, cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith("error: ") and r.stderr.count("\n") == 1 and needle in r.stderr, r.stderr
+    assert not (tmp_path / ".provision" / "runs").exists()  # nothing was started
+
+
+def test_bad_input_with_json_is_the_error_object(tmp_path: Path) -> None:
+    r = run("up", "--local", "--yes", "--limit", "x*", "--json", cwd=tmp_path)
+    assert r.returncode == 2
+    assert json.loads(r.stdout)["error"]["code"] == "bad_input"
+
+
+def test_status_lists_the_state_db(tmp_path: Path) -> None:
+    state = State(tmp_path / "state.db")
+    state.record_applied("r1", "th1", "abc", 5)
+    state.record_verdict("r1", "th1", "abc", "pass")
+    state.record_failed("r1", "th2", "Install the pinned wheels")
+    state.close()
+    r = run("status", "--state", "state.db", "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    [host] = json.loads(r.stdout)["hosts"]  # a host that only failed has no row of its own
+    assert host["host"] == "th1" and host["verdict"] == "pass" and host["converged"] is True
+    assert host["last_run"] == "r1"
+
+
+def test_report_html_is_self_contained_with_the_verdicts_and_plots() -> None:
+    doc = {
+        "ok": False, "run": "r1", "check": False,
+        "details": [
+            {"host": "th1", "group": "g", "verdict": "pass", "changed": 3, "failed_task": None, "reboots": 0,
+             "duration_s": 12.0, "role_seconds": {"preflight": 2.0, "frameworks": 8.5},
+             "verify": {"checks": [{"name": "gemm_bf16", "value": 700.0, "threshold": 592.0},
+                                   {"name": "hbm_bandwidth", "value": 3900.0, "threshold": 3000.0}],
+                        "training": {"loss_curve": [2.3, 1.2, 0.5], "gpu_util_series": [90, 97, 99]}}},
+            {"host": "th2", "group": "g", "verdict": "fail", "changed": 1, "failed_task": "Install the pinned wheels",
+             "reboots": 0, "duration_s": 3.0, "message": "pip <exploded>", "role_seconds": {}, "verify": None},
+        ],
+    }  # fmt: skip
+    page = render_html(doc)
+    assert page.startswith("<!doctype html>") and "<script" not in page and "<link" not in page
+    assert "src=" not in page and "href=" not in page  # nothing to fetch: one self-contained page
+    assert page.count("<svg") == 5  # GEMM, bandwidth, loss, utilization, time per role
+    assert "Install the pinned wheels" in page and "pip &lt;exploded&gt;" in page
+    assert 'class="fail"' in page and 'class="pass"' in page
+
+
+def test_a_probed_local_tag_matches_the_locked_variant() -> None:
+    """The fast path needs plan to see torch 2.13.0+cpu in the venv as the lock's 2.13.0 (cpu)."""
+    from provision.planning import _same_framework
+
+    assert _same_framework("2.13.0+cpu", {"version": "2.13.0", "variant": "cpu"})
+    assert _same_framework("2.8.0", {"version": "2.8.0", "variant": "cu128"})
+    assert not _same_framework("2.13.0+cu128", {"version": "2.13.0", "variant": "cpu"})
+    assert not _same_framework("2.12.0+cpu", {"version": "2.13.0", "variant": "cpu"})
+    assert not _same_framework(None, {"version": "2.13.0"})
