@@ -1,7 +1,7 @@
 """Benchmark `provision resolve`: cold process time and resolving the whole GPU x OS grid.
 
 Run: ``.venv/bin/python benchmarks/bench_resolve.py [--runs 15]``. Prints a Markdown table
-(the one in docs/sections/resolve.md) and writes benchmarks/results/bench_resolve.json.
+(the one in the README's resolve section) and writes benchmarks/results/bench_resolve.json.
 Times are medians; the cold process is compared with ``python -c pass`` on the same machine,
 so the ratio travels between machines better than the seconds do. CPU time (user + sys of the
 child) is the headline because it does not count waiting for other processes on a busy box.

@@ -399,7 +399,7 @@ def _check_without_gpu(ansible_dir: Path, hosts: list[HostRun], say: Callable[[s
         host_vars = ansible_dir / "host_vars"
         host_vars.mkdir(exist_ok=True)
         (host_vars / f"{h.host}.yml").write_text(
-            "# provision up --check: no NVIDIA GPU on this host (see docs/sections/up.md)\n"
+            "# provision up --check: no NVIDIA GPU on this host (see the README on up --local --check without a GPU)\n"
             + yaml.safe_dump(NO_GPU_CHECK_VARS, sort_keys=True)
         )
 
