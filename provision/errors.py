@@ -68,18 +68,6 @@ class BadInput(ProvisionError):
     exit_code = ExitCode.BAD_INPUT
 
 
-class NotImplementedYet(BadInput):
-    """A command of the contract whose issue has not landed yet (exit 2, nothing faked)."""
-
-    code = "not_implemented"
-
-    def __init__(self, command: str) -> None:
-        super().__init__(
-            f"not implemented yet: `provision {command}`",
-            "see the README for the commands that work in this release",
-        )
-
-
 class Unsatisfiable(ProvisionError):
     """No set of versions satisfies every rule; ``conflicts`` names the failing rules."""
 
