@@ -136,7 +136,7 @@ def plan(
 ) -> PlanResult:
     """Resolve per host, write ``lock_path`` and the run dir ``out``; contact hosts only to probe."""
     from provision.lock import LockGroup, build_lock, dumps_lock, write_lock
-    from provision.render import InstallSettings, check_overrides, check_settings, write_run_dir
+    from provision.render import InstallSettings, check_overrides, check_settings, ensure_dir, write_run_dir
     from provision.resolve import HostSpec, StackRequest, resolve
 
     if local and inventory:
@@ -195,6 +195,9 @@ def plan(
     _unique_names(lock_groups)
     lock = build_lock(lock_groups)
     text = dumps_lock(lock)
+    # both places are checked before either is written: bad paths leave nothing half-made
+    ensure_dir(out, "--out")
+    ensure_dir(lock_path.parent, "--lock")
     write_lock(lock, lock_path)
     run = write_run_dir(
         out, lock.to_json(), text, {t.name: t.connection for t in targets}, install, overrides=overrides

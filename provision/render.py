@@ -572,6 +572,17 @@ def default_roles_path() -> str:
     return str(playbooks_dir() / "roles")
 
 
+def ensure_dir(path: Path, option: str) -> None:
+    """Create ``path`` or say, as bad input, why it cannot be (before anything is written)."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".provision-write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise BadInput(f"cannot write to {path}: {exc.strerror or exc}", f"give {option} a writable folder") from exc
+
+
 def write_run_dir(
     out: Path,
     lock: Mapping[str, Any],
@@ -587,7 +598,7 @@ def write_run_dir(
         lock, hosts, install, roles_path=roles_path or default_roles_path(), overrides=overrides
     )
     files["provision.lock"] = lock_text
-    out.mkdir(parents=True, exist_ok=True)
+    ensure_dir(out, "--out")
     stale = out / "group_vars"
     if stale.is_dir():
         for old in stale.glob("*.yml"):

@@ -106,3 +106,12 @@ def test_unsatisfiable_is_exit_3_naming_the_host(tmp_path: Path) -> None:
     assert r.returncode == 3, r.stderr
     doc = json.loads(r.stdout)
     assert doc["error"]["code"] == "unsatisfiable" and doc["error"]["message"].startswith("old-box: ")
+
+
+def test_an_unwritable_out_dir_is_bad_input_and_writes_no_lock(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    proc = _plan("--assume", "os=ubuntu-22.04,gpu=H100-SXM:8", "--out", str(blocker / "run"), cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines() == [f"error: cannot write to {blocker / 'run'}: Not a directory (give --out a writable folder)"]
+    assert not (tmp_path / "provision.lock").exists()
