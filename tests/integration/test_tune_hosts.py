@@ -18,11 +18,9 @@ import pytest
 from provision.hosts.inventory import load_inventory
 from provision.hosts.transport import connect
 from tests.hosts import harness
+from tests.hosts.venv import install_cpu_torch
 
 pytestmark = pytest.mark.slow  # installs torch on the host
-
-VENV = "/opt/provision/venv"
-
 
 def tune(*args: str) -> subprocess.CompletedProcess[str]:
     cmd = [sys.executable, "-m", "provision", "tune", *args, "--allow-cpu", "--scale", "test", "--json"]
@@ -31,22 +29,7 @@ def tune(*args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def host(testhosts: harness.HostSet, wheelhouse: Path) -> harness.HostSet:
-    target = load_inventory(testhosts.inventory)[0]
-    transport = connect(target)
-    # This set's own proxy: the cached base rootfs names the default set's (10.200.0.1).
-    apt = f"-o Acquire::http::Proxy={testhosts.proxy} -o Acquire::https::Proxy={testhosts.proxy}"
-    try:
-        script = (
-            "set -e; python3 -c 'import ensurepip' 2>/dev/null || "
-            f"(apt-get {apt} update -qq && DEBIAN_FRONTEND=noninteractive apt-get {apt} install -y -qq python3-venv); "
-            f"test -x {VENV}/bin/python || python3 -m venv {VENV}; "
-            f"{VENV}/bin/python -c 'import torch' 2>/dev/null || "
-            f"{VENV}/bin/pip install -q --no-index --find-links {wheelhouse} '{harness.TORCH_CPU}'"
-        )
-        result = transport.run(script, timeout=1200)
-        assert result.ok, result.stderr[-2000:]
-    finally:
-        transport.close()
+    install_cpu_torch(testhosts, wheelhouse, first_only=True)
     return testhosts
 
 

@@ -11,53 +11,22 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from provision.hosts.inventory import load_inventory
 from provision.hosts.transport import connect
 from tests.hosts import harness
+from tests.hosts.venv import install_cpu_torch
 
 pytestmark = pytest.mark.slow  # installs torch on every host
 
-VENV = "/opt/provision/venv"
-
-
-def install_venv(hostset: harness.HostSet, wheelhouse: Path) -> None:
-    # The base rootfs's apt proxy names the first set's bridge; this set's proxy is on its own
-    # bridge, so name it explicitly (sets run side by side on other subnets).
-    apt = f"apt-get -o Acquire::http::Proxy={hostset.proxy} -o Acquire::https::Proxy={hostset.proxy}"
-
-    def one(target: Any) -> str:
-        transport = connect(target)
-        try:
-            steps = [
-                f"python3 -c 'import ensurepip' 2>/dev/null || ({apt} update -qq && "
-                f"DEBIAN_FRONTEND=noninteractive {apt} install -y -qq python3-venv)",
-                f"test -x {VENV}/bin/python || python3 -m venv {VENV}",
-                f"{VENV}/bin/python -c 'import torch' 2>/dev/null || {VENV}/bin/pip install -q --no-index "
-                f"--find-links {wheelhouse} '{harness.TORCH_CPU}'",
-            ]
-            for step in steps:
-                result = transport.run(step, timeout=900)
-                if not result.ok:
-                    return f"{target.name}: {step}: {result.stderr[-500:]}"
-            return ""
-        finally:
-            transport.close()
-
-    targets = load_inventory(hostset.inventory)
-    with ThreadPoolExecutor(len(targets)) as pool:
-        errors = [e for e in pool.map(one, targets) if e]
-    assert not errors, errors
 
 
 @pytest.fixture(scope="module")
 def hosts(testhosts: harness.HostSet, wheelhouse: Path) -> harness.HostSet:
-    install_venv(testhosts, wheelhouse)
+    install_cpu_torch(testhosts, wheelhouse)
     return testhosts
 
 
