@@ -61,6 +61,8 @@ class InstallConfig:
     pip: PipConfig = field(default_factory=PipConfig)
     apt: AptConfig = field(default_factory=AptConfig)
     reboot: str = "auto"  # auto | never
+    cache: str = "auto"  # auto | off: the fleet cache (provision/cache.py)
+    cache_dir: str | None = None  # where it keeps packages and wheels between runs
 
 
 @dataclass(frozen=True)
@@ -83,7 +85,7 @@ class Config:
 # The keys each section may hold (dotted paths for nested sections).
 _SCHEMA_KEYS: dict[str, Any] = {
     "stack": {"frameworks", "driver", "kernel_modules", "cuda_toolkit", "cudnn", "python", "torch_index"},
-    "install": {"method", "venv", "pip", "apt", "reboot"},
+    "install": {"method", "venv", "pip", "apt", "reboot", "cache", "cache_dir"},
     "install.pip": {"index_url", "extra_index_urls", "find_links", "trusted_hosts"},
     "install.apt": {"mirror", "proxy"},
     "verify": {"allow_cpu"},
@@ -142,6 +144,8 @@ def parse_config(data: Any, where: str = "provision.yaml") -> Config:
         python=_python(stack.get("python", "auto"), where),
         torch_index=_choice(stack, "torch_index", ("auto", "pypi", "pytorch"), "stack", where),
     )
+    if install.get("cache") is False:  # YAML 1.1 reads a bare `off` as false
+        install = {**install, "cache": "off"}
     ic = InstallConfig(
         method=_choice(install, "method", ("auto", "nvidia-repo", "distro"), "install", where),
         venv=_string(install.get("venv", "/opt/provision/venv"), "install.venv", where)
@@ -157,6 +161,8 @@ def parse_config(data: Any, where: str = "provision.yaml") -> Config:
             proxy=_string(apt.get("proxy"), "install.apt.proxy", where),
         ),
         reboot=_choice(install, "reboot", ("auto", "never"), "install", where),
+        cache=_choice(install, "cache", ("auto", "off"), "install", where),
+        cache_dir=_string(install.get("cache_dir"), "install.cache_dir", where),
     )
     allow_cpu = verify.get("allow_cpu", False)
     if not isinstance(allow_cpu, bool):

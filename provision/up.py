@@ -100,6 +100,7 @@ class UpResult:
     check: bool
     hosts: list[HostRun]
     stopped_after_batch: int | None = None  # --serial: the batch whose verification failed
+    cache: dict[str, Any] | None = None  # what the fleet cache did (provision.cache.CacheReport)
     started: float = field(default_factory=time.time)
     finished: float = 0.0
 
@@ -120,6 +121,7 @@ class UpResult:
             "started_at": self.started,
             "finished_at": self.finished,
             "stopped_after_batch": self.stopped_after_batch,
+            "cache": self.cache,
             "details": [h.detail_json() for h in self.hosts],
         }
 
@@ -203,7 +205,6 @@ def up(
     on_total: Callable[[int | None], None] | None = None,
 ) -> UpResult:
     """Run `provision up`; host failures are in the result, input problems raise BadInput first."""
-    from provision import verify as verify_api
     from provision.hosts.inventory import LOCALHOST, load_inventory
     from provision.lock import read_lock
     from provision.planning import plan
@@ -244,7 +245,28 @@ def up(
     if options.check:
         _check_without_gpu(run_dir / "ansible", result.hosts, say)
     targets = {t.name: t for t in (load_inventory(options.inventory) if options.inventory else [LOCALHOST])}
-    venv = config.install.venv
+    to_apply = [targets[h.host] for h in result.hosts if not h.converged]
+    cache = _start_cache(config, options, run_dir, lock, to_apply, say=say)
+    try:
+        _run_batches(result, options, targets=targets, lock=lock, config=config, state=state,
+                     on_progress=on_progress, on_total=on_total, say=say)  # fmt: skip
+    finally:
+        if cache is not None:
+            result.cache = cache.close().to_json()
+    state.close()
+    result.finished = time.time()
+    write_reports(result)
+    return result
+
+
+def _run_batches(
+    result: UpResult, options: UpOptions, *, targets: dict[str, Any], lock: Any, config: Config, state: Any,
+    on_progress: Progress | None, on_total: Callable[[int | None], None] | None, say: Callable[[str], None],
+) -> None:
+    """Apply and verify batch by batch (one batch without --serial), recording each host's outcome."""
+    from provision import verify as verify_api
+
+    run, run_dir, venv = result.run, result.run_dir, config.install.venv
     batches = _batches(result.hosts, options.serial)
     for number, batch in enumerate(batches, start=1):
         to_apply = [h for h in batch if not h.converged]
@@ -276,10 +298,57 @@ def up(
             result.stopped_after_batch = number
             say(f"batch {number} failed verification: stopping before the next batch")
             break
-    state.close()
-    result.finished = time.time()
-    write_reports(result)
-    return result
+
+
+def _start_cache(
+    config: Config, options: UpOptions, run_dir: Path, lock: Any, targets: list[Any], *, say: Callable[[str], None]
+) -> Any:
+    """The fleet cache for the hosts this run applies to (None: off, check mode or no SSH host)."""
+    if config.install.cache == "off" or options.check or not any(not t.local for t in targets):
+        return None
+    import sys
+
+    import yaml
+
+    from provision import verify as verify_api
+    from provision.cache import FleetCache, WheelSet, default_root
+
+    ansible = run_dir / "ansible"
+    inventory = yaml.safe_load((ansible / "inventory.yml").read_text())
+    group_of = {h: g for g, body in inventory["all"]["children"].items() for h in (body.get("hosts") or {})}
+    platform = {h: g.host for g in lock.groups for h in g.hosts}
+    wheel_sets = {}
+    for t in targets:
+        data = yaml.safe_load((ansible / "group_vars" / f"{group_of[t.name]}.yml").read_text()) or {}
+        wheel_sets[t.name] = WheelSet.from_group_vars(data, platform.get(t.name) or {})
+    everyone = yaml.safe_load((ansible / "group_vars" / "all.yml").read_text()) or {}
+    root = Path(config.install.cache_dir).expanduser() if config.install.cache_dir else default_root()
+    cache = FleetCache(root, run_dir, python_exe=sys.executable, say=say)
+    connect = verify_api.default_connect(
+        accept_new_host_keys=options.accept_new_host_keys, ssh_config=options.ssh_config
+    )
+    try:
+        per_host = cache.start(targets, wheel_sets, everyone.get("provision_environment") or {}, connect=connect)
+    except BaseException:
+        cache.close()
+        raise
+    for note in cache.report.notes:
+        say(f"fleet cache: {note}")
+    _write_host_vars(ansible, per_host, "the fleet cache's tunnels for this run (provision/cache.py)")
+    return cache
+
+
+def _write_host_vars(ansible_dir: Path, per_host: dict[str, dict[str, Any]], why: str) -> None:
+    """Add variables to this run's host_vars/<host>.yml (never to the lock: they are this run's)."""
+    import yaml
+
+    for host, values in per_host.items():
+        if not values:
+            continue
+        path = ansible_dir / "host_vars" / f"{host}.yml"
+        path.parent.mkdir(exist_ok=True)
+        old = (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
+        path.write_text(f"# {why}\n" + yaml.safe_dump({**old, **values}, sort_keys=True))
 
 
 def _batches(hosts: list[HostRun], serial: int | None) -> list[list[HostRun]]:
@@ -389,19 +458,13 @@ def _check_without_gpu(ansible_dir: Path, hosts: list[HostRun], say: Callable[[s
     there is no GPU, leaves the driver roles out for that host only (host_vars in this run's
     Ansible dir, never in the lock) and runs the smoke job on the CPU.
     """
-    import yaml
-
     for h in hosts:
         if _has_gpu(h):
             continue
         h.cpu_only_check = True
         say(f"{h.host}: no NVIDIA GPU found: check mode leaves the driver out and the smoke job runs on the CPU")
-        host_vars = ansible_dir / "host_vars"
-        host_vars.mkdir(exist_ok=True)
-        (host_vars / f"{h.host}.yml").write_text(
-            "# provision up --check: no NVIDIA GPU on this host (see the README on up --local --check without a GPU)\n"
-            + yaml.safe_dump(NO_GPU_CHECK_VARS, sort_keys=True)
-        )
+        why = "provision up --check: no NVIDIA GPU on this host (see the README on up --local --check)"
+        _write_host_vars(ansible_dir, {h.host: dict(NO_GPU_CHECK_VARS)}, why)
 
 
 def _has_gpu(h: HostRun) -> bool:

@@ -362,6 +362,11 @@ class SSHTransport:
     def user(self) -> str:
         return self.settings.user
 
+    @property
+    def client(self) -> paramiko.SSHClient:
+        """The open paramiko client (the fleet cache forwards ports over it)."""
+        return self._client
+
     def run(
         self,
         command: str | Sequence[str],

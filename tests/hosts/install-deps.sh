@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The OS packages that `make test` needs on a fresh Debian or Ubuntu machine (run as root):
 # python3-venv for the virtualenv, and for the SSH test hosts debootstrap, systemd-nspawn,
-# tinyproxy, iproute2 and the OpenSSH client. Installs only what is missing.
+# tinyproxy, iproute2 and the OpenSSH client; squid for the fleet cache. Installs only what is missing.
 set -euo pipefail
 need=()
 python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
@@ -18,6 +18,7 @@ command -v tinyproxy >/dev/null || need+=(tinyproxy)
 command -v ip >/dev/null || need+=(iproute2)
 command -v ssh-keygen >/dev/null || need+=(openssh-client)
 command -v chromium >/dev/null || need+=(chromium)   # report.html is looked at in a headless browser
+[[ -x /usr/sbin/squid ]] || command -v squid >/dev/null || need+=(squid)   # the fleet cache's proxy
 ((${#need[@]})) || exit 0
 if [[ $(id -u) != 0 ]]; then
   echo "error: missing OS packages: ${need[*]} (install them as root: apt-get install ${need[*]})" >&2
