@@ -371,6 +371,9 @@ class Tunnel:
         self.client = client
         self.name = name
         self.ports: dict[int, int] = {}  # remote port -> local port
+        transport = client.get_transport()
+        if transport is not None:  # a driver build can leave the tunnel idle for minutes: keep NATs open
+            transport.set_keepalive(30)
 
     def forward(self, local_port: int) -> int:
         transport = self.client.get_transport()
