@@ -35,8 +35,10 @@ APT_PROXY_FILE = "/etc/apt/apt.conf.d/01testhost-proxy"
 
 def fresh(hs: harness.HostSet, hosts: list[harness.TestHost]) -> None:
     for h in hosts:
+        # as on a fresh cloud image: no lists, and nothing saying they were updated lately
         rh.ssh(hs, h, f"rm -f {APT_PROXY_FILE}; rm -rf /opt/provision /var/lib/apt/lists/*; "
-               "apt-get purge -y -q python3-venv python3.11-venv >/dev/null 2>&1; apt-get clean")  # fmt: skip
+               "apt-get purge -y -q python3-venv python3.11-venv >/dev/null 2>&1; apt-get clean; "
+               "rm -f /var/lib/apt/periodic/update-success-stamp; touch -d '2 days ago' /var/lib/apt/lists")  # fmt: skip
 
 
 def up(

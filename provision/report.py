@@ -97,8 +97,29 @@ def render_html(doc: Mapping[str, Any]) -> str:
     if missing:
         parts.append(f"<p class=\"note\">No data in this run for: {escape(', '.join(missing))} "
                      "(no GPU, or the host was not applied or verified).</p>")  # fmt: skip
+    parts += _cache_section(doc.get("cache"))
     parts.append("</body></html>\n")
     return "".join(parts)
+
+
+def _cache_section(cache: Mapping[str, Any] | None) -> list[str]:
+    """The fleet cache's line: what the hosts got from it and what came from upstream."""
+    if not cache:
+        return []
+    mib = 2**20
+    proxy = cache.get("proxy") or {}
+    served = int(proxy.get("served_bytes") or 0) + int(cache.get("wheels_served_bytes") or 0)
+    wheels = ", ".join(f"{k}: {v}" for k, v in (cache.get("wheels") or {}).items()) or "none"
+    out = [
+        "<h2>Fleet cache</h2><table><tr><th>apt/dnf (squid)</th><th>wheelhouse</th><th>hosts</th>"
+        "<th>requests / hits</th><th>served to hosts</th><th>fetched upstream</th></tr>",
+        f"<tr><td>{escape(str(cache.get('apt')))}</td><td>{escape(wheels)}</td>"
+        f"<td>{escape(', '.join(cache.get('hosts') or []))}</td>"
+        f"<td>{proxy.get('requests', 0)} / {proxy.get('hits', 0)}</td><td>{served / mib:.1f} MiB</td>"
+        f"<td>{int(cache.get('upstream_bytes') or 0) / mib:.1f} MiB</td></tr></table>",
+    ]
+    out += [f"<p class=\"note\">{escape(str(n))}</p>" for n in cache.get("notes") or []]
+    return out
 
 
 def write_html(doc: Mapping[str, Any], path: Path) -> Path:

@@ -103,6 +103,14 @@ def test_report_html_is_self_contained_with_the_verdicts_and_plots() -> None:
     assert page.count("<svg") == 5  # GEMM, bandwidth, loss, utilization, time per role
     assert "Install the pinned wheels" in page and "pip &lt;exploded&gt;" in page
     assert 'class="fail"' in page and 'class="pass"' in page
+    assert "Fleet cache" not in page  # no cache in this run: no section
+
+    doc["cache"] = {"apt": "on", "wheels": {"cp311-x86_64": "on"}, "hosts": ["th1", "th2"],
+                    "proxy": {"requests": 40, "hits": 28, "served_bytes": 3 * 2**20}, "wheels_served_bytes": 2**20,
+                    "upstream_bytes": 2**20, "notes": ["th3: no tunnel (<refused>): the host fetches itself"]}  # fmt: skip
+    page = render_html(doc)
+    assert "<h2>Fleet cache</h2>" in page and "40 / 28" in page and "4.0 MiB" in page and "1.0 MiB" in page
+    assert "no tunnel (&lt;refused&gt;)" in page
 
 
 def test_a_probed_local_tag_matches_the_locked_variant() -> None:
