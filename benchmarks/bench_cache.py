@@ -38,7 +38,7 @@ def fresh(hs: harness.HostSet, hosts: list[harness.TestHost]) -> None:
         # as on a fresh cloud image: no lists, and nothing saying they were updated lately
         rh.ssh(hs, h, f"rm -f {APT_PROXY_FILE}; rm -rf /opt/provision /var/lib/apt/lists/*; "
                "apt-get purge -y -q python3-venv python3.11-venv >/dev/null 2>&1; apt-get clean; "
-               "rm -f /var/lib/apt/periodic/update-success-stamp; touch -d '2 days ago' /var/lib/apt/lists")  # fmt: skip
+               "rm -f /var/lib/apt/periodic/update-success-stamp; touch -d @0 /var/lib/apt/lists")  # fmt: skip
 
 
 def up(
