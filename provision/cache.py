@@ -58,12 +58,14 @@ MANYLINUX_MIN_MINOR = 17
 # Package files and by-hash indexes never change under one URL. Index files do: they are kept
 # 5 minutes at most, so the hosts of one run share one fetch (they update within minutes of each
 # other) and the next run sees the archive as it is then. Five minutes stale is harmless: the
-# archives keep the by-hash files an index names for days.
+# archives keep the by-hash files an index names for days. `ignore-reload`: apt asks for index
+# files with `Cache-Control: max-age=0`, which would otherwise send every host's request upstream.
 SQUID_REFRESH = (
-    r"refresh_pattern -i (\.deb|\.udeb|\.rpm|\.drpm|\.whl)$ 129600 100% 129600 refresh-ims override-expire",
-    r"refresh_pattern -i /by-hash/ 129600 100% 129600 refresh-ims override-expire",
+    r"refresh_pattern -i (\.deb|\.udeb|\.rpm|\.drpm|\.whl)$ 129600 100% 129600 "
+    r"refresh-ims override-expire ignore-reload",
+    r"refresh_pattern -i /by-hash/ 129600 100% 129600 refresh-ims override-expire ignore-reload",
     r"refresh_pattern -i (Release|Release\.gpg|InRelease|Packages|Sources|Index|repomd\.xml)(\.(gz|xz|bz2|lz4|zst))?$ "
-    r"5 100% 5 refresh-ims override-expire override-lastmod",
+    r"5 100% 5 refresh-ims override-expire override-lastmod ignore-reload",
     "refresh_pattern . 0 20% 4320",
 )
 # squid's native log line plus %<bs: body bytes received from upstream ('-' when none came)
