@@ -26,7 +26,7 @@ from provision.cloud.ec2 import Ec2, new_run_id
 from provision.cloud.images import ImageQuery, aws_lookup
 from provision.cloud.request import LaunchRequest, describe_type
 from provision.errors import BadInput, ProvisionError
-from tests.integration.cloud_fixtures import REGION, Aws, aws, moto_url, tags
+from tests.integration.cloud_fixtures import REGION, Aws, aws, moto_url, nothing_left, tags
 
 __all__ = ["aws", "moto_url"]
 
@@ -92,10 +92,6 @@ def request(aws: Aws, types: list[str], **kw: Any) -> LaunchRequest:
     }
     base.update(kw)
     return LaunchRequest(**base)
-
-
-def nothing_left(aws: Aws) -> bool:
-    return aws.live() == [] and aws.groups() == [] and aws.key_pairs() == []
 
 
 def test_capacity_fails_over_zone_then_type(aws: Aws, cloud: tuple[Ec2, Injector]) -> None:
