@@ -156,9 +156,21 @@ def cloud_init_console(hostset: harness.HostSet, host: harness.TestHost) -> str:
     )
 
 
-class _Http:
-    status_code = 200
-    headers: dict[str, str] = {}  # noqa: RUF012 (a response stand-in botocore only reads)
+class Http:
+    """The HTTP response a botocore ``before-call`` hook answers with (botocore only reads it)."""
+
+    def __init__(self, status: int) -> None:
+        self.status_code = status
+        self.headers: dict[str, str] = {}
+        self.content = b""
+
+
+def aws_error(code: str, status: int = 400) -> tuple[Http, dict[str, Any]]:
+    """An AWS error answer for a ``before-call`` hook: the caller sees EC2 refusing the call."""
+    return Http(status), {
+        "Error": {"Code": code, "Message": f"injected {code}"},
+        "ResponseMetadata": {"HTTPStatusCode": status},
+    }
 
 
 class MappedEc2(Ec2):
@@ -182,7 +194,7 @@ class MappedEc2(Ec2):
     def _console(self, params: dict[str, Any], **_: Any) -> Any:
         iid = params["body"]["InstanceId"]
         text = cloud_init_console(self.hostset, self.order[iid])
-        return _Http(), {"InstanceId": iid, "Output": base64.b64encode(text.encode()).decode()}
+        return Http(200), {"InstanceId": iid, "Output": base64.b64encode(text.encode()).decode()}
 
     def launch(self, req: LaunchRequest, **kwargs: Any) -> LaunchResult:
         kwargs.setdefault("address_map", self.address_map)

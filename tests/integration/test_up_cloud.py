@@ -10,20 +10,37 @@ CPU torch from the wheelhouse), and the teardown on moto.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
+import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from provision.cloud import launcher
-from provision.cloud.launcher import Prepared
+from provision.cloud.ec2 import Ec2
+from provision.cloud.errors import CloudError
+from provision.cloud.launcher import LaunchArgs, Prepared
+from provision.cloud.oneshot import up_on_cloud
+from provision.errors import OperationFailed
+from provision.up import HostRun, UpResult
 from tests.hosts import harness
 from tests.integration import roles_harness as rh
-from tests.integration.cloud_fixtures import REGION, Aws, MappedEc2, admin_users, aws, moto_url, nothing_left, run_cli
+from tests.integration.cloud_fixtures import (
+    REGION,
+    Aws,
+    MappedEc2,
+    admin_users,
+    aws,
+    aws_error,
+    moto_url,
+    nothing_left,
+    run_cli,
+)
 
 __all__ = ["admin_users", "aws", "moto_url"]
 
@@ -116,6 +133,78 @@ def test_missing_credentials_are_exit_2_before_any_call(
     monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
     code, _, err = run_cli(["up", "--cloud", *LAUNCH, "--ami", "ami-0abc1234", "--yes"], capsys)
     assert code == 2 and "no AWS credentials" in err, err
+    assert nothing_left(aws)
+
+
+def test_a_launch_not_confirmed_launches_nothing(
+    aws: Aws, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A terminal on stdin (a stand-in whose answer is `n`): `up --cloud` asks before launching."""
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setattr(sys, "stdin", Terminal("n\n"))
+    code, out, err = run_cli(["up", "--cloud", *LAUNCH, "--ami", "ami-0abc1234"], capsys)
+    assert code == 130 and "launch these instances" in out and "nothing was launched" in err
+    assert nothing_left(aws)
+
+
+# --- the end of a run whose teardown fails (moto, no hosts) ---------------------------------------
+
+
+def _passed(names: list[str]) -> UpResult:
+    """A stand-in for `up`'s result: every host passed (the real `up` runs in the tests below)."""
+    hosts = [HostRun(host=n, group="g", lock_hash="h", plan=cast(Any, None), verdict="pass") for n in names]
+    return UpResult(run="up-run", run_dir=Path("."), check=False, hosts=hosts)
+
+
+@pytest.fixture
+def no_terminate(aws: Aws) -> tuple[Prepared, Ec2]:
+    """A launch (no SSH wait) whose TerminateInstances always answers 500 (after the retries)."""
+    args = LaunchArgs(instance_type="g5.xlarge", ssh_cidr="198.51.100.0/24", ami=aws.ami(), os_name="debian-12")
+    prepared = launcher.prepare(args, wait_ssh=False)
+    ec2 = Ec2(prepared.session, REGION, sleep=lambda _s: None, poll_s=0.01)
+    ec2.client.meta.events.register("before-call.ec2.TerminateInstances", lambda **_: aws_error("InternalError", 500))
+    return prepared, ec2
+
+
+def test_a_passed_run_that_cannot_be_ended_is_exit_1_naming_the_command(
+    aws: Aws, no_terminate: tuple[Prepared, Ec2]
+) -> None:
+    prepared, ec2 = no_terminate
+    said: list[str] = []
+    with pytest.raises(CloudError) as caught:
+        up_on_cloud(prepared, lambda inv: _passed(["i-1"]), ec2=ec2, down_after=True, keep_on_failure=False,
+                    say=said.append, workdir=aws.workdir)  # fmt: skip
+    err = caught.value
+    assert "could not be ended" in err.message and f"cloud down --run {prepared.run}" in err.hint
+    assert err.details["up"]["ok"] is True and err.details["cloud"]["ended"] is False
+    assert err.details["cloud"]["down_error"]
+    assert any("may still cost money" in m for m in said)
+    assert len(aws.live()) == 1
+    Ec2(prepared.session, REGION, sleep=lambda _s: None, poll_s=0.01).down(run=prepared.run)
+    assert nothing_left(aws)
+
+
+def test_a_failed_run_that_cannot_be_ended_reports_the_first_failure(
+    aws: Aws, no_terminate: tuple[Prepared, Ec2]
+) -> None:
+    prepared, ec2 = no_terminate
+    said: list[str] = []
+
+    def unreachable(inventory: str) -> UpResult:
+        assert Path(inventory).is_file()
+        raise OperationFailed("cannot probe i-1", "check SSH")
+
+    with pytest.raises(OperationFailed) as caught:
+        up_on_cloud(prepared, unreachable, ec2=ec2, down_after=True, keep_on_failure=False, say=said.append,
+                    workdir=aws.workdir)  # fmt: skip
+    assert caught.value.message == "cannot probe i-1"
+    assert caught.value.details["cloud"]["down_command"] == f"provision cloud down --run {prepared.run}"
+    assert any("could not end run" in m and "may still cost money" in m for m in said)
+    Ec2(prepared.session, REGION, sleep=lambda _s: None, poll_s=0.01).down(run=prepared.run)
     assert nothing_left(aws)
 
 
