@@ -32,7 +32,7 @@ def cloud() -> None:
     """
 
 
-def _stderr_say(as_json: bool) -> Any:
+def stderr_say(as_json: bool) -> Any:
     from provision.output import console
 
     con = console(stderr=True)
@@ -121,7 +121,7 @@ def up(*, launch: LaunchArgs, keep_on_failure: bool, no_wait_ssh: bool, as_json:
 
     # prepare() is local: bad input costs nothing and creates nothing.
     prepared = launcher.prepare(launch, wait_ssh=not no_wait_ssh)
-    say = _stderr_say(as_json)
+    say = stderr_say(as_json)
     say(launcher.describe(prepared.request))
     result = launcher.launch(prepared, launcher.connect(prepared), say)
     from provision.output import emit

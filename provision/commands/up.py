@@ -127,10 +127,10 @@ def up(
 
     from provision.cloud import launcher
     from provision.cloud.oneshot import up_on_cloud
-    from provision.commands.cloud import _stderr_say
+    from provision.commands.cloud import stderr_say
 
     prepared = launcher.prepare(launch)  # every launch option checked; nothing sent to AWS yet
-    say = _stderr_say(as_json)
+    say = stderr_say(as_json)
     say(launcher.describe(prepared.request) + (" (ended when done: --down-after)" if down_after else ""))
     if not yes and not click.confirm("launch these instances (they cost money while they run)?", default=False):
         from provision.errors import Interrupted
