@@ -191,6 +191,13 @@ class UpOptions:
     runs_dir: Path = RUNS_DIR
 
 
+def check_options(options: UpOptions) -> None:
+    """The checks that need no host and no inventory (``up --cloud`` makes them before launching)."""
+    if options.serial is not None and options.serial < 1:
+        raise BadInput(f"--serial {options.serial} is not a batch size", "give --serial 1 or more")
+    limit_patterns(options.limit)
+
+
 Confirm = Callable[["PlanResult", list["HostRun"]], bool]
 Progress = Callable[["HostProgress"], None]
 
@@ -211,8 +218,7 @@ def up(
     from provision.state import DEFAULT_PATH, State
 
     say = on_phase or (lambda _: None)
-    if options.serial is not None and options.serial < 1:
-        raise BadInput(f"--serial {options.serial} is not a batch size", "give --serial 1 or more")
+    check_options(options)
     names = target_names(options.local, options.inventory)
     selected = apply_limit(names, limit_patterns(options.limit))
     state = State(options.state_path or DEFAULT_PATH)

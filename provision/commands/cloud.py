@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-import os
+import functools
+from collections.abc import Callable
+from dataclasses import fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import click
 
 from provision.cli import command_options
+from provision.cloud.launcher import DEFAULT_KEY, LaunchArgs
 from provision.errors import BadInput
 
 if TYPE_CHECKING:
@@ -16,7 +19,7 @@ if TYPE_CHECKING:
 
     from provision.cloud.ec2 import CloudInstance, DownResult, LaunchResult
 
-DEFAULT_KEY = "~/.ssh/id_ed25519.pub"
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 @click.group(name="cloud")
@@ -29,194 +32,102 @@ def cloud() -> None:
     """
 
 
-def _stderr_say(as_json: bool) -> Any:
+def stderr_say(as_json: bool) -> Any:
     from provision.output import console
 
     con = console(stderr=True)
     return lambda msg: con.print(f"[dim]cloud:[/dim] {msg}", soft_wrap=True)
 
 
+# The launch options `cloud up` and `up --cloud` share: declared once, gathered into LaunchArgs.
+_LAUNCH_OPTIONS: list[Callable[[Any], Any]] = [
+    click.option(
+        "--instance-type", "instance_type", metavar="T[,T2...]", help="EC2 type(s); a list is the fallback order."
+    ),
+    click.option("--gpu", metavar="NAME", help="GPU model; the cheapest type that fits is chosen (with --gpus)."),
+    click.option("--gpus", type=int, metavar="N", help="GPUs per instance with --gpu (default 1)."),
+    click.option("--count", type=int, default=1, show_default=True, help="Instances to launch."),
+    click.option("--region", help="AWS region (default: the profile's or AWS_REGION)."),
+    click.option("--spot", is_flag=True, help="Spot instances (one-time, terminate on interruption)."),
+    click.option(
+        "--on-demand-fallback", is_flag=True, help="With --spot: on-demand when no spot capacity is left."
+    ),
+    click.option(
+        "--ttl", default="8h", show_default=True, help="Expiry written in provision:expires-at (30m, 8h, 2d)."
+    ),
+    click.option("--ssh-cidr", metavar="CIDR", help="Who may reach port 22 (required; e.g. your-ip/32)."),
+    click.option(
+        "--ssh-key", metavar="PUB", help=f"Public key to import (default {DEFAULT_KEY} when it exists)."
+    ),
+    click.option(
+        "--new-key", is_flag=True, help="Create a key pair; its private key goes 0600 into the run dir."
+    ),
+    click.option("--ami", help="The image to boot (its OS given by --os for the SSH user)."),
+    click.option("--os", "os_name", default=None, help="ubuntu-22.04|ubuntu-24.04|debian-12|amzn-2023|rhel-9."),
+    click.option(
+        "--base",
+        type=click.Choice(["os", "dlami"]),
+        default="os",
+        show_default=True,
+        help="dlami: the Deep Learning Base AMI with NVIDIA's driver already installed.",
+    ),
+    click.option(
+        "--root-gib", type=int, default=100, show_default=True, help="Root volume size (gp3, encrypted)."
+    ),
+    click.option("--max-hourly-usd", type=float, help="Refuse a launch whose on-demand price is above this."),
+    click.option(
+        "--ssh-address",
+        type=click.Choice(["public", "private"]),
+        default="public",
+        show_default=True,
+        help="Which address goes into the inventory.",
+    ),
+]
+
+
+def launch_options(func: F) -> F:
+    """Declare the launch options and pass them to ``func`` as one ``launch: LaunchArgs``.
+
+    ``--keep-on-failure`` is not among them: each command declares it and says what it keeps.
+    """
+    names = [f.name for f in fields(LaunchArgs) if f.name not in ("given", "keep_on_failure")]
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from click.core import ParameterSource
+
+        ctx = click.get_current_context()
+        given = frozenset(
+            n for n in names if ctx.get_parameter_source(n) not in (ParameterSource.DEFAULT, None)
+        )
+        values = {n: kwargs.pop(n) for n in names}
+        launch = LaunchArgs(**values, keep_on_failure=kwargs.get("keep_on_failure", False), given=given)
+        return func(*args, launch=launch, **kwargs)
+
+    decorated: Any = wrapper
+    for option in reversed(_LAUNCH_OPTIONS):
+        decorated = option(decorated)
+    return cast(F, decorated)
+
+
 @cloud.command(name="up")
-@click.option(
-    "--instance-type", "instance_type", metavar="T[,T2...]", help="EC2 type(s); a list is the fallback order."
-)
-@click.option("--gpu", metavar="NAME", help="GPU model; the cheapest type that fits is chosen (with --gpus).")
-@click.option("--gpus", type=int, metavar="N", help="GPUs per instance with --gpu (default 1).")
-@click.option("--count", type=int, default=1, show_default=True, help="Instances to launch.")
-@click.option("--region", help="AWS region (default: the profile's or AWS_REGION).")
-@click.option("--spot", is_flag=True, help="Spot instances (one-time, terminate on interruption).")
-@click.option(
-    "--on-demand-fallback", is_flag=True, help="With --spot: on-demand when no spot capacity is left."
-)
-@click.option(
-    "--ttl", default="8h", show_default=True, help="Expiry written in provision:expires-at (30m, 8h, 2d)."
-)
-@click.option("--ssh-cidr", metavar="CIDR", help="Who may reach port 22 (required; e.g. your-ip/32).")
-@click.option(
-    "--ssh-key", metavar="PUB", help=f"Public key to import (default {DEFAULT_KEY} when it exists)."
-)
-@click.option(
-    "--new-key", is_flag=True, help="Create a key pair; its private key goes 0600 into the run dir."
-)
-@click.option("--ami", help="The image to boot (its OS given by --os for the SSH user).")
-@click.option("--os", "os_name", default=None, help="ubuntu-22.04|ubuntu-24.04|debian-12|amzn-2023|rhel-9.")
-@click.option(
-    "--base",
-    type=click.Choice(["os", "dlami"]),
-    default="os",
-    show_default=True,
-    help="dlami: the Deep Learning Base AMI with NVIDIA's driver already installed.",
-)
-@click.option(
-    "--root-gib", type=int, default=100, show_default=True, help="Root volume size (gp3, encrypted)."
-)
-@click.option("--max-hourly-usd", type=float, help="Refuse a launch whose on-demand price is above this.")
+@launch_options
 @click.option("--keep-on-failure", is_flag=True, help="Leave what a failed launch created (for debugging).")
 @click.option("--no-wait-ssh", is_flag=True, help="Return once status checks pass, without waiting for SSH.")
-@click.option(
-    "--ssh-address",
-    type=click.Choice(["public", "private"]),
-    default="public",
-    show_default=True,
-    help="Which address goes into the inventory.",
-)
 @command_options
-def up(
-    *,
-    instance_type: str | None,
-    gpu: str | None,
-    gpus: int | None,
-    count: int,
-    region: str | None,
-    spot: bool,
-    on_demand_fallback: bool,
-    ttl: str,
-    ssh_cidr: str | None,
-    ssh_key: str | None,
-    new_key: bool,
-    ami: str | None,
-    os_name: str | None,
-    base: str,
-    root_gib: int,
-    max_hourly_usd: float | None,
-    keep_on_failure: bool,
-    no_wait_ssh: bool,
-    ssh_address: str,
-    as_json: bool,
-) -> int:
+def up(*, launch: LaunchArgs, keep_on_failure: bool, no_wait_ssh: bool, as_json: bool) -> int:
     """Launch tagged GPU instances and write inventory/ec2-<run>.yml."""
-    from provision.cloud import ec2 as ec2mod
-    from provision.cloud import request as rq
-    from provision.cloud.images import aws_lookup
+    from provision.cloud import launcher
 
-    # Everything below up to open_session is local: bad input costs nothing and creates nothing.
-    if count < 1:
-        raise BadInput(f"--count {count} launches nothing", "give --count 1 or more")
-    if on_demand_fallback and not spot:
-        raise BadInput("--on-demand-fallback needs --spot", "add --spot, or drop --on-demand-fallback")
-    if new_key and ssh_key:
-        raise BadInput("give --ssh-key or --new-key, not both", "drop one of them")
-    if root_gib < rq.MIN_ROOT_GIB:
-        raise BadInput(
-            f"--root-gib {root_gib} is below {rq.MIN_ROOT_GIB}", "drivers, CUDA and wheels need room"
-        )
-    ttl_d = rq.parse_ttl(ttl)
-    if not ssh_cidr:
-        raise BadInput(
-            "--ssh-cidr is required (port 22 is never opened to the world by default)",
-            "give your address, e.g. --ssh-cidr $(curl -s https://checkip.amazonaws.com)/32",
-        )
-    cidr = rq.parse_cidr(ssh_cidr)
-    types = rq.build_types(instance_type, gpu, gpus)
-    types = rq.check_budget(types, count, max_hourly_usd)
-    from provision.cloud.images import normalize_os
-    from provision.matrix import load
-
-    os_id = normalize_os(os_name or load().t.default_os)
-    # One query checks the --os/--base pair; the launch asks again per architecture of the types.
-    image = rq.image_request(ami, os_id, base, types[0].arch)
-    pub = _public_key(ssh_key, new_key)
-
-    session, reg = ec2mod.open_session(region)
-    run = ec2mod.new_run_id()
-    req = rq.LaunchRequest(
-        run=run,
-        region=reg,
-        types=tuple(types),
-        count=count,
-        ttl=ttl_d,
-        ssh_cidr=cidr,
-        image=image,
-        ami=ami,
-        spot=spot,
-        on_demand_fallback=on_demand_fallback,
-        ssh_public_key=pub,
-        max_hourly_usd=max_hourly_usd,
-        keep_on_failure=keep_on_failure,
-        wait_ssh=not no_wait_ssh,
-        ssh_address=ssh_address,
-        root_gib=root_gib,
-        os_id=os_id,
-        base=base,
-    )
-    cloud_ec2 = ec2mod.Ec2(session, reg)
-    say = _stderr_say(as_json)
-    say(f"run {run}: {count} x {' | '.join(t.name for t in types)} in {reg}" + (" (spot)" if spot else ""))
-    from provision.cloud.errors import aws_errors
-
-    with aws_errors("launching"):
-        result = cloud_ec2.launch(
-            req,
-            ami_lookup=None if ami else aws_lookup(session, reg, cloud_ec2.call),
-            workdir=Path.cwd(),
-            say=say,
-        )
+    # prepare() is local: bad input costs nothing and creates nothing.
+    prepared = launcher.prepare(launch, wait_ssh=not no_wait_ssh)
+    say = stderr_say(as_json)
+    say(launcher.describe(prepared.request))
+    result = launcher.launch(prepared, launcher.connect(prepared), say)
     from provision.output import emit
 
-    emit(_up_json(result), as_json, lambda con: _up_human(con, result))
+    emit({"ok": True, **launcher.launch_json(result)}, as_json, lambda con: _up_human(con, result))
     return 0
-
-
-def _public_key(ssh_key: str | None, new_key: bool) -> Path | None:
-    if new_key:
-        return None
-    path = Path(os.path.expanduser(ssh_key or DEFAULT_KEY))
-    if path.is_file():
-        text = path.read_text(errors="replace")
-        if "PRIVATE KEY" in text:
-            raise BadInput(f"{path} is a private key", "give the .pub file to --ssh-key")
-        return path
-    if ssh_key:
-        raise BadInput(f"--ssh-key {ssh_key}: no such file", "give a public key file, or use --new-key")
-    return None  # no default key: a new key pair, private key in the run dir
-
-
-def _up_json(r: LaunchResult) -> dict[str, Any]:
-    return {
-        "ok": True,
-        "run": r.run,
-        "region": r.region,
-        "inventory": str(r.inventory),
-        "expires_at": r.expires_at,
-        "host_keys": r.host_keys,
-        "private_key": str(r.private_key) if r.private_key else None,
-        "instances": [
-            {
-                "id": i.id,
-                "type": i.type,
-                "public_ip": i.public_ip,
-                "private_ip": i.private_ip,
-                "state": i.state,
-                "zone": i.zone,
-                "market": i.market,
-            }
-            for i in r.instances
-        ],
-        "attempts": [
-            {"type": a.instance_type, "zone": a.zone, "market": a.market, "outcome": a.outcome}
-            for a in r.attempts
-        ],
-    }
 
 
 def _up_human(con: Console, r: LaunchResult) -> None:

@@ -1,7 +1,11 @@
 """`provision up`: plan, apply and verify the whole stack on the hosts; report.
 
+``--cloud`` is the one-shot path: launch EC2 instances (``cloud up``'s options and code), run
+``up`` on the run's inventory, and with ``--down-after`` end the run whatever the outcome.
+
 Exit status: 0 every host's verdict is pass, 1 a host failed (apply or verification), 2 bad input
-(checked before any host is contacted), 3 unsatisfiable, 130 interrupted or not confirmed.
+(checked before any host is contacted and before anything is launched), 3 unsatisfiable, 130
+interrupted or not confirmed.
 """
 
 from __future__ import annotations
@@ -14,12 +18,15 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from provision.cli import command_options
+from provision.commands.cloud import launch_options
 from provision.errors import BadInput, ExitCode
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from provision.apply import HostProgress
+    from provision.cloud.launcher import LaunchArgs
+    from provision.cloud.oneshot import CloudRun
     from provision.planning import PlanResult
     from provision.up import HostRun, UpResult
 
@@ -39,9 +46,18 @@ if TYPE_CHECKING:
 @click.option("-F", "--ssh-config", type=click.Path(dir_okay=False, path_type=Path), help="SSH config file.")
 @click.option("--state", "state_path", type=click.Path(dir_okay=False, path_type=Path),
               help="The fleet state DB (default .provision/state.db).")  # fmt: skip
+@click.option("--cloud", is_flag=True, help="Launch EC2 instances (the launch options below) and provision them.")
+@launch_options
+@click.option("--down-after", is_flag=True, help="With --cloud: end the run when done, whatever the outcome.")
+@click.option("--keep-on-failure", is_flag=True,
+              help="With --cloud: keep what a failed launch or a failed run left, for debugging.")  # fmt: skip
 @command_options
 def up(
     *,
+    cloud: bool,
+    launch: LaunchArgs,
+    down_after: bool,
+    keep_on_failure: bool,
     local: bool,
     inventory: str | None,
     config_path: Path | None,
@@ -64,35 +80,90 @@ def up(
     with it passed) are only verified. Each run keeps .provision/runs/<run-id>/ (lock, Ansible
     run dir, events.jsonl, verify reports, report.json, report.html).
 
+    With --cloud it first launches EC2 instances (same options as `provision cloud up`), then
+    provisions them through the run's inventory; --down-after terminates them and deletes the
+    run's security group and key pair at the end, also after a failure or Ctrl-C.
+
     Exit status: 0 every host passes, 1 a host failed, 2 bad input, 3 unsatisfiable.
     """
     from provision.commands.plan import _overrides
     from provision.config import Config, load_config
-    from provision.up import UpOptions
+    from provision.up import UpOptions, check_options
     from provision.up import up as run_up
 
-    if not local and inventory is None:
-        raise BadInput("nothing to provision", "give --local or -i INVENTORY")
+    _check_targets(cloud=cloud, local=local, inventory=inventory, limit=limit, launch=launch,
+                   down_after=down_after, keep_on_failure=keep_on_failure)  # fmt: skip
     interactive = sys.stdin.isatty() and not as_json
     if not (yes or check or interactive):
         raise BadInput("up changes hosts and there is no terminal to ask on", "pass --yes to go ahead without asking")
+    if cloud and not (yes or interactive):
+        raise BadInput("up --cloud launches paid instances and there is no terminal to ask on",
+                       "pass --yes to launch without asking")  # fmt: skip
     config = load_config(config_path) if config_path is not None else Config()
     options = UpOptions(
         local=local, inventory=inventory, check=check, limit=limit, serial=serial, force=force,
         overrides=_overrides(sets), accept_new_host_keys=accept_new_host_keys, ssh_config=ssh_config,
         reboot_controller=reboot_controller, state_path=state_path,
     )  # fmt: skip
+    check_options(options)
     view = ProgressView(as_json)
     confirm = None if (yes or check) else _ask
-    try:
-        result = run_up(config, options, confirm=confirm, on_progress=view.update, on_phase=view.phase,
-                        on_total=view.set_total)  # fmt: skip
-    finally:
-        view.stop()
+
+    def provision(inv: str | None) -> UpResult:
+        if inv is not None:  # --cloud: the run's inventory, known once the instances are up
+            options.inventory = inv
+        try:
+            return run_up(config, options, confirm=confirm, on_progress=view.update, on_phase=view.phase,
+                          on_total=view.set_total)  # fmt: skip
+        finally:
+            view.stop()
+
     from provision.output import emit
 
-    emit(result.to_json(), as_json, lambda con: _human(con, result))
+    if not cloud:
+        result = provision(None)
+        emit(result.to_json(), as_json, lambda con: _human(con, result))
+        return int(ExitCode.OK if result.ok else ExitCode.FAILED)
+
+    from provision.cloud import launcher
+    from provision.cloud.oneshot import up_on_cloud
+    from provision.commands.cloud import stderr_say
+
+    prepared = launcher.prepare(launch)  # every launch option checked; nothing sent to AWS yet
+    say = stderr_say(as_json)
+    say(launcher.describe(prepared.request) + (" (ended when done: --down-after)" if down_after else ""))
+    if not yes and not click.confirm("launch these instances (they cost money while they run)?", default=False):
+        from provision.errors import Interrupted
+
+        raise Interrupted("nothing was launched: the launch was not confirmed", "run again and answer y, or pass --yes")
+    result, run = up_on_cloud(prepared, provision, ec2=launcher.connect(prepared), down_after=down_after,
+                              keep_on_failure=keep_on_failure, say=say)  # fmt: skip
+    # `up --json` plus the run: DESIGN.md's document with one more key, `cloud`.
+    emit({**result.to_json(), "cloud": run.to_json()}, as_json, lambda con: _human(con, result, run))
     return int(ExitCode.OK if result.ok else ExitCode.FAILED)
+
+
+def _check_targets(
+    *, cloud: bool, local: bool, inventory: str | None, limit: str | None, launch: LaunchArgs,
+    down_after: bool, keep_on_failure: bool,
+) -> None:  # fmt: skip
+    """Which hosts: exactly one of --local, -i, --cloud; the launch options only with --cloud."""
+    if cloud:
+        if local or inventory is not None:
+            given = "--local" if local else "-i"
+            raise BadInput(f"give --cloud or {given}, not both",
+                           "--cloud provisions the instances it launches; drop one of them")  # fmt: skip
+        if limit is not None:
+            raise BadInput("--limit picks among known hosts; --cloud provisions every instance it launches",
+                           "drop --limit (use --count for fewer instances)")  # fmt: skip
+        return
+    needs_cloud = sorted("--" + {"os_name": "os"}.get(n, n).replace("_", "-") for n in launch.given)
+    needs_cloud += ["--down-after"] * down_after + ["--keep-on-failure"] * keep_on_failure
+    if needs_cloud:
+        raise BadInput(f"{', '.join(needs_cloud)}: only with --cloud",
+                       "add --cloud to launch instances, or drop them")  # fmt: skip
+    if not local and inventory is None:
+        raise BadInput("nothing to provision", "give --local, -i INVENTORY or --cloud")
 
 
 def _ask(planned: PlanResult, hosts: list[HostRun]) -> bool:
@@ -174,7 +245,7 @@ class ProgressView:
             self.live = None
 
 
-def _human(con: Console, result: UpResult) -> None:
+def _human(con: Console, result: UpResult, run: CloudRun | None = None) -> None:
     from rich.table import Table
 
     table = Table(show_edge=False)
@@ -195,3 +266,10 @@ def _human(con: Console, result: UpResult) -> None:
     if result.stopped_after_batch is not None:
         con.print(f"stopped after batch {result.stopped_after_batch}: it failed verification", markup=False)
     con.print(f"report: {result.run_dir / 'report.html'}", markup=False)
+    if run is not None:
+        ids = ", ".join(i.id for i in run.launch.instances)
+        if run.ended:
+            con.print(f"cloud run {run.launch.run}: ended ({ids} terminated)", markup=False)
+        else:
+            con.print(f"cloud run {run.launch.run}: {ids} still running (cost money) until "
+                      f"`{run.down_command()}`; expires {run.launch.expires_at}", markup=False)  # fmt: skip

@@ -3,10 +3,16 @@
 Every test gets fake credentials, ``AWS_ENDPOINT_URL`` pointing at the moto server, no
 ``AWS_PROFILE`` and no AWS config files, and the guard below checks that a client built from
 that environment really targets loopback, so nothing here can reach a real AWS endpoint.
+
+For the chain onto SSH test hosts (:class:`MappedEc2`, :func:`admin_users`) two stand-ins fill
+in what moto cannot boot: the console output answers with the test host's real host keys in
+cloud-init's ``BEGIN SSH HOST KEY KEYS`` block, and the ``admin`` login user of Debian's EC2
+images is added to the test hosts (passwordless sudo, as on EC2).
 """
 
 from __future__ import annotations
 
+import base64
 import os
 import urllib.request
 from collections.abc import Iterator
@@ -15,6 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from provision.cloud.ec2 import Ec2, LaunchResult
+from provision.cloud.request import LaunchRequest
+from tests.hosts import harness
+from tests.integration import roles_harness as rh
 
 REGION = "us-east-1"
 _AMIS: dict[str, str] = {}
@@ -108,3 +119,84 @@ def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
 
 def tags(resource: dict[str, Any]) -> dict[str, str]:
     return {t["Key"]: t["Value"] for t in resource.get("Tags", [])}
+
+
+def nothing_left(aws: Aws) -> bool:
+    """No instance, security group or key pair exists on the moto server."""
+    return aws.live() == [] and aws.groups() == [] and aws.key_pairs() == []
+
+
+@pytest.fixture
+def admin_users(testhosts: harness.HostSet) -> Iterator[harness.HostSet]:
+    """The `admin` user of Debian's EC2 images, on every test host (removed afterwards)."""
+    add = (
+        "id admin >/dev/null 2>&1 || useradd -m -s /bin/bash -G sudo admin; "
+        "echo 'admin ALL=(ALL) NOPASSWD:ALL' > /etc/sudoers.d/90-cloud-admin; "
+        "mkdir -p ~admin/.ssh && cp /root/.ssh/authorized_keys ~admin/.ssh/ && chown -R admin:admin ~admin/.ssh"
+    )
+    for h in testhosts.hosts:
+        rh.ssh(testhosts, h, add)
+    yield testhosts
+    for h in testhosts.hosts:
+        rh.ssh(testhosts, h, "rm -f /etc/sudoers.d/90-cloud-admin; userdel -r admin 2>/dev/null || true")
+
+
+def cloud_init_console(hostset: harness.HostSet, host: harness.TestHost) -> str:
+    """What cloud-init prints on the console, with this host's real host public keys."""
+    etc = hostset.directory / "hosts" / host.name / "root" / "etc" / "ssh"
+    keys = "".join(
+        " ".join(p.read_text().split()[:2]) + f" root@{host.name}\n" for p in sorted(etc.glob("ssh_host_*_key.pub"))
+    )
+    return (
+        "Cloud-init v. 24.1 running 'modules:final'\n"
+        "-----BEGIN SSH HOST KEY KEYS-----\n"
+        f"{keys}"
+        "-----END SSH HOST KEY KEYS-----\n"
+        "Cloud-init v. 24.1 finished\n"
+    )
+
+
+class Http:
+    """The HTTP response a botocore ``before-call`` hook answers with (botocore only reads it)."""
+
+    def __init__(self, status: int) -> None:
+        self.status_code = status
+        self.headers: dict[str, str] = {}
+        self.content = b""
+
+
+def aws_error(code: str, status: int = 400) -> tuple[Http, dict[str, Any]]:
+    """An AWS error answer for a ``before-call`` hook: the caller sees EC2 refusing the call."""
+    return Http(status), {
+        "Error": {"Code": code, "Message": f"injected {code}"},
+        "ResponseMetadata": {"HTTPStatusCode": status},
+    }
+
+
+class MappedEc2(Ec2):
+    """The real :class:`Ec2` on moto, its instances reached at the SSH test hosts.
+
+    The launch's test-only ``address_map`` hands each new instance the next test host, and
+    ``GetConsoleOutput`` answers with that host's real keys; every other call goes to moto.
+    Waits poll without sleeping.
+    """
+
+    def __init__(self, session: Any, region: str, hostset: harness.HostSet) -> None:
+        super().__init__(session, region, sleep=lambda _s: None, poll_s=0.01)
+        self.hostset = hostset
+        self.order: dict[str, harness.TestHost] = {}  # instance id -> the test host it stands on
+        self.client.meta.events.register("before-call.ec2.GetConsoleOutput", self._console)
+
+    def address_map(self, instance_id: str, address: str) -> tuple[str, int]:
+        self.order[instance_id] = self.hostset.hosts[len(self.order)]
+        return self.order[instance_id].address, self.order[instance_id].port
+
+    def _console(self, params: dict[str, Any], **_: Any) -> Any:
+        iid = params["body"]["InstanceId"]
+        text = cloud_init_console(self.hostset, self.order[iid])
+        return Http(200), {"InstanceId": iid, "Output": base64.b64encode(text.encode()).decode()}
+
+    def launch(self, req: LaunchRequest, **kwargs: Any) -> LaunchResult:
+        kwargs.setdefault("address_map", self.address_map)
+        kwargs.setdefault("ssh_timeout_s", 60)
+        return super().launch(req, **kwargs)

@@ -95,6 +95,17 @@ def apply(run: Path, host: str) -> Outcome:
     return finish(start(run), host)
 
 
+def cpu_torch_config(folder: Path, hostset: harness.HostSet, wheelhouse: Path) -> Path:
+    """A provision.yaml for `up` on the test hosts: the CPU torch stack from the wheelhouse, no driver."""
+    path = folder / "provision.yaml"
+    path.write_text(
+        f"stack: {{frameworks: ['{harness.TORCH_CPU}+cpu'], driver: none}}\n"
+        f"install: {{pip: {{find_links: ['{wheelhouse}']}}, apt: {{proxy: '{hostset.proxy}'}}}}\n"
+        "verify: {allow_cpu: true}\n"
+    )
+    return path
+
+
 def ssh(hostset: harness.HostSet, host: harness.TestHost, command: str, check: bool = True) -> str:
     r = subprocess.run(["ssh", "-F", str(hostset.ssh_config), host.name, command], capture_output=True, text=True,
                        timeout=600)  # fmt: skip

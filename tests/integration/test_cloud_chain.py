@@ -13,82 +13,27 @@ user, key and known_hosts, verifying the host keys taken from the console, with 
 
 from __future__ import annotations
 
-import base64
 import json
 import subprocess
-from collections.abc import Iterator
 from datetime import timedelta
-from typing import Any
 
 import pytest
 import yaml
 
-from provision.cloud.ec2 import Ec2, new_run_id
+from provision.cloud.ec2 import new_run_id
 from provision.cloud.request import LaunchRequest, describe_type
 from tests.hosts import harness
-from tests.integration.cloud_fixtures import REGION, Aws, aws, moto_url, run_cli
+from tests.integration.cloud_fixtures import REGION, Aws, MappedEc2, admin_users, aws, moto_url, run_cli
 
-__all__ = ["aws", "moto_url"]
-
-
-def root_run(hostset: harness.HostSet, host: harness.TestHost, command: str) -> None:
-    subprocess.run(
-        ["ssh", "-F", str(hostset.ssh_config), host.name, command], check=True, capture_output=True, timeout=60
-    )
-
-
-@pytest.fixture
-def admin_users(testhosts: harness.HostSet) -> Iterator[harness.HostSet]:
-    """The `admin` user of Debian's EC2 images, on every test host (removed afterwards)."""
-    add = (
-        "id admin >/dev/null 2>&1 || useradd -m -s /bin/bash -G sudo admin; "
-        "echo 'admin ALL=(ALL) NOPASSWD:ALL' > /etc/sudoers.d/90-cloud-admin; "
-        "mkdir -p ~admin/.ssh && cp /root/.ssh/authorized_keys ~admin/.ssh/ && chown -R admin:admin ~admin/.ssh"
-    )
-    for h in testhosts.hosts:
-        root_run(testhosts, h, add)
-    yield testhosts
-    for h in testhosts.hosts:
-        root_run(testhosts, h, "rm -f /etc/sudoers.d/90-cloud-admin; userdel -r admin 2>/dev/null || true")
-
-
-def cloud_init_console(hostset: harness.HostSet, host: harness.TestHost) -> str:
-    """What cloud-init prints on the console, with this host's real host public keys."""
-    etc = hostset.directory / "hosts" / host.name / "root" / "etc" / "ssh"
-    keys = "".join(
-        " ".join(p.read_text().split()[:2]) + f" root@{host.name}\n" for p in sorted(etc.glob("ssh_host_*_key.pub"))
-    )
-    return (
-        "Cloud-init v. 24.1 running 'modules:final'\n"
-        "-----BEGIN SSH HOST KEY KEYS-----\n"
-        f"{keys}"
-        "-----END SSH HOST KEY KEYS-----\n"
-        "Cloud-init v. 24.1 finished\n"
-    )
-
-
-class _Http:
-    status_code = 200
-    headers: dict[str, str] = {}  # noqa: RUF012 (a response stand-in botocore only reads)
+__all__ = ["admin_users", "aws", "moto_url"]
 
 
 def test_launched_hosts_are_probed_through_the_generated_inventory(
     aws: Aws, admin_users: harness.HostSet, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     hostset = admin_users
-    ec2 = Ec2(aws.session(), REGION, sleep=lambda _s: None, poll_s=0.01)
-    order: dict[str, harness.TestHost] = {}
-
-    def address_map(instance_id: str, address: str) -> tuple[str, int]:
-        order[instance_id] = hostset.hosts[len(order)]
-        return order[instance_id].address, order[instance_id].port
-
-    def console(params: dict[str, Any], **_: Any) -> Any:
-        iid = params["body"]["InstanceId"]
-        text = cloud_init_console(hostset, order[iid])
-        return _Http(), {"InstanceId": iid, "Output": base64.b64encode(text.encode()).decode()}
-
-    ec2.client.meta.events.register("before-call.ec2.GetConsoleOutput", console)
+    ec2 = MappedEc2(aws.session(), REGION, hostset)
+    order = ec2.order
     req = LaunchRequest(
         run=new_run_id(),
         region=REGION,
@@ -102,7 +47,7 @@ def test_launched_hosts_are_probed_through_the_generated_inventory(
         wait_ssh=True,
         os_id="debian-12",
     )
-    res = ec2.launch(req, ami_lookup=None, workdir=aws.workdir, address_map=address_map, ssh_timeout_s=60)
+    res = ec2.launch(req, ami_lookup=None, workdir=aws.workdir)
     assert res.host_keys >= len(hostset.hosts)
     inv = yaml.safe_load(res.inventory.read_text())
     assert {h["ansible_user"] for h in inv["all"]["hosts"].values()} == {"admin"}

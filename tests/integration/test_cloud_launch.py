@@ -26,23 +26,9 @@ from provision.cloud.ec2 import Ec2, new_run_id
 from provision.cloud.images import ImageQuery, aws_lookup
 from provision.cloud.request import LaunchRequest, describe_type
 from provision.errors import BadInput, ProvisionError
-from tests.integration.cloud_fixtures import REGION, Aws, aws, moto_url, tags
+from tests.integration.cloud_fixtures import REGION, Aws, Http, aws, aws_error, moto_url, nothing_left, tags
 
 __all__ = ["aws", "moto_url"]
-
-
-class _Http:
-    def __init__(self, status: int) -> None:
-        self.status_code = status
-        self.headers: dict[str, str] = {}
-        self.content = b""
-
-
-def aws_error(code: str, status: int = 400) -> tuple[_Http, dict[str, Any]]:
-    return _Http(status), {
-        "Error": {"Code": code, "Message": f"injected {code}"},
-        "ResponseMetadata": {"HTTPStatusCode": status},
-    }
 
 
 class Injector:
@@ -92,10 +78,6 @@ def request(aws: Aws, types: list[str], **kw: Any) -> LaunchRequest:
     }
     base.update(kw)
     return LaunchRequest(**base)
-
-
-def nothing_left(aws: Aws) -> bool:
-    return aws.live() == [] and aws.groups() == [] and aws.key_pairs() == []
 
 
 def test_capacity_fails_over_zone_then_type(aws: Aws, cloud: tuple[Ec2, Injector]) -> None:
@@ -315,7 +297,7 @@ def test_waits_for_ssh_and_takes_host_keys_from_the_console(
         console_calls.append(1)
         # cloud-init prints the keys a little after boot: the first answer has none yet.
         text = "booting\n" if len(console_calls) == 1 else console
-        return _Http(200), {"InstanceId": "i-x", "Output": base64.b64encode(text.encode()).decode()}
+        return Http(200), {"InstanceId": "i-x", "Output": base64.b64encode(text.encode()).decode()}
 
     ec2.client.meta.events.register("before-call.ec2.GetConsoleOutput", console_output)
     host, port = ssh_banner

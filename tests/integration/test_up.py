@@ -24,16 +24,6 @@ from tests.integration import roles_harness as rh
 pytestmark = pytest.mark.slow  # installs torch on every host
 
 
-def _config(tmp: Path, hostset: harness.HostSet, wheelhouse: Path) -> Path:
-    path = tmp / "provision.yaml"
-    path.write_text(
-        "stack: {frameworks: ['torch==2.13.0+cpu'], driver: none}\n"
-        f"install: {{pip: {{find_links: ['{wheelhouse}']}}, apt: {{proxy: '{hostset.proxy}'}}}}\n"
-        "verify: {allow_cpu: true}\n"
-    )
-    return path
-
-
 def _args(hostset: harness.HostSet, config: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "provision", "up", "-i", str(hostset.inventory), "-F", str(hostset.ssh_config),
             "-c", str(config), "--set", "frameworks_no_index=true", "--yes", "--json", *extra]  # fmt: skip
@@ -52,7 +42,7 @@ def _up(cwd: Path, args: list[str]) -> tuple[int, dict[str, Any]]:
 def test_fleet_one_broken_host_fails_alone_then_everything_converges(
     testhosts: harness.HostSet, wheelhouse: Path, tmp_path: Path
 ) -> None:
-    config = _config(tmp_path, testhosts, wheelhouse)
+    config = rh.cpu_torch_config(tmp_path, testhosts, wheelhouse)
     broken = testhosts.hosts[0]
     # a file where the venv's parent folder should be: the venv cannot be made on this host
     rh.ssh(testhosts, broken, "rm -rf /opt/provision && touch /opt/provision")
@@ -110,7 +100,7 @@ def test_fleet_one_broken_host_fails_alone_then_everything_converges(
 def test_a_run_killed_half_way_completes_on_the_next_run(
     testhosts: harness.HostSet, wheelhouse: Path, tmp_path: Path
 ) -> None:
-    config = _config(tmp_path, testhosts, wheelhouse)
+    config = rh.cpu_torch_config(tmp_path, testhosts, wheelhouse)
     host = testhosts.hosts[-1]
     rh.ssh(testhosts, host, "rm -rf /opt/provision")
     args = _args(testhosts, config, "--limit", host.name)

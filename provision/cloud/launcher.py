@@ -1,0 +1,201 @@
+"""From the launch options to a running, inventoried run: what ``cloud up`` and ``up --cloud`` share.
+
+:class:`LaunchArgs` is what the user typed (the option block both commands declare),
+:func:`prepare` checks all of it and opens boto3's session without sending a request (bad input
+is exit 2 before anything exists), and :func:`launch` hands the checked request to
+:meth:`provision.cloud.ec2.Ec2.launch`. :func:`connect` is the one place an :class:`Ec2` is
+built, so tests can put theirs (address mapping onto SSH test hosts) in its place.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from provision.errors import BadInput
+
+if TYPE_CHECKING:
+    from provision.cloud.ec2 import Ec2, LaunchResult, Say
+    from provision.cloud.request import LaunchRequest
+
+DEFAULT_KEY = "~/.ssh/id_ed25519.pub"
+
+
+@dataclass(frozen=True)
+class LaunchArgs:
+    """The launch options as given on the command line (defaults as the option block sets them)."""
+
+    instance_type: str | None = None
+    gpu: str | None = None
+    gpus: int | None = None
+    count: int = 1
+    region: str | None = None
+    spot: bool = False
+    on_demand_fallback: bool = False
+    ttl: str = "8h"
+    ssh_cidr: str | None = None
+    ssh_key: str | None = None
+    new_key: bool = False
+    ami: str | None = None
+    os_name: str | None = None
+    base: str = "os"
+    root_gib: int = 100
+    max_hourly_usd: float | None = None
+    keep_on_failure: bool = False
+    ssh_address: str = "public"
+    # the options the user typed (not defaults): `up` refuses them without --cloud
+    given: frozenset[str] = field(default_factory=frozenset)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A checked launch: nothing has been sent to AWS yet."""
+
+    session: Any
+    request: LaunchRequest
+
+    @property
+    def run(self) -> str:
+        return self.request.run
+
+
+def prepare(args: LaunchArgs, *, wait_ssh: bool = True) -> Prepared:
+    """Check every launch option and open the session; raises BadInput (exit 2) on bad input.
+
+    Only local data is read (the knowledge data, the key file, boto3's configuration), so a
+    refused launch has created nothing and sent nothing.
+    """
+    from provision.cloud import request as rq
+    from provision.cloud.images import normalize_os
+    from provision.matrix import load
+
+    if args.count < 1:
+        raise BadInput(f"--count {args.count} launches nothing", "give --count 1 or more")
+    if args.on_demand_fallback and not args.spot:
+        raise BadInput("--on-demand-fallback needs --spot", "add --spot, or drop --on-demand-fallback")
+    if args.new_key and args.ssh_key:
+        raise BadInput("give --ssh-key or --new-key, not both", "drop one of them")
+    if args.root_gib < rq.MIN_ROOT_GIB:
+        raise BadInput(
+            f"--root-gib {args.root_gib} is below {rq.MIN_ROOT_GIB}", "drivers, CUDA and wheels need room"
+        )
+    ttl = rq.parse_ttl(args.ttl)
+    if not args.ssh_cidr:
+        raise BadInput(
+            "--ssh-cidr is required (port 22 is never opened to the world by default)",
+            "give your address, e.g. --ssh-cidr $(curl -s https://checkip.amazonaws.com)/32",
+        )
+    cidr = rq.parse_cidr(args.ssh_cidr)
+    types = rq.build_types(args.instance_type, args.gpu, args.gpus)
+    types = rq.check_budget(types, args.count, args.max_hourly_usd)
+    os_id = normalize_os(args.os_name or load().t.default_os)
+    # One query checks the --os/--base pair; the launch asks again per architecture of the types.
+    image = rq.image_request(args.ami, os_id, args.base, types[0].arch)
+    pub = public_key(args.ssh_key, args.new_key)
+
+    from provision.cloud import ec2 as ec2mod
+
+    session, region = ec2mod.open_session(args.region)
+    req = rq.LaunchRequest(
+        run=ec2mod.new_run_id(),
+        region=region,
+        types=tuple(types),
+        count=args.count,
+        ttl=ttl,
+        ssh_cidr=cidr,
+        image=image,
+        ami=args.ami,
+        spot=args.spot,
+        on_demand_fallback=args.on_demand_fallback,
+        ssh_public_key=pub,
+        max_hourly_usd=args.max_hourly_usd,
+        keep_on_failure=args.keep_on_failure,
+        wait_ssh=wait_ssh,
+        ssh_address=args.ssh_address,
+        root_gib=args.root_gib,
+        os_id=os_id,
+        base=args.base,
+    )
+    return Prepared(session, req)
+
+
+def public_key(ssh_key: str | None, new_key: bool) -> Path | None:
+    """The public key to import, or None for a new key pair (private key into the run dir)."""
+    if new_key:
+        return None
+    path = Path(os.path.expanduser(ssh_key or DEFAULT_KEY))
+    if path.is_file():
+        text = path.read_text(errors="replace")
+        if "PRIVATE KEY" in text:
+            raise BadInput(f"{path} is a private key", "give the .pub file to --ssh-key")
+        return path
+    if ssh_key:
+        raise BadInput(f"--ssh-key {ssh_key}: no such file", "give a public key file, or use --new-key")
+    return None  # no default key: a new key pair, private key in the run dir
+
+
+def connect(prepared: Prepared) -> Ec2:
+    """The EC2 client for the run's region (the seam tests replace to map addresses)."""
+    from provision.cloud.ec2 import Ec2
+
+    return Ec2(prepared.session, prepared.request.region)
+
+
+def describe(req: LaunchRequest) -> str:
+    """One line for the user: what is about to be launched, where, and at what price."""
+    first = req.types[0]
+    price = (
+        f", on-demand ${first.usd_per_hour * req.count:.2f}/h for {req.count} x {first.name}"
+        if first.usd_per_hour is not None
+        else ""
+    )
+    return (
+        f"run {req.run}: {req.count} x {' | '.join(t.name for t in req.types)} in {req.region}"
+        + (" (spot)" if req.spot else "")
+        + price
+    )
+
+
+def launch(prepared: Prepared, ec2: Ec2, say: Say, workdir: Path | None = None) -> LaunchResult:
+    """Launch the run and write its inventory; a launch that fails part way removes what it made."""
+    from provision.cloud.errors import aws_errors
+    from provision.cloud.images import aws_lookup
+
+    req = prepared.request
+    with aws_errors("launching"):
+        return ec2.launch(
+            req,
+            ami_lookup=None if req.ami else aws_lookup(prepared.session, req.region, ec2.call),
+            workdir=workdir or Path.cwd(),
+            say=say,
+        )
+
+
+def launch_json(r: LaunchResult) -> dict[str, Any]:
+    """The run as ``cloud up --json`` shows it (less ``ok``)."""
+    return {
+        "run": r.run,
+        "region": r.region,
+        "inventory": str(r.inventory),
+        "expires_at": r.expires_at,
+        "host_keys": r.host_keys,
+        "private_key": str(r.private_key) if r.private_key else None,
+        "instances": [
+            {
+                "id": i.id,
+                "type": i.type,
+                "public_ip": i.public_ip,
+                "private_ip": i.private_ip,
+                "state": i.state,
+                "zone": i.zone,
+                "market": i.market,
+            }
+            for i in r.instances
+        ],
+        "attempts": [
+            {"type": a.instance_type, "zone": a.zone, "market": a.market, "outcome": a.outcome}
+            for a in r.attempts
+        ],
+    }
