@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 @click.option("--accept-new-host-keys", is_flag=True, help="Record the key of a host not yet in known_hosts.")
 @click.option("-F", "--ssh-config", type=click.Path(dir_okay=False, path_type=Path), help="SSH config file.")
 @click.option("--state", "state_path", type=click.Path(dir_okay=False, path_type=Path),
-              help="The fleet state DB (default .provision/state.db).")  # fmt: skip
+              help="The fleet state DB (default: state.path in the config, else .provision/state.db).")  # fmt: skip
 @command_options
 def up(
     *,
