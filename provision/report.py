@@ -87,6 +87,7 @@ def render_html(doc: Mapping[str, Any]) -> str:
         "<!doctype html><html><head><meta charset=\"utf-8\">",
         f"<title>provision up {escape(str(doc.get('run')))}</title><style>{_STYLE}</style></head><body>",
         f"<h1>provision up, run {escape(str(doc.get('run')))}{mode}: {verdict}</h1>",
+        _stopped(doc),
         "<h2>Verdict per host</h2><table><tr><th>host</th><th>group</th><th>verdict</th><th>changed</th>"
         "<th>failed task</th><th>reboots</th><th>seconds</th><th>note</th></tr>",
         *rows,
@@ -99,6 +100,15 @@ def render_html(doc: Mapping[str, Any]) -> str:
                      "(no GPU, or the host was not applied or verified).</p>")  # fmt: skip
     parts.append("</body></html>\n")
     return "".join(parts)
+
+
+def _stopped(doc: Mapping[str, Any]) -> str:
+    """The --serial stop, said where a reader looks first."""
+    batch = doc.get("stopped_after_batch")
+    if batch is None:
+        return ""
+    return (f"<p class=\"fail\">--serial stopped the run after batch {escape(str(batch))}: it failed "
+            "verification, so the hosts of later batches were not run (verdict not-run).</p>")  # fmt: skip
 
 
 def write_html(doc: Mapping[str, Any], path: Path) -> Path:

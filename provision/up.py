@@ -30,14 +30,17 @@ from provision.errors import BadInput
 if TYPE_CHECKING:
     from provision.apply import HostProgress
     from provision.config import Config
+    from provision.hosts.inventory import HostTarget
     from provision.lock import LockGroup
-    from provision.planning import HostPlan, PlanResult
+    from provision.planning import HostPlan, PlanResult, ProbeFailure
     from provision.verify import HostResult
 
 RUNS_DIR = Path(".provision") / "runs"
 
 # verdicts beyond the smoke job's pass / fail / no-gpu
 NOT_RUN = "not-run"  # --serial stopped before this host's batch
+# the failed_task of a host that could not be probed (it fails alone; the others go on)
+PROBE_TASK = "(probe)"
 
 
 @dataclass
@@ -59,6 +62,7 @@ class HostRun:
     role_seconds: dict[str, float] = field(default_factory=dict)
     verify: dict[str, Any] | None = None
     cpu_only_check: bool = False  # --check on a host without a GPU: the job ran on the CPU
+    batch: int | None = None  # --serial: the host's batch (1-based); None for a host never batched
 
     @property
     def ok(self) -> bool:
@@ -88,6 +92,7 @@ class HostRun:
             "changes": self.plan.changes,
             "reboot": self.plan.reboot,
             "cpu_only_check": self.cpu_only_check,
+            "batch": self.batch,
             "role_seconds": {k: round(v, 2) for k, v in self.role_seconds.items()},
             "verify": self.verify,
         }
@@ -150,14 +155,13 @@ def apply_limit(names: Sequence[str], patterns: Sequence[str]) -> list[str]:
     return [n for n in names if any(fnmatch.fnmatchcase(n, p) for p in patterns)]
 
 
-def target_names(local: bool, inventory: str | None) -> list[str]:
+def load_targets(local: bool, inventory: str | None) -> dict[str, HostTarget]:
+    """The hosts `up` may reach, by name, in inventory order."""
+    from provision.hosts.inventory import LOCALHOST, load_inventory
+
     if local and inventory:
         raise BadInput("give --local or -i INVENTORY, not both", "provision this machine or an inventory's hosts")
-    if inventory:
-        from provision.hosts.inventory import load_inventory
-
-        return [t.name for t in load_inventory(inventory)]
-    return ["localhost"]
+    return {t.name: t for t in (load_inventory(inventory) if inventory else [LOCALHOST])}
 
 
 def group_hash(group: LockGroup) -> str:
@@ -185,7 +189,7 @@ class UpOptions:
     accept_new_host_keys: bool = False
     ssh_config: Path | None = None
     reboot_controller: bool = False
-    state_path: Path | None = None
+    state_path: Path | None = None  # --state; else config.state.path; else the default
     runs_dir: Path = RUNS_DIR
 
 
@@ -204,29 +208,39 @@ def up(
 ) -> UpResult:
     """Run `provision up`; host failures are in the result, input problems raise BadInput first."""
     from provision import verify as verify_api
-    from provision.hosts.inventory import LOCALHOST, load_inventory
     from provision.lock import read_lock
-    from provision.planning import plan
-    from provision.state import DEFAULT_PATH, State
+    from provision.planning import check_inputs, plan
+    from provision.state import State, state_path
 
     say = on_phase or (lambda _: None)
     if options.serial is not None and options.serial < 1:
         raise BadInput(f"--serial {options.serial} is not a batch size", "give --serial 1 or more")
-    names = target_names(options.local, options.inventory)
-    selected = apply_limit(names, limit_patterns(options.limit))
-    state = State(options.state_path or DEFAULT_PATH)
+    targets = load_targets(options.local, options.inventory)
+    selected = apply_limit(list(targets), limit_patterns(options.limit))
+    check_inputs(config, options.overrides, [targets[n] for n in selected], options.ssh_config)
+    state = State(state_path(options.state_path, config.state.path))
 
     run = new_run_id()
     run_dir = (options.runs_dir / run).resolve()  # ansible-runner changes directory
-    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        state.close()
+        raise BadInput(f"cannot make the run folder {run_dir}: {exc.strerror}",
+                       "run provision up from a writable directory") from None
     result = UpResult(run=run, run_dir=run_dir, check=options.check, hosts=[])
     say(f"run {run}: probing {len(selected)} host(s)")
-    planned = plan(
-        config=config, local=options.local, inventory=options.inventory, out=run_dir / "ansible",
-        lock_path=run_dir / "provision.lock", overrides=options.overrides,
-        reboot_controller=options.reboot_controller, accept_new_host_keys=options.accept_new_host_keys,
-        ssh_config=options.ssh_config, only=selected,
-    )  # fmt: skip
+    try:
+        planned = plan(
+            config=config, local=options.local, inventory=options.inventory, out=run_dir / "ansible",
+            lock_path=run_dir / "provision.lock", overrides=options.overrides,
+            reboot_controller=options.reboot_controller, accept_new_host_keys=options.accept_new_host_keys,
+            ssh_config=options.ssh_config, only=selected, skip_unprobed=True,
+        )  # fmt: skip
+    except BaseException:
+        state.close()
+        shutil.rmtree(run_dir, ignore_errors=True)  # nothing was planned: leave no empty run behind
+        raise
     lock = read_lock(planned.lock_path)
     hashes = {h: group_hash(g) for g in lock.groups for h in g.hosts}
     for hp in planned.hosts:
@@ -236,17 +250,27 @@ def up(
             not options.force and not hp.changes and known is not None and known.converged(hr.lock_hash)
         )
         result.hosts.append(hr)
+    for failure in planned.unprobed:
+        say(f"{failure.host}: cannot probe: {failure.reason}; the other hosts go on")
+        result.hosts.append(_unprobed(failure))
+    order = {name: i for i, name in enumerate(selected)}
+    result.hosts.sort(key=lambda h: order.get(h.host, len(order)))  # inventory order, also for --serial
     if confirm is not None and not confirm(planned, result.hosts):
         from provision.errors import Interrupted
 
         raise Interrupted("nothing was changed: the plan was not confirmed", "run again and answer y, or pass --yes")
 
     if options.check:
-        _check_without_gpu(run_dir / "ansible", result.hosts, say)
-    targets = {t.name: t for t in (load_inventory(options.inventory) if options.inventory else [LOCALHOST])}
+        _check_without_gpu(run_dir / "ansible", [h for h in result.hosts if h.failed_task != PROBE_TASK], say)
     venv = config.install.venv
-    batches = _batches(result.hosts, options.serial)
+    if not options.check:
+        for h in result.hosts:
+            if h.failed_task == PROBE_TASK:
+                state.record_failed(run, h.host, PROBE_TASK)
+    batches = _batches([h for h in result.hosts if h.failed_task != PROBE_TASK], options.serial)
     for number, batch in enumerate(batches, start=1):
+        for h in batch:
+            h.batch = number if options.serial else None
         to_apply = [h for h in batch if not h.converged]
         if to_apply:
             say(f"batch {number}/{len(batches)}: applying {', '.join(h.host for h in to_apply)}"
@@ -274,12 +298,26 @@ def up(
                     state.record_verdict(run, h.host, h.lock_hash, h.verdict)
         if options.serial is not None and not all(h.ok for h in batch) and number < len(batches):
             result.stopped_after_batch = number
-            say(f"batch {number} failed verification: stopping before the next batch")
+            failed = ", ".join(h.host for h in batch if not h.ok)
+            say(f"batch {number} failed verification ({failed}): stopping before the next batch")
+            for later, rest in enumerate(batches[number:], start=number + 1):
+                for h in rest:
+                    h.batch = later
+                    h.message = f"not run: batch {number} ({failed}) failed verification; --serial stopped here"
             break
     state.close()
     result.finished = time.time()
     write_reports(result)
     return result
+
+
+def _unprobed(failure: ProbeFailure) -> HostRun:
+    """A host the probe could not reach: it fails alone, with the probe's reason, never applied."""
+    from provision.planning import HostPlan
+
+    hp = HostPlan(failure.host, group="-", probed=False, present={}, changes=[], reboot="no")
+    return HostRun(host=failure.host, group="-", lock_hash="", plan=hp, failed_task=PROBE_TASK,
+                   message=failure.reason, verdict="fail")  # fmt: skip
 
 
 def _batches(hosts: list[HostRun], serial: int | None) -> list[list[HostRun]]:
@@ -368,8 +406,8 @@ def _verify(  # noqa: PLR0917
             if not r.ok and h.message is None:
                 from provision.verify import failures
 
-                lines = failures(r)
-                h.message = lines[0] if lines else (r.error.one_line() if r.error else None)
+                lines = failures(r)  # every failed check, the root cause first, on one line
+                h.message = "; ".join(lines) if lines else (r.error.one_line() if r.error else None)
 
 
 # Role variables that leave the driver out; see _check_without_gpu.

@@ -14,50 +14,25 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.hosts import harness
 from tests.integration import roles_harness as rh
+from tests.integration.up_harness import run_up, up_args, up_env, write_config
 
 pytestmark = pytest.mark.slow  # installs torch on every host
-
-
-def _config(tmp: Path, hostset: harness.HostSet, wheelhouse: Path) -> Path:
-    path = tmp / "provision.yaml"
-    path.write_text(
-        "stack: {frameworks: ['torch==2.13.0+cpu'], driver: none}\n"
-        f"install: {{pip: {{find_links: ['{wheelhouse}']}}, apt: {{proxy: '{hostset.proxy}'}}}}\n"
-        "verify: {allow_cpu: true}\n"
-    )
-    return path
-
-
-def _args(hostset: harness.HostSet, config: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "provision", "up", "-i", str(hostset.inventory), "-F", str(hostset.ssh_config),
-            "-c", str(config), "--set", "frameworks_no_index=true", "--yes", "--json", *extra]  # fmt: skip
-
-
-def _env() -> dict[str, str]:
-    return {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-
-
-def _up(cwd: Path, args: list[str]) -> tuple[int, dict[str, Any]]:
-    r = subprocess.run(args, cwd=cwd, capture_output=True, text=True, env=_env(), timeout=1500)
-    assert r.stdout.strip(), r.stderr[-3000:]
-    return r.returncode, json.loads(r.stdout)
 
 
 def test_fleet_one_broken_host_fails_alone_then_everything_converges(
     testhosts: harness.HostSet, wheelhouse: Path, tmp_path: Path
 ) -> None:
-    config = _config(tmp_path, testhosts, wheelhouse)
+    config = write_config(tmp_path, testhosts, wheelhouse)
     broken = testhosts.hosts[0]
     # a file where the venv's parent folder should be: the venv cannot be made on this host
     rh.ssh(testhosts, broken, "rm -rf /opt/provision && touch /opt/provision")
     try:
-        rc, doc = _up(tmp_path, _args(testhosts, config))
+        rc, doc = run_up(tmp_path, up_args(testhosts, config))
     finally:
         rh.ssh(testhosts, broken, "rm -f /opt/provision")
     hosts = {h["host"]: h for h in doc["hosts"]}
@@ -76,7 +51,7 @@ def test_fleet_one_broken_host_fails_alone_then_everything_converges(
     assert (run_dir / f"verify-{testhosts.hosts[1].name}.json").is_file()
 
     # the broken host repaired: it is applied, the three others are converged and only verified
-    rc, doc = _up(tmp_path, _args(testhosts, config))
+    rc, doc = run_up(tmp_path, up_args(testhosts, config))
     hosts = {h["host"]: h for h in doc["hosts"]}
     assert rc == 0 and doc["ok"] is True, doc
     assert hosts[broken.name]["changed"] > 0
@@ -85,12 +60,12 @@ def test_fleet_one_broken_host_fails_alone_then_everything_converges(
     assert [d["host"] for d in details if d["converged"]] == [h.name for h in testhosts.hosts[1:]]
 
     # a third run changes nothing anywhere; --force re-applies and Ansible still changes nothing
-    rc, doc = _up(tmp_path, _args(testhosts, config, "--force"))
+    rc, doc = run_up(tmp_path, up_args(testhosts, config, "--force"))
     assert rc == 0 and all(h["changed"] == 0 and h["verdict"] == "pass" for h in doc["hosts"]), doc
 
     status = subprocess.run([sys.executable, "-m", "provision", "status", "--json", "--check-drift", "-i",
                              str(testhosts.inventory), "-F", str(testhosts.ssh_config)],
-                            cwd=tmp_path, capture_output=True, text=True, env=_env())  # fmt: skip
+                            cwd=tmp_path, capture_output=True, text=True, env=up_env())  # fmt: skip
     assert status.returncode == 0, status.stdout + status.stderr
     listed = json.loads(status.stdout)["hosts"]
     assert {h["host"] for h in listed} == {h.name for h in testhosts.hosts}
@@ -101,7 +76,7 @@ def test_fleet_one_broken_host_fails_alone_then_everything_converges(
     rh.ssh(testhosts, moved, "/opt/provision/venv/bin/pip uninstall -q -y torch")
     status = subprocess.run([sys.executable, "-m", "provision", "status", "--json", "--check-drift", "-i",
                              str(testhosts.inventory), "-F", str(testhosts.ssh_config)],
-                            cwd=tmp_path, capture_output=True, text=True, env=_env())  # fmt: skip
+                            cwd=tmp_path, capture_output=True, text=True, env=up_env())  # fmt: skip
     assert status.returncode == 1
     drifted = {h["host"]: h for h in json.loads(status.stdout)["hosts"]}[moved.name]
     assert [(d["item"], d["observed"]) for d in drifted["drift"]] == [("torch", None)], drifted
@@ -110,13 +85,13 @@ def test_fleet_one_broken_host_fails_alone_then_everything_converges(
 def test_a_run_killed_half_way_completes_on_the_next_run(
     testhosts: harness.HostSet, wheelhouse: Path, tmp_path: Path
 ) -> None:
-    config = _config(tmp_path, testhosts, wheelhouse)
+    config = write_config(tmp_path, testhosts, wheelhouse)
     host = testhosts.hosts[-1]
     rh.ssh(testhosts, host, "rm -rf /opt/provision")
-    args = _args(testhosts, config, "--limit", host.name)
+    args = up_args(testhosts, config, "--limit", host.name)
     args.remove("--json")
     proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=_env(), start_new_session=True)  # fmt: skip
+                            env=up_env(), start_new_session=True)  # fmt: skip
     assert proc.stdout is not None
     seen = []
     deadline = time.monotonic() + 900
@@ -128,7 +103,7 @@ def test_a_run_killed_half_way_completes_on_the_next_run(
     proc.wait()
     assert any("[frameworks]" in line for line in seen), "".join(seen[-20:])
 
-    rc, doc = _up(tmp_path, _args(testhosts, config, "--limit", host.name))
+    rc, doc = run_up(tmp_path, up_args(testhosts, config, "--limit", host.name))
     assert rc == 0, doc
     [only] = doc["hosts"]
     assert only["host"] == host.name and only["verdict"] == "pass"

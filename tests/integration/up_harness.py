@@ -1,0 +1,39 @@
+"""How the `provision up` tests run it on the SSH test hosts: the CPU torch config, the command
+line, and the environment (shared by test_up.py and test_up_fleet.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from tests.hosts import harness
+
+
+def write_config(tmp: Path, hostset: harness.HostSet, wheelhouse: Path) -> Path:
+    path = tmp / "provision.yaml"
+    path.write_text(
+        "stack: {frameworks: ['torch==2.13.0+cpu'], driver: none}\n"
+        f"install: {{pip: {{find_links: ['{wheelhouse}']}}, apt: {{proxy: '{hostset.proxy}'}}}}\n"
+        "verify: {allow_cpu: true}\n"
+    )
+    return path
+
+
+def up_args(hostset: harness.HostSet, config: Path, *extra: str, inventory: Path | None = None) -> list[str]:
+    inv = inventory or hostset.inventory
+    return [sys.executable, "-m", "provision", "up", "-i", str(inv), "-F", str(hostset.ssh_config),
+            "-c", str(config), "--set", "frameworks_no_index=true", "--yes", "--json", *extra]  # fmt: skip
+
+
+def up_env() -> dict[str, str]:
+    return {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+
+
+def run_up(cwd: Path, args: list[str]) -> tuple[int, dict[str, Any]]:
+    r = subprocess.run(args, cwd=cwd, capture_output=True, text=True, env=up_env(), timeout=1500)
+    assert r.stdout.strip(), r.stderr[-3000:]
+    return r.returncode, json.loads(r.stdout)
