@@ -103,12 +103,15 @@ def render_html(doc: Mapping[str, Any]) -> str:
 
 
 def _stopped(doc: Mapping[str, Any]) -> str:
-    """The --serial stop, said where a reader looks first."""
+    """A --serial stop or a Ctrl-C, said where a reader looks first."""
+    if doc.get("interrupted"):
+        return ("<p class=\"fail\">Interrupted (Ctrl-C): hosts not verified show not-run; run the same "
+                "command again to complete them.</p>")  # fmt: skip
     batch = doc.get("stopped_after_batch")
     if batch is None:
         return ""
-    return (f"<p class=\"fail\">--serial stopped the run after batch {escape(str(batch))}: it failed "
-            "verification, so the hosts of later batches were not run (verdict not-run).</p>")  # fmt: skip
+    return (f"<p class=\"fail\">--serial stopped the run after batch {escape(str(batch))}: a host of it "
+            "did not pass, so the hosts of later batches were not run (verdict not-run).</p>")  # fmt: skip
 
 
 def write_html(doc: Mapping[str, Any], path: Path) -> Path:

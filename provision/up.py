@@ -1,11 +1,13 @@
 """`provision up` as a function: plan, (ask), apply, verify, remember, report.
 
-Everything a user can get wrong (targets, config, --limit, --serial, a missing --yes without a
-terminal) is checked before any host is contacted. Then every host is probed and planned
-(:func:`provision.planning.plan`), hosts whose probed versions equal the lock and whose last
-verification with this lock passed skip the apply (the fast converge path), the rest are applied
-with ansible-runner in batches (``--serial``) and every host is verified with the smoke job.
-Success is every host's verdict, never Ansible's ``failed=0``.
+Everything a user can get wrong (targets, config, --limit, --serial, --set, -F and each host's
+SSH settings, the state DB, a missing --yes without a terminal) is checked before any host is
+contacted. Then every host is probed and planned (:func:`provision.planning.plan`); a host that
+cannot be probed fails alone (failed task ``(probe)``) while the others go on. Hosts whose
+probed versions equal the lock and whose last verification with this lock passed skip the apply
+(the fast converge path), the rest are applied with ansible-runner in batches (``--serial``: a
+batch that does not pass stops the run, later hosts are ``not-run``) and every host is verified
+with the smoke job. Success is every host's verdict, never Ansible's ``failed=0``.
 
 Re-running after an interruption is safe by construction: the roles are idempotent, and the
 state DB only records an apply once Ansible reported the host done and a verdict once the job
@@ -31,14 +33,15 @@ if TYPE_CHECKING:
     from provision.apply import HostProgress
     from provision.config import Config
     from provision.hosts.inventory import HostTarget
-    from provision.lock import LockGroup
+    from provision.lock import Lock, LockGroup
     from provision.planning import HostPlan, PlanResult, ProbeFailure
+    from provision.state import State
     from provision.verify import HostResult
 
 RUNS_DIR = Path(".provision") / "runs"
 
 # verdicts beyond the smoke job's pass / fail / no-gpu
-NOT_RUN = "not-run"  # --serial stopped before this host's batch
+NOT_RUN = "not-run"  # --serial stopped before this host's batch, or Ctrl-C before it was verified
 # the failed_task of a host that could not be probed (it fails alone; the others go on)
 PROBE_TASK = "(probe)"
 
@@ -104,7 +107,8 @@ class UpResult:
     run_dir: Path
     check: bool
     hosts: list[HostRun]
-    stopped_after_batch: int | None = None  # --serial: the batch whose verification failed
+    stopped_after_batch: int | None = None  # --serial: the batch that did not pass
+    interrupted: bool = False  # Ctrl-C: the report was written on the way out
     started: float = field(default_factory=time.time)
     finished: float = 0.0
 
@@ -125,6 +129,7 @@ class UpResult:
             "started_at": self.started,
             "finished_at": self.finished,
             "stopped_after_batch": self.stopped_after_batch,
+            "interrupted": self.interrupted,
             "details": [h.detail_json() for h in self.hosts],
         }
 
@@ -207,7 +212,6 @@ def up(
     on_total: Callable[[int | None], None] | None = None,
 ) -> UpResult:
     """Run `provision up`; host failures are in the result, input problems raise BadInput first."""
-    from provision import verify as verify_api
     from provision.lock import read_lock
     from provision.planning import check_inputs, plan
     from provision.state import State, state_path
@@ -262,53 +266,81 @@ def up(
 
     if options.check:
         _check_without_gpu(run_dir / "ansible", [h for h in result.hosts if h.failed_task != PROBE_TASK], say)
-    venv = config.install.venv
     if not options.check:
         for h in result.hosts:
             if h.failed_task == PROBE_TASK:
                 state.record_failed(run, h.host, PROBE_TASK)
     batches = _batches([h for h in result.hosts if h.failed_task != PROBE_TASK], options.serial)
-    for number, batch in enumerate(batches, start=1):
-        for h in batch:
-            h.batch = number if options.serial else None
-        to_apply = [h for h in batch if not h.converged]
-        if to_apply:
-            say(f"batch {number}/{len(batches)}: applying {', '.join(h.host for h in to_apply)}"
-                + (" (check mode)" if options.check else ""))  # fmt: skip
-            _apply(run_dir, to_apply, options, on_progress, on_total)
-        for h in batch:
-            if h.converged:
-                say(f"{h.host}: converged with this lock; only verifying (--force re-applies)")
-        to_verify = [h for h in batch if h.failed_task is None]
-        if to_verify:
-            say(f"batch {number}/{len(batches)}: verifying {', '.join(h.host for h in to_verify)}")
-            _verify(verify_api, [targets[h.host] for h in to_verify], to_verify, lock, venv, config, options)
-        for h in batch:
-            if h.failed_task is not None:
-                h.verdict = "fail"
-            # the host's own time: its tasks plus its smoke job (hosts in a batch run side by side)
-            job_s = float((h.verify or {}).get("duration_s") or 0.0)
-            h.duration_s = sum(h.role_seconds.values()) + job_s if (h.role_seconds or job_s) else 0.0
-            if not options.check:
-                if h.applied and h.failed_task is None:
-                    state.record_applied(run, h.host, h.lock_hash, h.changed)
-                if h.failed_task is not None:
-                    state.record_failed(run, h.host, h.failed_task)
-                if h.verify is not None:
-                    state.record_verdict(run, h.host, h.lock_hash, h.verdict)
-        if options.serial is not None and not all(h.ok for h in batch) and number < len(batches):
-            result.stopped_after_batch = number
-            failed = ", ".join(h.host for h in batch if not h.ok)
-            say(f"batch {number} failed verification ({failed}): stopping before the next batch")
-            for later, rest in enumerate(batches[number:], start=number + 1):
-                for h in rest:
-                    h.batch = later
-                    h.message = f"not run: batch {number} ({failed}) failed verification; --serial stopped here"
-            break
-    state.close()
-    result.finished = time.time()
-    write_reports(result)
+    try:
+        for number in range(1, len(batches) + 1):
+            if not _run_batch(number, batches, run_dir, lock, targets, config, options, state, result, say,
+                              on_progress, on_total):  # fmt: skip
+                break
+    except KeyboardInterrupt:
+        # Ctrl-C: keep what is known (the state DB already has every finished host) and say
+        # which hosts were not finished; the same command run again completes them
+        result.interrupted = True
+        for h in result.hosts:
+            if h.verdict == NOT_RUN:
+                h.message = "interrupted before this host was verified; run the same command again"
+        from provision.errors import Interrupted
+
+        raise Interrupted(f"interrupted; what the run got to is in {run_dir / 'report.html'}",
+                          "run the same command again to complete the hosts not verified") from None
+    finally:
+        state.close()
+        result.finished = time.time()
+        write_reports(result)
     return result
+
+
+def _run_batch(  # noqa: PLR0917
+    number: int, batches: list[list[HostRun]], run_dir: Path, lock: Lock, targets: dict[str, HostTarget],
+    config: Config, options: UpOptions, state: State, result: UpResult, say: Callable[[str], None],
+    on_progress: Progress | None, on_total: Callable[[int | None], None] | None,
+) -> bool:  # fmt: skip
+    """Apply, verify and remember one batch; False when --serial must stop after it."""
+    from provision import verify as verify_api
+
+    batch = batches[number - 1]
+    for h in batch:
+        h.batch = number if options.serial else None
+    to_apply = [h for h in batch if not h.converged]
+    if to_apply:
+        say(f"batch {number}/{len(batches)}: applying {', '.join(h.host for h in to_apply)}"
+            + (" (check mode)" if options.check else ""))  # fmt: skip
+        _apply(run_dir, to_apply, options, on_progress, on_total)
+    for h in batch:
+        if h.converged:
+            say(f"{h.host}: converged with this lock; only verifying (--force re-applies)")
+    to_verify = [h for h in batch if h.failed_task is None]
+    if to_verify:
+        say(f"batch {number}/{len(batches)}: verifying {', '.join(h.host for h in to_verify)}")
+        _verify(verify_api, [targets[h.host] for h in to_verify], to_verify, lock, config.install.venv, config,
+                options)  # fmt: skip
+    for h in batch:
+        if h.failed_task is not None:
+            h.verdict = "fail"
+        # the host's own time: its tasks plus its smoke job (hosts in a batch run side by side)
+        job_s = float((h.verify or {}).get("duration_s") or 0.0)
+        h.duration_s = sum(h.role_seconds.values()) + job_s if (h.role_seconds or job_s) else 0.0
+        if not options.check:
+            if h.applied and h.failed_task is None:
+                state.record_applied(result.run, h.host, h.lock_hash, h.changed)
+            if h.failed_task is not None:
+                state.record_failed(result.run, h.host, h.failed_task)
+            if h.verify is not None:
+                state.record_verdict(result.run, h.host, h.lock_hash, h.verdict)
+    if options.serial is None or all(h.ok for h in batch) or number == len(batches):
+        return True
+    result.stopped_after_batch = number
+    failed = ", ".join(h.host for h in batch if not h.ok)
+    say(f"batch {number} did not pass ({failed}): stopping before the next batch")
+    for later, rest in enumerate(batches[number:], start=number + 1):
+        for h in rest:
+            h.batch = later
+            h.message = f"not run: batch {number} did not pass ({failed}); --serial stopped here"
+    return False
 
 
 def _unprobed(failure: ProbeFailure) -> HostRun:
@@ -336,13 +368,14 @@ def _apply(
     limit = ",".join(h.host for h in hosts)
     if on_total is not None:  # the progress view shows "done of ~total"; --list-tasks costs a second or two
         on_total(listed_tasks(ansible_dir, "site.yml", inventory=ansible_dir / "inventory.yml", limit=limit))
-    outcome = run_playbook(
-        ansible_dir, "site.yml", inventory=ansible_dir / "inventory.yml",
-        artifacts=run_dir / "apply" / "-".join(sorted(h.host for h in hosts))[:80],
-        check=options.check, limit=limit, forks=max(5, min(50, len(hosts))),
-        on_progress=on_progress,
-    )  # fmt: skip
-    _append_events(outcome.events, run_dir / "events.jsonl")
+    artifacts = run_dir / "apply" / "-".join(sorted(h.host for h in hosts))[:80]
+    try:
+        outcome = run_playbook(
+            ansible_dir, "site.yml", inventory=ansible_dir / "inventory.yml", artifacts=artifacts,
+            check=options.check, limit=limit, forks=max(5, min(50, len(hosts))), on_progress=on_progress,
+        )  # fmt: skip
+    finally:  # also on Ctrl-C: the run's events.jsonl has whatever this apply got to
+        _append_events(artifacts / "events.jsonl", run_dir / "events.jsonl")
     for h in hosts:
         got = outcome.hosts.get(h.host)
         if got is None:  # the play never reached it: the runner died or was cancelled

@@ -193,5 +193,6 @@ def _human(con: Console, result: UpResult) -> None:
                       str(h.reboots), f"{h.duration_s:.0f}", note)  # fmt: skip
     con.print(table)
     if result.stopped_after_batch is not None:
-        con.print(f"stopped after batch {result.stopped_after_batch}: it failed verification", markup=False)
+        con.print(f"--serial stopped after batch {result.stopped_after_batch}: a host of it did not pass",
+                  markup=False)  # fmt: skip
     con.print(f"report: {result.run_dir / 'report.html'}", markup=False)

@@ -3,19 +3,24 @@ and `--serial` stops at the first batch that fails verification (health-gated ro
 
 Real parts throughout, as in test_up.py: SSH probes (and real refused / unreachable
 connections), the resolver, ansible-runner applying the roles with the CPU torch stack from
-the local wheelhouse, the smoke job over SSH. Needs at least 3 test hosts.
+the local wheelhouse, the smoke job over SSH; and a Ctrl-C during an apply. Needs at least 3
+test hosts.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
 from tests.hosts import harness
 from tests.integration import roles_harness as rh
-from tests.integration.up_harness import run_up, up_args, write_config
+from tests.integration.up_harness import run_up, up_args, up_env, write_config
 
 pytestmark = pytest.mark.slow  # installs torch on test hosts
 
@@ -51,6 +56,12 @@ def _inventory(testhosts: harness.HostSet, path: Path, names: list[str], extra: 
     return path
 
 
+def _unprovision(testhosts: harness.HostSet, hosts: list[harness.TestHost]) -> None:
+    """Leave the hosts as fresh as the other up tests expect them (they count changes)."""
+    for h in hosts:
+        rh.ssh(testhosts, h, "rm -rf /opt/provision /tmp/provision-verify.*")
+
+
 def test_hosts_that_cannot_be_probed_fail_alone(
     testhosts: harness.HostSet, wheelhouse: Path, tmp_path: Path
 ) -> None:
@@ -63,7 +74,10 @@ def test_hosts_that_cannot_be_probed_fail_alone(
     ])  # fmt: skip
     config = write_config(tmp_path, testhosts, wheelhouse)
 
-    rc, doc = run_up(tmp_path, up_args(testhosts, config, inventory=inventory))
+    try:
+        rc, doc = run_up(tmp_path, up_args(testhosts, config, inventory=inventory))
+    finally:
+        _unprovision(testhosts, good)
     hosts = {h["host"]: h for h in doc["hosts"]}
     assert rc == 1 and doc["ok"] is False, doc
     assert list(hosts) == ["ghost", "refused", good[0].name, good[1].name]  # the inventory's order
@@ -95,14 +109,14 @@ def test_serial_stops_after_the_batch_that_fails_verification(
     first, broken, later = _hosts(testhosts, 3)
     inventory = _inventory(testhosts, tmp_path / "inventory.ini", [first.name, broken.name, later.name], [])
     config = write_config(tmp_path, testhosts, wheelhouse)
-    for h in (first, broken, later):  # fresh hosts: nothing of an earlier test's installs
-        rh.ssh(testhosts, h, "rm -rf /opt/provision /tmp/provision-verify.*")
+    _unprovision(testhosts, [first, broken, later])  # fresh hosts: nothing of an earlier test's installs
     rh.ssh(testhosts, broken, f"echo {rh.quote(SHADOW_TEXT)} > {SHADOW}")
     before = rh.host_snapshot(testhosts, later)
     try:
         rc, doc = run_up(tmp_path, up_args(testhosts, config, "--serial", "1", inventory=inventory))
     finally:
         rh.ssh(testhosts, broken, f"rm -f {SHADOW}")
+        _unprovision(testhosts, [first, broken])
     hosts = {h["host"]: h for h in doc["hosts"]}
     assert rc == 1 and doc["ok"] is False, doc
     assert hosts[first.name]["verdict"] == "pass", hosts[first.name]
@@ -129,3 +143,35 @@ def test_serial_stops_after_the_batch_that_fails_verification(
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
     in_events = {str((e.get("event_data") or {}).get("host")) for e in events}
     assert {first.name, broken.name} <= in_events and later.name not in in_events
+
+
+def test_ctrl_c_writes_the_report_so_far_and_exits_130(
+    testhosts: harness.HostSet, wheelhouse: Path, tmp_path: Path
+) -> None:
+    """Ctrl-C (SIGINT to the process group, as a terminal sends it) during the apply: exit 130,
+    one line naming the report, and report.json/html say the run was interrupted. Check mode,
+    so the host is left as it was."""
+    host = _hosts(testhosts, 1)[0]
+    config = write_config(tmp_path, testhosts, wheelhouse)
+    args = up_args(testhosts, config, "--check", "--limit", host.name)
+    args.remove("--json")
+    proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=up_env(), start_new_session=True)  # fmt: skip
+    assert proc.stdout is not None and proc.stderr is not None
+    seen = []
+    deadline = time.monotonic() + 300
+    for line in proc.stdout:  # plain progress lines: stdout is not a terminal
+        seen.append(line)
+        if "[preflight]" in line or time.monotonic() > deadline:
+            break
+    os.killpg(proc.pid, signal.SIGINT)
+    rest, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, "".join(seen) + rest + err
+    assert err.startswith("error: interrupted; what the run got to is in ") and err.count("\n") == 1, err
+    [run_dir] = (tmp_path / ".provision" / "runs").iterdir()
+    report = json.loads((run_dir / "report.json").read_text())
+    assert report["interrupted"] is True and report["ok"] is False
+    [detail] = report["details"]
+    assert detail["verdict"] == "not-run" and "interrupted" in detail["message"]
+    assert "Interrupted (Ctrl-C)" in (run_dir / "report.html").read_text()
+    assert (run_dir / "events.jsonl").read_text().strip()  # what the apply got to is kept

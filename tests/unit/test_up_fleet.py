@@ -164,7 +164,7 @@ def test_a_serial_stop_is_in_report_json_and_html() -> None:
 
     result = UpResult(run="r1", run_dir=Path("r1"), check=False, stopped_after_batch=2, hosts=[
         host("th1", "pass", 1), host("th2", "fail", 2, "training: loss did not fall"),
-        host("th3", NOT_RUN, 3, "not run: batch 2 (th2) failed verification; --serial stopped here"),
+        host("th3", NOT_RUN, 3, "not run: batch 2 did not pass (th2); --serial stopped here"),
     ])  # fmt: skip
     doc = result.report_json()
     assert doc["ok"] is False and doc["stopped_after_batch"] == 2
@@ -172,7 +172,7 @@ def test_a_serial_stop_is_in_report_json_and_html() -> None:
         ("th1", 1, "pass"), ("th2", 2, "fail"), ("th3", 3, NOT_RUN)]  # fmt: skip
     page = render_html(doc)
     assert "stopped the run after batch 2" in page and 'class="not-run"' in page
-    assert "batch 2 (th2) failed verification" in page
+    assert "batch 2 did not pass (th2)" in page
 
 
 # --- bad input before any host is contacted ---------------------------------------------------
@@ -212,3 +212,27 @@ def test_a_broken_stage_leads_the_reasons_a_host_failed() -> None:
     ]}  # fmt: skip
     assert failures(HostResult("th1", report=report)) == [
         "import: torch is not importable: boom", "drift: python is not installed on this host, expected 3.11"]
+
+
+def test_an_interrupted_run_says_so_in_the_report() -> None:
+    plan = HostPlan("th1", "g", probed=True, present={}, changes=[], reboot="no")
+    host = HostRun("th1", "g", "h", plan, message="interrupted before this host was verified; run the same command again")
+    doc = UpResult(run="r1", run_dir=Path("r1"), check=False, hosts=[host], interrupted=True).report_json()
+    assert doc["interrupted"] is True and doc["ok"] is False and doc["details"][0]["verdict"] == NOT_RUN
+    assert "Interrupted (Ctrl-C)" in render_html(doc)
+
+
+def test_ctrl_c_during_a_run_sets_the_cancel_flag_and_the_handler_is_restored() -> None:
+    """ansible-runner polls this flag; a real SIGINT sets it instead of raising in the runner,
+    and Python's own handler (KeyboardInterrupt) is back afterwards."""
+    import os
+    import signal
+
+    from provision.apply import _ctrl_c_cancels
+
+    before = signal.getsignal(signal.SIGINT)
+    with _ctrl_c_cancels() as cancelled:
+        assert not cancelled()
+        os.kill(os.getpid(), signal.SIGINT)
+        assert cancelled()
+    assert signal.getsignal(signal.SIGINT) is before
