@@ -8,18 +8,16 @@ local wheelhouse), the smoke job over SSH with `verify.allow_cpu`, and the SQLit
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.hosts import harness
 from tests.integration import roles_harness as rh
-from tests.integration.up_harness import run_up, up_args, up_env, write_config
+from tests.integration.up_harness import run_up, up_args, up_env, up_until, write_config
 
 pytestmark = pytest.mark.slow  # installs torch on every host
 
@@ -90,17 +88,9 @@ def test_a_run_killed_half_way_completes_on_the_next_run(
     rh.ssh(testhosts, host, "rm -rf /opt/provision")
     args = up_args(testhosts, config, "--limit", host.name)
     args.remove("--json")
-    proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=up_env(), start_new_session=True)  # fmt: skip
-    assert proc.stdout is not None
-    seen = []
-    deadline = time.monotonic() + 900
-    for line in proc.stdout:  # plain progress lines: stdout is not a terminal
-        seen.append(line)
-        if "[frameworks]" in line or time.monotonic() > deadline:
-            break
-    os.killpg(proc.pid, signal.SIGKILL)  # the controller and ansible with it, mid-role
-    proc.wait()
+    # the controller and ansible with it, mid-role
+    proc, seen = up_until(tmp_path, args, "[frameworks]", signal.SIGKILL, 900)
+    proc.communicate()
     assert any("[frameworks]" in line for line in seen), "".join(seen[-20:])
 
     rc, doc = run_up(tmp_path, up_args(testhosts, config, "--limit", host.name))

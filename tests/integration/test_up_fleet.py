@@ -10,17 +10,14 @@ test hosts.
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.hosts import harness
 from tests.integration import roles_harness as rh
-from tests.integration.up_harness import run_up, up_args, up_env, write_config
+from tests.integration.up_harness import run_up, up_args, up_until, write_config
 
 pytestmark = pytest.mark.slow  # installs torch on test hosts
 
@@ -155,16 +152,7 @@ def test_ctrl_c_writes_the_report_so_far_and_exits_130(
     config = write_config(tmp_path, testhosts, wheelhouse)
     args = up_args(testhosts, config, "--check", "--limit", host.name)
     args.remove("--json")
-    proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=up_env(), start_new_session=True)  # fmt: skip
-    assert proc.stdout is not None and proc.stderr is not None
-    seen = []
-    deadline = time.monotonic() + 300
-    for line in proc.stdout:  # plain progress lines: stdout is not a terminal
-        seen.append(line)
-        if "[preflight]" in line or time.monotonic() > deadline:
-            break
-    os.killpg(proc.pid, signal.SIGINT)
+    proc, seen = up_until(tmp_path, args, "[preflight]", signal.SIGINT, 300)
     rest, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, "".join(seen) + rest + err
     assert err.startswith("error: interrupted; what the run got to is in ") and err.count("\n") == 1, err

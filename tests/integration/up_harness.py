@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -37,3 +39,21 @@ def run_up(cwd: Path, args: list[str]) -> tuple[int, dict[str, Any]]:
     r = subprocess.run(args, cwd=cwd, capture_output=True, text=True, env=up_env(), timeout=1500)
     assert r.stdout.strip(), r.stderr[-3000:]
     return r.returncode, json.loads(r.stdout)
+
+
+def up_until(cwd: Path, args: list[str], marker: str, sig: signal.Signals, wait_s: float) -> tuple[
+        subprocess.Popen[str], list[str]]:  # fmt: skip
+    """Start `up` (plain progress lines: stdout is not a terminal) in its own process group and
+    send ``sig`` to the whole group once a line holding ``marker`` appears (or after ``wait_s``),
+    as a terminal's Ctrl-C or a kill of everything would. Returns the process and the lines seen."""
+    proc = subprocess.Popen(args, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=up_env(), start_new_session=True)  # fmt: skip
+    assert proc.stdout is not None
+    seen = []
+    deadline = time.monotonic() + wait_s
+    for line in proc.stdout:
+        seen.append(line)
+        if marker in line or time.monotonic() > deadline:
+            break
+    os.killpg(proc.pid, sig)
+    return proc, seen
