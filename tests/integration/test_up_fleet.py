@@ -68,6 +68,9 @@ def test_hosts_that_cannot_be_probed_fail_alone(
     inventory = _inventory(testhosts, tmp_path / "inventory.ini", [h.name for h in good], [
         f"ghost ansible_host={ghost_address}",
         f"refused ansible_host={third.address} ansible_port=2222",  # a real host, nothing listens there
+        # a real host whose key this client does not know: refused without --accept-new-host-keys
+        f"stranger ansible_host={third.address} "
+        "ansible_ssh_common_args='-o UserKnownHostsFile=/dev/null -o StrictHostKeyChecking=yes'",
     ])  # fmt: skip
     config = write_config(tmp_path, testhosts, wheelhouse)
 
@@ -77,8 +80,8 @@ def test_hosts_that_cannot_be_probed_fail_alone(
         _unprovision(testhosts, good)
     hosts = {h["host"]: h for h in doc["hosts"]}
     assert rc == 1 and doc["ok"] is False, doc
-    assert list(hosts) == ["ghost", "refused", good[0].name, good[1].name]  # the inventory's order
-    for name in ("ghost", "refused"):
+    assert list(hosts) == ["ghost", "refused", "stranger", good[0].name, good[1].name]  # inventory order
+    for name in ("ghost", "refused", "stranger"):
         assert hosts[name]["verdict"] == "fail" and hosts[name]["failed_task"] == "(probe)", hosts[name]
         assert hosts[name]["changed"] == 0
     for h in good:
@@ -89,13 +92,14 @@ def test_hosts_that_cannot_be_probed_fail_alone(
     assert all(details[h.name]["applied"] for h in good)
     assert ghost_address in details["ghost"]["message"] and "\n" not in details["ghost"]["message"]
     assert "refused" in details["refused"]["message"].lower(), details["refused"]
-    assert not details["ghost"]["applied"] and not details["refused"]["applied"]
+    assert "unknown host key for stranger" in details["stranger"]["message"], details["stranger"]
+    assert not any(details[n]["applied"] for n in ("ghost", "refused", "stranger"))
     # never handed to Ansible: not in the run's inventory, no event names them
     ansible_inventory = (run_dir / "ansible" / "inventory.yml").read_text()
-    assert "ghost" not in ansible_inventory and "refused" not in ansible_inventory
+    assert not any(n in ansible_inventory for n in ("ghost", "refused", "stranger"))
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
     in_events = {str((e.get("event_data") or {}).get("host")) for e in events}
-    assert {h.name for h in good} <= in_events and not in_events & {"ghost", "refused"}
+    assert {h.name for h in good} <= in_events and not in_events & {"ghost", "refused", "stranger"}
     page = (run_dir / "report.html").read_text()
     assert "(probe)" in page and ghost_address in page
 
