@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -213,20 +216,24 @@ def run_playbook(
                 on_progress(changed)
             return True  # keep the runner's own artifact copy of the event too
 
-        runner = ansible_runner.run(
-            private_data_dir=str(artifacts / "runner"),
-            project_dir=str(run_dir),
-            playbook=playbook,
-            inventory=str(inventory),
-            cmdline=" ".join(cmdline) or None,
-            limit=limit,
-            forks=forks,
-            extravars=extravars or {},
-            envvars=env,
-            event_handler=handle,
-            quiet=True,
-            suppress_env_files=True,  # env files would copy envvars (proxies, keys) to disk
-        )
+        with _ctrl_c_cancels() as cancelled:
+            runner = ansible_runner.run(
+                private_data_dir=str(artifacts / "runner"),
+                project_dir=str(run_dir),
+                playbook=playbook,
+                inventory=str(inventory),
+                cmdline=" ".join(cmdline) or None,
+                limit=limit,
+                forks=forks,
+                extravars=extravars or {},
+                envvars=env,
+                event_handler=handle,
+                quiet=True,
+                suppress_env_files=True,  # env files would copy envvars (proxies, keys) to disk
+                cancel_callback=cancelled,
+            )
+    if cancelled():  # the runner stopped ansible-playbook; now stop the caller as Ctrl-C does
+        raise KeyboardInterrupt
     stats = runner.stats or {}
     return ApplyResult(
         status=str(runner.status),
@@ -235,6 +242,27 @@ def run_playbook(
         artifacts=artifacts,
         events=events_path,
     )
+
+
+@contextmanager
+def _ctrl_c_cancels() -> Iterator[Callable[[], bool]]:
+    """Ctrl-C (SIGINT) during a run: a flag the runner polls as its cancel callback.
+
+    Left to itself, ansible-runner installs SIGINT/SIGTERM handlers that only cancel the run and
+    stay installed afterwards, so Ctrl-C would end the playbook and then be swallowed (`up`
+    went on to verify and report success). With this flag the runner kills ansible-playbook
+    (which runs in its own session, out of reach of the terminal's SIGINT) and the caller
+    raises KeyboardInterrupt. Outside the main thread signals cannot be handled: no flag.
+    """
+    flag = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield flag.is_set
+        return
+    previous = signal.signal(signal.SIGINT, lambda _sig, _frame: flag.set())
+    try:
+        yield flag.is_set
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _outcomes(stats: dict[str, dict[str, int]], reducer: EventReducer) -> dict[str, HostOutcome]:

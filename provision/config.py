@@ -71,11 +71,23 @@ class VerifyConfig:
 
 
 @dataclass(frozen=True)
+class StateConfig:
+    """Where `up` and `status` keep the fleet's SQLite state (None: the embedded default).
+
+    A relative path is taken from the current directory, like ``--state`` and the default
+    ``.provision/state.db``, so one working directory holds one fleet's runs and state.
+    """
+
+    path: str | None = None
+
+
+@dataclass(frozen=True)
 class Config:
     stack: StackConfig = field(default_factory=StackConfig)
     install: InstallConfig = field(default_factory=InstallConfig)
     verify: VerifyConfig = field(default_factory=VerifyConfig)
     path: str | None = None
+    state: StateConfig = field(default_factory=StateConfig)
 
     def request_args(self) -> dict[str, Any]:
         """The stack request with install.method folded in (it decides the driver's packages)."""
@@ -89,9 +101,11 @@ _SCHEMA_KEYS: dict[str, Any] = {
     "install.pip": {"index_url", "extra_index_urls", "find_links", "trusted_hosts"},
     "install.apt": {"mirror", "proxy"},
     "verify": {"allow_cpu"},
+    "state": {"path"},
 }
+_TOP_KEYS = {"stack", "install", "verify", "state"}
 _ALL_PATHS = sorted(
-    {"stack", "install", "verify"}
+    _TOP_KEYS
     | {f"{section}.{key}" for section, keys in _SCHEMA_KEYS.items() for key in keys}
 )
 
@@ -120,11 +134,12 @@ def parse_config(data: Any, where: str = "provision.yaml") -> Config:
     if data is None:
         return Config(path=where)
     top = _mapping(data, "", where)
-    _known(top, "", {"stack", "install", "verify"}, where)
+    _known(top, "", _TOP_KEYS, where)
     stack = _mapping(top.get("stack"), "stack", where)
     install = _mapping(top.get("install"), "install", where)
     verify = _mapping(top.get("verify"), "verify", where)
-    for section, body in (("stack", stack), ("install", install), ("verify", verify)):
+    state = _mapping(top.get("state"), "state", where)
+    for section, body in (("stack", stack), ("install", install), ("verify", verify), ("state", state)):
         _known(body, section, _SCHEMA_KEYS[section], where)
     pip = _mapping(install.get("pip"), "install.pip", where)
     apt = _mapping(install.get("apt"), "install.apt", where)
@@ -167,7 +182,10 @@ def parse_config(data: Any, where: str = "provision.yaml") -> Config:
     allow_cpu = verify.get("allow_cpu", False)
     if not isinstance(allow_cpu, bool):
         raise _bad(where, "verify.allow_cpu", "must be true or false", "write allow_cpu: true")
-    return Config(sc, ic, VerifyConfig(allow_cpu), where)
+    state_path = _string(state.get("path"), "state.path", where)
+    if state_path is not None and not state_path.strip():
+        raise _bad(where, "state.path", "is empty", "give a file, e.g. path: .provision/state.db, or leave it out")
+    return Config(sc, ic, VerifyConfig(allow_cpu), where, StateConfig(state_path))
 
 
 def _bad(where: str, key: str, what: str, hint: str, suggestions: list[str] | None = None) -> BadInput:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from provision.errors import BadInput, OperationFailed, Unsatisfiable
+from provision.errors import BadInput, OperationFailed, ProvisionError, Unreachable, Unsatisfiable
 
 if TYPE_CHECKING:
     from provision.config import Config
@@ -93,6 +93,19 @@ class HostPlan:
         }
 
 
+@dataclass(frozen=True)
+class ProbeFailure:
+    """A host left out of the plan because it could not be probed (``skip_unprobed``)."""
+
+    host: str
+    error: ProvisionError
+
+    @property
+    def reason(self) -> str:
+        """What went wrong, one line, without the ``error:`` prefix."""
+        return self.error.one_line().removeprefix("error: ")
+
+
 @dataclass
 class PlanResult:
     out: Path
@@ -100,6 +113,7 @@ class PlanResult:
     hosts: list[HostPlan] = field(default_factory=list)
     groups: list[dict[str, Any]] = field(default_factory=list)
     files: tuple[str, ...] = ()
+    unprobed: list[ProbeFailure] = field(default_factory=list)  # only with skip_unprobed
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -133,10 +147,18 @@ def plan(
     accept_new_host_keys: bool = False,
     ssh_config: Path | None = None,
     only: Sequence[str] | None = None,
+    skip_unprobed: bool = False,
 ) -> PlanResult:
-    """Resolve per host, write ``lock_path`` and the run dir ``out``; contact hosts only to probe."""
+    """Resolve per host, write ``lock_path`` and the run dir ``out``; contact hosts only to probe.
+
+    A host that cannot be probed stops the plan (one lock is written for all hosts, and `plan`
+    must not write a lock that silently lacks one) unless ``skip_unprobed``: then the host is
+    left out of the lock and the run dir and listed in :attr:`PlanResult.unprobed` (`up` fails
+    it alone). When no host at all can be probed there is nothing to plan: that raises with
+    every host's reason either way.
+    """
     from provision.lock import LockGroup, build_lock, dumps_lock, write_lock
-    from provision.render import InstallSettings, check_overrides, check_settings, ensure_dir, write_run_dir
+    from provision.render import InstallSettings, ensure_dir, write_run_dir
     from provision.resolve import HostSpec, StackRequest, resolve
 
     if local and inventory:
@@ -145,16 +167,19 @@ def plan(
         )
     install = InstallSettings.from_config(config.install)
     install = InstallSettings(**{**install.__dict__, "reboot_controller": reboot_controller})
-    check_settings(install)
-    check_overrides(overrides or {})
     targets = _targets(local, inventory, assume)
     if only is not None:  # `up --limit`: plan (and probe) only these hosts
         targets = [t for t in targets if t.name in set(only)]
+    check_inputs(config, overrides, [t.target for t in targets if t.target is not None and assume is None],
+                 ssh_config)  # fmt: skip
+    unprobed: list[ProbeFailure] = []
     if assume is not None:
         for t in targets:
             t.target = None  # --assume: the facts are given, no host is contacted
     else:
-        _probe(targets, config, accept_new_host_keys=accept_new_host_keys, ssh_config=ssh_config)
+        unprobed = _probe(targets, config, skip_unprobed, accept_new_host_keys=accept_new_host_keys,
+                          ssh_config=ssh_config)  # fmt: skip
+        targets = [t for t in targets if t.facts is not None]
 
     request_args = config.request_args()
     groups: dict[str, tuple[list[str], Any]] = {}
@@ -203,12 +228,35 @@ def plan(
         out, lock.to_json(), text, {t.name: t.connection for t in targets}, install, overrides=overrides
     )
     by_name = {t.name: t for t in targets}
-    result = PlanResult(out=out, lock_path=lock_path, files=run.files)
+    result = PlanResult(out=out, lock_path=lock_path, files=run.files, unprobed=unprobed)
     for g in lock_groups:
         result.groups.append({"name": g.name, "hosts": g.hosts, "stack": g.stack, "warnings": g.warnings})
         for name in g.hosts:
             result.hosts.append(_host_plan(by_name[name], g.name, g.stack, install.reboot))
     return result
+
+
+def check_inputs(
+    config: Config, overrides: Mapping[str, Any] | None, targets: Sequence[HostTarget], ssh_config: Path | None
+) -> None:
+    """Everything `plan` and `up` take that can be wrong, as BadInput before any host is contacted:
+    the install settings, ``--set`` names, the ``-F`` file, and each host's SSH settings (port,
+    ssh args, the SSH config it names), read from files only."""
+    from provision.hosts.transport import resolve_settings
+    from provision.render import InstallSettings, check_overrides, check_settings
+
+    check_settings(InstallSettings.from_config(config.install))
+    check_overrides(overrides or {})
+    check_ssh_config(ssh_config)
+    for t in targets:
+        if not t.local:
+            resolve_settings(t, ssh_config)
+
+
+def check_ssh_config(ssh_config: Path | None) -> None:
+    """``-F FILE`` must exist: SSH would silently fall back to ~/.ssh/config without it."""
+    if ssh_config is not None and not ssh_config.is_file():
+        raise BadInput(f"SSH config {ssh_config} not found", "give an existing file with -F, or leave -F out")
 
 
 def _targets(local: bool, inventory: str | None, assume: Assumed | None) -> list[_Target]:
@@ -251,16 +299,28 @@ def _connection_vars(t: HostTarget) -> dict[str, Any]:
     return out
 
 
-def _probe(targets: Sequence[_Target], config: Config, **connect: Any) -> None:
+def _probe(targets: Sequence[_Target], config: Config, skip_unprobed: bool, **connect: Any) -> list[ProbeFailure]:
+    """Probe the targets in place (``t.facts``); the hosts that failed, when they may be skipped."""
     from provision.hosts.gather import GatherOptions, matrix_lookup, probe_hosts
 
     hosts = [t.target for t in targets if t.target is not None]
     options = GatherOptions.from_env(venv=config.install.venv, lookup=matrix_lookup())
     results = probe_hosts(hosts, options, **connect)
-    failed = [r for r in results if r.error is not None]
-    if failed:
+    failed = [ProbeFailure(r.host, r.error) for r in results if r.error is not None]
+    for f in failed:
+        # a host's entry that does not parse (port, SSH config) is the user's input, not the host
+        if isinstance(f.error, BadInput):
+            raise f.error
+    if failed and len(failed) == len(results):
+        if len(failed) == 1:
+            raise Unreachable(f"cannot probe {failed[0].host}: {failed[0].error.message}",
+                              failed[0].error.hint or "check `provision probe` for this host")  # fmt: skip
+        raise Unreachable(
+            f"cannot probe any of the {len(failed)} hosts: " + "; ".join(f"{f.host}: {f.reason}" for f in failed),
+            "check `provision probe` for these hosts",
+        )
+    if failed and not skip_unprobed:
         first = failed[0].error
-        assert first is not None
         raise OperationFailed(
             f"cannot probe {failed[0].host}: {first.message}"
             + (f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""),
@@ -268,6 +328,7 @@ def _probe(targets: Sequence[_Target], config: Config, **connect: Any) -> None:
         )
     for t, r in zip(targets, results, strict=True):
         t.facts = r.facts
+    return failed
 
 
 def _group_label(host: Mapping[str, Any]) -> str:

@@ -87,6 +87,7 @@ def render_html(doc: Mapping[str, Any]) -> str:
         "<!doctype html><html><head><meta charset=\"utf-8\">",
         f"<title>provision up {escape(str(doc.get('run')))}</title><style>{_STYLE}</style></head><body>",
         f"<h1>provision up, run {escape(str(doc.get('run')))}{mode}: {verdict}</h1>",
+        _stopped(doc),
         "<h2>Verdict per host</h2><table><tr><th>host</th><th>group</th><th>verdict</th><th>changed</th>"
         "<th>failed task</th><th>reboots</th><th>seconds</th><th>note</th></tr>",
         *rows,
@@ -120,6 +121,18 @@ def _cache_section(cache: Mapping[str, Any] | None) -> list[str]:
     ]
     out += [f"<p class=\"note\">{escape(str(n))}</p>" for n in cache.get("notes") or []]
     return out
+
+
+def _stopped(doc: Mapping[str, Any]) -> str:
+    """A --serial stop or a Ctrl-C, said where a reader looks first."""
+    if doc.get("interrupted"):
+        return ("<p class=\"fail\">Interrupted (Ctrl-C): hosts not verified show not-run; run the same "
+                "command again to complete them.</p>")  # fmt: skip
+    batch = doc.get("stopped_after_batch")
+    if batch is None:
+        return ""
+    return (f"<p class=\"fail\">--serial stopped the run after batch {escape(str(batch))}: a host of it "
+            "did not pass, so the hosts of later batches were not run (verdict not-run).</p>")  # fmt: skip
 
 
 def write_html(doc: Mapping[str, Any], path: Path) -> Path:

@@ -18,6 +18,18 @@ from provision.errors import BadInput
 
 DEFAULT_PATH = Path(".provision") / "state.db"
 
+
+def state_path(override: Path | None, configured: str | None) -> Path:
+    """Where the state DB is: ``--state FILE``, else the config's ``state.path``, else the default.
+
+    `up` and `status` both decide it here, so they always read and write the same file.
+    """
+    if override is not None:
+        return override
+    if configured:
+        return Path(configured).expanduser()
+    return DEFAULT_PATH
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS hosts (
     host TEXT PRIMARY KEY,
@@ -65,7 +77,7 @@ class State:
             self._db.executescript(_SCHEMA)
         except (OSError, sqlite3.DatabaseError) as exc:
             raise BadInput(f"cannot use the state database {path}: {exc}",
-                           "set state.path in provision.yaml to a writable file") from exc
+                           "give --state FILE or set state.path in provision.yaml to a writable file") from exc
 
     def close(self) -> None:
         self._db.close()

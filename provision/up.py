@@ -1,11 +1,13 @@
 """`provision up` as a function: plan, (ask), apply, verify, remember, report.
 
-Everything a user can get wrong (targets, config, --limit, --serial, a missing --yes without a
-terminal) is checked before any host is contacted. Then every host is probed and planned
-(:func:`provision.planning.plan`), hosts whose probed versions equal the lock and whose last
-verification with this lock passed skip the apply (the fast converge path), the rest are applied
-with ansible-runner in batches (``--serial``) and every host is verified with the smoke job.
-Success is every host's verdict, never Ansible's ``failed=0``.
+Everything a user can get wrong (targets, config, --limit, --serial, --set, -F and each host's
+SSH settings, the state DB, a missing --yes without a terminal) is checked before any host is
+contacted. Then every host is probed and planned (:func:`provision.planning.plan`); a host that
+cannot be probed fails alone (failed task ``(probe)``) while the others go on. Hosts whose
+probed versions equal the lock and whose last verification with this lock passed skip the apply
+(the fast converge path), the rest are applied with ansible-runner in batches (``--serial``: a
+batch that does not pass stops the run, later hosts are ``not-run``) and every host is verified
+with the smoke job. Success is every host's verdict, never Ansible's ``failed=0``.
 
 Re-running after an interruption is safe by construction: the roles are idempotent, and the
 state DB only records an apply once Ansible reported the host done and a verdict once the job
@@ -30,14 +32,18 @@ from provision.errors import BadInput
 if TYPE_CHECKING:
     from provision.apply import HostProgress
     from provision.config import Config
-    from provision.lock import LockGroup
-    from provision.planning import HostPlan, PlanResult
+    from provision.hosts.inventory import HostTarget
+    from provision.lock import Lock, LockGroup
+    from provision.planning import HostPlan, PlanResult, ProbeFailure
+    from provision.state import State
     from provision.verify import HostResult
 
 RUNS_DIR = Path(".provision") / "runs"
 
 # verdicts beyond the smoke job's pass / fail / no-gpu
-NOT_RUN = "not-run"  # --serial stopped before this host's batch
+NOT_RUN = "not-run"  # --serial stopped before this host's batch, or Ctrl-C before it was verified
+# the failed_task of a host that could not be probed (it fails alone; the others go on)
+PROBE_TASK = "(probe)"
 
 
 @dataclass
@@ -59,6 +65,7 @@ class HostRun:
     role_seconds: dict[str, float] = field(default_factory=dict)
     verify: dict[str, Any] | None = None
     cpu_only_check: bool = False  # --check on a host without a GPU: the job ran on the CPU
+    batch: int | None = None  # --serial: the host's batch (1-based); None for a host never batched
 
     @property
     def ok(self) -> bool:
@@ -88,6 +95,7 @@ class HostRun:
             "changes": self.plan.changes,
             "reboot": self.plan.reboot,
             "cpu_only_check": self.cpu_only_check,
+            "batch": self.batch,
             "role_seconds": {k: round(v, 2) for k, v in self.role_seconds.items()},
             "verify": self.verify,
         }
@@ -99,7 +107,8 @@ class UpResult:
     run_dir: Path
     check: bool
     hosts: list[HostRun]
-    stopped_after_batch: int | None = None  # --serial: the batch whose verification failed
+    stopped_after_batch: int | None = None  # --serial: the batch that did not pass
+    interrupted: bool = False  # Ctrl-C: the report was written on the way out
     cache: dict[str, Any] | None = None  # what the fleet cache did (provision.cache.CacheReport)
     started: float = field(default_factory=time.time)
     finished: float = 0.0
@@ -121,6 +130,7 @@ class UpResult:
             "started_at": self.started,
             "finished_at": self.finished,
             "stopped_after_batch": self.stopped_after_batch,
+            "interrupted": self.interrupted,
             "cache": self.cache,
             "details": [h.detail_json() for h in self.hosts],
         }
@@ -152,14 +162,13 @@ def apply_limit(names: Sequence[str], patterns: Sequence[str]) -> list[str]:
     return [n for n in names if any(fnmatch.fnmatchcase(n, p) for p in patterns)]
 
 
-def target_names(local: bool, inventory: str | None) -> list[str]:
+def load_targets(local: bool, inventory: str | None) -> dict[str, HostTarget]:
+    """The hosts `up` may reach, by name, in inventory order."""
+    from provision.hosts.inventory import LOCALHOST, load_inventory
+
     if local and inventory:
         raise BadInput("give --local or -i INVENTORY, not both", "provision this machine or an inventory's hosts")
-    if inventory:
-        from provision.hosts.inventory import load_inventory
-
-        return [t.name for t in load_inventory(inventory)]
-    return ["localhost"]
+    return {t.name: t for t in (load_inventory(inventory) if inventory else [LOCALHOST])}
 
 
 def group_hash(group: LockGroup) -> str:
@@ -187,7 +196,7 @@ class UpOptions:
     accept_new_host_keys: bool = False
     ssh_config: Path | None = None
     reboot_controller: bool = False
-    state_path: Path | None = None
+    state_path: Path | None = None  # --state; else config.state.path; else the default
     runs_dir: Path = RUNS_DIR
 
 
@@ -212,28 +221,38 @@ def up(
     on_total: Callable[[int | None], None] | None = None,
 ) -> UpResult:
     """Run `provision up`; host failures are in the result, input problems raise BadInput first."""
-    from provision.hosts.inventory import LOCALHOST, load_inventory
     from provision.lock import read_lock
-    from provision.planning import plan
-    from provision.state import DEFAULT_PATH, State
+    from provision.planning import check_inputs, plan
+    from provision.state import State, state_path
 
     say = on_phase or (lambda _: None)
     check_options(options)
-    names = target_names(options.local, options.inventory)
-    selected = apply_limit(names, limit_patterns(options.limit))
-    state = State(options.state_path or DEFAULT_PATH)
+    targets = load_targets(options.local, options.inventory)
+    selected = apply_limit(list(targets), limit_patterns(options.limit))
+    check_inputs(config, options.overrides, [targets[n] for n in selected], options.ssh_config)
+    state = State(state_path(options.state_path, config.state.path))
 
     run = new_run_id()
     run_dir = (options.runs_dir / run).resolve()  # ansible-runner changes directory
-    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        state.close()
+        raise BadInput(f"cannot make the run folder {run_dir}: {exc.strerror}",
+                       "run provision up from a writable directory") from None
     result = UpResult(run=run, run_dir=run_dir, check=options.check, hosts=[])
     say(f"run {run}: probing {len(selected)} host(s)")
-    planned = plan(
-        config=config, local=options.local, inventory=options.inventory, out=run_dir / "ansible",
-        lock_path=run_dir / "provision.lock", overrides=options.overrides,
-        reboot_controller=options.reboot_controller, accept_new_host_keys=options.accept_new_host_keys,
-        ssh_config=options.ssh_config, only=selected,
-    )  # fmt: skip
+    try:
+        planned = plan(
+            config=config, local=options.local, inventory=options.inventory, out=run_dir / "ansible",
+            lock_path=run_dir / "provision.lock", overrides=options.overrides,
+            reboot_controller=options.reboot_controller, accept_new_host_keys=options.accept_new_host_keys,
+            ssh_config=options.ssh_config, only=selected, skip_unprobed=True,
+        )  # fmt: skip
+    except BaseException:
+        state.close()
+        shutil.rmtree(run_dir, ignore_errors=True)  # nothing was planned: leave no empty run behind
+        raise
     lock = read_lock(planned.lock_path)
     hashes = {h: group_hash(g) for g in lock.groups for h in g.hosts}
     for hp in planned.hosts:
@@ -243,67 +262,49 @@ def up(
             not options.force and not hp.changes and known is not None and known.converged(hr.lock_hash)
         )
         result.hosts.append(hr)
+    for failure in planned.unprobed:
+        say(f"{failure.host}: cannot probe: {failure.reason}; the other hosts go on")
+        result.hosts.append(_unprobed(failure))
+    order = {name: i for i, name in enumerate(selected)}
+    result.hosts.sort(key=lambda h: order.get(h.host, len(order)))  # inventory order, also for --serial
     if confirm is not None and not confirm(planned, result.hosts):
         from provision.errors import Interrupted
 
         raise Interrupted("nothing was changed: the plan was not confirmed", "run again and answer y, or pass --yes")
 
     if options.check:
-        _check_without_gpu(run_dir / "ansible", result.hosts, say)
-    targets = {t.name: t for t in (load_inventory(options.inventory) if options.inventory else [LOCALHOST])}
-    to_apply = [targets[h.host] for h in result.hosts if not h.converged]
-    cache = _start_cache(config, options, run_dir, lock, to_apply, say=say)
+        _check_without_gpu(run_dir / "ansible", [h for h in result.hosts if h.failed_task != PROBE_TASK], say)
+    if not options.check:
+        for h in result.hosts:
+            if h.failed_task == PROBE_TASK:
+                state.record_failed(run, h.host, PROBE_TASK)
+    batches = _batches([h for h in result.hosts if h.failed_task != PROBE_TASK], options.serial)
+    to_apply = [targets[h.host] for batch in batches for h in batch if not h.converged]
+    cache = None
     try:
-        _run_batches(result, options, targets=targets, lock=lock, config=config, state=state,
-                     on_progress=on_progress, on_total=on_total, say=say)  # fmt: skip
+        cache = _start_cache(config, options, run_dir, lock, to_apply, say=say)
+        for number in range(1, len(batches) + 1):
+            if not _run_batch(number, batches, run_dir, lock, targets, config, options, state, result, say,
+                              on_progress, on_total):  # fmt: skip
+                break
+    except KeyboardInterrupt:
+        # Ctrl-C: keep what is known (the state DB already has every finished host) and say
+        # which hosts were not finished; the same command run again completes them
+        result.interrupted = True
+        for h in result.hosts:
+            if h.verdict == NOT_RUN:
+                h.message = "interrupted before this host was verified; run the same command again"
+        from provision.errors import Interrupted
+
+        raise Interrupted(f"interrupted; what the run got to is in {run_dir / 'report.html'}",
+                          "run the same command again to complete the hosts not verified") from None
     finally:
         if cache is not None:
             result.cache = cache.close().to_json()
-    state.close()
-    result.finished = time.time()
-    write_reports(result)
+        state.close()
+        result.finished = time.time()
+        write_reports(result)
     return result
-
-
-def _run_batches(
-    result: UpResult, options: UpOptions, *, targets: dict[str, Any], lock: Any, config: Config, state: Any,
-    on_progress: Progress | None, on_total: Callable[[int | None], None] | None, say: Callable[[str], None],
-) -> None:
-    """Apply and verify batch by batch (one batch without --serial), recording each host's outcome."""
-    from provision import verify as verify_api
-
-    run, run_dir, venv = result.run, result.run_dir, config.install.venv
-    batches = _batches(result.hosts, options.serial)
-    for number, batch in enumerate(batches, start=1):
-        to_apply = [h for h in batch if not h.converged]
-        if to_apply:
-            say(f"batch {number}/{len(batches)}: applying {', '.join(h.host for h in to_apply)}"
-                + (" (check mode)" if options.check else ""))  # fmt: skip
-            _apply(run_dir, to_apply, options, on_progress, on_total)
-        for h in batch:
-            if h.converged:
-                say(f"{h.host}: converged with this lock; only verifying (--force re-applies)")
-        to_verify = [h for h in batch if h.failed_task is None]
-        if to_verify:
-            say(f"batch {number}/{len(batches)}: verifying {', '.join(h.host for h in to_verify)}")
-            _verify(verify_api, [targets[h.host] for h in to_verify], to_verify, lock, venv, config, options)
-        for h in batch:
-            if h.failed_task is not None:
-                h.verdict = "fail"
-            # the host's own time: its tasks plus its smoke job (hosts in a batch run side by side)
-            job_s = float((h.verify or {}).get("duration_s") or 0.0)
-            h.duration_s = sum(h.role_seconds.values()) + job_s if (h.role_seconds or job_s) else 0.0
-            if not options.check:
-                if h.applied and h.failed_task is None:
-                    state.record_applied(run, h.host, h.lock_hash, h.changed)
-                if h.failed_task is not None:
-                    state.record_failed(run, h.host, h.failed_task)
-                if h.verify is not None:
-                    state.record_verdict(run, h.host, h.lock_hash, h.verdict)
-        if options.serial is not None and not all(h.ok for h in batch) and number < len(batches):
-            result.stopped_after_batch = number
-            say(f"batch {number} failed verification: stopping before the next batch")
-            break
 
 
 def _start_cache(
@@ -357,6 +358,64 @@ def _write_host_vars(ansible_dir: Path, per_host: dict[str, dict[str, Any]], why
         path.write_text(f"# {why}\n" + yaml.safe_dump({**old, **values}, sort_keys=True))
 
 
+def _run_batch(  # noqa: PLR0917
+    number: int, batches: list[list[HostRun]], run_dir: Path, lock: Lock, targets: dict[str, HostTarget],
+    config: Config, options: UpOptions, state: State, result: UpResult, say: Callable[[str], None],
+    on_progress: Progress | None, on_total: Callable[[int | None], None] | None,
+) -> bool:  # fmt: skip
+    """Apply, verify and remember one batch; False when --serial must stop after it."""
+    from provision import verify as verify_api
+
+    batch = batches[number - 1]
+    for h in batch:
+        h.batch = number if options.serial else None
+    to_apply = [h for h in batch if not h.converged]
+    if to_apply:
+        say(f"batch {number}/{len(batches)}: applying {', '.join(h.host for h in to_apply)}"
+            + (" (check mode)" if options.check else ""))  # fmt: skip
+        _apply(run_dir, to_apply, options, on_progress, on_total)
+    for h in batch:
+        if h.converged:
+            say(f"{h.host}: converged with this lock; only verifying (--force re-applies)")
+    to_verify = [h for h in batch if h.failed_task is None]
+    if to_verify:
+        say(f"batch {number}/{len(batches)}: verifying {', '.join(h.host for h in to_verify)}")
+        _verify(verify_api, [targets[h.host] for h in to_verify], to_verify, lock, config.install.venv, config,
+                options)  # fmt: skip
+    for h in batch:
+        if h.failed_task is not None:
+            h.verdict = "fail"
+        # the host's own time: its tasks plus its smoke job (hosts in a batch run side by side)
+        job_s = float((h.verify or {}).get("duration_s") or 0.0)
+        h.duration_s = sum(h.role_seconds.values()) + job_s if (h.role_seconds or job_s) else 0.0
+        if not options.check:
+            if h.applied and h.failed_task is None:
+                state.record_applied(result.run, h.host, h.lock_hash, h.changed)
+            if h.failed_task is not None:
+                state.record_failed(result.run, h.host, h.failed_task)
+            if h.verify is not None:
+                state.record_verdict(result.run, h.host, h.lock_hash, h.verdict)
+    if options.serial is None or all(h.ok for h in batch) or number == len(batches):
+        return True
+    result.stopped_after_batch = number
+    failed = ", ".join(h.host for h in batch if not h.ok)
+    say(f"batch {number} did not pass ({failed}): stopping before the next batch")
+    for later, rest in enumerate(batches[number:], start=number + 1):
+        for h in rest:
+            h.batch = later
+            h.message = f"not run: batch {number} did not pass ({failed}); --serial stopped here"
+    return False
+
+
+def _unprobed(failure: ProbeFailure) -> HostRun:
+    """A host the probe could not reach: it fails alone, with the probe's reason, never applied."""
+    from provision.planning import HostPlan
+
+    hp = HostPlan(failure.host, group="-", probed=False, present={}, changes=[], reboot="no")
+    return HostRun(host=failure.host, group="-", lock_hash="", plan=hp, failed_task=PROBE_TASK,
+                   message=failure.reason, verdict="fail")  # fmt: skip
+
+
 def _batches(hosts: list[HostRun], serial: int | None) -> list[list[HostRun]]:
     if not serial:
         return [hosts]
@@ -373,13 +432,14 @@ def _apply(
     limit = ",".join(h.host for h in hosts)
     if on_total is not None:  # the progress view shows "done of ~total"; --list-tasks costs a second or two
         on_total(listed_tasks(ansible_dir, "site.yml", inventory=ansible_dir / "inventory.yml", limit=limit))
-    outcome = run_playbook(
-        ansible_dir, "site.yml", inventory=ansible_dir / "inventory.yml",
-        artifacts=run_dir / "apply" / "-".join(sorted(h.host for h in hosts))[:80],
-        check=options.check, limit=limit, forks=max(5, min(50, len(hosts))),
-        on_progress=on_progress,
-    )  # fmt: skip
-    _append_events(outcome.events, run_dir / "events.jsonl")
+    artifacts = run_dir / "apply" / "-".join(sorted(h.host for h in hosts))[:80]
+    try:
+        outcome = run_playbook(
+            ansible_dir, "site.yml", inventory=ansible_dir / "inventory.yml", artifacts=artifacts,
+            check=options.check, limit=limit, forks=max(5, min(50, len(hosts))), on_progress=on_progress,
+        )  # fmt: skip
+    finally:  # also on Ctrl-C: the run's events.jsonl has whatever this apply got to
+        _append_events(artifacts / "events.jsonl", run_dir / "events.jsonl")
     for h in hosts:
         got = outcome.hosts.get(h.host)
         if got is None:  # the play never reached it: the runner died or was cancelled
@@ -443,8 +503,8 @@ def _verify(  # noqa: PLR0917
             if not r.ok and h.message is None:
                 from provision.verify import failures
 
-                lines = failures(r)
-                h.message = lines[0] if lines else (r.error.one_line() if r.error else None)
+                lines = failures(r)  # every failed check, the root cause first, on one line
+                h.message = "; ".join(lines) if lines else (r.error.one_line() if r.error else None)
 
 
 # Role variables that leave the driver out; see _check_without_gpu.

@@ -38,26 +38,30 @@ def _when(ts: float | None) -> str | None:
 
 
 @click.command(name="status")
+@click.option("-c", "--config", "config_path", type=click.Path(path_type=Path),
+              help="provision.yaml: its state.path and install.venv, as `up` used them.")  # fmt: skip
 @click.option("--state", "state_path", type=click.Path(dir_okay=False, path_type=Path),
-              help="The fleet state DB (default .provision/state.db).")  # fmt: skip
+              help="The fleet state DB (default: state.path in the config, else .provision/state.db).")  # fmt: skip
 @click.option("--check-drift", is_flag=True, help="Probe the hosts and name every version that left the lock.")
 @click.option("--local", is_flag=True, help="With --check-drift: the hosts are this machine.")
 @click.option("-i", "--inventory", metavar="INVENTORY", help="With --check-drift: how to reach the hosts.")
 @click.option("--runs", "runs_dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path(".provision/runs"), show_default=True, help="Where up keeps runs and locks.")  # fmt: skip
-@click.option("--venv", default="/opt/provision/venv", show_default=True,
-              help="With --check-drift: the venv whose frameworks are compared (install.venv).")  # fmt: skip
+@click.option("--venv", metavar="PATH",
+              help="With --check-drift: the venv whose frameworks are compared (default: install.venv "
+                   "in the config, else /opt/provision/venv).")  # fmt: skip
 @click.option("--accept-new-host-keys", is_flag=True, help="Record the key of a host not yet in known_hosts.")
 @click.option("-F", "--ssh-config", type=click.Path(dir_okay=False, path_type=Path), help="SSH config file.")
 @command_options
 def status(
     *,
+    config_path: Path | None,
     state_path: Path | None,
     check_drift: bool,
     local: bool,
     inventory: str | None,
     runs_dir: Path,
-    venv: str,
+    venv: str | None,
     accept_new_host_keys: bool,
     ssh_config: Path | None,
     as_json: bool,
@@ -67,13 +71,23 @@ def status(
     With --check-drift (and -i INVENTORY or --local to reach the hosts) each host is probed and
     compared with the lock of its last run; every version that differs is named.
     """
-    from provision.state import DEFAULT_PATH, State
+    from provision.config import Config, load_config
+    from provision.state import State
+    from provision.state import state_path as where_state
 
-    path = state_path or DEFAULT_PATH
-    if state_path is not None and not path.exists():
-        raise BadInput(f"no state database at {path}", "run `provision up` first or give --state FILE")
+    config = load_config(config_path) if config_path is not None else Config()
+    path = where_state(state_path, config.state.path)
+    if (state_path is not None or config.state.path) and not path.exists():
+        source = "--state" if state_path is not None else f"state.path in {config_path}"
+        raise BadInput(f"no state database at {path} ({source})",
+                       "run `provision up` with the same --state / config first, or fix the path")  # fmt: skip
     if check_drift and not (local or inventory):
         raise BadInput("--check-drift needs to reach the hosts", "give -i INVENTORY or --local")
+    if local and inventory:
+        raise BadInput("give --local or -i INVENTORY, not both", "check drift on this machine or an inventory's hosts")
+    from provision.planning import check_ssh_config
+
+    check_ssh_config(ssh_config)
     state = State(path)
     try:
         rows = state.hosts()
@@ -87,7 +101,7 @@ def status(
     ]  # fmt: skip
     ok = True
     if check_drift:
-        ok = _check_drift(hosts, runs_dir, inventory, venv, accept_new_host_keys, ssh_config)
+        ok = _check_drift(hosts, runs_dir, inventory, venv or config.install.venv, accept_new_host_keys, ssh_config)
     doc = {"ok": ok, "state": str(path), "hosts": hosts}
     from provision.output import emit
 

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 @click.option("--accept-new-host-keys", is_flag=True, help="Record the key of a host not yet in known_hosts.")
 @click.option("-F", "--ssh-config", type=click.Path(dir_okay=False, path_type=Path), help="SSH config file.")
 @click.option("--state", "state_path", type=click.Path(dir_okay=False, path_type=Path),
-              help="The fleet state DB (default .provision/state.db).")  # fmt: skip
+              help="The fleet state DB (default: state.path in the config, else .provision/state.db).")  # fmt: skip
 @click.option("--cloud", is_flag=True, help="Launch EC2 instances (the launch options below) and provision them.")
 @launch_options
 @click.option("--down-after", is_flag=True, help="With --cloud: end the run when done, whatever the outcome.")
@@ -264,7 +264,8 @@ def _human(con: Console, result: UpResult, run: CloudRun | None = None) -> None:
                       str(h.reboots), f"{h.duration_s:.0f}", note)  # fmt: skip
     con.print(table)
     if result.stopped_after_batch is not None:
-        con.print(f"stopped after batch {result.stopped_after_batch}: it failed verification", markup=False)
+        con.print(f"--serial stopped after batch {result.stopped_after_batch}: a host of it did not pass",
+                  markup=False)  # fmt: skip
     con.print(f"report: {result.run_dir / 'report.html'}", markup=False)
     if run is not None:
         ids = ", ".join(i.id for i in run.launch.instances)

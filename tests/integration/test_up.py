@@ -8,35 +8,18 @@ local wheelhouse), the smoke job over SSH with `verify.allow_cpu`, and the SQLit
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.hosts import harness
 from tests.integration import roles_harness as rh
+from tests.integration.up_harness import run_up, up_args, up_env, up_until
 
 pytestmark = pytest.mark.slow  # installs torch on every host
-
-
-def _args(hostset: harness.HostSet, config: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "provision", "up", "-i", str(hostset.inventory), "-F", str(hostset.ssh_config),
-            "-c", str(config), "--set", "frameworks_no_index=true", "--yes", "--json", *extra]  # fmt: skip
-
-
-def _env() -> dict[str, str]:
-    return {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-
-
-def _up(cwd: Path, args: list[str]) -> tuple[int, dict[str, Any]]:
-    r = subprocess.run(args, cwd=cwd, capture_output=True, text=True, env=_env(), timeout=1500)
-    assert r.stdout.strip(), r.stderr[-3000:]
-    return r.returncode, json.loads(r.stdout)
 
 
 def test_fleet_one_broken_host_fails_alone_then_everything_converges(
@@ -47,7 +30,7 @@ def test_fleet_one_broken_host_fails_alone_then_everything_converges(
     # a file where the venv's parent folder should be: the venv cannot be made on this host
     rh.ssh(testhosts, broken, "rm -rf /opt/provision && touch /opt/provision")
     try:
-        rc, doc = _up(tmp_path, _args(testhosts, config))
+        rc, doc = run_up(tmp_path, up_args(testhosts, config))
     finally:
         rh.ssh(testhosts, broken, "rm -f /opt/provision")
     hosts = {h["host"]: h for h in doc["hosts"]}
@@ -66,7 +49,7 @@ def test_fleet_one_broken_host_fails_alone_then_everything_converges(
     assert (run_dir / f"verify-{testhosts.hosts[1].name}.json").is_file()
 
     # the broken host repaired: it is applied, the three others are converged and only verified
-    rc, doc = _up(tmp_path, _args(testhosts, config))
+    rc, doc = run_up(tmp_path, up_args(testhosts, config))
     hosts = {h["host"]: h for h in doc["hosts"]}
     assert rc == 0 and doc["ok"] is True, doc
     assert hosts[broken.name]["changed"] > 0
@@ -75,12 +58,12 @@ def test_fleet_one_broken_host_fails_alone_then_everything_converges(
     assert [d["host"] for d in details if d["converged"]] == [h.name for h in testhosts.hosts[1:]]
 
     # a third run changes nothing anywhere; --force re-applies and Ansible still changes nothing
-    rc, doc = _up(tmp_path, _args(testhosts, config, "--force"))
+    rc, doc = run_up(tmp_path, up_args(testhosts, config, "--force"))
     assert rc == 0 and all(h["changed"] == 0 and h["verdict"] == "pass" for h in doc["hosts"]), doc
 
     status = subprocess.run([sys.executable, "-m", "provision", "status", "--json", "--check-drift", "-i",
                              str(testhosts.inventory), "-F", str(testhosts.ssh_config)],
-                            cwd=tmp_path, capture_output=True, text=True, env=_env())  # fmt: skip
+                            cwd=tmp_path, capture_output=True, text=True, env=up_env())  # fmt: skip
     assert status.returncode == 0, status.stdout + status.stderr
     listed = json.loads(status.stdout)["hosts"]
     assert {h["host"] for h in listed} == {h.name for h in testhosts.hosts}
@@ -91,7 +74,7 @@ def test_fleet_one_broken_host_fails_alone_then_everything_converges(
     rh.ssh(testhosts, moved, "/opt/provision/venv/bin/pip uninstall -q -y torch")
     status = subprocess.run([sys.executable, "-m", "provision", "status", "--json", "--check-drift", "-i",
                              str(testhosts.inventory), "-F", str(testhosts.ssh_config)],
-                            cwd=tmp_path, capture_output=True, text=True, env=_env())  # fmt: skip
+                            cwd=tmp_path, capture_output=True, text=True, env=up_env())  # fmt: skip
     assert status.returncode == 1
     drifted = {h["host"]: h for h in json.loads(status.stdout)["hosts"]}[moved.name]
     assert [(d["item"], d["observed"]) for d in drifted["drift"]] == [("torch", None)], drifted
@@ -103,22 +86,14 @@ def test_a_run_killed_half_way_completes_on_the_next_run(
     config = rh.cpu_torch_config(tmp_path, testhosts, wheelhouse)
     host = testhosts.hosts[-1]
     rh.ssh(testhosts, host, "rm -rf /opt/provision")
-    args = _args(testhosts, config, "--limit", host.name)
+    args = up_args(testhosts, config, "--limit", host.name)
     args.remove("--json")
-    proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=_env(), start_new_session=True)  # fmt: skip
-    assert proc.stdout is not None
-    seen = []
-    deadline = time.monotonic() + 900
-    for line in proc.stdout:  # plain progress lines: stdout is not a terminal
-        seen.append(line)
-        if "[frameworks]" in line or time.monotonic() > deadline:
-            break
-    os.killpg(proc.pid, signal.SIGKILL)  # the controller and ansible with it, mid-role
-    proc.wait()
+    # the controller and ansible with it, mid-role
+    proc, seen = up_until(tmp_path, args, "[frameworks]", signal.SIGKILL, 900)
+    proc.communicate()
     assert any("[frameworks]" in line for line in seen), "".join(seen[-20:])
 
-    rc, doc = _up(tmp_path, _args(testhosts, config, "--limit", host.name))
+    rc, doc = run_up(tmp_path, up_args(testhosts, config, "--limit", host.name))
     assert rc == 0, doc
     [only] = doc["hosts"]
     assert only["host"] == host.name and only["verdict"] == "pass"
