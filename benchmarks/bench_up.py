@@ -8,8 +8,10 @@ Measures, on N fresh hosts (Debian 12 containers, python3-venv from apt through 
 - converged rerun / first run, with the fast path (verify only) and without it (`--force`);
 - up on N hosts / up on 1 host: the same work (the venv and torch, apt already done) on one host
   and then on all N;
-- the rendered ansible.cfg against Ansible's defaults (forks 5, no pipelining, no SSH
-  multiplexing, fact gathering every play): `ansible-playbook site.yml` on the N converged hosts;
+- the rendered ansible.cfg against Ansible's defaults (forks 5, no pipelining, fact gathering
+  every play): `ansible-playbook site.yml` on the N converged hosts, over the test bridge and
+  again with ``--rtt-ms`` of round trip (default 50 ms, SSH through ``delay_pipe.py``: this
+  sandbox has no netem);
 - the controller's peak memory (the RSS of `provision up` and every process under it, sampled
   every 0.2 s) during the first run.
 
@@ -75,6 +77,21 @@ def timed_up(cwd: Path, args: list[str]) -> tuple[float, int, int]:
     return time.perf_counter() - start, rc, peak
 
 
+def with_latency(inventory: Path, one_way_ms: float) -> str:
+    """A copy of the run's inventory whose SSH goes through delay_pipe.py; returns its file name."""
+    import yaml
+
+    pipe = Path(__file__).resolve().parent / "delay_pipe.py"
+    doc = yaml.safe_load(inventory.read_text())
+    for group in doc["all"]["children"].values():
+        for host_vars in (group.get("hosts") or {}).values():
+            extra = f"-o ProxyCommand='{sys.executable} {pipe} {one_way_ms:g} %h %p'"
+            host_vars["ansible_ssh_common_args"] = f"{host_vars.get('ansible_ssh_common_args', '')} {extra}".strip()
+    out = inventory.with_name("inventory-rtt.yml")
+    out.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return out.name
+
+
 def ssh_all(hostset: harness.HostSet, hosts: list[harness.TestHost], command: str) -> None:
     from tests.integration import roles_harness as rh
 
@@ -86,6 +103,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--hosts", type=int, default=int(os.environ.get("PROVISION_TESTHOSTS", "4")))
     parser.add_argument("--work", type=Path, default=Path("/var/tmp/bench-up"))
+    parser.add_argument("--rtt-ms", type=float, default=50.0, help="round trip of the emulated network")
     ns = parser.parse_args()
     wheelhouse = harness.fill_wheelhouse()
     work = ns.work
@@ -117,11 +135,11 @@ def main() -> None:
         plain.write_text(f"[defaults]\n{roles}\nhost_key_checking = True\n")
         bin_dir = Path(sys.executable).parent
 
-        def playbook(cfg: Path) -> float:
-            env = {**os.environ, "ANSIBLE_CONFIG": str(cfg), "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+        def playbook(cfg: Path, inventory: str = "inventory.yml", **extra_env: str) -> float:
+            env = {**os.environ, "ANSIBLE_CONFIG": str(cfg), "PATH": f"{bin_dir}:{os.environ['PATH']}", **extra_env}
             start = time.perf_counter()
             # -i on the command line: a relative `inventory =` is read from the config file's folder
-            done = subprocess.run([str(bin_dir / "ansible-playbook"), "-i", "inventory.yml", "site.yml"],
+            done = subprocess.run([str(bin_dir / "ansible-playbook"), "-i", inventory, "site.yml"],
                                   cwd=ansible_dir, env=env, check=True, capture_output=True, text=True)  # fmt: skip
             assert all(f"{h.name} " in done.stdout for h in hs.hosts), done.stdout[-2000:]  # every host played
             return time.perf_counter() - start
@@ -129,6 +147,14 @@ def main() -> None:
         playbook(ansible_dir / "ansible.cfg")  # warm both the same way (fact cache, host keys)
         with_defaults = playbook(plain)
         with_rendered = playbook(ansible_dir / "ansible.cfg")
+
+        # the same comparison over a network with ns.rtt_ms of round trip (SSH through delay_pipe.py;
+        # fresh SSH masters in their own control path dir, warmed once)
+        slow_inventory = with_latency(ansible_dir / "inventory.yml", ns.rtt_ms / 2)
+        slow_env = {"ANSIBLE_SSH_CONTROL_PATH_DIR": str(work / "cp-rtt")}
+        playbook(ansible_dir / "ansible.cfg", slow_inventory, **slow_env)
+        slow_defaults = playbook(plain, slow_inventory, **slow_env)
+        slow_rendered = playbook(ansible_dir / "ansible.cfg", slow_inventory, **slow_env)
 
         # the same work on 1 host and on N: wipe the venv, up; apt's packages stay
         ssh_all(hs, hs.hosts, "rm -rf /opt/provision")
@@ -146,6 +172,8 @@ def main() -> None:
     print(f"| up on {n} hosts / up on 1 host (venv + torch) | {many / one:.2f} ({many:.1f} s / {one:.1f} s) | <= 2.5 |")
     print(f"| ansible-playbook, Ansible defaults / rendered ansible.cfg ({n} converged hosts) | "
           f"{with_defaults / with_rendered:.2f}x ({with_defaults:.1f} s / {with_rendered:.1f} s) | >= 1.5x |")
+    print(f"| ansible-playbook, Ansible defaults / rendered ansible.cfg ({n} converged hosts, {ns.rtt_ms:g} ms RTT) | "
+          f"{slow_defaults / slow_rendered:.2f}x ({slow_defaults:.1f} s / {slow_rendered:.1f} s) | >= 1.5x |")
     print(f"| controller peak memory, first run on {n} hosts | {max(peak, many_peak) / 2**30:.2f} GiB | <= 1.5 GiB |")
 
 

@@ -182,6 +182,8 @@ def parse_config(data: Any, where: str = "provision.yaml") -> Config:
     allow_cpu = verify.get("allow_cpu", False)
     if not isinstance(allow_cpu, bool):
         raise _bad(where, "verify.allow_cpu", "must be true or false", "write allow_cpu: true")
+    if ic.cache_dir is not None and not ic.cache_dir.strip():
+        raise _bad(where, "install.cache_dir", "is empty", "give a folder, e.g. /var/cache/provision, or leave it out")
     state_path = _string(state.get("path"), "state.path", where)
     if state_path is not None and not state_path.strip():
         raise _bad(where, "state.path", "is empty", "give a file, e.g. path: .provision/state.db, or leave it out")

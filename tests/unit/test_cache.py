@@ -199,6 +199,8 @@ def test_config_takes_cache_auto_off_and_a_folder() -> None:
     assert (got.cache, got.cache_dir) == ("off", "/srv/provision-cache")
     with pytest.raises(BadInput, match=r"install.cache` must be one of auto, off"):
         parse_config({"install": {"cache": "always"}})
+    with pytest.raises(BadInput, match=r"install\.cache_dir` is empty"):
+        parse_config({"install": {"cache_dir": " "}})
     with pytest.raises(BadInput) as exc:
         parse_config({"install": {"cache_dri": "/x"}})
     assert exc.value.hint == "did you mean `install.cache_dir`?"
