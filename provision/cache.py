@@ -464,14 +464,17 @@ class FleetCache:
         wheels_local = self._serve_wheels() if any(keys.values()) else None
         out: dict[str, dict[str, Any]] = {}
         for t in targets:
-            if t.local:
-                continue
+            key = keys.get(t.name)
+            if t.local or not (apt_local or (wheels_local and key)):
+                continue  # nothing to reach: no tunnel
+            tunnel = None
             try:
                 tunnel = self._open_tunnel(t, connect)
                 apt_remote = tunnel.forward(apt_local) if apt_local else None
-                key = keys.get(t.name)
                 wheels_remote = tunnel.forward(wheels_local) if wheels_local and key else None
             except Exception as exc:  # auto never fails a run: this host fetches itself
+                if tunnel is not None:
+                    tunnel.close()
                 self.report.notes.append(f"{t.name}: no tunnel ({_one_line(exc)}): the host fetches itself")
                 continue
             self.tunnels.append(tunnel)
@@ -504,7 +507,11 @@ class FleetCache:
             self.say(f"fleet cache: filling the wheelhouse for {ws.key}")
             ok, why = True, ""
             for cmd in ws.download_commands(self.python_exe, dest):
-                r = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, check=False)
+                try:
+                    r = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, check=False)
+                except (OSError, subprocess.TimeoutExpired) as exc:
+                    ok, why = False, _one_line(exc)
+                    break
                 if r.returncode != 0:
                     ok, why = False, _last_error(r.stderr)
                     break
@@ -593,6 +600,7 @@ def _last_error(stderr: str) -> str:
 
 
 def _one_line(exc: BaseException) -> str:
-    one = getattr(exc, "one_line", None)
-    text = str(one()) if callable(one) else str(exc)
+    from provision.errors import ProvisionError
+
+    text = f"{exc.message} ({exc.hint})" if isinstance(exc, ProvisionError) and exc.hint else str(exc)
     return (text.splitlines() or [type(exc).__name__])[0][:200]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import http.server
 import os
 import shutil
+import sys
 import tempfile
 import threading
 import urllib.request
@@ -186,10 +187,52 @@ def test_auto_without_squid_goes_on_without_the_apt_cache(
 ) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))  # no squid anywhere on it ...
     monkeypatch.setattr("provision.cache.shutil.which", lambda *_a, **_k: None)  # ... nor in /usr/sbin
+    from provision.hosts.inventory import HostTarget
+
+    def connect(_t: HostTarget) -> None:
+        raise AssertionError("nothing to reach through a tunnel: no connection may be opened")
+
     cache = FleetCache(cache_root, tmp_path / "run-x", python_exe="python3")
-    assert cache.start([], {}, {}, connect=None) == {}
+    assert cache.start([HostTarget("th1", "10.0.0.1")], {"th1": None}, {}, connect=connect) == {}
     report = cache.close().to_json()
     assert report["apt"].startswith("off: squid is not installed") and report["notes"], report
+    assert report["hosts"] == []
+
+
+def test_a_host_whose_tunnel_cannot_open_fetches_itself(cache_root: Path, tmp_path: Path) -> None:
+    from provision.errors import Unreachable
+    from provision.hosts.inventory import HostTarget
+
+    def connect(t: HostTarget) -> None:
+        raise Unreachable(f"cannot reach {t.name}", "check the host")
+
+    house = cache_root / "wheels" / "cp311-x86_64"
+    house.mkdir(parents=True)
+    ws = WheelSet.from_group_vars({**GROUP_VARS, "frameworks_no_index": True, "frameworks_find_links": [str(tmp_path)],
+                                   "frameworks_installs": [{"packages": ["demo==1.0"], "index_url": ""}]},
+                                  {"python": "3.11", "arch": "x86_64"})  # fmt: skip
+    (tmp_path / "demo-1.0-py3-none-any.whl").write_bytes(_wheel("demo", "1.0"))
+    cache = FleetCache(cache_root, tmp_path / "run-y", python_exe=sys.executable)
+    cache._start_squid = lambda: None  # type: ignore[method-assign]  # the apt part is the other test's
+    assert cache.start([HostTarget("th1", "10.0.0.1")], {"th1": ws}, {}, connect=connect) == {}
+    report = cache.close().to_json()
+    assert report["wheels"] == {"cp311-x86_64": "on"} and (house / "demo-1.0-py3-none-any.whl").is_file()
+    assert report["hosts"] == [] and report["notes"] == ["th1: no tunnel (cannot reach th1 (check the host)): the host fetches itself"]
+
+
+def _wheel(name: str, version: str) -> bytes:
+    """A minimal valid pure-Python wheel (what pip download accepts from a find-links folder)."""
+    import io
+    import zipfile
+
+    buf = io.BytesIO()
+    dist = f"{name}-{version}.dist-info"
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr(f"{name}/__init__.py", "")
+        z.writestr(f"{dist}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        z.writestr(f"{dist}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        z.writestr(f"{dist}/RECORD", "")
+    return buf.getvalue()
 
 
 def test_config_takes_cache_auto_off_and_a_folder() -> None:
