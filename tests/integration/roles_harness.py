@@ -106,6 +106,12 @@ def cpu_torch_config(folder: Path, hostset: harness.HostSet, wheelhouse: Path) -
     return path
 
 
+def unprovision(hostset: harness.HostSet, hosts: list[harness.TestHost]) -> None:
+    """Leave hosts as fresh as the tests that come after expect them (they count changes)."""
+    for h in hosts:
+        ssh(hostset, h, "rm -rf /opt/provision /tmp/provision-verify.*")
+
+
 def ssh(hostset: harness.HostSet, host: harness.TestHost, command: str, check: bool = True) -> str:
     r = subprocess.run(["ssh", "-F", str(hostset.ssh_config), host.name, command], capture_output=True, text=True,
                        timeout=600)  # fmt: skip

@@ -49,6 +49,7 @@ def cut_off_hosts(testhosts: harness.HostSet) -> Iterator[list[harness.TestHost]
     yield hosts
     for h in hosts:
         rh.ssh(testhosts, h, f"mv /root/apt-proxy.saved {APT_PROXY_FILE}")
+    rh.unprovision(testhosts, hosts)
 
 
 def test_every_host_fetches_through_the_cache_and_upstream_is_fetched_once(

@@ -15,6 +15,7 @@ import json
 import os
 import signal
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -63,8 +64,8 @@ class OneShot:
 @pytest.fixture
 def oneshot(
     aws: Aws, testhosts: harness.HostSet, wheelhouse: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> OneShot:
-    """`up --cloud` on moto whose clients are MappedEc2s onto the test hosts."""
+) -> Iterator[OneShot]:
+    """`up --cloud` on moto whose clients are MappedEc2s onto the test hosts (left fresh afterwards)."""
     made: list[MappedEc2] = []
 
     def connect(prepared: Prepared) -> MappedEc2:
@@ -74,7 +75,8 @@ def oneshot(
 
     monkeypatch.setattr(launcher, "connect", connect)
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    return OneShot(aws, testhosts, rh.cpu_torch_config(tmp_path, testhosts, wheelhouse), made)
+    yield OneShot(aws, testhosts, rh.cpu_torch_config(tmp_path, testhosts, wheelhouse), made)
+    rh.unprovision(testhosts, testhosts.hosts)
 
 
 def left_behind(aws: Aws) -> list[str]:

@@ -53,12 +53,6 @@ def _inventory(testhosts: harness.HostSet, path: Path, names: list[str], extra: 
     return path
 
 
-def _unprovision(testhosts: harness.HostSet, hosts: list[harness.TestHost]) -> None:
-    """Leave the hosts as fresh as the other up tests expect them (they count changes)."""
-    for h in hosts:
-        rh.ssh(testhosts, h, "rm -rf /opt/provision /tmp/provision-verify.*")
-
-
 def test_hosts_that_cannot_be_probed_fail_alone(
     testhosts: harness.HostSet, wheelhouse: Path, tmp_path: Path
 ) -> None:
@@ -77,7 +71,7 @@ def test_hosts_that_cannot_be_probed_fail_alone(
     try:
         rc, doc = run_up(tmp_path, up_args(testhosts, config, inventory=inventory))
     finally:
-        _unprovision(testhosts, good)
+        rh.unprovision(testhosts, good)
     hosts = {h["host"]: h for h in doc["hosts"]}
     assert rc == 1 and doc["ok"] is False, doc
     assert list(hosts) == ["ghost", "refused", "stranger", good[0].name, good[1].name]  # inventory order
@@ -110,14 +104,14 @@ def test_serial_stops_after_the_batch_that_fails_verification(
     first, broken, later = _hosts(testhosts, 3)
     inventory = _inventory(testhosts, tmp_path / "inventory.ini", [first.name, broken.name, later.name], [])
     config = rh.cpu_torch_config(tmp_path, testhosts, wheelhouse)
-    _unprovision(testhosts, [first, broken, later])  # fresh hosts: nothing of an earlier test's installs
+    rh.unprovision(testhosts, [first, broken, later])  # fresh hosts: nothing of an earlier test's installs
     rh.ssh(testhosts, broken, f"echo {rh.quote(SHADOW_TEXT)} > {SHADOW}")
     before = rh.host_snapshot(testhosts, later)
     try:
         rc, doc = run_up(tmp_path, up_args(testhosts, config, "--serial", "1", inventory=inventory))
     finally:
         rh.ssh(testhosts, broken, f"rm -f {SHADOW}")
-        _unprovision(testhosts, [first, broken])
+        rh.unprovision(testhosts, [first, broken])
     hosts = {h["host"]: h for h in doc["hosts"]}
     assert rc == 1 and doc["ok"] is False, doc
     assert hosts[first.name]["verdict"] == "pass", hosts[first.name]
