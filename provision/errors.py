@@ -43,12 +43,16 @@ class ProvisionError(Exception):
         # Extra keys merged into the JSON error object (e.g. "conflicts" for unsatisfiable).
         self.details: dict[str, Any] = dict(details or {})
 
-    def one_line(self) -> str:
-        """The stderr line: never more than one line, whatever the message holds."""
+    def reason(self) -> str:
+        """What went wrong and how to fix it, on one line (a report's note about one host)."""
         text = " ".join(self.message.split())
         if self.hint:
             text += f" ({' '.join(self.hint.split())})"
-        return f"error: {text}"
+        return text
+
+    def one_line(self) -> str:
+        """The stderr line: never more than one line, whatever the message holds."""
+        return f"error: {self.reason()}"
 
     def to_json(self) -> dict[str, Any]:
         error: dict[str, Any] = {

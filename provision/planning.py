@@ -103,7 +103,7 @@ class ProbeFailure:
     @property
     def reason(self) -> str:
         """What went wrong, one line, without the ``error:`` prefix."""
-        return self.error.one_line().removeprefix("error: ")
+        return self.error.reason()
 
 
 @dataclass

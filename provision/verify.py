@@ -519,7 +519,7 @@ def failures(result: HostResult) -> list[str]:
     """Why a host did not pass, one line each; a stage that broke (e.g. torch not importable)
     first, since the checks after it fail because of it."""
     if result.report is None:
-        return [result.error.one_line().removeprefix("error: ")] if result.error else ["no report"]
+        return [result.error.reason()] if result.error else ["no report"]
     failed = [c for c in result.report.get("checks", []) if not c.get("ok")]
     failed.sort(key=lambda c: c.get("code") != "error")  # stable: the job's order otherwise
     return [str(c.get("message") or c["name"]) for c in failed]
