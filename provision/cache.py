@@ -47,7 +47,6 @@ if TYPE_CHECKING:
 
     from provision.hosts.inventory import HostTarget
 
-CACHE_MODES = ("auto", "off")
 SQUID_USER = "proxy"  # Debian's and Ubuntu's squid package user; squid switches to it from root
 
 # Wheels for the hosts' platform: manylinux up to the oldest glibc among the OS releases the
@@ -451,8 +450,14 @@ class FleetCache:
         connect: Any,
     ) -> dict[str, dict[str, Any]]:
         """host -> role variables; hosts missing from it fetch everything themselves."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        self._lockfile = (self.root / ".lock").open("w")
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            self._lockfile = (self.root / ".lock").open("w")
+        except OSError as exc:  # auto never fails a run: no cache this time, and the note says why
+            self.report.apt = f"off: cannot use {self.root}: {exc.strerror}"
+            self.report.notes.append(f"the cache folder {self.root} cannot be used ({exc.strerror}): "
+                                     "hosts fetch themselves; set install.cache_dir to a writable folder")  # fmt: skip
+            return {}
         try:  # one run at a time on one store: a second run goes without the cache
             fcntl.flock(self._lockfile, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -565,6 +570,12 @@ def _free_port() -> int:
 
 
 def _chown_tree(path: Path, user: str) -> None:
+    """Give ``path`` and everything under it to ``user``; a folder already theirs is left as is
+    (squid owns what it writes there, and the store can hold many thousands of files)."""
+    import pwd
+
+    if path.stat().st_uid == pwd.getpwnam(user).pw_uid:
+        return
     for p in [path, *path.rglob("*")]:
         shutil.chown(p, user, user)
 
@@ -602,5 +613,5 @@ def _last_error(stderr: str) -> str:
 def _one_line(exc: BaseException) -> str:
     from provision.errors import ProvisionError
 
-    text = f"{exc.message} ({exc.hint})" if isinstance(exc, ProvisionError) and exc.hint else str(exc)
+    text = exc.reason() if isinstance(exc, ProvisionError) else str(exc)
     return (text.splitlines() or [type(exc).__name__])[0][:200]

@@ -199,6 +199,17 @@ def test_auto_without_squid_goes_on_without_the_apt_cache(
     assert report["hosts"] == []
 
 
+def test_an_unusable_cache_folder_is_a_note_not_a_failure(tmp_path: Path) -> None:
+    from provision.hosts.inventory import HostTarget
+
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("a file where install.cache_dir points")
+    cache = FleetCache(blocked / "cache", tmp_path / "run-z", python_exe="python3")
+    assert cache.start([HostTarget("th1", "10.0.0.1")], {"th1": None}, {}, connect=None) == {}
+    report = cache.close().to_json()
+    assert report["apt"].startswith("off: cannot use") and "install.cache_dir" in report["notes"][0], report
+
+
 def test_a_host_whose_tunnel_cannot_open_fetches_itself(cache_root: Path, tmp_path: Path) -> None:
     from provision.errors import Unreachable
     from provision.hosts.inventory import HostTarget
