@@ -324,10 +324,10 @@ def _start_cache(
     inventory = yaml.safe_load((ansible / "inventory.yml").read_text())
     group_of = {h: g for g, body in inventory["all"]["children"].items() for h in (body.get("hosts") or {})}
     platform = {h: g.host for g in lock.groups for h in g.hosts}
-    wheel_sets = {}
-    for t in targets:
-        data = yaml.safe_load((ansible / "group_vars" / f"{group_of[t.name]}.yml").read_text()) or {}
-        wheel_sets[t.name] = WheelSet.from_group_vars(data, platform.get(t.name) or {})
+    group_vars = {g: yaml.safe_load((ansible / "group_vars" / f"{g}.yml").read_text()) or {}
+                  for g in {group_of[t.name] for t in targets}}  # fmt: skip
+    wheel_sets = {t.name: WheelSet.from_group_vars(group_vars[group_of[t.name]], platform.get(t.name) or {})
+                  for t in targets}  # fmt: skip
     everyone = yaml.safe_load((ansible / "group_vars" / "all.yml").read_text()) or {}
     root = Path(config.install.cache_dir).expanduser() if config.install.cache_dir else default_root()
     cache = FleetCache(root, run_dir, python_exe=sys.executable, say=say)
