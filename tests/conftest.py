@@ -28,6 +28,29 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason="no NVIDIA GPU on this machine"))
 
 
+# What the test hosts looked like when a test that used them failed: CI shows the tail of the
+# output, so the terminal summary repeats it there (a login refused by PAM, a host still booting).
+_HOST_REPORTS: list[str] = []
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[pytest.TestReport]:
+    report: pytest.TestReport = yield
+    hostset = getattr(item, "funcargs", {}).get("testhosts")
+    if report.failed and call.when == "call" and isinstance(hostset, harness.HostSet):
+        text = harness.describe(hostset)
+        report.sections.append(("test hosts", text))
+        _HOST_REPORTS.append(f"{item.nodeid}\n{text}")
+    return report
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _HOST_REPORTS:
+        terminalreporter.section("test hosts when tests failed")
+        for text in _HOST_REPORTS[-5:]:
+            terminalreporter.line(text)
+
+
 def has_gpu() -> bool:
     if shutil.which("nvidia-smi") is None:
         return False

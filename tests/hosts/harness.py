@@ -145,6 +145,29 @@ def running(count: int, directory: Path, **kwargs: object) -> Iterator[HostSet]:
         down(hostset)
 
 
+# Why logins fail on a test host, asked as root: systemd's state, the files that make PAM refuse
+# every user but root (/run/nologin while booting or shutting down), and sshd's own refusals.
+_DESCRIBE = (
+    "echo \"state=$(systemctl is-system-running 2>&1) nologin=$(cat /run/nologin /etc/nologin 2>/dev/null"
+    " | head -c 120 | tr '\\n' ' ')\"; journalctl -b -q --no-pager -u ssh 2>/dev/null"
+    " | grep -E 'fatal|Access denied|Authentication refused' | tail -n 3"
+)
+
+
+def describe(hostset: HostSet) -> str:
+    """One short paragraph per host for a failed test's report (never raises: hosts may be gone)."""
+    lines = []
+    for h in hostset.hosts:
+        try:
+            r = subprocess.run(["ssh", "-F", str(hostset.ssh_config), "-o", "BatchMode=yes", "-o", "ConnectTimeout=5",
+                                h.name, _DESCRIBE], capture_output=True, text=True, timeout=20)  # fmt: skip
+            text = (r.stdout.strip() or r.stderr.strip() or f"rc={r.returncode}").replace("\n", "\n    ")
+        except (OSError, subprocess.SubprocessError) as e:
+            text = f"not reachable as root: {e}"
+        lines.append(f"  {h.name}: {text}")
+    return "\n".join(lines)
+
+
 def leftovers(hostset: HostSet) -> list[str]:
     """Everything of a set that still exists: namespaces, links, mounts, processes, files."""
     found: list[str] = []
