@@ -182,7 +182,7 @@ def squid_conf(*, port: int, store: Path, run: Path, parent: str | None, cache_g
 @dataclass
 class ProxyStats:
     requests: int = 0
-    hits: int = 0
+    hits: int = 0  # answered without a trip upstream (from the store, or collapsed onto a fetch)
     upstream_bytes: int = 0  # what squid fetched from the network (misses, revalidations)
     served_bytes: int = 0  # what the hosts got
 
@@ -199,7 +199,11 @@ def squid_stats(log: str) -> ProxyStats:
             continue
         stats.requests += 1
         stats.served_bytes += int(parts[4]) if parts[4].isdigit() else 0
-        if "HIT" in code:  # TCP_HIT, TCP_MEM_HIT, TCP_CF_HIT (collapsed onto another host's fetch), ...
+        # A hit is a request answered without a trip upstream, whatever squid calls it: TCP_HIT and
+        # TCP_MEM_HIT, but also a request collapsed onto another host's fetch still in flight,
+        # which squid logs as TCP_CF_HIT, TCP_CF_MISS or even TCP_MISS, always with HIER_NONE.
+        status = parts[3].split("/")[1]
+        if parts[8].startswith("HIER_NONE") and (status.startswith("2") or status == "304"):
             stats.hits += 1
         stats.upstream_bytes += int(parts[10]) if parts[10].isdigit() else 0
     return stats

@@ -109,13 +109,17 @@ def test_squid_stats_count_hits_and_the_bytes_that_came_from_upstream() -> None:
         "1.0 4 127.0.0.1 TCP_MISS/200 53359 GET http://m/a.deb - HIER_DIRECT/1.2.3.4 x/deb 53080\n"
         "1.1 0 127.0.0.1 TCP_MEM_HIT/200 53365 GET http://m/a.deb - HIER_NONE/- x/deb -\n"
         "1.1 0 127.0.0.1 TCP_CF_HIT/200 53365 GET http://m/a.deb - HIER_NONE/- x/deb -\n"
+        # collapsed onto the fetch in flight: squid 5 also logs these as misses, but nothing went upstream
+        "1.1 0 127.0.0.1 TCP_CF_MISS/200 53365 GET http://m/a.deb - HIER_NONE/- x/deb -\n"
+        "1.1 0 127.0.0.1 TCP_MISS/200 53365 GET http://m/a.deb - HIER_NONE/- x/deb -\n"
+        "1.1 0 127.0.0.1 TCP_DENIED/403 3900 GET http://elsewhere/ - HIER_NONE/- text/html -\n"
         "1.2 3 127.0.0.1 TCP_REFRESH_UNMODIFIED/200 151327 GET http://m/InRelease - HIER_DIRECT/1.2.3.4 t/p 0\n"
         "1.3 0 127.0.0.1 NONE_NONE/000 0 - error:transaction-end-before-headers - HIER_NONE/- - -\n"
         "garbage line\n"
     )
     stats = squid_stats(log)
-    assert (stats.requests, stats.hits) == (4, 2)
-    assert stats.upstream_bytes == 53080 and stats.served_bytes == 53359 + 2 * 53365 + 151327
+    assert (stats.requests, stats.hits) == (7, 4)
+    assert stats.upstream_bytes == 53080 and stats.served_bytes == 53359 + 4 * 53365 + 3900 + 151327
 
 
 @pytest.fixture
