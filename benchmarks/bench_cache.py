@@ -102,8 +102,8 @@ def main() -> None:
     served_n = many["proxy"]["served_bytes"] + many["wheels_served_bytes"]
     print(f"| served to the hosts by the cache (what they fetch without it) | {served1 / mib:.1f} MiB | "
           f"{served_n / mib:.1f} MiB | {served_n / max(served1, 1):.2f} | |")
-    print(f"| squid requests / hits | {one['proxy']['requests']} / {one['proxy']['hits']} | "
-          f"{many['proxy']['requests']} / {many['proxy']['hits']} | | |")
+    print(f"| squid requests / hits (answered without a trip upstream) | {one['proxy']['requests']} / "
+          f"{one['proxy']['hits']} | {many['proxy']['requests']} / {many['proxy']['hits']} | | |")
     print(f"| `provision up` wall time | {t1:.0f} s | {tn:.0f} s | {tn / t1:.2f} | |")
 
 
