@@ -130,10 +130,43 @@ def public_key(ssh_key: str | None, new_key: bool) -> Path | None:
         text = path.read_text(errors="replace")
         if "PRIVATE KEY" in text:
             raise BadInput(f"{path} is a private key", "give the .pub file to --ssh-key")
+        why = public_key_problem(text)
+        if why:
+            raise BadInput(f"{path} is not a key EC2 can import: {why}",
+                           "give an RSA or ED25519 public key (ssh-keygen -t ed25519), or use --new-key")  # fmt: skip
         return path
     if ssh_key:
         raise BadInput(f"--ssh-key {ssh_key}: no such file", "give a public key file, or use --new-key")
     return None  # no default key: a new key pair, private key in the run dir
+
+
+# ImportKeyPair takes RSA and ED25519 keys only (EC2 API reference); OpenSSH's one-line form is
+# what ssh-keygen writes. Checked here so that a wrong file is bad input before any AWS call.
+_EC2_KEY_TYPES = ("ssh-ed25519", "ssh-rsa")
+
+
+def public_key_problem(text: str) -> str | None:
+    """Why ``text`` is not an OpenSSH RSA/ED25519 public key line, or None when it is one."""
+    import base64
+    import binascii
+
+    lines = [line for line in text.splitlines() if line.strip() and not line.startswith("#")]
+    if len(lines) != 1:
+        return f"{len(lines)} key lines, not one"
+    fields = lines[0].split()
+    if len(fields) < 2:
+        return "not `TYPE BASE64 [COMMENT]`"
+    kind, blob = fields[0], fields[1]
+    if kind not in _EC2_KEY_TYPES:
+        return f"key type `{kind[:40]}`, not {' or '.join(_EC2_KEY_TYPES)}"
+    try:
+        raw = base64.b64decode(blob, validate=True)
+    except (binascii.Error, ValueError):
+        return "the key is not base64"
+    # the blob starts with its own type as an SSH string: a 4-byte length, then the name
+    if raw[4 : 4 + int.from_bytes(raw[:4], "big")] != kind.encode():
+        return f"the key's data is not a {kind} key"
+    return None
 
 
 def connect(prepared: Prepared) -> Ec2:

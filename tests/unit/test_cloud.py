@@ -71,6 +71,7 @@ GOOD = ["cloud", "up", "--instance-type", "g5.xlarge", "--ssh-cidr", "203.0.113.
         (["--os", "windows-2022"], "error: unknown --os `windows-2022` for EC2"),
         (["--on-demand-fallback"], "error: --on-demand-fallback needs --spot"),
         (["--ssh-key", "/nonexistent.pub"], "error: --ssh-key /nonexistent.pub: no such file"),
+        (["--ssh-key", "/etc/hostname"], "error: /etc/hostname is not a key EC2 can import"),
         (["--gpu", "H100-SXM"], "error: give --instance-type or --gpu, not both"),
         (["--max-hourly-usd", "1"], "error: every candidate costs more than --max-hourly-usd 1"),
     ],
@@ -346,3 +347,23 @@ def test_help_and_bad_input_import_no_aws_sdk(args: list[str]) -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.stdout.strip().splitlines()[-1] == "[]", result.stdout + result.stderr
+
+
+def test_public_keys_ec2_can_import_and_the_ones_it_cannot(tmp_path: Path) -> None:
+    """Real keys from ssh-keygen: RSA and ED25519 pass; ECDSA (EC2 refuses it) and damaged keys do not."""
+    from provision.cloud.launcher import public_key_problem
+
+    keys = {}
+    for kind in ("ed25519", "rsa", "ecdsa"):
+        subprocess.run(["ssh-keygen", "-q", "-t", kind, "-N", "", "-C", "me@laptop", "-f", str(tmp_path / kind)],
+                       check=True)  # fmt: skip
+        keys[kind] = (tmp_path / f"{kind}.pub").read_text()
+    assert public_key_problem(keys["ed25519"]) is None
+    assert public_key_problem("# my key\n" + keys["rsa"]) is None
+    assert "ecdsa-sha2-nistp256" in str(public_key_problem(keys["ecdsa"]))
+    kind, blob, _ = keys["ed25519"].split()
+    assert public_key_problem(f"{kind} {blob[:-4]}!!!!") == "the key is not base64"
+    rsa_blob = keys["rsa"].split()[1]
+    assert public_key_problem(f"ssh-ed25519 {rsa_blob}") == "the key's data is not a ssh-ed25519 key"
+    assert public_key_problem(keys["ed25519"] + keys["rsa"]) == "2 key lines, not one"
+    assert public_key_problem("") == "0 key lines, not one"
