@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -121,6 +122,33 @@ def test_overrides_only_name_role_variables() -> None:
     assert "nvidia_driver_repo_base_url: http://mirror/cuda" in "".join(files.values())
     with pytest.raises(BadInput, match="not a role variable"):
         render_files(_lock("debian-12"), HOSTS, INSTALL, roles_path="/r", overrides={"ansible_become_exe": "sh"})
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"frameworks_no_index": "maybe"}, "--set frameworks_no_index: 'maybe' is not a boolean"),
+        ({"preflight_min_free_gib": "lots"}, "--set preflight_min_free_gib: 'lots' is not an integer"),
+        ({"nvidia_driver_reboot": "sometimes"}, "--set nvidia_driver_reboot: 'sometimes' is not one of auto, never"),
+        ({"verify_frameworks": ["torch"]}, "--set verify_frameworks: ['torch'] is not a mapping"),
+        ({"frameworks_find_links": {"a": 1}}, "--set frameworks_find_links: {'a': 1} is not a list"),
+        ({"nvidia_driver_kernel": ["6.1"]}, "--set nvidia_driver_kernel: ['6.1'] is not a string"),
+        ({"frameworks_no_indx": True}, "'frameworks_no_indx' is not a role variable (did you mean frameworks_no_index?)"),
+    ],
+)
+def test_overrides_are_checked_against_the_roles_argument_specs(overrides: dict[str, Any], message: str) -> None:
+    with pytest.raises(BadInput) as exc:
+        render_files(_lock("debian-12"), HOSTS, INSTALL, roles_path="/r", overrides=overrides)
+    assert exc.value.one_line().startswith(f"error: {message}"), exc.value.one_line()
+
+
+def test_overrides_take_what_ansible_converts() -> None:
+    """The spellings Ansible's argument spec validation accepts pass here too."""
+    ok = {"frameworks_no_index": "yes", "python_env_enabled": 0, "preflight_min_free_gib": "50",
+          "nvidia_driver_reboot_timeout": 900, "frameworks_find_links": "/a,/b", "nvidia_driver_kernel": 6.1,
+          "container_toolkit_runtime": "", "verify_frameworks": {}, "cudnn_package_lock_timeout": None}  # fmt: skip
+    files = render_files(_lock("debian-12"), HOSTS, INSTALL, roles_path="/r", overrides=ok)
+    assert "preflight_min_free_gib: '50'" in "".join(files.values())
 
 
 def test_forks_follow_the_fleet() -> None:

@@ -184,6 +184,7 @@ def test_a_serial_stop_is_in_report_json_and_html() -> None:
         (["-i", "inv.ini", "-F", "nope.conf"], "SSH config nope.conf not found"),
         (["-i", "badargs.ini"], "ansible_ssh_common_args of host `a` does not parse"),
         (["--local", "--set", "nothing_role_x=1"], "is not a role variable"),
+        (["--local", "--set", "frameworks_no_index=maybe"], "--set frameworks_no_index: 'maybe' is not a boolean"),
         (["-i", "inv.ini", "--limit", "a,"], "empty part"),
         (["--local", "-c", "bad-install.yaml"], "install.method"),
     ],
