@@ -150,7 +150,9 @@ def running(count: int, directory: Path, **kwargs: object) -> Iterator[HostSet]:
 _DESCRIBE = (
     "echo \"state=$(systemctl is-system-running 2>&1) nologin=$(cat /run/nologin /etc/nologin 2>/dev/null"
     " | head -c 120 | tr '\\n' ' ')\"; journalctl -b -q --no-pager -u ssh 2>/dev/null"
-    " | grep -E 'fatal|Access denied|Authentication refused' | tail -n 3"
+    " | grep -E 'fatal|Access denied|Authentication refused' | tail -n 3;"
+    # the account fields PAM's account check reads (ages and expiry; never field 2, the hash)
+    " getent shadow deploy admin | cut -d: -f1,3-8 | sed 's/^/shadow: /'"
 )
 
 
