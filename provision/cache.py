@@ -40,6 +40,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from provision.errors import ProvisionError
+
 if TYPE_CHECKING:
     from http.server import ThreadingHTTPServer
 
@@ -280,12 +282,13 @@ class Squid:
         conf.write_text(squid_conf(port=self.port, store=self.store, run=self.workdir,
                                    parent=os.environ.get("http_proxy") or os.environ.get("HTTP_PROXY")))  # fmt: skip
         if os.geteuid() == 0:  # squid runs as `proxy` when started as root: it must own its files
-            blocked = _not_traversable(self.store, SQUID_USER)
+            uid, gid = _user_ids(SQUID_USER)
+            blocked = _not_traversable(self.store, uid)
             if blocked is not None:
                 raise RuntimeError(f"squid runs as user {SQUID_USER} and cannot enter {blocked}; "
                                    "set install.cache_dir to a folder it can reach")  # fmt: skip
-            _chown_tree(self.store, SQUID_USER)
-            _chown_tree(self.workdir, SQUID_USER)
+            _chown_tree(self.store, uid, gid)
+            _chown_tree(self.workdir, uid, gid)
         self._end_orphans()
         if not (self.store / "00").exists():
             subprocess.run([exe, "-N", "-z", "-f", str(conf)], capture_output=True, timeout=120, check=False)
@@ -573,25 +576,28 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _chown_tree(path: Path, user: str) -> None:
-    """Give ``path`` and everything under it to ``user``; a folder already theirs is left as is
+def _chown_tree(path: Path, uid: int, gid: int) -> None:
+    """Give ``path`` and everything under it to ``uid``; a folder already theirs is left as is
     (squid owns what it writes there, and the store can hold many thousands of files)."""
-    import pwd
-
-    if path.stat().st_uid == pwd.getpwnam(user).pw_uid:
+    if path.stat().st_uid == uid:
         return
     for p in [path, *path.rglob("*")]:
-        shutil.chown(p, user, user)
+        os.chown(p, uid, gid)
 
 
-def _not_traversable(path: Path, user: str) -> Path | None:
-    """The first folder above ``path`` that ``user`` cannot enter (by its mode bits), else None."""
+def _user_ids(user: str) -> tuple[int, int]:
+    """``user``'s uid and gid; a machine without that user cannot run squid the Debian way."""
     import pwd
 
     try:
-        uid = pwd.getpwnam(user).pw_uid
+        entry = pwd.getpwnam(user)
     except KeyError:
-        return None  # no such user: squid's own start says what is wrong
+        raise RuntimeError(f"squid's user {user} does not exist on this machine") from None
+    return entry.pw_uid, entry.pw_gid
+
+
+def _not_traversable(path: Path, uid: int) -> Path | None:
+    """The first folder above ``path`` that ``uid`` cannot enter (by its mode bits), else None."""
     for parent in reversed(path.parents):
         st = parent.stat()
         if not (st.st_mode & 0o001 or (st.st_uid == uid and st.st_mode & 0o100)):
@@ -615,7 +621,5 @@ def _last_error(stderr: str) -> str:
 
 
 def _one_line(exc: BaseException) -> str:
-    from provision.errors import ProvisionError
-
     text = exc.reason() if isinstance(exc, ProvisionError) else str(exc)
     return (text.splitlines() or [type(exc).__name__])[0][:200]

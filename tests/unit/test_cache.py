@@ -262,3 +262,13 @@ def test_config_takes_cache_auto_off_and_a_folder() -> None:
     with pytest.raises(BadInput) as exc:
         parse_config({"install": {"cache_dri": "/x"}})
     assert exc.value.hint == "did you mean `install.cache_dir`?"
+
+
+def test_a_machine_without_squids_user_is_a_reason_not_a_traceback() -> None:
+    """RHEL's squid runs as `squid`, not `proxy`: the start fails with a RuntimeError, which `auto`
+    turns into a note (a KeyError from the user lookup went past that and out of `up`)."""
+    from provision.cache import _user_ids
+
+    assert _user_ids("root") == (0, 0)
+    with pytest.raises(RuntimeError, match="squid's user no-such-user-here does not exist"):
+        _user_ids("no-such-user-here")
