@@ -347,11 +347,22 @@ class WheelServer:
 
     def start(self) -> int:
         import functools
+        from http import HTTPStatus
         from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 
         outer = self
 
         class Handler(SimpleHTTPRequestHandler):
+            def send_head(self) -> Any:
+                # The wheelhouse and nothing else: the base class already drops `..` from the
+                # path, but it follows symlinks, so a link in the wheelhouse could serve any file
+                # the controller's user can read. Whatever resolves outside the folder, or is not a
+                # plain file or folder (a FIFO would hang this thread), is not found.
+                if not outer.serves(self.translate_path(self.path)):
+                    self.send_error(HTTPStatus.NOT_FOUND, "File not found")
+                    return None
+                return super().send_head()
+
             def copyfile(self, source: Any, outputfile: Any) -> None:
                 before = source.tell()
                 super().copyfile(source, outputfile)
@@ -365,6 +376,13 @@ class WheelServer:
         self.server.daemon_threads = True
         threading.Thread(target=self.server.serve_forever, name="provision-wheels", daemon=True).start()
         return int(self.server.server_address[1])
+
+    def serves(self, local: str) -> bool:
+        """Whether ``local`` (a request's path on disk) is a file or folder inside the wheelhouse."""
+        root = os.path.realpath(self.directory)
+        real = os.path.realpath(local)
+        inside = real == root or real.startswith(root + os.sep)
+        return inside and (os.path.isfile(real) or os.path.isdir(real))
 
     def stop(self) -> None:
         if self.server is not None:
@@ -579,10 +597,17 @@ def _free_port() -> int:
 def _chown_tree(path: Path, uid: int, gid: int) -> None:
     """Give ``path`` and everything under it to ``uid``; a folder already theirs is left as is
     (squid owns what it writes there, and the store can hold many thousands of files)."""
+    # Never through a symlink: squid's user owns what is in the store, so a link it planted there
+    # (store/00 -> /etc/shadow) must not make root give that user the link's target. lchown
+    # changes the link itself, and the walk does not descend into linked folders.
+    if path.is_symlink():
+        raise RuntimeError(f"{path} is a symlink; the cache's folders must be real folders")
     if path.stat().st_uid == uid:
         return
-    for p in [path, *path.rglob("*")]:
-        os.chown(p, uid, gid)
+    os.chown(path, uid, gid, follow_symlinks=False)
+    for top, dirs, files in os.walk(path, followlinks=False):
+        for name in (*dirs, *files):
+            os.chown(os.path.join(top, name), uid, gid, follow_symlinks=False)
 
 
 def _user_ids(user: str) -> tuple[int, int]:

@@ -272,3 +272,56 @@ def test_a_machine_without_squids_user_is_a_reason_not_a_traceback() -> None:
     assert _user_ids("root") == (0, 0)
     with pytest.raises(RuntimeError, match="squid's user no-such-user-here does not exist"):
         _user_ids("no-such-user-here")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root (the cache chowns only as root)")
+def test_the_stores_chown_does_not_follow_a_symlink_planted_in_it(tmp_path: Path) -> None:
+    """squid's user owns the store: a link it left there must not make root give it the target."""
+    from provision.cache import _chown_tree
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    secret, folder = outside / "secret", outside / "folder"
+    secret.write_text("root's")
+    folder.mkdir()
+    (folder / "inner").write_text("root's too")
+    store = tmp_path / "store"
+    (store / "00").mkdir(parents=True)
+    (store / "00" / "obj").write_text("squid's")
+    (store / "00" / "link").symlink_to(secret)
+    (store / "dirlink").symlink_to(folder, target_is_directory=True)
+    _chown_tree(store, 4242, 4243)
+    assert (store / "00" / "obj").stat().st_uid == 4242 and store.stat().st_gid == 4243
+    assert (store / "00" / "link").lstat().st_uid == 4242  # the link itself changed hands ...
+    for p in (secret, folder, folder / "inner"):  # ... what it points at did not
+        assert p.stat().st_uid == 0, p
+    # a store that is itself a link (to /etc, say) is refused, not walked
+    (tmp_path / "store-link").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(RuntimeError, match="is a symlink"):
+        _chown_tree(tmp_path / "store-link", 4242, 4243)
+    assert outside.stat().st_uid == 0
+
+
+def test_the_wheel_server_serves_the_wheelhouse_and_nothing_else(tmp_path: Path) -> None:
+    """No way out of the wheelhouse: `..` in any spelling, a symlink planted in it, a FIFO."""
+    import urllib.error
+
+    house = tmp_path / "wheels"
+    (house / "cp311-x86_64").mkdir(parents=True)
+    (house / "cp311-x86_64" / "demo-1.0-py3-none-any.whl").write_bytes(b"w")
+    (tmp_path / "secret.txt").write_text("the controller's own file")
+    (house / "cp311-x86_64" / "leak.whl").symlink_to(tmp_path / "secret.txt")
+    (house / "etc").symlink_to("/etc", target_is_directory=True)
+    os.mkfifo(house / "cp311-x86_64" / "fifo.whl")
+    server = WheelServer(house)
+    port = server.start()
+    base = f"http://127.0.0.1:{port}"
+    try:
+        assert urllib.request.urlopen(f"{base}/cp311-x86_64/demo-1.0-py3-none-any.whl", timeout=5).read() == b"w"
+        for path in ("/../secret.txt", "/%2e%2e/secret.txt", "/cp311-x86_64/..%2f..%2fsecret.txt",
+                     "//etc/hostname", "/cp311-x86_64/leak.whl", "/etc/hostname", "/etc/", "/cp311-x86_64/fifo.whl"):  # fmt: skip
+            with pytest.raises(urllib.error.HTTPError) as exc:
+                urllib.request.urlopen(base + path, timeout=5)
+            assert exc.value.code == 404, path
+    finally:
+        server.stop()
