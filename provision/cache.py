@@ -145,8 +145,188 @@ class WheelSet:
         return out
 
 
-def squid_conf(*, port: int, store: Path, run: Path, parent: str | None, cache_gib: int = 50) -> str:
-    """squid.conf for one run: loopback only, the shared store, this run's logs."""
+# --- what squid may fetch: the run's repositories and indexes, nothing else ---------------------
+
+# Every tunnelled request reaches squid from 127.0.0.1, so "from loopback" says nothing about who
+# asks: any user on any host of the run could otherwise reach the controller's own services and
+# its LAN through the tunnel. squid fetches only from the origins (host and port) of the
+# repositories and package indexes this run's rendered group_vars name, the roles' defaults and
+# the archives of the hosts' OS releases, and refuses the rest with 403.
+
+# The OS archives the hosts' own apt/dnf sources point at, by the lock's `os` (its part before
+# the first "-"). A leading "." also matches subdomains (squid's dstdomain), for the country and
+# cloud-region mirrors. Sources: the releases' default sources as shipped -- Debian 12's
+# /etc/apt/sources.list.d/debian.sources (deb.debian.org, security.debian.org) and Debian's cloud
+# images (cdn-aws.deb.debian.org); Ubuntu 24.04's /etc/apt/sources.list.d/ubuntu.sources
+# (archive.ubuntu.com, security.ubuntu.com, ports.ubuntu.com for arm64) and
+# https://wiki.ubuntu.com/Mirrors (CC.archive.ubuntu.com, <region>.ec2.archive.ubuntu.com);
+# Rocky's /etc/yum.repos.d/rocky.repo (dl.rockylinux.org, mirrors.rockylinux.org); RHEL's
+# redhat.repo (cdn.redhat.com); Amazon Linux 2023's amazonlinux.repo (cdn.amazonlinux.com).
+OS_ARCHIVES: dict[str, tuple[str, ...]] = {
+    "debian": (".deb.debian.org", "security.debian.org"),
+    "ubuntu": (".archive.ubuntu.com", "security.ubuntu.com", "ports.ubuntu.com"),
+    "rocky": ("dl.rockylinux.org", "mirrors.rockylinux.org"),
+    "rhel": ("cdn.redhat.com",),
+    "amzn": ("cdn.amazonlinux.com",),
+}
+
+# Destinations no host may reach through the cache unless the lock names them: the controller
+# itself (RFC 1122 3.2.1.3: 0/8 and 127/8; Linux connects 0.0.0.0 to itself; RFC 4291 ::1, ::),
+# link-local, where cloud metadata services answer (RFC 3927 169.254/16, RFC 4291 fe80::/10),
+# and private networks (RFC 1918; RFC 6598 100.64/10, carrier-grade NAT; RFC 4193 fc00::/7).
+DENIED_NETWORKS = {
+    "to_controller": ("0.0.0.0/8", "127.0.0.0/8", "::1/128", "::/128"),
+    "to_link_local": ("169.254.0.0/16", "fe80::/10"),
+    "to_private": ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "fc00::/7"),
+}
+
+_PROXY_KEYS = {"http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "no_proxy", "NO_PROXY"}
+
+
+@dataclass(frozen=True, order=True)
+class Origin:
+    """Where a repository is: ``scheme`` http (fetched through squid) or https (CONNECT, on 443 only)."""
+
+    scheme: str
+    host: str  # lower case; an IPv6 address without brackets; ".example.org" for it and its subdomains
+    port: int
+
+    @classmethod
+    def of(cls, url: str) -> Origin | None:
+        """The origin of an http(s) URL; None for anything else (a path, a file:// find-link)."""
+        from urllib.parse import urlsplit
+
+        try:
+            parts = urlsplit(url.strip())
+            host, port = parts.hostname, parts.port
+        except ValueError:  # a port out of range, a broken IPv6 literal
+            return None
+        if parts.scheme not in ("http", "https") or not host or "{{" in url:
+            return None
+        return cls(parts.scheme, host.lower(), port or (443 if parts.scheme == "https" else 80))
+
+    @property
+    def is_address(self) -> bool:
+        import ipaddress
+
+        try:
+            ipaddress.ip_address(self.host)
+        except ValueError:
+            return False
+        return True
+
+
+def _urls(value: Any) -> Iterator[str]:
+    """Every http(s) URL in a group_vars value (nested lists and mappings), proxies left out."""
+    if isinstance(value, str):
+        if value.startswith(("http://", "https://")):
+            yield value
+    elif isinstance(value, Mapping):
+        for k, v in value.items():
+            if k not in _PROXY_KEYS:
+                yield from _urls(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _urls(v)
+
+
+@dataclass(frozen=True)
+class RepoSources:
+    """The origins squid may fetch from in one run.
+
+    ``lock``: what this run's rendered group_vars name (the driver and CUDA repositories, an
+    ``install.apt.mirror``, the pip indexes and find-links): the operator chose them, so they are
+    allowed wherever they are, a site mirror on the LAN or the tests' stand-ins on the bridge.
+    ``public``: the roles' defaults and the OS archives (:data:`OS_ARCHIVES`): public names, so
+    one that resolves into :data:`DENIED_NETWORKS` is refused like any other address there.
+    Empty (the default): squid fetches nothing.
+    """
+
+    lock: frozenset[Origin] = frozenset()
+    public: frozenset[Origin] = frozenset()
+
+    @classmethod
+    def for_run(cls, group_vars: Sequence[Mapping[str, Any]], oses: Sequence[str],
+                role_defaults: Sequence[Mapping[str, Any]] = ()) -> RepoSources:  # fmt: skip
+        lock = {o for data in group_vars for u in _urls(data) if (o := Origin.of(u))}
+        public = {o for data in role_defaults for u in _urls(data) if (o := Origin.of(u))}
+        for os_id in oses:
+            for host in OS_ARCHIVES.get(os_id.split("-", 1)[0], ()):
+                public |= {Origin("http", host, 80), Origin("https", host, 443)}
+        return cls(frozenset(lock), frozenset(public - lock))
+
+    def allows(self, url: str) -> bool:
+        """Whether squid would fetch ``url`` by name alone (what a host's own sources may use)."""
+        o = Origin.of(url)
+        return o is not None and any(_covers(a, o) for a in self.lock | self.public)
+
+
+def _covers(allowed: Origin, o: Origin) -> bool:
+    if (allowed.scheme, allowed.port) != (o.scheme, o.port):
+        return False
+    if allowed.host.startswith("."):
+        return o.host == allowed.host[1:] or o.host.endswith(allowed.host)
+    return o.host == allowed.host
+
+
+def role_defaults(roles: Path) -> list[dict[str, Any]]:
+    """The roles' defaults/main.yml (their URL literals are what a host fetches when no group_vars
+    overrides them, e.g. nvidia_driver_debian_mirror)."""
+    import yaml
+
+    out = []
+    for path in sorted(roles.glob("*/defaults/main.yml")):
+        data = yaml.safe_load(path.read_text())
+        if isinstance(data, dict):
+            out.append(data)
+    return out
+
+
+def _acl_rules(sources: RepoSources) -> list[str]:
+    """squid's http_access rules: only the allowed origins, the lock's before the address checks."""
+    # no -n here: squid resolves the request's name, so a public name that resolves into one of
+    # these networks is refused too
+    lines = [f"acl {name} dst {' '.join(nets)}" for name, nets in DENIED_NETWORKS.items()]
+    allow_lock: list[str] = []
+    allow_public: list[str] = []
+    for kind, origins, out in (("lock", sources.lock, allow_lock), ("public", sources.public, allow_public)):
+        # One ACL per (scheme, port, names|addresses): values on one http_access line are ANDed,
+        # so each line allows exactly those hosts on that port. `-n`: no DNS in either direction
+        # (a name is matched as written, an address listed only matches a URL with that address).
+        groups: dict[tuple[str, int, bool], set[str]] = {}
+        for o in origins:
+            if o.scheme == "https" and o.port != 443:
+                continue  # CONNECT goes to 443 only
+            groups.setdefault((o.scheme, o.port, o.is_address), set()).add(o.host)
+        for (scheme, port, is_address), names in sorted(groups.items()):
+            name = f"{kind}_{scheme}_{port}_{'addr' if is_address else 'name'}"
+            wild = {h for h in names if h.startswith(".")}
+            # squid warns about (and drops) a name that a ".name" in the same ACL already covers
+            hosts = sorted(h for h in names if h in wild or not any(h == w[1:] or h.endswith(w) for w in wild))
+            lines.append(f"acl {name} {'dst' if is_address else 'dstdomain'} -n {' '.join(hosts)}")
+            if scheme == "https":
+                out.append(f"http_access allow CONNECT {name}")
+            else:
+                lines.append(f"acl port_{port} port {port}")
+                out.append(f"http_access allow !CONNECT {name} port_{port}")
+    return [
+        *dict.fromkeys(lines),  # one port ACL per port, in order
+        "http_access deny manager",  # squid's own cache manager pages are not for the hosts
+        "http_access deny !loopback",
+        "http_access deny CONNECT !SSL_ports",
+        # 1. the lock's repositories win wherever they are: listed on purpose, LAN mirrors included
+        *allow_lock,
+        # 2. then nothing that resolves to the controller itself, link-local or a private network
+        *(f"http_access deny {name}" for name in DENIED_NETWORKS),
+        # 3. then the public archives and the roles' defaults, by name
+        *allow_public,
+        "http_access deny all",
+    ]
+
+
+def squid_conf(*, port: int, store: Path, run: Path, parent: str | None, sources: RepoSources,
+               cache_gib: int = 50) -> str:  # fmt: skip
+    """squid.conf for one run: loopback only, the run's repositories only, the shared store, this run's logs."""
     lines = [
         "# written by provision for one `provision up` run (the fleet cache); see provision/cache.py",
         f"http_port 127.0.0.1:{port}",
@@ -167,10 +347,9 @@ def squid_conf(*, port: int, store: Path, run: Path, parent: str | None, cache_g
         "acl loopback src 127.0.0.0/8 ::1",
         "acl SSL_ports port 443",
         "acl CONNECT method CONNECT",
-        # HTTPS sources tunnel through uncached; nothing but loopback (the tunnels) may connect
-        "http_access deny CONNECT !SSL_ports",
-        "http_access allow loopback",
-        "http_access deny all",
+        # HTTPS sources tunnel through uncached; nothing but loopback (the tunnels) may connect,
+        # and only to the run's repositories
+        *_acl_rules(sources),
         *SQUID_REFRESH,
     ]
     if parent:  # the controller itself goes out through a proxy: squid does too
@@ -262,7 +441,8 @@ class CacheReport:
 class Squid:
     """One squid process on 127.0.0.1 for this run, with the store shared between runs."""
 
-    def __init__(self, root: Path, run: str) -> None:
+    def __init__(self, root: Path, run: str, sources: RepoSources | None = None) -> None:
+        self.sources = sources or RepoSources()
         # squid drops root for its `proxy` user: its files live under the cache root, which that
         # user can reach, not in the run dir (often in a private home or /tmp/pytest-of-*)
         self.store = root / "squid"
@@ -280,7 +460,8 @@ class Squid:
         self.port = _free_port()
         conf = self.workdir / "squid.conf"
         conf.write_text(squid_conf(port=self.port, store=self.store, run=self.workdir,
-                                   parent=os.environ.get("http_proxy") or os.environ.get("HTTP_PROXY")))  # fmt: skip
+                                   parent=os.environ.get("http_proxy") or os.environ.get("HTTP_PROXY"),
+                                   sources=self.sources))  # fmt: skip
         if os.geteuid() == 0:  # squid runs as `proxy` when started as root: it must own its files
             uid, gid = _user_ids(SQUID_USER)
             blocked = _not_traversable(self.store, uid)
@@ -473,8 +654,11 @@ class FleetCache:
         environment: Mapping[str, str],
         *,
         connect: Any,
+        sources: RepoSources | None = None,
     ) -> dict[str, dict[str, Any]]:
-        """host -> role variables; hosts missing from it fetch everything themselves."""
+        """host -> role variables; hosts missing from it fetch everything themselves.
+
+        ``sources``: what squid may fetch (:class:`RepoSources`; none: nothing)."""
         try:
             self.root.mkdir(parents=True, exist_ok=True)
             self._lockfile = (self.root / ".lock").open("w")
@@ -489,7 +673,7 @@ class FleetCache:
             self.report.apt = "off: another provision run is using the cache"
             self.report.notes.append(f"the cache at {self.root} is in use by another run: hosts fetch themselves")
             return {}
-        apt_local = self._start_squid()
+        apt_local = self._start_squid(sources or RepoSources())
         keys = self._fill_wheels(wheel_sets)
         wheels_local = self._serve_wheels() if any(keys.values()) else None
         out: dict[str, dict[str, Any]] = {}
@@ -512,8 +696,8 @@ class FleetCache:
             out[t.name] = host_vars(apt_remote, wheels_remote, key, environment)
         return out
 
-    def _start_squid(self) -> int | None:
-        squid = Squid(self.root, self.run_dir.name)
+    def _start_squid(self, sources: RepoSources) -> int | None:
+        squid = Squid(self.root, self.run_dir.name, sources)
         try:
             squid.start()
         except (RuntimeError, OSError, subprocess.SubprocessError) as exc:

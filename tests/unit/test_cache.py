@@ -22,6 +22,8 @@ import pytest
 
 from provision.cache import (
     FleetCache,
+    Origin,
+    RepoSources,
     Squid,
     WheelServer,
     WheelSet,
@@ -96,12 +98,68 @@ def test_host_vars_point_apt_and_pip_at_the_hosts_own_loopback() -> None:
 
 
 def test_squid_conf_listens_on_loopback_only_and_chains_to_the_controllers_proxy(tmp_path: Path) -> None:
-    conf = squid_conf(port=3999, store=tmp_path / "s", run=tmp_path / "r", parent="http://user:pw@proxy.corp:8080")
+    conf = squid_conf(port=3999, store=tmp_path / "s", run=tmp_path / "r", parent="http://user:pw@proxy.corp:8080",
+                      sources=RepoSources())  # fmt: skip
     assert "http_port 127.0.0.1:3999\n" in conf
-    assert "http_access allow loopback\nhttp_access deny all\n" in conf
+    assert "http_access allow loopback" not in conf  # every tunnelled request comes from loopback
+    assert conf.count("http_access allow") == 0 and "http_access deny all\n" in conf  # no sources: nothing
     assert "cache_peer proxy.corp parent 8080 0 no-query default" in conf and "never_direct allow all" in conf
     assert "pw" not in conf.replace("proxy.corp", "")  # the parent's credentials are not written out
-    assert "cache_peer" not in squid_conf(port=1, store=tmp_path, run=tmp_path, parent=None)
+    assert "cache_peer" not in squid_conf(port=1, store=tmp_path, run=tmp_path, parent=None, sources=RepoSources())
+
+
+def test_the_run_s_sources_are_its_group_vars_urls_the_roles_defaults_and_the_os_archives() -> None:
+    from provision.cache import role_defaults
+    from provision.render import default_roles_path
+
+    group_vars = {
+        **GROUP_VARS,
+        "nvidia_driver_repo_url": "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64",
+        "nvidia_driver_debian_mirror": "http://10.1.2.3:8080/debian",  # a site mirror on the LAN
+        "frameworks_find_links": ["/srv/wheels", "http://[fd00::5]/wheels/"],
+        "provision_environment": {"http_proxy": "http://proxy.corp:3128"},  # a proxy is not a source
+    }
+    got = RepoSources.for_run([group_vars], ["ubuntu-22.04", "debian-12"], role_defaults(Path(default_roles_path())))
+    assert got.lock == {
+        Origin("https", "developer.download.nvidia.com", 443), Origin("https", "download.pytorch.org", 443),
+        Origin("https", "mirror.example", 443), Origin("https", "pypi.org", 443),
+        Origin("http", "10.1.2.3", 8080), Origin("http", "fd00::5", 80),
+    }  # fmt: skip
+    assert {Origin("http", ".archive.ubuntu.com", 80), Origin("http", "security.ubuntu.com", 80),
+            Origin("http", ".deb.debian.org", 80),  # the OS archives ...
+            Origin("http", "deb.debian.org", 80), Origin("https", "nvidia.github.io", 443),  # ... the roles' defaults
+            } <= got.public  # fmt: skip
+    assert not any("{{" in o.host or o.host == "proxy.corp" for o in got.lock | got.public)
+    assert got.allows("http://us-east-1.ec2.archive.ubuntu.com/ubuntu/") and got.allows("http://10.1.2.3:8080/x")
+    assert not got.allows("http://10.1.2.3/x") and not got.allows("http://evilarchive.ubuntu.com/")
+    assert not got.allows("https://pypi.org:8443/") and not got.allows("ftp://deb.debian.org/")
+
+
+def test_squid_allows_the_lock_s_origins_before_the_address_checks_and_public_names_after(tmp_path: Path) -> None:
+    sources = RepoSources(lock=frozenset({Origin("http", "10.1.2.3", 8080), Origin("http", "mirror.corp", 80),
+                                          Origin("https", "pypi.org", 443), Origin("https", "odd.example", 8443)}),
+                          public=frozenset({Origin("http", ".deb.debian.org", 80), Origin("http", "deb.debian.org", 80),
+                                            Origin("https", ".deb.debian.org", 443)}))  # fmt: skip
+    conf = squid_conf(port=3999, store=tmp_path, run=tmp_path, parent=None, sources=sources)
+    rules = [ln for ln in conf.splitlines() if ln.startswith("http_access")]
+    assert rules == [
+        "http_access deny manager",
+        "http_access deny !loopback",
+        "http_access deny CONNECT !SSL_ports",
+        "http_access allow !CONNECT lock_http_80_name port_80",
+        "http_access allow !CONNECT lock_http_8080_addr port_8080",
+        "http_access allow CONNECT lock_https_443_name",
+        "http_access deny to_controller",
+        "http_access deny to_link_local",
+        "http_access deny to_private",
+        "http_access allow !CONNECT public_http_80_name port_80",
+        "http_access allow CONNECT public_https_443_name",
+        "http_access deny all",
+    ]
+    assert "acl lock_http_8080_addr dst -n 10.1.2.3\n" in conf and "acl lock_https_443_name dstdomain -n pypi.org\n" in conf
+    assert "acl public_http_80_name dstdomain -n .deb.debian.org\n" in conf  # deb.debian.org is inside it
+    assert "odd.example" not in conf  # CONNECT goes to 443 only
+    assert "acl to_private dst 10.0.0.0/8 172.16.0.0/12 192.168.0.0/16 100.64.0.0/10 fc00::/7\n" in conf
 
 
 def test_squid_stats_count_hits_and_the_bytes_that_came_from_upstream() -> None:
@@ -154,7 +212,7 @@ def test_real_squid_fetches_once_and_serves_again_from_its_store(
     monkeypatch.delenv("http_proxy", raising=False)
     monkeypatch.delenv("HTTP_PROXY", raising=False)
     url, root = origin
-    squid = Squid(cache_root, "run-1")
+    squid = Squid(cache_root, "run-1", RepoSources(lock=frozenset({Origin.of(url)})))  # type: ignore[arg-type]
     squid.start()
     try:
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": f"http://127.0.0.1:{squid.port}"}))
@@ -169,6 +227,56 @@ def test_real_squid_fetches_once_and_serves_again_from_its_store(
     assert (stats.requests, stats.hits) == (3, 2), (tmp_path / "access.log").read_text()
     assert stats.upstream_bytes == 200_000
     assert (tmp_path / "access.log").read_text().count("demo_1.0_amd64.deb") == 3
+
+
+def _proxy_status(port: int, request: str) -> int:
+    """The status line squid answers ``request`` with (a raw socket: CONNECT as a client sends it)."""
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
+        s.sendall(request.encode())
+        head = s.recv(4096).decode(errors="replace")
+    return int(head.split()[1])
+
+
+def test_real_squid_fetches_only_the_run_s_repositories(
+    origin: tuple[str, Path], cache_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """squid.conf's order really works: the lock's loopback stand-in is served, the controller's other
+    loopback ports are not, an unlisted name is not, a public name that resolves to loopback is not."""
+    if shutil.which("squid", path=os.environ["PATH"] + ":/usr/sbin") is None:
+        if os.environ.get("PROVISION_REQUIRE_TESTHOSTS") == "1":
+            pytest.fail("squid is not installed (tests/hosts/install-deps.sh installs it)")
+        pytest.skip("squid is not installed")
+    monkeypatch.delenv("http_proxy", raising=False)
+    monkeypatch.delenv("HTTP_PROXY", raising=False)
+    url, _root = origin
+    port = int(url.rsplit(":", 1)[1])
+    lock = {Origin("http", "127.0.0.1", port), Origin("https", "127.0.0.1", 443), Origin("https", "pypi.org", 443)}
+    public = {Origin("http", "localhost", port)}  # a public name that resolves to the controller itself
+    squid = Squid(cache_root, "run-acl", RepoSources(lock=frozenset(lock), public=frozenset(public)))
+    squid.start()
+    try:
+        get = "GET {} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        connect = "CONNECT {0} HTTP/1.1\r\nHost: {0}\r\n\r\n"
+        got = {
+            "listed": _proxy_status(squid.port, get.format(f"{url}/pool/demo_1.0_amd64.deb")),
+            "controller ssh": _proxy_status(squid.port, get.format("http://127.0.0.1:22/")),
+            "controller 0.0.0.0": _proxy_status(squid.port, get.format(f"http://0.0.0.0:{port}/")),
+            "public name to loopback": _proxy_status(squid.port, get.format(f"http://localhost:{port}/")),
+            "unlisted": _proxy_status(squid.port, get.format("http://unlisted.example/")),
+            "link-local": _proxy_status(squid.port, get.format("http://169.254.169.254/latest/meta-data/")),
+            "connect unlisted": _proxy_status(squid.port, connect.format("unlisted.example:443")),
+            "connect listed, other port": _proxy_status(squid.port, connect.format("pypi.org:8443")),
+            "connect controller ssh": _proxy_status(squid.port, connect.format("127.0.0.1:22")),
+        }
+        # squid let it through: nothing listens on the controller's 443, so the tunnel fails (503)
+        connect_listed = _proxy_status(squid.port, connect.format("127.0.0.1:443"))
+    finally:
+        squid.stop()
+    assert got.pop("listed") == 200, got
+    assert got == dict.fromkeys(got, 403), got
+    assert connect_listed == 503
 
 
 def test_the_wheel_server_lists_the_wheelhouse_for_pip_and_counts_what_it_served(tmp_path: Path) -> None:
@@ -228,7 +336,7 @@ def test_a_host_whose_tunnel_cannot_open_fetches_itself(cache_root: Path, tmp_pa
                                   {"python": "3.11", "arch": "x86_64"})  # fmt: skip
     (tmp_path / "demo-1.0-py3-none-any.whl").write_bytes(_wheel("demo", "1.0"))
     cache = FleetCache(cache_root, tmp_path / "run-y", python_exe=sys.executable)
-    cache._start_squid = lambda: None  # type: ignore[method-assign]  # the apt part is the other test's
+    cache._start_squid = lambda _sources: None  # type: ignore[method-assign]  # the apt part is the other test's
     assert cache.start([HostTarget("th1", "10.0.0.1")], {"th1": ws}, {}, connect=connect) == {}
     report = cache.close().to_json()
     assert report["wheels"] == {"cp311-x86_64": "on"} and (house / "demo-1.0-py3-none-any.whl").is_file()
