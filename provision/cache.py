@@ -583,11 +583,32 @@ class Tunnel:
             transport.set_keepalive(30)
 
     def forward(self, local_port: int) -> int:
+        """Forward the host's 127.0.0.1:P (P: the port sshd picks) to ``local_port``; returns P.
+
+        We ask for the loopback address, which binds it there under sshd's default
+        (``GatewayPorts no``: "sshd binds remote port forwardings to the loopback address",
+        sshd_config(5)). ``GatewayPorts yes`` ignores the address asked for and binds the
+        wildcard, which would put squid and the wheelhouse on the host's network: the host's own
+        list of listening sockets decides, and a port bound anywhere else is no tunnel."""
         transport = self.client.get_transport()
         assert transport is not None
-        remote = transport.request_port_forward("127.0.0.1", 0, handler=self._handler)
+        remote = int(transport.request_port_forward("127.0.0.1", 0, handler=self._handler))
         self.ports[remote] = local_port
-        return int(remote)
+        try:
+            exposed = [a for a in self._listening(remote) if not _is_loopback(a)]
+        except Exception as exc:  # unverified is not loopback-only: no tunnel (auto says why)
+            exposed = [f"unknown: cannot read the host's sockets ({_one_line(exc)})"]
+        if exposed:
+            with contextlib.suppress(Exception):
+                transport.cancel_port_forward("127.0.0.1", remote)
+            raise RuntimeError(f"the forwarded port {remote} listens on {', '.join(exposed)}, not only on loopback "
+                               "(GatewayPorts yes in the host's sshd_config?)")  # fmt: skip
+        return remote
+
+    def _listening(self, port: int) -> list[str]:
+        """The addresses the host listens on ``port`` at, from its kernel's socket tables."""
+        _stdin, stdout, _stderr = self.client.exec_command("cat /proc/net/tcp /proc/net/tcp6", timeout=30)
+        return listening_addresses(stdout.read().decode(errors="replace"), port)
 
     def _handler(self, channel: paramiko.Channel, origin: tuple[str, int], server: tuple[str, int]) -> None:
         local = self.ports.get(server[1])
@@ -599,6 +620,36 @@ class Tunnel:
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self.client.close()
+
+
+def listening_addresses(proc_net_tcp: str, port: int) -> list[str]:
+    """Addresses in LISTEN state on ``port`` in Linux's /proc/net/tcp{,6} text (proc(5): local
+    address as hex, IPv4 as one little-endian word, IPv6 as four; state 0A is TCP_LISTEN)."""
+    import ipaddress
+    import socket
+    import struct
+
+    out = []
+    for line in proc_net_tcp.splitlines():
+        fields = line.split()
+        if len(fields) < 4 or fields[3] != "0A" or ":" not in fields[1]:
+            continue
+        addr_hex, port_hex = fields[1].rsplit(":", 1)
+        if int(port_hex, 16) != port:
+            continue
+        raw = bytes.fromhex(addr_hex)
+        words = struct.unpack(f"<{len(raw) // 4}I", raw)  # the kernel prints each 32-bit word in host order
+        packed = struct.pack(f">{len(words)}I", *words)
+        out.append(str(ipaddress.ip_address(packed if len(packed) == 16 else socket.inet_ntoa(packed))))
+    return out
+
+
+def _is_loopback(address: str) -> bool:
+    import ipaddress
+
+    ip = ipaddress.ip_address(address)
+    mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
+    return (mapped or ip).is_loopback
 
 
 def _pump(channel: paramiko.Channel, local_port: int) -> None:
