@@ -12,6 +12,10 @@ For a run that applies to SSH hosts the controller, for the length of the run:
   forwards, so a host reaches both on its own ``127.0.0.1``: hosts need no route to the
   controller, which is what cloud instances behind NAT and jump hosts have.
 
+Not an open proxy: every tunnelled request comes from 127.0.0.1, so squid fetches only from this
+run's repositories and indexes (:class:`RepoSources`, :func:`_acl_rules`) and the forwards must
+listen on the host's loopback only (:meth:`Tunnel.forward`).
+
 Nothing persists on a host: the proxy reaches apt through the play's ``environment`` and the
 wheelhouse is a ``--find-links`` of this run's host_vars, so a killed run leaves no host pointing
 at a tunnel that is gone. ``auto`` never fails a run: a part that cannot start (no squid on the
@@ -259,6 +263,56 @@ class RepoSources:
         """Whether squid would fetch ``url`` by name alone (what a host's own sources may use)."""
         o = Origin.of(url)
         return o is not None and any(_covers(a, o) for a in self.lock | self.public)
+
+
+# What apt and dnf fetch on a host, one file after another (the loop keeps deb822 stanzas apart).
+SOURCES_COMMAND = ("for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources "
+                   "/etc/yum.repos.d/*.repo; do [ -f \"$f\" ] && cat \"$f\" && echo; done; true")  # fmt: skip
+
+
+def host_sources(text: str) -> list[str]:
+    """The plain-http URLs of the enabled apt/dnf sources in ``text`` (:data:`SOURCES_COMMAND`'s
+    output), and ``mirrorlist:URL`` for a dnf repository whose mirrors a list names (not known
+    here). HTTPS sources are left out: they go through the host's own https_proxy, not squid.
+
+    Formats: sources.list(5) one-line ``deb [options] URI suite ...`` and deb822 stanzas
+    (``URIs:``, ``Enabled: no``); dnf.conf(5) ``[repo]`` sections (``baseurl`` may list several
+    URLs and continue on indented lines; ``mirrorlist``, ``metalink``; ``enabled=0``)."""
+    out: list[str] = []
+    stanza: dict[str, str] = {}
+    section: dict[str, str] | None = None
+    last = ""
+
+    def end_stanza() -> None:
+        if stanza.get("enabled", "yes").lower() not in ("no", "false", "0"):
+            out.extend(stanza.get("uris", "").split())
+        stanza.clear()
+
+    def end_section() -> None:
+        if section is not None and section.get("enabled", "1").strip() not in ("0", "false", "no"):
+            out.extend(section.get("baseurl", "").replace(",", " ").split())
+            out.extend(f"mirrorlist:{u}" for k in ("mirrorlist", "metalink") if (u := section.get(k, "").strip()))
+
+    for raw in text.splitlines():
+        line = raw.split("#", 1)[0].rstrip()
+        if not line.strip():
+            end_stanza()
+            continue
+        if m := re.match(r"^\s*deb(?:-src)?\s+(?:\[[^\]]*\]\s+)?(\S+)", line):
+            out.append(m.group(1))
+        elif re.match(r"^\[[^\]]+\]$", line.strip()):
+            end_section()
+            section, last = {}, ""
+        elif section is not None and raw[:1].isspace() and last == "baseurl":
+            section["baseurl"] += " " + line.strip()
+        elif section is not None and "=" in line:
+            key, value = (x.strip() for x in line.split("=", 1))
+            section[key.lower()], last = value, key.lower()
+        elif m := re.match(r"^([A-Za-z-]+):\s*(.*)$", line):
+            stanza[m.group(1).lower()] = m.group(2)
+    end_stanza()
+    end_section()
+    return [u for u in out if u.startswith(("http://", "mirrorlist:"))]
 
 
 def _covers(allowed: Origin, o: Origin) -> bool:
@@ -735,7 +789,11 @@ class FleetCache:
             tunnel = None
             try:
                 tunnel = self._open_tunnel(t, connect)
-                apt_remote = tunnel.forward(apt_local) if apt_local else None
+                apt_here = apt_local if apt_local and self._sources_served(t.name, tunnel) else None
+                if not (apt_here or (wheels_local and key)):
+                    tunnel.close()
+                    continue
+                apt_remote = tunnel.forward(apt_here) if apt_here else None
                 wheels_remote = tunnel.forward(wheels_local) if wheels_local and key else None
             except Exception as exc:  # auto never fails a run: this host fetches itself
                 if tunnel is not None:
@@ -746,6 +804,20 @@ class FleetCache:
             self.report.hosts.append(t.name)
             out[t.name] = host_vars(apt_remote, wheels_remote, key, environment)
         return out
+
+    def _sources_served(self, name: str, tunnel: Tunnel) -> bool:
+        """Whether squid serves every plain-http apt/dnf source of the host. One it would refuse
+        (a site mirror the lock does not name, a dnf mirror list) would fail the host's package
+        step with 403: such a host gets no proxy and fetches its packages itself, as without
+        the cache."""
+        assert self.squid is not None
+        _stdin, stdout, _stderr = tunnel.client.exec_command(SOURCES_COMMAND, timeout=30)
+        refused = [u for u in host_sources(stdout.read().decode(errors="replace")) if not self.squid.sources.allows(u)]
+        if refused:
+            self.report.notes.append(
+                f"{name}: its package source {refused[0]} is not one of this run's repositories: the host fetches "
+                "its packages itself (name the mirror in install.apt.mirror to cache it)")  # fmt: skip
+        return not refused
 
     def _start_squid(self, sources: RepoSources) -> int | None:
         squid = Squid(self.root, self.run_dir.name, sources)

@@ -240,3 +240,26 @@ def test_a_host_whose_sshd_would_expose_the_forward_gets_no_tunnel(
         return {ln.split()[1] for ln in text.splitlines()[1:] if len(ln.split()) > 3 and ln.split()[3] == "0A"}
 
     assert listens(after) <= listens(before), (listens(after) - listens(before))  # cancelled, nothing left open
+
+
+@pytest.fixture
+def host_with_a_site_mirror(testhosts: harness.HostSet) -> Iterator[harness.TestHost]:
+    host = testhosts.hosts[0]
+    listing = "/etc/apt/sources.list.d/zz-site-mirror.list"
+    rh.ssh(testhosts, host, f"echo 'deb http://mirror.site.example/debian bookworm main' > {listing}")
+    yield host
+    rh.ssh(testhosts, host, f"rm -f {listing}")
+
+
+def test_a_host_with_a_source_squid_would_refuse_fetches_its_packages_itself(
+    testhosts: harness.HostSet, host_with_a_site_mirror: harness.TestHost, bridge_repo: str, cache_dir: Path,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    """Its apt would get 403 for that mirror and fail the package step: no proxy for it, a note."""
+    host = host_with_a_site_mirror
+    cache, per_host = _cache_for(testhosts, [host], cache_dir, tmp_path / "run-mirror", bridge_repo)
+    report = cache.close()
+    assert per_host == {} and report.apt == "on", (per_host, report)
+    assert report.notes == [f"{host.name}: its package source http://mirror.site.example/debian is not one of this "
+                            "run's repositories: the host fetches its packages itself (name the mirror in "
+                            "install.apt.mirror to cache it)"]  # fmt: skip

@@ -433,3 +433,58 @@ def test_the_wheel_server_serves_the_wheelhouse_and_nothing_else(tmp_path: Path)
             assert exc.value.code == 404, path
     finally:
         server.stop()
+
+
+def test_a_host_s_plain_http_sources_are_read_from_apt_and_dnf_files() -> None:
+    from provision.cache import host_sources
+
+    text = "\n".join([
+        "deb http://deb.debian.org/debian bookworm main  # the archive",
+        "deb [arch=amd64 signed-by=/usr/share/keyrings/x.gpg] http://mirror.site:8080/debian bookworm main",
+        "# deb http://commented.example/debian bookworm main",
+        "deb https://tls.example/debian bookworm main",  # through the host's own https_proxy, not squid
+        "",
+        "Types: deb",
+        "URIs: http://archive.ubuntu.com/ubuntu/ http://us-east-1.ec2.archive.ubuntu.com/ubuntu/",
+        "Suites: noble",
+        "",
+        "Types: deb",
+        "URIs: http://disabled.example/ubuntu/",
+        "Enabled: no",
+        "",
+        "[baseos]",
+        "name=BaseOS",
+        "baseurl=http://dl.rockylinux.org/pub/rocky/9/BaseOS/x86_64/os/",
+        "        http://second.example/rocky/",
+        "enabled=1",
+        "[appstream]",
+        "mirrorlist=https://mirrors.rockylinux.org/mirrorlist?repo=AppStream-9",
+        "[off]",
+        "baseurl=http://off.example/",
+        "enabled=0",
+    ])  # fmt: skip
+    assert host_sources(text) == [
+        "http://deb.debian.org/debian", "http://mirror.site:8080/debian",
+        "http://archive.ubuntu.com/ubuntu/", "http://us-east-1.ec2.archive.ubuntu.com/ubuntu/",
+        "http://dl.rockylinux.org/pub/rocky/9/BaseOS/x86_64/os/", "http://second.example/rocky/",
+        "mirrorlist:https://mirrors.rockylinux.org/mirrorlist?repo=AppStream-9",
+    ]  # fmt: skip
+    sources = RepoSources.for_run([], ["debian-12", "ubuntu-24.04", "rocky-9"])
+    assert [u for u in host_sources(text) if not sources.allows(u)] == [
+        "http://mirror.site:8080/debian", "http://second.example/rocky/",
+        "mirrorlist:https://mirrors.rockylinux.org/mirrorlist?repo=AppStream-9",  # its mirrors are unknown here
+    ]  # fmt: skip
+
+
+def test_the_listening_addresses_of_a_port_come_from_the_kernel_s_tables() -> None:
+    from provision.cache import listening_addresses
+
+    tcp = (
+        "  sl  local_address rem_address   st tx_queue rx_queue\n"
+        "   0: 0100007F:9C40 00000000:0000 0A 00000000:00000000\n"  # 127.0.0.1:40000, listening
+        "   1: 00000000:9C40 00000000:0000 0A 00000000:00000000\n"  # 0.0.0.0:40000
+        "   2: 0300CB0A:9C40 0200CB0A:D431 01 00000000:00000000\n"  # an established connection
+        "   3: 0100007F:9C41 00000000:0000 0A 00000000:00000000\n"  # another port
+        "   0: 00000000000000000000000001000000:9C40 00000000000000000000000000000000:0000 0A 0\n"  # ::1
+    )
+    assert listening_addresses(tcp, 40000) == ["127.0.0.1", "0.0.0.0", "::1"]
