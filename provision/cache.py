@@ -39,7 +39,7 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -336,6 +336,12 @@ def role_defaults(roles: Path) -> list[dict[str, Any]]:
     return out
 
 
+def _uncovered(names: Iterable[str]) -> list[str]:
+    """``names`` less those a ".name" among them covers (squid warns about and drops those)."""
+    wild = {h for h in names if h.startswith(".")}
+    return sorted({h for h in names if h in wild or not any(h == w[1:] or h.endswith(w) for w in wild)})
+
+
 def _acl_rules(sources: RepoSources) -> list[str]:
     """squid's http_access rules: only the allowed origins, the lock's before the address checks."""
     # no -n here: squid resolves the request's name, so a public name that resolves into one of
@@ -354,15 +360,16 @@ def _acl_rules(sources: RepoSources) -> list[str]:
             groups.setdefault((o.scheme, o.port, o.is_address), set()).add(o.host)
         for (scheme, port, is_address), names in sorted(groups.items()):
             name = f"{kind}_{scheme}_{port}_{'addr' if is_address else 'name'}"
-            wild = {h for h in names if h.startswith(".")}
-            # squid warns about (and drops) a name that a ".name" in the same ACL already covers
-            hosts = sorted(h for h in names if h in wild or not any(h == w[1:] or h.endswith(w) for w in wild))
+            hosts = _uncovered(names)
             lines.append(f"acl {name} {'dst' if is_address else 'dstdomain'} -n {' '.join(hosts)}")
             if scheme == "https":
                 out.append(f"http_access allow CONNECT {name}")
             else:
                 lines.append(f"acl port_{port} port {port}")
                 out.append(f"http_access allow !CONNECT {name} port_{port}")
+    public = sorted({o.host for o in sources.public})
+    if public:  # squid resolves only names it may fetch: an unlisted one is refused before any DNS
+        lines.append(f"acl public_any dstdomain -n {' '.join(_uncovered(public))}")
     return [
         *dict.fromkeys(lines),  # one port ACL per port, in order
         "http_access deny manager",  # squid's own cache manager pages are not for the hosts
@@ -370,6 +377,7 @@ def _acl_rules(sources: RepoSources) -> list[str]:
         "http_access deny CONNECT !SSL_ports",
         # 1. the lock's repositories win wherever they are: listed on purpose, LAN mirrors included
         *allow_lock,
+        "http_access deny !public_any" if public else "http_access deny all",
         # 2. then nothing that resolves to the controller itself, link-local or a private network
         *(f"http_access deny {name}" for name in DENIED_NETWORKS),
         # 3. then the public archives and the roles' defaults, by name

@@ -149,6 +149,7 @@ def test_squid_allows_the_lock_s_origins_before_the_address_checks_and_public_na
         "http_access allow !CONNECT lock_http_80_name port_80",
         "http_access allow !CONNECT lock_http_8080_addr port_8080",
         "http_access allow CONNECT lock_https_443_name",
+        "http_access deny !public_any",  # an unlisted name is refused before squid resolves it
         "http_access deny to_controller",
         "http_access deny to_link_local",
         "http_access deny to_private",
@@ -158,6 +159,7 @@ def test_squid_allows_the_lock_s_origins_before_the_address_checks_and_public_na
     ]
     assert "acl lock_http_8080_addr dst -n 10.1.2.3\n" in conf and "acl lock_https_443_name dstdomain -n pypi.org\n" in conf
     assert "acl public_http_80_name dstdomain -n .deb.debian.org\n" in conf  # deb.debian.org is inside it
+    assert "acl public_any dstdomain -n .deb.debian.org\n" in conf
     assert "odd.example" not in conf  # CONNECT goes to 443 only
     assert "acl to_private dst 10.0.0.0/8 172.16.0.0/12 192.168.0.0/16 100.64.0.0/10 fc00::/7\n" in conf
 
