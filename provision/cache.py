@@ -12,6 +12,10 @@ For a run that applies to SSH hosts the controller, for the length of the run:
   forwards, so a host reaches both on its own ``127.0.0.1``: hosts need no route to the
   controller, which is what cloud instances behind NAT and jump hosts have.
 
+Not an open proxy: every tunnelled request comes from 127.0.0.1, so squid fetches only from this
+run's repositories and indexes (:class:`RepoSources`, :func:`_acl_rules`) and the forwards must
+listen on the host's loopback only (:meth:`Tunnel.forward`).
+
 Nothing persists on a host: the proxy reaches apt through the play's ``environment`` and the
 wheelhouse is a ``--find-links`` of this run's host_vars, so a killed run leaves no host pointing
 at a tunnel that is gone. ``auto`` never fails a run: a part that cannot start (no squid on the
@@ -35,7 +39,7 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -145,8 +149,246 @@ class WheelSet:
         return out
 
 
-def squid_conf(*, port: int, store: Path, run: Path, parent: str | None, cache_gib: int = 50) -> str:
-    """squid.conf for one run: loopback only, the shared store, this run's logs."""
+# --- what squid may fetch: the run's repositories and indexes, nothing else ---------------------
+
+# Every tunnelled request reaches squid from 127.0.0.1, so "from loopback" says nothing about who
+# asks: any user on any host of the run could otherwise reach the controller's own services and
+# its LAN through the tunnel. squid fetches only from the origins (host and port) of the
+# repositories and package indexes this run's rendered group_vars name, the roles' defaults and
+# the archives of the hosts' OS releases, and refuses the rest with 403.
+
+# The OS archives the hosts' own apt/dnf sources point at, by the lock's `os` (its part before
+# the first "-"). A leading "." also matches subdomains (squid's dstdomain), for the country and
+# cloud-region mirrors. Sources: the releases' default sources as shipped -- Debian 12's
+# /etc/apt/sources.list.d/debian.sources (deb.debian.org, security.debian.org) and Debian's cloud
+# images (cdn-aws.deb.debian.org); Ubuntu 24.04's /etc/apt/sources.list.d/ubuntu.sources
+# (archive.ubuntu.com, security.ubuntu.com, ports.ubuntu.com for arm64) and
+# https://wiki.ubuntu.com/Mirrors (CC.archive.ubuntu.com, <region>.ec2.archive.ubuntu.com);
+# Rocky's /etc/yum.repos.d/rocky.repo (dl.rockylinux.org, mirrors.rockylinux.org); RHEL's
+# redhat.repo (cdn.redhat.com); Amazon Linux 2023's amazonlinux.repo (cdn.amazonlinux.com).
+OS_ARCHIVES: dict[str, tuple[str, ...]] = {
+    "debian": (".deb.debian.org", "security.debian.org"),
+    "ubuntu": (".archive.ubuntu.com", "security.ubuntu.com", "ports.ubuntu.com"),
+    "rocky": ("dl.rockylinux.org", "mirrors.rockylinux.org"),
+    "rhel": ("cdn.redhat.com",),
+    "amzn": ("cdn.amazonlinux.com",),
+}
+
+# Destinations no host may reach through the cache unless the lock names them: the controller
+# itself (RFC 1122 3.2.1.3: 0/8 and 127/8; Linux connects 0.0.0.0 to itself; RFC 4291 ::1, ::),
+# link-local, where cloud metadata services answer (RFC 3927 169.254/16, RFC 4291 fe80::/10),
+# and private networks (RFC 1918; RFC 6598 100.64/10, carrier-grade NAT; RFC 4193 fc00::/7).
+DENIED_NETWORKS = {
+    "to_controller": ("0.0.0.0/8", "127.0.0.0/8", "::1/128", "::/128"),
+    "to_link_local": ("169.254.0.0/16", "fe80::/10"),
+    "to_private": ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "fc00::/7"),
+}
+
+_PROXY_KEYS = {"http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "no_proxy", "NO_PROXY"}
+
+
+@dataclass(frozen=True, order=True)
+class Origin:
+    """Where a repository is: ``scheme`` http (fetched through squid) or https (CONNECT, on 443 only)."""
+
+    scheme: str
+    host: str  # lower case; an IPv6 address without brackets; ".example.org" for it and its subdomains
+    port: int
+
+    @classmethod
+    def of(cls, url: str) -> Origin | None:
+        """The origin of an http(s) URL; None for anything else (a path, a file:// find-link)."""
+        from urllib.parse import urlsplit
+
+        try:
+            parts = urlsplit(url.strip())
+            host, port = parts.hostname, parts.port
+        except ValueError:  # a port out of range, a broken IPv6 literal
+            return None
+        if parts.scheme not in ("http", "https") or not host or "{{" in url:
+            return None
+        return cls(parts.scheme, host.lower(), port or (443 if parts.scheme == "https" else 80))
+
+    @property
+    def is_address(self) -> bool:
+        import ipaddress
+
+        try:
+            ipaddress.ip_address(self.host)
+        except ValueError:
+            return False
+        return True
+
+
+def _urls(value: Any) -> Iterator[str]:
+    """Every http(s) URL in a group_vars value (nested lists and mappings), proxies left out."""
+    if isinstance(value, str):
+        if value.startswith(("http://", "https://")):
+            yield value
+    elif isinstance(value, Mapping):
+        for k, v in value.items():
+            if k not in _PROXY_KEYS:
+                yield from _urls(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _urls(v)
+
+
+@dataclass(frozen=True)
+class RepoSources:
+    """The origins squid may fetch from in one run.
+
+    ``lock``: what this run's rendered group_vars name (the driver and CUDA repositories, an
+    ``install.apt.mirror``, the pip indexes and find-links): the operator chose them, so they are
+    allowed wherever they are, a site mirror on the LAN or the tests' stand-ins on the bridge.
+    ``public``: the roles' defaults and the OS archives (:data:`OS_ARCHIVES`): public names, so
+    one that resolves into :data:`DENIED_NETWORKS` is refused like any other address there.
+    Empty (the default): squid fetches nothing.
+    """
+
+    lock: frozenset[Origin] = frozenset()
+    public: frozenset[Origin] = frozenset()
+
+    @classmethod
+    def for_run(cls, group_vars: Sequence[Mapping[str, Any]], oses: Sequence[str],
+                role_defaults: Sequence[Mapping[str, Any]] = ()) -> RepoSources:  # fmt: skip
+        lock = {o for data in group_vars for u in _urls(data) if (o := Origin.of(u))}
+        public = {o for data in role_defaults for u in _urls(data) if (o := Origin.of(u))}
+        for os_id in oses:
+            for host in OS_ARCHIVES.get(os_id.split("-", 1)[0], ()):
+                public |= {Origin("http", host, 80), Origin("https", host, 443)}
+        return cls(frozenset(lock), frozenset(public - lock))
+
+    def allows(self, url: str) -> bool:
+        """Whether squid would fetch ``url`` by name alone (what a host's own sources may use)."""
+        o = Origin.of(url)
+        return o is not None and any(_covers(a, o) for a in self.lock | self.public)
+
+
+# What apt and dnf fetch on a host, one file after another (the loop keeps deb822 stanzas apart).
+SOURCES_COMMAND = ("for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources "
+                   "/etc/yum.repos.d/*.repo; do [ -f \"$f\" ] && cat \"$f\" && echo; done; true")  # fmt: skip
+
+
+def host_sources(text: str) -> list[str]:
+    """The plain-http URLs of the enabled apt/dnf sources in ``text`` (:data:`SOURCES_COMMAND`'s
+    output), and ``mirrorlist:URL`` for a dnf repository whose mirrors a list names (not known
+    here). HTTPS sources are left out: they go through the host's own https_proxy, not squid.
+
+    Formats: sources.list(5) one-line ``deb [options] URI suite ...`` and deb822 stanzas
+    (``URIs:``, ``Enabled: no``); dnf.conf(5) ``[repo]`` sections (``baseurl`` may list several
+    URLs and continue on indented lines; ``mirrorlist``, ``metalink``; ``enabled=0``)."""
+    out: list[str] = []
+    stanza: dict[str, str] = {}
+    section: dict[str, str] | None = None
+    last = ""
+
+    def end_stanza() -> None:
+        if stanza.get("enabled", "yes").lower() not in ("no", "false", "0"):
+            out.extend(stanza.get("uris", "").split())
+        stanza.clear()
+
+    def end_section() -> None:
+        if section is not None and section.get("enabled", "1").strip() not in ("0", "false", "no"):
+            out.extend(section.get("baseurl", "").replace(",", " ").split())
+            out.extend(f"mirrorlist:{u}" for k in ("mirrorlist", "metalink") if (u := section.get(k, "").strip()))
+
+    for raw in text.splitlines():
+        line = raw.split("#", 1)[0].rstrip()
+        if not line.strip():
+            end_stanza()
+            continue
+        if m := re.match(r"^\s*deb(?:-src)?\s+(?:\[[^\]]*\]\s+)?(\S+)", line):
+            out.append(m.group(1))
+        elif re.match(r"^\[[^\]]+\]$", line.strip()):
+            end_section()
+            section, last = {}, ""
+        elif section is not None and raw[:1].isspace() and last == "baseurl":
+            section["baseurl"] += " " + line.strip()
+        elif section is not None and "=" in line:
+            key, value = (x.strip() for x in line.split("=", 1))
+            section[key.lower()], last = value, key.lower()
+        elif m := re.match(r"^([A-Za-z-]+):\s*(.*)$", line):
+            stanza[m.group(1).lower()] = m.group(2)
+    end_stanza()
+    end_section()
+    return [u for u in out if u.startswith(("http://", "mirrorlist:"))]
+
+
+def _covers(allowed: Origin, o: Origin) -> bool:
+    if (allowed.scheme, allowed.port) != (o.scheme, o.port):
+        return False
+    if allowed.host.startswith("."):
+        return o.host == allowed.host[1:] or o.host.endswith(allowed.host)
+    return o.host == allowed.host
+
+
+def role_defaults(roles: Path) -> list[dict[str, Any]]:
+    """The roles' defaults/main.yml (their URL literals are what a host fetches when no group_vars
+    overrides them, e.g. nvidia_driver_debian_mirror)."""
+    import yaml
+
+    out = []
+    for path in sorted(roles.glob("*/defaults/main.yml")):
+        data = yaml.safe_load(path.read_text())
+        if isinstance(data, dict):
+            out.append(data)
+    return out
+
+
+def _uncovered(names: Iterable[str]) -> list[str]:
+    """``names`` less those a ".name" among them covers (squid warns about and drops those)."""
+    wild = {h for h in names if h.startswith(".")}
+    return sorted({h for h in names if h in wild or not any(h == w[1:] or h.endswith(w) for w in wild)})
+
+
+def _acl_rules(sources: RepoSources) -> list[str]:
+    """squid's http_access rules: only the allowed origins, the lock's before the address checks."""
+    # no -n here: squid resolves the request's name, so a public name that resolves into one of
+    # these networks is refused too
+    lines = [f"acl {name} dst {' '.join(nets)}" for name, nets in DENIED_NETWORKS.items()]
+    allow_lock: list[str] = []
+    allow_public: list[str] = []
+    for kind, origins, out in (("lock", sources.lock, allow_lock), ("public", sources.public, allow_public)):
+        # One ACL per (scheme, port, names|addresses): values on one http_access line are ANDed,
+        # so each line allows exactly those hosts on that port. `-n`: no DNS in either direction
+        # (a name is matched as written, an address listed only matches a URL with that address).
+        groups: dict[tuple[str, int, bool], set[str]] = {}
+        for o in origins:
+            if o.scheme == "https" and o.port != 443:
+                continue  # CONNECT goes to 443 only
+            groups.setdefault((o.scheme, o.port, o.is_address), set()).add(o.host)
+        for (scheme, port, is_address), names in sorted(groups.items()):
+            name = f"{kind}_{scheme}_{port}_{'addr' if is_address else 'name'}"
+            hosts = _uncovered(names)
+            lines.append(f"acl {name} {'dst' if is_address else 'dstdomain'} -n {' '.join(hosts)}")
+            if scheme == "https":
+                out.append(f"http_access allow CONNECT {name}")
+            else:
+                lines.append(f"acl port_{port} port {port}")
+                out.append(f"http_access allow !CONNECT {name} port_{port}")
+    public = sorted({o.host for o in sources.public})
+    if public:  # squid resolves only names it may fetch: an unlisted one is refused before any DNS
+        lines.append(f"acl public_any dstdomain -n {' '.join(_uncovered(public))}")
+    return [
+        *dict.fromkeys(lines),  # one port ACL per port, in order
+        "http_access deny manager",  # squid's own cache manager pages are not for the hosts
+        "http_access deny !loopback",
+        "http_access deny CONNECT !SSL_ports",
+        # 1. the lock's repositories win wherever they are: listed on purpose, LAN mirrors included
+        *allow_lock,
+        "http_access deny !public_any" if public else "http_access deny all",
+        # 2. then nothing that resolves to the controller itself, link-local or a private network
+        *(f"http_access deny {name}" for name in DENIED_NETWORKS),
+        # 3. then the public archives and the roles' defaults, by name
+        *allow_public,
+        "http_access deny all",
+    ]
+
+
+def squid_conf(*, port: int, store: Path, run: Path, parent: str | None, sources: RepoSources,
+               cache_gib: int = 50) -> str:  # fmt: skip
+    """squid.conf for one run: loopback only, the run's repositories only, the shared store, this run's logs."""
     lines = [
         "# written by provision for one `provision up` run (the fleet cache); see provision/cache.py",
         f"http_port 127.0.0.1:{port}",
@@ -167,10 +409,9 @@ def squid_conf(*, port: int, store: Path, run: Path, parent: str | None, cache_g
         "acl loopback src 127.0.0.0/8 ::1",
         "acl SSL_ports port 443",
         "acl CONNECT method CONNECT",
-        # HTTPS sources tunnel through uncached; nothing but loopback (the tunnels) may connect
-        "http_access deny CONNECT !SSL_ports",
-        "http_access allow loopback",
-        "http_access deny all",
+        # HTTPS sources tunnel through uncached; nothing but loopback (the tunnels) may connect,
+        # and only to the run's repositories
+        *_acl_rules(sources),
         *SQUID_REFRESH,
     ]
     if parent:  # the controller itself goes out through a proxy: squid does too
@@ -262,7 +503,8 @@ class CacheReport:
 class Squid:
     """One squid process on 127.0.0.1 for this run, with the store shared between runs."""
 
-    def __init__(self, root: Path, run: str) -> None:
+    def __init__(self, root: Path, run: str, sources: RepoSources | None = None) -> None:
+        self.sources = sources or RepoSources()
         # squid drops root for its `proxy` user: its files live under the cache root, which that
         # user can reach, not in the run dir (often in a private home or /tmp/pytest-of-*)
         self.store = root / "squid"
@@ -280,7 +522,8 @@ class Squid:
         self.port = _free_port()
         conf = self.workdir / "squid.conf"
         conf.write_text(squid_conf(port=self.port, store=self.store, run=self.workdir,
-                                   parent=os.environ.get("http_proxy") or os.environ.get("HTTP_PROXY")))  # fmt: skip
+                                   parent=os.environ.get("http_proxy") or os.environ.get("HTTP_PROXY"),
+                                   sources=self.sources))  # fmt: skip
         if os.geteuid() == 0:  # squid runs as `proxy` when started as root: it must own its files
             uid, gid = _user_ids(SQUID_USER)
             blocked = _not_traversable(self.store, uid)
@@ -347,11 +590,22 @@ class WheelServer:
 
     def start(self) -> int:
         import functools
+        from http import HTTPStatus
         from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 
         outer = self
 
         class Handler(SimpleHTTPRequestHandler):
+            def send_head(self) -> Any:
+                # The wheelhouse and nothing else: the base class already drops `..` from the
+                # path, but it follows symlinks, so a link in the wheelhouse could serve any file
+                # the controller's user can read. Whatever resolves outside the folder, or is not a
+                # plain file or folder (a FIFO would hang this thread), is not found.
+                if not outer.serves(self.translate_path(self.path)):
+                    self.send_error(HTTPStatus.NOT_FOUND, "File not found")
+                    return None
+                return super().send_head()
+
             def copyfile(self, source: Any, outputfile: Any) -> None:
                 before = source.tell()
                 super().copyfile(source, outputfile)
@@ -365,6 +619,13 @@ class WheelServer:
         self.server.daemon_threads = True
         threading.Thread(target=self.server.serve_forever, name="provision-wheels", daemon=True).start()
         return int(self.server.server_address[1])
+
+    def serves(self, local: str) -> bool:
+        """Whether ``local`` (a request's path on disk) is a file or folder inside the wheelhouse."""
+        root = os.path.realpath(self.directory)
+        real = os.path.realpath(local)
+        inside = real == root or real.startswith(root + os.sep)
+        return inside and (os.path.isfile(real) or os.path.isdir(real))
 
     def stop(self) -> None:
         if self.server is not None:
@@ -384,11 +645,32 @@ class Tunnel:
             transport.set_keepalive(30)
 
     def forward(self, local_port: int) -> int:
+        """Forward the host's 127.0.0.1:P (P: the port sshd picks) to ``local_port``; returns P.
+
+        We ask for the loopback address, which binds it there under sshd's default
+        (``GatewayPorts no``: "sshd binds remote port forwardings to the loopback address",
+        sshd_config(5)). ``GatewayPorts yes`` ignores the address asked for and binds the
+        wildcard, which would put squid and the wheelhouse on the host's network: the host's own
+        list of listening sockets decides, and a port bound anywhere else is no tunnel."""
         transport = self.client.get_transport()
         assert transport is not None
-        remote = transport.request_port_forward("127.0.0.1", 0, handler=self._handler)
+        remote = int(transport.request_port_forward("127.0.0.1", 0, handler=self._handler))
         self.ports[remote] = local_port
-        return int(remote)
+        try:
+            exposed = [a for a in self._listening(remote) if not _is_loopback(a)]
+        except Exception as exc:  # unverified is not loopback-only: no tunnel (auto says why)
+            exposed = [f"unknown: cannot read the host's sockets ({_one_line(exc)})"]
+        if exposed:
+            with contextlib.suppress(Exception):
+                transport.cancel_port_forward("127.0.0.1", remote)
+            raise RuntimeError(f"the forwarded port {remote} listens on {', '.join(exposed)}, not only on loopback "
+                               "(GatewayPorts yes in the host's sshd_config?)")  # fmt: skip
+        return remote
+
+    def _listening(self, port: int) -> list[str]:
+        """The addresses the host listens on ``port`` at, from its kernel's socket tables."""
+        _stdin, stdout, _stderr = self.client.exec_command("cat /proc/net/tcp /proc/net/tcp6", timeout=30)
+        return listening_addresses(stdout.read().decode(errors="replace"), port)
 
     def _handler(self, channel: paramiko.Channel, origin: tuple[str, int], server: tuple[str, int]) -> None:
         local = self.ports.get(server[1])
@@ -400,6 +682,36 @@ class Tunnel:
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self.client.close()
+
+
+def listening_addresses(proc_net_tcp: str, port: int) -> list[str]:
+    """Addresses in LISTEN state on ``port`` in Linux's /proc/net/tcp{,6} text (proc(5): local
+    address as hex, IPv4 as one little-endian word, IPv6 as four; state 0A is TCP_LISTEN)."""
+    import ipaddress
+    import socket
+    import struct
+
+    out = []
+    for line in proc_net_tcp.splitlines():
+        fields = line.split()
+        if len(fields) < 4 or fields[3] != "0A" or ":" not in fields[1]:
+            continue
+        addr_hex, port_hex = fields[1].rsplit(":", 1)
+        if int(port_hex, 16) != port:
+            continue
+        raw = bytes.fromhex(addr_hex)
+        words = struct.unpack(f"<{len(raw) // 4}I", raw)  # the kernel prints each 32-bit word in host order
+        packed = struct.pack(f">{len(words)}I", *words)
+        out.append(str(ipaddress.ip_address(packed if len(packed) == 16 else socket.inet_ntoa(packed))))
+    return out
+
+
+def _is_loopback(address: str) -> bool:
+    import ipaddress
+
+    ip = ipaddress.ip_address(address)
+    mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
+    return (mapped or ip).is_loopback
 
 
 def _pump(channel: paramiko.Channel, local_port: int) -> None:
@@ -455,8 +767,11 @@ class FleetCache:
         environment: Mapping[str, str],
         *,
         connect: Any,
+        sources: RepoSources | None = None,
     ) -> dict[str, dict[str, Any]]:
-        """host -> role variables; hosts missing from it fetch everything themselves."""
+        """host -> role variables; hosts missing from it fetch everything themselves.
+
+        ``sources``: what squid may fetch (:class:`RepoSources`; none: nothing)."""
         try:
             self.root.mkdir(parents=True, exist_ok=True)
             self._lockfile = (self.root / ".lock").open("w")
@@ -471,7 +786,7 @@ class FleetCache:
             self.report.apt = "off: another provision run is using the cache"
             self.report.notes.append(f"the cache at {self.root} is in use by another run: hosts fetch themselves")
             return {}
-        apt_local = self._start_squid()
+        apt_local = self._start_squid(sources or RepoSources())
         keys = self._fill_wheels(wheel_sets)
         wheels_local = self._serve_wheels() if any(keys.values()) else None
         out: dict[str, dict[str, Any]] = {}
@@ -482,7 +797,11 @@ class FleetCache:
             tunnel = None
             try:
                 tunnel = self._open_tunnel(t, connect)
-                apt_remote = tunnel.forward(apt_local) if apt_local else None
+                apt_here = apt_local if apt_local and self._sources_served(t.name, tunnel) else None
+                if not (apt_here or (wheels_local and key)):
+                    tunnel.close()
+                    continue
+                apt_remote = tunnel.forward(apt_here) if apt_here else None
                 wheels_remote = tunnel.forward(wheels_local) if wheels_local and key else None
             except Exception as exc:  # auto never fails a run: this host fetches itself
                 if tunnel is not None:
@@ -494,8 +813,22 @@ class FleetCache:
             out[t.name] = host_vars(apt_remote, wheels_remote, key, environment)
         return out
 
-    def _start_squid(self) -> int | None:
-        squid = Squid(self.root, self.run_dir.name)
+    def _sources_served(self, name: str, tunnel: Tunnel) -> bool:
+        """Whether squid serves every plain-http apt/dnf source of the host. One it would refuse
+        (a site mirror the lock does not name, a dnf mirror list) would fail the host's package
+        step with 403: such a host gets no proxy and fetches its packages itself, as without
+        the cache."""
+        assert self.squid is not None
+        _stdin, stdout, _stderr = tunnel.client.exec_command(SOURCES_COMMAND, timeout=30)
+        refused = [u for u in host_sources(stdout.read().decode(errors="replace")) if not self.squid.sources.allows(u)]
+        if refused:
+            self.report.notes.append(
+                f"{name}: its package source {refused[0]} is not one of this run's repositories: the host fetches "
+                "its packages itself (name the mirror in install.apt.mirror to cache it)")  # fmt: skip
+        return not refused
+
+    def _start_squid(self, sources: RepoSources) -> int | None:
+        squid = Squid(self.root, self.run_dir.name, sources)
         try:
             squid.start()
         except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
@@ -579,10 +912,17 @@ def _free_port() -> int:
 def _chown_tree(path: Path, uid: int, gid: int) -> None:
     """Give ``path`` and everything under it to ``uid``; a folder already theirs is left as is
     (squid owns what it writes there, and the store can hold many thousands of files)."""
+    # Never through a symlink: squid's user owns what is in the store, so a link it planted there
+    # (store/00 -> /etc/shadow) must not make root give that user the link's target. lchown
+    # changes the link itself, and the walk does not descend into linked folders.
+    if path.is_symlink():
+        raise RuntimeError(f"{path} is a symlink; the cache's folders must be real folders")
     if path.stat().st_uid == uid:
         return
-    for p in [path, *path.rglob("*")]:
-        os.chown(p, uid, gid)
+    os.chown(path, uid, gid, follow_symlinks=False)
+    for top, dirs, files in os.walk(path, followlinks=False):
+        for name in (*dirs, *files):
+            os.chown(os.path.join(top, name), uid, gid, follow_symlinks=False)
 
 
 def _user_ids(user: str) -> tuple[int, int]:

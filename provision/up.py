@@ -318,7 +318,8 @@ def _start_cache(
     import yaml
 
     from provision import verify as verify_api
-    from provision.cache import FleetCache, WheelSet, default_root
+    from provision.cache import FleetCache, RepoSources, WheelSet, default_root, role_defaults
+    from provision.render import default_roles_path
 
     ansible = run_dir / "ansible"
     inventory = yaml.safe_load((ansible / "inventory.yml").read_text())
@@ -329,13 +330,18 @@ def _start_cache(
     wheel_sets = {t.name: WheelSet.from_group_vars(group_vars[group_of[t.name]], platform.get(t.name) or {})
                   for t in targets}  # fmt: skip
     everyone = yaml.safe_load((ansible / "group_vars" / "all.yml").read_text()) or {}
+    # squid fetches only from what these hosts' variables and roles name, and their OS archives
+    sources = RepoSources.for_run([everyone, *group_vars.values()],
+                                  [str((platform.get(t.name) or {}).get("os") or "") for t in targets],
+                                  role_defaults(Path(default_roles_path())))  # fmt: skip
     root = Path(config.install.cache_dir).expanduser() if config.install.cache_dir else default_root()
     cache = FleetCache(root, run_dir, python_exe=sys.executable, say=say)
     connect = verify_api.default_connect(
         accept_new_host_keys=options.accept_new_host_keys, ssh_config=options.ssh_config
     )
     try:
-        per_host = cache.start(targets, wheel_sets, everyone.get("provision_environment") or {}, connect=connect)
+        per_host = cache.start(targets, wheel_sets, everyone.get("provision_environment") or {}, connect=connect,
+                               sources=sources)  # fmt: skip
     except BaseException:
         cache.close()
         raise

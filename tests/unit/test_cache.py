@@ -22,6 +22,8 @@ import pytest
 
 from provision.cache import (
     FleetCache,
+    Origin,
+    RepoSources,
     Squid,
     WheelServer,
     WheelSet,
@@ -96,12 +98,70 @@ def test_host_vars_point_apt_and_pip_at_the_hosts_own_loopback() -> None:
 
 
 def test_squid_conf_listens_on_loopback_only_and_chains_to_the_controllers_proxy(tmp_path: Path) -> None:
-    conf = squid_conf(port=3999, store=tmp_path / "s", run=tmp_path / "r", parent="http://user:pw@proxy.corp:8080")
+    conf = squid_conf(port=3999, store=tmp_path / "s", run=tmp_path / "r", parent="http://user:pw@proxy.corp:8080",
+                      sources=RepoSources())  # fmt: skip
     assert "http_port 127.0.0.1:3999\n" in conf
-    assert "http_access allow loopback\nhttp_access deny all\n" in conf
+    assert "http_access allow loopback" not in conf  # every tunnelled request comes from loopback
+    assert conf.count("http_access allow") == 0 and "http_access deny all\n" in conf  # no sources: nothing
     assert "cache_peer proxy.corp parent 8080 0 no-query default" in conf and "never_direct allow all" in conf
     assert "pw" not in conf.replace("proxy.corp", "")  # the parent's credentials are not written out
-    assert "cache_peer" not in squid_conf(port=1, store=tmp_path, run=tmp_path, parent=None)
+    assert "cache_peer" not in squid_conf(port=1, store=tmp_path, run=tmp_path, parent=None, sources=RepoSources())
+
+
+def test_the_run_s_sources_are_its_group_vars_urls_the_roles_defaults_and_the_os_archives() -> None:
+    from provision.cache import role_defaults
+    from provision.render import default_roles_path
+
+    group_vars = {
+        **GROUP_VARS,
+        "nvidia_driver_repo_url": "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64",
+        "nvidia_driver_debian_mirror": "http://10.1.2.3:8080/debian",  # a site mirror on the LAN
+        "frameworks_find_links": ["/srv/wheels", "http://[fd00::5]/wheels/"],
+        "provision_environment": {"http_proxy": "http://proxy.corp:3128"},  # a proxy is not a source
+    }
+    got = RepoSources.for_run([group_vars], ["ubuntu-22.04", "debian-12"], role_defaults(Path(default_roles_path())))
+    assert got.lock == {
+        Origin("https", "developer.download.nvidia.com", 443), Origin("https", "download.pytorch.org", 443),
+        Origin("https", "mirror.example", 443), Origin("https", "pypi.org", 443),
+        Origin("http", "10.1.2.3", 8080), Origin("http", "fd00::5", 80),
+    }  # fmt: skip
+    assert {Origin("http", ".archive.ubuntu.com", 80), Origin("http", "security.ubuntu.com", 80),
+            Origin("http", ".deb.debian.org", 80),  # the OS archives ...
+            Origin("http", "deb.debian.org", 80), Origin("https", "nvidia.github.io", 443),  # ... the roles' defaults
+            } <= got.public  # fmt: skip
+    assert not any("{{" in o.host or o.host == "proxy.corp" for o in got.lock | got.public)
+    assert got.allows("http://us-east-1.ec2.archive.ubuntu.com/ubuntu/") and got.allows("http://10.1.2.3:8080/x")
+    assert not got.allows("http://10.1.2.3/x") and not got.allows("http://evilarchive.ubuntu.com/")
+    assert not got.allows("https://pypi.org:8443/") and not got.allows("ftp://deb.debian.org/")
+
+
+def test_squid_allows_the_lock_s_origins_before_the_address_checks_and_public_names_after(tmp_path: Path) -> None:
+    sources = RepoSources(lock=frozenset({Origin("http", "10.1.2.3", 8080), Origin("http", "mirror.corp", 80),
+                                          Origin("https", "pypi.org", 443), Origin("https", "odd.example", 8443)}),
+                          public=frozenset({Origin("http", ".deb.debian.org", 80), Origin("http", "deb.debian.org", 80),
+                                            Origin("https", ".deb.debian.org", 443)}))  # fmt: skip
+    conf = squid_conf(port=3999, store=tmp_path, run=tmp_path, parent=None, sources=sources)
+    rules = [ln for ln in conf.splitlines() if ln.startswith("http_access")]
+    assert rules == [
+        "http_access deny manager",
+        "http_access deny !loopback",
+        "http_access deny CONNECT !SSL_ports",
+        "http_access allow !CONNECT lock_http_80_name port_80",
+        "http_access allow !CONNECT lock_http_8080_addr port_8080",
+        "http_access allow CONNECT lock_https_443_name",
+        "http_access deny !public_any",  # an unlisted name is refused before squid resolves it
+        "http_access deny to_controller",
+        "http_access deny to_link_local",
+        "http_access deny to_private",
+        "http_access allow !CONNECT public_http_80_name port_80",
+        "http_access allow CONNECT public_https_443_name",
+        "http_access deny all",
+    ]
+    assert "acl lock_http_8080_addr dst -n 10.1.2.3\n" in conf and "acl lock_https_443_name dstdomain -n pypi.org\n" in conf
+    assert "acl public_http_80_name dstdomain -n .deb.debian.org\n" in conf  # deb.debian.org is inside it
+    assert "acl public_any dstdomain -n .deb.debian.org\n" in conf
+    assert "odd.example" not in conf  # CONNECT goes to 443 only
+    assert "acl to_private dst 10.0.0.0/8 172.16.0.0/12 192.168.0.0/16 100.64.0.0/10 fc00::/7\n" in conf
 
 
 def test_squid_stats_count_hits_and_the_bytes_that_came_from_upstream() -> None:
@@ -154,7 +214,7 @@ def test_real_squid_fetches_once_and_serves_again_from_its_store(
     monkeypatch.delenv("http_proxy", raising=False)
     monkeypatch.delenv("HTTP_PROXY", raising=False)
     url, root = origin
-    squid = Squid(cache_root, "run-1")
+    squid = Squid(cache_root, "run-1", RepoSources(lock=frozenset({Origin.of(url)})))  # type: ignore[arg-type]
     squid.start()
     try:
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": f"http://127.0.0.1:{squid.port}"}))
@@ -169,6 +229,56 @@ def test_real_squid_fetches_once_and_serves_again_from_its_store(
     assert (stats.requests, stats.hits) == (3, 2), (tmp_path / "access.log").read_text()
     assert stats.upstream_bytes == 200_000
     assert (tmp_path / "access.log").read_text().count("demo_1.0_amd64.deb") == 3
+
+
+def _proxy_status(port: int, request: str) -> int:
+    """The status line squid answers ``request`` with (a raw socket: CONNECT as a client sends it)."""
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
+        s.sendall(request.encode())
+        head = s.recv(4096).decode(errors="replace")
+    return int(head.split()[1])
+
+
+def test_real_squid_fetches_only_the_run_s_repositories(
+    origin: tuple[str, Path], cache_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """squid.conf's order really works: the lock's loopback stand-in is served, the controller's other
+    loopback ports are not, an unlisted name is not, a public name that resolves to loopback is not."""
+    if shutil.which("squid", path=os.environ["PATH"] + ":/usr/sbin") is None:
+        if os.environ.get("PROVISION_REQUIRE_TESTHOSTS") == "1":
+            pytest.fail("squid is not installed (tests/hosts/install-deps.sh installs it)")
+        pytest.skip("squid is not installed")
+    monkeypatch.delenv("http_proxy", raising=False)
+    monkeypatch.delenv("HTTP_PROXY", raising=False)
+    url, _root = origin
+    port = int(url.rsplit(":", 1)[1])
+    lock = {Origin("http", "127.0.0.1", port), Origin("https", "127.0.0.1", 443), Origin("https", "pypi.org", 443)}
+    public = {Origin("http", "localhost", port)}  # a public name that resolves to the controller itself
+    squid = Squid(cache_root, "run-acl", RepoSources(lock=frozenset(lock), public=frozenset(public)))
+    squid.start()
+    try:
+        get = "GET {} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        connect = "CONNECT {0} HTTP/1.1\r\nHost: {0}\r\n\r\n"
+        got = {
+            "listed": _proxy_status(squid.port, get.format(f"{url}/pool/demo_1.0_amd64.deb")),
+            "controller ssh": _proxy_status(squid.port, get.format("http://127.0.0.1:22/")),
+            "controller 0.0.0.0": _proxy_status(squid.port, get.format(f"http://0.0.0.0:{port}/")),
+            "public name to loopback": _proxy_status(squid.port, get.format(f"http://localhost:{port}/")),
+            "unlisted": _proxy_status(squid.port, get.format("http://unlisted.example/")),
+            "link-local": _proxy_status(squid.port, get.format("http://169.254.169.254/latest/meta-data/")),
+            "connect unlisted": _proxy_status(squid.port, connect.format("unlisted.example:443")),
+            "connect listed, other port": _proxy_status(squid.port, connect.format("pypi.org:8443")),
+            "connect controller ssh": _proxy_status(squid.port, connect.format("127.0.0.1:22")),
+        }
+        # squid let it through: nothing listens on the controller's 443, so the tunnel fails (503)
+        connect_listed = _proxy_status(squid.port, connect.format("127.0.0.1:443"))
+    finally:
+        squid.stop()
+    assert got.pop("listed") == 200, got
+    assert got == dict.fromkeys(got, 403), got
+    assert connect_listed == 503
 
 
 def test_the_wheel_server_lists_the_wheelhouse_for_pip_and_counts_what_it_served(tmp_path: Path) -> None:
@@ -228,7 +338,7 @@ def test_a_host_whose_tunnel_cannot_open_fetches_itself(cache_root: Path, tmp_pa
                                   {"python": "3.11", "arch": "x86_64"})  # fmt: skip
     (tmp_path / "demo-1.0-py3-none-any.whl").write_bytes(_wheel("demo", "1.0"))
     cache = FleetCache(cache_root, tmp_path / "run-y", python_exe=sys.executable)
-    cache._start_squid = lambda: None  # type: ignore[method-assign]  # the apt part is the other test's
+    cache._start_squid = lambda _sources: None  # type: ignore[method-assign]  # the apt part is the other test's
     assert cache.start([HostTarget("th1", "10.0.0.1")], {"th1": ws}, {}, connect=connect) == {}
     report = cache.close().to_json()
     assert report["wheels"] == {"cp311-x86_64": "on"} and (house / "demo-1.0-py3-none-any.whl").is_file()
@@ -272,3 +382,111 @@ def test_a_machine_without_squids_user_is_a_reason_not_a_traceback() -> None:
     assert _user_ids("root") == (0, 0)
     with pytest.raises(RuntimeError, match="squid's user no-such-user-here does not exist"):
         _user_ids("no-such-user-here")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root (the cache chowns only as root)")
+def test_the_stores_chown_does_not_follow_a_symlink_planted_in_it(tmp_path: Path) -> None:
+    """squid's user owns the store: a link it left there must not make root give it the target."""
+    from provision.cache import _chown_tree
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    secret, folder = outside / "secret", outside / "folder"
+    secret.write_text("root's")
+    folder.mkdir()
+    (folder / "inner").write_text("root's too")
+    store = tmp_path / "store"
+    (store / "00").mkdir(parents=True)
+    (store / "00" / "obj").write_text("squid's")
+    (store / "00" / "link").symlink_to(secret)
+    (store / "dirlink").symlink_to(folder, target_is_directory=True)
+    _chown_tree(store, 4242, 4243)
+    assert (store / "00" / "obj").stat().st_uid == 4242 and store.stat().st_gid == 4243
+    assert (store / "00" / "link").lstat().st_uid == 4242  # the link itself changed hands ...
+    for p in (secret, folder, folder / "inner"):  # ... what it points at did not
+        assert p.stat().st_uid == 0, p
+    # a store that is itself a link (to /etc, say) is refused, not walked
+    (tmp_path / "store-link").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(RuntimeError, match="is a symlink"):
+        _chown_tree(tmp_path / "store-link", 4242, 4243)
+    assert outside.stat().st_uid == 0
+
+
+def test_the_wheel_server_serves_the_wheelhouse_and_nothing_else(tmp_path: Path) -> None:
+    """No way out of the wheelhouse: `..` in any spelling, a symlink planted in it, a FIFO."""
+    import urllib.error
+
+    house = tmp_path / "wheels"
+    (house / "cp311-x86_64").mkdir(parents=True)
+    (house / "cp311-x86_64" / "demo-1.0-py3-none-any.whl").write_bytes(b"w")
+    (tmp_path / "secret.txt").write_text("the controller's own file")
+    (house / "cp311-x86_64" / "leak.whl").symlink_to(tmp_path / "secret.txt")
+    (house / "etc").symlink_to("/etc", target_is_directory=True)
+    os.mkfifo(house / "cp311-x86_64" / "fifo.whl")
+    server = WheelServer(house)
+    port = server.start()
+    base = f"http://127.0.0.1:{port}"
+    try:
+        assert urllib.request.urlopen(f"{base}/cp311-x86_64/demo-1.0-py3-none-any.whl", timeout=5).read() == b"w"
+        for path in ("/../secret.txt", "/%2e%2e/secret.txt", "/cp311-x86_64/..%2f..%2fsecret.txt",
+                     "//etc/hostname", "/cp311-x86_64/leak.whl", "/etc/hostname", "/etc/", "/cp311-x86_64/fifo.whl"):  # fmt: skip
+            with pytest.raises(urllib.error.HTTPError) as exc:
+                urllib.request.urlopen(base + path, timeout=5)
+            assert exc.value.code == 404, path
+    finally:
+        server.stop()
+
+
+def test_a_host_s_plain_http_sources_are_read_from_apt_and_dnf_files() -> None:
+    from provision.cache import host_sources
+
+    text = "\n".join([
+        "deb http://deb.debian.org/debian bookworm main  # the archive",
+        "deb [arch=amd64 signed-by=/usr/share/keyrings/x.gpg] http://mirror.site:8080/debian bookworm main",
+        "# deb http://commented.example/debian bookworm main",
+        "deb https://tls.example/debian bookworm main",  # through the host's own https_proxy, not squid
+        "",
+        "Types: deb",
+        "URIs: http://archive.ubuntu.com/ubuntu/ http://us-east-1.ec2.archive.ubuntu.com/ubuntu/",
+        "Suites: noble",
+        "",
+        "Types: deb",
+        "URIs: http://disabled.example/ubuntu/",
+        "Enabled: no",
+        "",
+        "[baseos]",
+        "name=BaseOS",
+        "baseurl=http://dl.rockylinux.org/pub/rocky/9/BaseOS/x86_64/os/",
+        "        http://second.example/rocky/",
+        "enabled=1",
+        "[appstream]",
+        "mirrorlist=https://mirrors.rockylinux.org/mirrorlist?repo=AppStream-9",
+        "[off]",
+        "baseurl=http://off.example/",
+        "enabled=0",
+    ])  # fmt: skip
+    assert host_sources(text) == [
+        "http://deb.debian.org/debian", "http://mirror.site:8080/debian",
+        "http://archive.ubuntu.com/ubuntu/", "http://us-east-1.ec2.archive.ubuntu.com/ubuntu/",
+        "http://dl.rockylinux.org/pub/rocky/9/BaseOS/x86_64/os/", "http://second.example/rocky/",
+        "mirrorlist:https://mirrors.rockylinux.org/mirrorlist?repo=AppStream-9",
+    ]  # fmt: skip
+    sources = RepoSources.for_run([], ["debian-12", "ubuntu-24.04", "rocky-9"])
+    assert [u for u in host_sources(text) if not sources.allows(u)] == [
+        "http://mirror.site:8080/debian", "http://second.example/rocky/",
+        "mirrorlist:https://mirrors.rockylinux.org/mirrorlist?repo=AppStream-9",  # its mirrors are unknown here
+    ]  # fmt: skip
+
+
+def test_the_listening_addresses_of_a_port_come_from_the_kernel_s_tables() -> None:
+    from provision.cache import listening_addresses
+
+    tcp = (
+        "  sl  local_address rem_address   st tx_queue rx_queue\n"
+        "   0: 0100007F:9C40 00000000:0000 0A 00000000:00000000\n"  # 127.0.0.1:40000, listening
+        "   1: 00000000:9C40 00000000:0000 0A 00000000:00000000\n"  # 0.0.0.0:40000
+        "   2: 0300CB0A:9C40 0200CB0A:D431 01 00000000:00000000\n"  # an established connection
+        "   3: 0100007F:9C41 00000000:0000 0A 00000000:00000000\n"  # another port
+        "   0: 00000000000000000000000001000000:9C40 00000000000000000000000000000000:0000 0A 0\n"  # ::1
+    )
+    assert listening_addresses(tcp, 40000) == ["127.0.0.1", "0.0.0.0", "::1"]
