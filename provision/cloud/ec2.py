@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import time
 from collections.abc import Callable, Iterator
@@ -59,6 +60,27 @@ def parse_iso(text: str) -> datetime | None:
 
 def new_run_id(now: datetime | None = None) -> str:
     return f"{(now or _utcnow()).strftime('%Y%m%d-%H%M%S')}-{os.urandom(2).hex()}"
+
+
+# The only form new_run_id makes. A run id names paths (.provision/runs/<id>/, inventory/ec2-<id>.yml)
+# and anyone who may tag in the account can write a `provision:run` tag, so every id read from a
+# tag or from the command line is checked against this before it is used.
+_RUN_ID = re.compile(r"[0-9]{8}-[0-9]{6}-[0-9a-f]{4}")
+
+
+def is_run_id(text: str) -> bool:
+    """True for an id of the form :func:`new_run_id` makes (and nothing else, no path parts)."""
+    return _RUN_ID.fullmatch(text) is not None
+
+
+def check_run_id(text: str, what: str = "--run") -> str:
+    """A run id from the command line; bad input (exit 2) unless it is of the form provision makes."""
+    if not is_run_id(text):
+        raise BadInput(
+            f"{what} {text[:80]!r} is not a provision run id",
+            "give the id `provision cloud ls` shows, e.g. 20261130-020846-fc86",
+        )
+    return text
 
 
 def open_session(region: str | None) -> tuple[Any, str]:
@@ -183,6 +205,40 @@ class CloudInstance:
         return d
 
 
+@dataclass(frozen=True)
+class Skipped:
+    """A resource whose ``provision:run`` tag is not an id provision makes: reported, never acted on."""
+
+    resource: str  # instance id, security group id or key pair name
+    run: str  # the tag's value as Python's repr shows it, cut to 80 characters (it may hold anything)
+    reason: str = "not a provision run id"
+
+    def to_json(self) -> dict[str, str]:
+        return asdict(self)
+
+    def line(self) -> str:
+        return f"skipped {self.resource}: its {TAG_RUN} tag {self.run} is {self.reason}; left as it is"
+
+
+def _skipped(resource: str, tags: dict[str, str]) -> Skipped:
+    return Skipped(resource, repr(tags.get(TAG_RUN, ""))[:80])
+
+
+def _split_by_run_id(
+    resources: list[dict[str, Any]], id_key: str
+) -> tuple[list[dict[str, Any]], list[Skipped]]:
+    """(the resources tagged with a valid run id, the others as Skipped)."""
+    ok: list[dict[str, Any]] = []
+    bad: list[Skipped] = []
+    for r in resources:
+        tags = _tag_map(r)
+        if is_run_id(tags.get(TAG_RUN, "")):
+            ok.append(r)
+        else:
+            bad.append(_skipped(str(r[id_key]), tags))
+    return ok, bad
+
+
 @dataclass
 class DownResult:
     runs: list[str]
@@ -190,6 +246,7 @@ class DownResult:
     security_groups: list[str]
     key_pairs: list[str]
     local_files: list[str]
+    skipped: list[Skipped] = field(default_factory=list)
 
 
 class Ec2:
@@ -301,6 +358,7 @@ class Ec2:
         boot_timeout_s: float = 900.0,
         accept_no_host_keys: bool = True,
     ) -> LaunchResult:
+        check_run_id(req.run, "run")  # it names the run dir below
         now = self.now()
         expires = iso(now + req.ttl)
         tags = {TAG_RUN: req.run, TAG_EXPIRES: expires, "Name": f"provision-{req.run}", **req.tags}
@@ -803,14 +861,23 @@ class Ec2:
 
     # --- list -------------------------------------------------------------------------------------
     def instances(self) -> list[CloudInstance]:
+        return self.listing()[0]
+
+    def listing(self) -> tuple[list[CloudInstance], list[Skipped]]:
+        """The live instances of provision's runs, and those whose run tag is not a run id."""
         now = self.now()
-        found = self._paged(
-            "describe_instances",
-            "Reservations",
-            Filters=[
-                {"Name": "tag-key", "Values": [TAG_RUN]},
-                {"Name": "instance-state-name", "Values": LIVE_STATES},
-            ],
+        found, skipped = _split_by_run_id(
+            list(
+                self._paged(
+                    "describe_instances",
+                    "Reservations",
+                    Filters=[
+                        {"Name": "tag-key", "Values": [TAG_RUN]},
+                        {"Name": "instance-state-name", "Values": LIVE_STATES},
+                    ],
+                )
+            ),
+            "InstanceId",
         )
         out = []
         spot_cache: dict[tuple[str, str], float | None] = {}
@@ -849,7 +916,7 @@ class Ec2:
                     cost_so_far_usd=prices.cost_so_far(price, launched, now),
                 )
             )
-        return sorted(out, key=lambda c: (c.run, c.id))
+        return sorted(out, key=lambda c: (c.run, c.id)), skipped
 
     # --- down -------------------------------------------------------------------------------------
     def _tagged(self, op: str, key: str) -> list[dict[str, Any]]:
@@ -863,19 +930,27 @@ class Ec2:
         all_runs: bool = False,
         workdir: Path | None = None,
     ) -> DownResult:
+        if run is not None:
+            check_run_id(run)
         now = self.now()
-        insts = list(
-            self._paged(
-                "describe_instances",
-                "Reservations",
-                Filters=[
-                    {"Name": "tag-key", "Values": [TAG_RUN]},
-                    {"Name": "instance-state-name", "Values": LIVE_STATES},
-                ],
-            )
+        insts, skipped_i = _split_by_run_id(
+            list(
+                self._paged(
+                    "describe_instances",
+                    "Reservations",
+                    Filters=[
+                        {"Name": "tag-key", "Values": [TAG_RUN]},
+                        {"Name": "instance-state-name", "Values": LIVE_STATES},
+                    ],
+                )
+            ),
+            "InstanceId",
         )
-        groups = self._tagged("describe_security_groups", "SecurityGroups")
-        keys = self._tagged("describe_key_pairs", "KeyPairs")
+        # A tag that is not a run id is someone else's (or an attack on the paths below):
+        # its resources are reported and neither terminated nor deleted, and no path is built from it.
+        groups, skipped_g = _split_by_run_id(self._tagged("describe_security_groups", "SecurityGroups"), "GroupId")
+        keys, skipped_k = _split_by_run_id(self._tagged("describe_key_pairs", "KeyPairs"), "KeyName")
+        skipped = [*skipped_i, *skipped_g, *skipped_k]
 
         def chosen(tags: dict[str, str]) -> bool:
             if all_runs:
@@ -913,14 +988,18 @@ class Ec2:
             for r in runs:
                 if r in alive:
                     continue
-                for p in (
-                    workdir / ".provision" / "runs" / r / "id_ed25519",
-                    workdir / "inventory" / f"ec2-{r}.yml",
-                ):
+                for p in local_files(workdir, r):
                     if p.exists():
                         p.unlink()
                         local.append(str(p))
-        return DownResult(runs, t_ids, g_ids, k_names, local)
+        return DownResult(runs, t_ids, g_ids, k_names, local, skipped)
+
+
+def local_files(workdir: Path, run: str) -> tuple[Path, Path]:
+    """The run's private key and inventory under ``workdir``; only for a valid run id."""
+    if not is_run_id(run):  # every caller filtered already: this is the last line of defence
+        raise ValueError(f"not a run id: {run!r}")
+    return workdir / ".provision" / "runs" / run / "id_ed25519", workdir / "inventory" / f"ec2-{run}.yml"
 
 
 def ssh_answers(host: str, port: int, timeout_s: float = 5.0) -> bool:

@@ -17,7 +17,7 @@ from provision.errors import BadInput
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from provision.cloud.ec2 import CloudInstance, DownResult, LaunchResult
+    from provision.cloud.ec2 import CloudInstance, DownResult, LaunchResult, Skipped
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -153,7 +153,7 @@ def ls(region: str | None, as_json: bool) -> int:
     from provision.cloud.errors import aws_errors
 
     with aws_errors("listing instances"):
-        items = ec2mod.Ec2(session, reg).instances()
+        items, skipped = ec2mod.Ec2(session, reg).listing()
     now = datetime.now(timezone.utc)
     doc = {
         "ok": True,
@@ -162,12 +162,18 @@ def ls(region: str | None, as_json: bool) -> int:
         "usd_per_hour": round(sum(i.usd_per_hour or 0.0 for i in items), 4),
         "cost_so_far_usd": round(sum(i.cost_so_far_usd or 0.0 for i in items), 4),
         "unpriced": [i.id for i in items if i.usd_per_hour is None],
+        # instances whose provision:run tag is not an id provision makes: not provision's, not listed
+        "skipped": [s.to_json() for s in skipped],
     }
-    emit(doc, as_json, lambda con: _ls_human(con, items, now, doc))
+    emit(doc, as_json, lambda con: _ls_human(con, items, now, doc, skipped))
     return 0
 
 
-def _ls_human(con: Console, items: list[CloudInstance], now: Any, doc: dict[str, Any]) -> None:
+def _ls_human(
+    con: Console, items: list[CloudInstance], now: Any, doc: dict[str, Any], skipped: list[Skipped]
+) -> None:
+    for s in skipped:
+        con.print(s.line(), markup=False, soft_wrap=True)
     if not items:
         con.print(f"no provision instances in {doc['region']}")
         return
@@ -222,6 +228,8 @@ def down(run: str | None, expired: bool, all_runs: bool, region: str | None, as_
         raise BadInput(
             "say what to end: exactly one of --run ID, --expired, --all", "see 'provision cloud down --help'"
         )
+    if run is not None:
+        ec2mod.check_run_id(run)  # it names local paths: bad input before any AWS call
     session, reg = ec2mod.open_session(region)
     from provision.cloud.errors import aws_errors
 
@@ -241,10 +249,13 @@ def _down_json(r: DownResult, region: str) -> dict[str, Any]:
         "security_groups": r.security_groups,
         "key_pairs": r.key_pairs,
         "local_files": r.local_files,
+        "skipped": [s.to_json() for s in r.skipped],
     }
 
 
 def _down_human(con: Console, r: DownResult) -> None:
+    for s in r.skipped:
+        con.print(s.line(), markup=False, soft_wrap=True)
     if not r.runs:
         con.print("nothing to end")
         return

@@ -183,3 +183,59 @@ def test_human_output(aws: Aws, capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0 and "g5.xlarge" in out and "in 8.0h" in out
     code, out, _ = run_cli(["cloud", "down", "--all"], capsys)
     assert code == 0 and "terminated 1 instance(s)" in out
+
+
+def _foreign_tagged_instance(aws: Aws, run_tag: str) -> str:
+    """An instance someone else tagged with `provision:run` (already expired), made straight on moto."""
+    res = aws.ec2.run_instances(
+        ImageId=aws.ami(), InstanceType="g5.xlarge", MinCount=1, MaxCount=1,
+        TagSpecifications=[{"ResourceType": "instance", "Tags": [
+            {"Key": "provision:run", "Value": run_tag},
+            {"Key": "provision:expires-at", "Value": "2020-01-01T00:00:00Z"}]}],
+    )
+    return str(res["Instances"][0]["InstanceId"])
+
+
+@pytest.mark.parametrize("selector", [["--expired"], ["--all"]])
+def test_down_never_follows_a_run_tag_out_of_the_run_dirs(
+    aws: Aws, capsys: pytest.CaptureFixture[str], tmp_path: Path, selector: list[str]
+) -> None:
+    """A `provision:run` tag of `../../../victim` made `down --expired` delete victim/id_ed25519.
+
+    Only ids of the form provision makes are acted on; the others are reported and left alone
+    (not terminated, no local path built from them).
+    """
+    victim = tmp_path / "victim" / "id_ed25519"
+    victim.parent.mkdir()
+    victim.write_text("someone else's key\n")
+    # the path the tag names, relative to the work dir's run dirs, is the victim's file
+    assert (aws.workdir / ".provision" / "runs" / "../../../victim" / "id_ed25519").resolve() == victim.resolve()
+    foreign = _foreign_tagged_instance(aws, "../../../victim")
+    code, ours, err = up(aws, capsys, "--instance-type", "g6.xlarge", "--ttl", "1s", "--new-key")
+    assert code == 0, err
+    time.sleep(1.2)
+    code, out, err = run_cli(["cloud", "down", *selector, "--json"], capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    assert victim.read_text() == "someone else's key\n"
+    assert doc["runs"] == [ours["run"]] and doc["terminated"] == [ours["instances"][0]["id"]]
+    assert doc["skipped"] == [{"resource": foreign, "run": "'../../../victim'",
+                               "reason": "not a provision run id"}]
+    assert [i["InstanceId"] for i in aws.live()] == [foreign]  # not ours to end
+    assert not any(str(tmp_path / "victim") in f for f in doc["local_files"])
+
+    code, out, _ = run_cli(["cloud", "down", *selector], capsys)
+    assert code == 0 and f"skipped {foreign}: its provision:run tag '../../../victim' is not a provision run id" in out
+
+    code, out, _ = run_cli(["cloud", "ls", "--json"], capsys)
+    listed = json.loads(out)
+    assert listed["instances"] == [] and [s["resource"] for s in listed["skipped"]] == [foreign]
+    code, out, _ = run_cli(["cloud", "ls"], capsys)
+    assert f"skipped {foreign}" in out
+
+
+@pytest.mark.parametrize("bad", ["../../../victim", "20261130-020846-fc86/..", "x", "20261130-020846-FC86", ""])
+def test_down_run_takes_only_a_provision_run_id(aws: Aws, capsys: pytest.CaptureFixture[str], bad: str) -> None:
+    code, out, err = run_cli(["cloud", "down", "--run", bad], capsys)
+    assert code == 2 and out == ""
+    assert err.startswith("error: --run ") and "is not a provision run id" in err and err.count("\n") == 1
