@@ -432,7 +432,7 @@ class Ec2:
                 if err is not None:
                     raise err from exc
                 raise
-            self._cleanup(created, say, exc)
+            self._cleanup(created, say, exc, req.run)
             if err is not None:
                 raise err from exc
             raise
@@ -795,13 +795,44 @@ class Ec2:
             out.append(Host(h.name, h.address, h.port, h.user, h.instance_type, h.zone, tuple(keys)))
         return out
 
-    def _cleanup(self, created: Created, say: Say, cause: BaseException) -> None:
-        say(f"launch failed ({type(cause).__name__}); removing {created.describe()}")
-        leftovers = self._remove(
-            created.instances,
-            [created.security_group] if created.security_group else [],
-            [created.key_name] if created.key_name else [],
+    def _of_run(self, run: str) -> Created:
+        """What AWS holds tagged ``provision:run=<run>``: instances not yet terminated, group, key pair.
+
+        A launch interrupted while RunInstances (or CreateKeyPair...) was in flight never got
+        the ids back, but EC2 made the resources with the run's tags (TagSpecifications), so the
+        tag finds them.
+        """
+        run_filter = [{"Name": f"tag:{TAG_RUN}", "Values": [run]}]
+        insts = self._paged(
+            "describe_instances",
+            "Reservations",
+            Filters=[*run_filter, {"Name": "instance-state-name", "Values": LIVE_STATES}],
         )
+        groups = list(self._paged("describe_security_groups", "SecurityGroups", Filters=run_filter))
+        keys = list(self._paged("describe_key_pairs", "KeyPairs", Filters=run_filter))
+        return Created(
+            key_name=keys[0]["KeyName"] if keys else None,
+            security_group=groups[0]["GroupId"] if groups else None,
+            instances=[i["InstanceId"] for i in insts],
+        )
+
+    def _cleanup(self, created: Created, say: Say, cause: BaseException, run: str) -> None:
+        try:
+            tagged = self._of_run(run)
+        except Exception as exc:
+            c = cerr.classify(exc)
+            if c is None:
+                raise
+            say(f"could not look up run {run} by its tag ({c.code}); removing what was recorded")
+            tagged = Created()
+        instances = list(dict.fromkeys([*created.instances, *tagged.instances]))
+        groups = list(dict.fromkeys(g for g in (created.security_group, tagged.security_group) if g))
+        keys = list(dict.fromkeys(k for k in (created.key_name, tagged.key_name) if k))
+        unrecorded = [i for i in instances if i not in created.instances]
+        say(f"launch failed ({type(cause).__name__}); removing "
+            + (", ".join([*instances, *groups, *(f"key pair {k}" for k in keys)]) or "nothing")
+            + (f" ({', '.join(unrecorded)} found by the run tag)" if unrecorded else ""))  # fmt: skip
+        leftovers = self._remove(instances, groups, keys)
         if created.key_file is not None:
             created.key_file.unlink(missing_ok=True)
         if leftovers:

@@ -123,7 +123,8 @@ def up(*, launch: LaunchArgs, keep_on_failure: bool, no_wait_ssh: bool, as_json:
     prepared = launcher.prepare(launch, wait_ssh=not no_wait_ssh)
     say = stderr_say(as_json)
     say(launcher.describe(prepared.request))
-    result = launcher.launch(prepared, launcher.connect(prepared), say)
+    with launcher.signals_as_interrupt(say):
+        result = launcher.launch(prepared, launcher.connect(prepared), say)
     from provision.output import emit
 
     emit({"ok": True, **launcher.launch_json(result)}, as_json, lambda con: _up_human(con, result))
