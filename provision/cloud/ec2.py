@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from provision.cloud import errors as cerr
-from provision.cloud import prices
+from provision.cloud import hostttl, prices
 from provision.cloud.images import AmiLookup, ImageQuery, ssh_user
 from provision.cloud.inventory import (
     Host,
@@ -194,6 +194,9 @@ class CloudInstance:
     usd_per_hour: float | None
     price_source: str | None
     cost_so_far_usd: float | None
+    # the launch carried the user data that powers the host off at expires_at (and
+    # terminate-on-shutdown): the TTL holds without this controller (see hostttl)
+    ttl_on_host: bool = False
 
     def expired(self, now: datetime) -> bool:
         return self.expires_at is not None and self.expires_at <= now
@@ -608,6 +611,8 @@ class Ec2:
         created: Created,
     ) -> list[Launched]:
         assert created.security_group is not None
+        expires = parse_iso(tags[TAG_EXPIRES])
+        assert expires is not None  # launch() wrote it with iso()
         kwargs: dict[str, Any] = {
             "ImageId": image.id,
             "InstanceType": t.name,
@@ -639,8 +644,12 @@ class Ec2:
                     },
                 }
             ],
+            # The TTL held on the host (hostttl): the user data powers the instance off at the
+            # expiry, and a shutdown from inside the OS terminates it instead of stopping it.
+            "InstanceInitiatedShutdownBehavior": hostttl.SHUTDOWN_BEHAVIOR,
+            "UserData": hostttl.user_data(req.run, expires),
             "TagSpecifications": [
-                {"ResourceType": "instance", "Tags": _tags(tags)},
+                {"ResourceType": "instance", "Tags": _tags({**tags, hostttl.TAG_HOST_TTL: hostttl.HOST_TTL_ARMED})},
                 {"ResourceType": "volume", "Tags": _tags(tags)},
             ],
             "ClientToken": f"provision-{req.run}-{t.name}-{subnet}-{market}"[:64],
@@ -945,6 +954,7 @@ class Ec2:
                     usd_per_hour=price if running else 0.0,
                     price_source=source if price is not None else None,
                     cost_so_far_usd=prices.cost_so_far(price, launched, now),
+                    ttl_on_host=tags.get(hostttl.TAG_HOST_TTL) == hostttl.HOST_TTL_ARMED,
                 )
             )
         return sorted(out, key=lambda c: (c.run, c.id)), skipped

@@ -178,7 +178,8 @@ def _ls_human(
     if not items:
         con.print(f"no provision instances in {doc['region']}")
         return
-    rows = [("run", "instance", "type", "market", "state", "address", "$/h", "cost $", "expires")]
+    # "on host": the instance powers itself off (and so terminates) at the expiry, see hostttl
+    rows = [("run", "instance", "type", "market", "state", "address", "$/h", "cost $", "expires", "on host")]
     for i in items:
         left = (i.expires_at - now).total_seconds() / 3600 if i.expires_at else None
         rows.append(
@@ -192,6 +193,7 @@ def _ls_human(
                 "?" if i.usd_per_hour is None else f"{i.usd_per_hour:.3f}",
                 "?" if i.cost_so_far_usd is None else f"{i.cost_so_far_usd:.2f}",
                 "never" if left is None else ("EXPIRED" if left <= 0 else f"in {left:.1f}h"),
+                "armed" if i.ttl_on_host else "no",
             )
         )
     # Plain columns, never truncated: ids and addresses get copied from here.

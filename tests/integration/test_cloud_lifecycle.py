@@ -7,6 +7,7 @@ instance-type validation); SSH cannot answer from moto's fake addresses, so thes
 
 from __future__ import annotations
 
+import base64
 import json
 import stat
 import time
@@ -239,3 +240,47 @@ def test_down_run_takes_only_a_provision_run_id(aws: Aws, capsys: pytest.Capture
     code, out, err = run_cli(["cloud", "down", "--run", bad], capsys)
     assert code == 2 and out == ""
     assert err.startswith("error: --run ") and "is not a provision run id" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("market", [[], ["--spot"]])
+def test_the_ttl_is_armed_on_the_host_at_launch(aws: Aws, capsys: pytest.CaptureFixture[str], market: list[str]) -> None:
+    """The request carries terminate-on-shutdown and the user data that powers off at the expiry.
+
+    moto keeps both attributes as EC2 does (DescribeInstanceAttribute); what the script does on
+    a booted host is tested on an SSH test host (test_cloud_host_ttl.py).
+    """
+    code, doc, err = up(aws, capsys, "--instance-type", "g5.xlarge", "--count", "2", "--ttl", "2h", "--new-key", *market)
+    assert code == 0, err
+    for inst in aws.live():
+        iid = inst["InstanceId"]
+        behaviour = aws.ec2.describe_instance_attribute(InstanceId=iid, Attribute="instanceInitiatedShutdownBehavior")
+        assert behaviour["InstanceInitiatedShutdownBehavior"]["Value"] == "terminate"
+        raw = aws.ec2.describe_instance_attribute(InstanceId=iid, Attribute="userData")["UserData"]["Value"]
+        script = base64.b64decode(raw).decode()
+        expires = tags(inst)["provision:expires-at"]
+        epoch = int(datetime.fromisoformat(expires.replace("Z", "+00:00")).timestamp())
+        assert script.startswith("#!/bin/sh\n") and expires in script and f"{epoch} - $(date +%s)" in script
+        assert f"provision run {doc['run']}" in script
+        assert len(raw) < 16 * 1024  # EC2's user data limit
+        assert tags(inst)["provision:host-ttl"] == "shutdown-at-expiry"
+    code, out, err = run_cli(["cloud", "ls", "--json"], capsys)
+    assert code == 0, err
+    assert [i["ttl_on_host"] for i in json.loads(out)["instances"]] == [True, True]
+    code, out, _ = run_cli(["cloud", "ls"], capsys)
+    header, *rows = out.splitlines()[:3]
+    assert header.split()[-3:] == ["expires", "on", "host"]
+    assert all(r.split()[-3:] == ["in", "2.0h", "armed"] for r in rows)
+
+
+def test_ls_says_when_an_instance_has_no_ttl_on_the_host(aws: Aws, capsys: pytest.CaptureFixture[str]) -> None:
+    """One launched by an older provision (tags only): `ls` shows that its TTL needs `down --expired`."""
+    aws.ec2.run_instances(
+        ImageId=aws.ami(), InstanceType="g5.xlarge", MinCount=1, MaxCount=1,
+        TagSpecifications=[{"ResourceType": "instance", "Tags": [
+            {"Key": "provision:run", "Value": "20261130-020846-fc86"},
+            {"Key": "provision:expires-at", "Value": "2099-01-01T00:00:00Z"}]}],
+    )
+    code, out, _ = run_cli(["cloud", "ls", "--json"], capsys)
+    assert code == 0 and [i["ttl_on_host"] for i in json.loads(out)["instances"]] == [False]
+    code, out, _ = run_cli(["cloud", "ls"], capsys)
+    assert code == 0 and out.splitlines()[1].split()[-1] == "no"
