@@ -30,7 +30,7 @@ from provision.cloud.inventory import (
     write_inventory,
     write_known_hosts,
 )
-from provision.cloud.request import LaunchRequest, TypeChoice
+from provision.cloud.request import LaunchRequest, TypeChoice, cidr_warnings
 from provision.errors import BadInput, ProvisionError
 
 TAG_RUN = "provision:run"
@@ -177,6 +177,7 @@ class LaunchResult:
     host_keys: int
     private_key: Path | None
     expires_at: str
+    warnings: list[str] = field(default_factory=list)  # said on stderr before the launch, kept for --json
 
 
 @dataclass(frozen=True)
@@ -439,7 +440,8 @@ class Ec2:
             if err is not None:
                 raise err from exc
             raise
-        return LaunchResult(req.run, self.region, inv, run_dir, final, attempts, n_keys, private_key, expires)
+        return LaunchResult(req.run, self.region, inv, run_dir, final, attempts, n_keys, private_key, expires,
+                            cidr_warnings(req.ssh_cidr))  # fmt: skip
 
     def _images(self, req: LaunchRequest, lookup: AmiLookup | None) -> dict[str, Image]:
         """arch -> image, for every architecture among the requested types."""

@@ -66,6 +66,13 @@ class Prepared:
     def run(self) -> str:
         return self.request.run
 
+    @property
+    def warnings(self) -> list[str]:
+        """What the launch allows but the user should hear about before it starts (stderr)."""
+        from provision.cloud.request import cidr_warnings
+
+        return cidr_warnings(self.request.ssh_cidr)
+
 
 def prepare(args: LaunchArgs, *, wait_ssh: bool = True) -> Prepared:
     """Check every launch option and open the session; raises BadInput (exit 2) on bad input.
@@ -221,6 +228,7 @@ def launch_json(r: LaunchResult) -> dict[str, Any]:
         "expires_at": r.expires_at,
         "host_keys": r.host_keys,
         "private_key": str(r.private_key) if r.private_key else None,
+        "warnings": r.warnings,
         "instances": [
             {
                 "id": i.id,

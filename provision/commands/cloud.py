@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from provision.cloud.ec2 import CloudInstance, DownResult, LaunchResult, Skipped
+    from provision.cloud.launcher import Prepared
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -37,6 +38,15 @@ def stderr_say(as_json: bool) -> Any:
 
     con = console(stderr=True)
     return lambda msg: con.print(f"[dim]cloud:[/dim] {msg}", soft_wrap=True)
+
+
+def warn_before_launch(prepared: Prepared) -> None:
+    """Each warning as a `warning: ...` line on stderr, before anything is sent to AWS."""
+    from provision.output import console
+
+    con = console(stderr=True)
+    for w in prepared.warnings:
+        con.print(f"warning: {w}", markup=False, soft_wrap=True)
 
 
 # The launch options `cloud up` and `up --cloud` share: declared once, gathered into LaunchArgs.
@@ -121,6 +131,7 @@ def up(*, launch: LaunchArgs, keep_on_failure: bool, no_wait_ssh: bool, as_json:
 
     # prepare() is local: bad input costs nothing and creates nothing.
     prepared = launcher.prepare(launch, wait_ssh=not no_wait_ssh)
+    warn_before_launch(prepared)
     say = stderr_say(as_json)
     say(launcher.describe(prepared.request))
     with launcher.signals_as_interrupt(say):

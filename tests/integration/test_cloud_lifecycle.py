@@ -284,3 +284,27 @@ def test_ls_says_when_an_instance_has_no_ttl_on_the_host(aws: Aws, capsys: pytes
     assert code == 0 and [i["ttl_on_host"] for i in json.loads(out)["instances"]] == [False]
     code, out, _ = run_cli(["cloud", "ls"], capsys)
     assert code == 0 and out.splitlines()[1].split()[-1] == "no"
+
+
+@pytest.mark.parametrize(("cidr", "world", "ranges"), [("0.0.0.0/0", "the whole internet", "IpRanges"),
+                                                      ("::/0", "the whole IPv6 internet", "Ipv6Ranges")])
+def test_ssh_to_the_world_is_allowed_only_with_a_warning(
+    aws: Aws, capsys: pytest.CaptureFixture[str], cidr: str, world: str, ranges: str
+) -> None:
+    code, out, err = run_cli(["cloud", "up", "--instance-type", "g5.xlarge", "--ssh-cidr", cidr, "--ami", aws.ami(),
+                              "--os", "ubuntu-22.04", "--no-wait-ssh", "--new-key", "--json"], capsys)  # fmt: skip
+    assert code == 0, err
+    said = f"--ssh-cidr {cidr} opens port 22 (SSH) of every instance of this run to {world}"
+    (line,) = [x for x in err.splitlines() if x.startswith("warning: ")]
+    assert line.startswith(f"warning: {said}; give your own address")
+    assert err.index("warning: ") < err.index("cloud: run ")  # said before anything is launched
+    doc = json.loads(out)
+    assert len(doc["warnings"]) == 1 and doc["warnings"][0].startswith(said)
+    (group,) = aws.groups()
+    assert [[next(v for k, v in r.items() if k.startswith("Cidr")) for r in p[ranges]]
+            for p in group["IpPermissions"]] == [[cidr]]
+
+
+def test_no_warning_for_a_narrow_ssh_cidr(aws: Aws, capsys: pytest.CaptureFixture[str]) -> None:
+    code, doc, err = up(aws, capsys, "--instance-type", "g5.xlarge", "--new-key")
+    assert code == 0 and doc["warnings"] == [] and "warning:" not in err

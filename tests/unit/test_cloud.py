@@ -384,3 +384,11 @@ def test_run_ids_are_only_the_form_provision_makes() -> None:
             local_files(Path("/w"), bad)
     assert local_files(Path("/w"), made) == (Path(f"/w/.provision/runs/{made}/id_ed25519"),
                                              Path(f"/w/inventory/ec2-{made}.yml"))
+
+
+def test_cidr_warnings_only_for_the_whole_internet() -> None:
+    from provision.cloud.request import cidr_warnings
+
+    assert cidr_warnings(parse_cidr("0.0.0.0/0"))[0].startswith("--ssh-cidr 0.0.0.0/0 opens port 22 (SSH)")
+    assert "whole IPv6 internet" in cidr_warnings(parse_cidr("::/0"))[0]
+    assert [cidr_warnings(parse_cidr(c)) for c in ("203.0.113.7/32", "10.0.0.0/8", "2001:db8::/32")] == [[], [], []]
