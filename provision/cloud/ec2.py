@@ -131,12 +131,14 @@ class Image:
 
 @dataclass
 class Created:
-    """What a launch has made so far, in order: the cleanup undoes exactly this."""
+    """What a launch has made so far, in order: the cleanup undoes this and what carries the run tag."""
 
     key_name: str | None = None
     key_file: Path | None = None
     security_group: str | None = None
     instances: list[str] = field(default_factory=list)
+    # RunInstances was sent and no answer read yet: instances may exist whose ids we never got
+    launching: bool = False
 
     def describe(self) -> str:
         parts = [*self.instances]
@@ -661,7 +663,17 @@ class Ec2:
                 "MarketType": "spot",
                 "SpotOptions": {"SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"},
             }
-        resp = self.call(self.client.run_instances, **kwargs)
+        from botocore.exceptions import ClientError
+
+        created.launching = True
+        try:
+            resp = self.call(self.client.run_instances, **kwargs)
+        except ClientError:
+            # EC2 answered with an error, and MinCount = MaxCount makes that all or nothing: it
+            # made none. (A dropped connection or an interrupt leaves `launching` set.)
+            created.launching = False
+            raise
+        created.launching = False
         out = [
             Launched(
                 id=i["InstanceId"],
@@ -827,9 +839,29 @@ class Ec2:
             instances=[i["InstanceId"] for i in insts],
         )
 
+    def _await_launched(self, run: str, tagged: Created, say: Say, tries: int = 6) -> Created:
+        """The run's instances, looked up again for a while after an interrupted RunInstances.
+
+        EC2's API is eventually consistent: instances just made can take a moment to appear in
+        DescribeInstances (Amazon EC2 API Reference, "Eventual consistency in the Amazon EC2
+        API", https://docs.aws.amazon.com/ec2/latest/devguide/eventual-consistency.html). The
+        call may also never have reached EC2, so the wait is bounded and then said.
+        """
+        for _ in range(tries):
+            self.sleep(self.poll_s)
+            tagged = self._of_run(run)
+            if tagged.instances:
+                return tagged
+        say(f"RunInstances was interrupted in flight and no instance tagged {TAG_RUN}={run} showed up in "
+            f"{tries * self.poll_s:.0f}s; if it reached EC2, they power off at their TTL, or end them with "
+            f"`provision cloud down --run {run}`")  # fmt: skip
+        return tagged
+
     def _cleanup(self, created: Created, say: Say, cause: BaseException, run: str) -> None:
         try:
             tagged = self._of_run(run)
+            if created.launching and not tagged.instances:
+                tagged = self._await_launched(run, tagged, say)
         except Exception as exc:
             c = cerr.classify(exc)
             if c is None:
