@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import time
 from collections.abc import Callable, Iterator
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from provision.cloud import errors as cerr
-from provision.cloud import prices
+from provision.cloud import hostttl, prices
 from provision.cloud.images import AmiLookup, ImageQuery, ssh_user
 from provision.cloud.inventory import (
     Host,
@@ -29,7 +30,7 @@ from provision.cloud.inventory import (
     write_inventory,
     write_known_hosts,
 )
-from provision.cloud.request import LaunchRequest, TypeChoice
+from provision.cloud.request import LaunchRequest, TypeChoice, cidr_warnings
 from provision.errors import BadInput, ProvisionError
 
 TAG_RUN = "provision:run"
@@ -59,6 +60,27 @@ def parse_iso(text: str) -> datetime | None:
 
 def new_run_id(now: datetime | None = None) -> str:
     return f"{(now or _utcnow()).strftime('%Y%m%d-%H%M%S')}-{os.urandom(2).hex()}"
+
+
+# The only form new_run_id makes. A run id names paths (.provision/runs/<id>/, inventory/ec2-<id>.yml)
+# and anyone who may tag in the account can write a `provision:run` tag, so every id read from a
+# tag or from the command line is checked against this before it is used.
+_RUN_ID = re.compile(r"[0-9]{8}-[0-9]{6}-[0-9a-f]{4}")
+
+
+def is_run_id(text: str) -> bool:
+    """True for an id of the form :func:`new_run_id` makes (and nothing else, no path parts)."""
+    return _RUN_ID.fullmatch(text) is not None
+
+
+def check_run_id(text: str, what: str = "--run") -> str:
+    """A run id from the command line; bad input (exit 2) unless it is of the form provision makes."""
+    if not is_run_id(text):
+        raise BadInput(
+            f"{what} {text[:80]!r} is not a provision run id",
+            "give the id `provision cloud ls` shows, e.g. 20261130-020846-fc86",
+        )
+    return text
 
 
 def open_session(region: str | None) -> tuple[Any, str]:
@@ -109,12 +131,14 @@ class Image:
 
 @dataclass
 class Created:
-    """What a launch has made so far, in order: the cleanup undoes exactly this."""
+    """What a launch has made so far, in order: the cleanup undoes this and what carries the run tag."""
 
     key_name: str | None = None
     key_file: Path | None = None
     security_group: str | None = None
     instances: list[str] = field(default_factory=list)
+    # RunInstances was sent and no answer read yet: instances may exist whose ids we never got
+    launching: bool = False
 
     def describe(self) -> str:
         parts = [*self.instances]
@@ -155,6 +179,7 @@ class LaunchResult:
     host_keys: int
     private_key: Path | None
     expires_at: str
+    warnings: list[str] = field(default_factory=list)  # said on stderr before the launch, kept for --json
 
 
 @dataclass(frozen=True)
@@ -172,6 +197,9 @@ class CloudInstance:
     usd_per_hour: float | None
     price_source: str | None
     cost_so_far_usd: float | None
+    # the launch carried the user data that powers the host off at expires_at (and
+    # terminate-on-shutdown): the TTL holds without this controller (see hostttl)
+    ttl_on_host: bool = False
 
     def expired(self, now: datetime) -> bool:
         return self.expires_at is not None and self.expires_at <= now
@@ -183,6 +211,40 @@ class CloudInstance:
         return d
 
 
+@dataclass(frozen=True)
+class Skipped:
+    """A resource whose ``provision:run`` tag is not an id provision makes: reported, never acted on."""
+
+    resource: str  # instance id, security group id or key pair name
+    run: str  # the tag's value as Python's repr shows it, cut to 80 characters (it may hold anything)
+    reason: str = "not a provision run id"
+
+    def to_json(self) -> dict[str, str]:
+        return asdict(self)
+
+    def line(self) -> str:
+        return f"skipped {self.resource}: its {TAG_RUN} tag {self.run} is {self.reason}; left as it is"
+
+
+def _skipped(resource: str, tags: dict[str, str]) -> Skipped:
+    return Skipped(resource, repr(tags.get(TAG_RUN, ""))[:80])
+
+
+def _split_by_run_id(
+    resources: list[dict[str, Any]], id_key: str
+) -> tuple[list[dict[str, Any]], list[Skipped]]:
+    """(the resources tagged with a valid run id, the others as Skipped)."""
+    ok: list[dict[str, Any]] = []
+    bad: list[Skipped] = []
+    for r in resources:
+        tags = _tag_map(r)
+        if is_run_id(tags.get(TAG_RUN, "")):
+            ok.append(r)
+        else:
+            bad.append(_skipped(str(r[id_key]), tags))
+    return ok, bad
+
+
 @dataclass
 class DownResult:
     runs: list[str]
@@ -190,6 +252,7 @@ class DownResult:
     security_groups: list[str]
     key_pairs: list[str]
     local_files: list[str]
+    skipped: list[Skipped] = field(default_factory=list)
 
 
 class Ec2:
@@ -301,6 +364,7 @@ class Ec2:
         boot_timeout_s: float = 900.0,
         accept_no_host_keys: bool = True,
     ) -> LaunchResult:
+        check_run_id(req.run, "run")  # it names the run dir below
         now = self.now()
         expires = iso(now + req.ttl)
         tags = {TAG_RUN: req.run, TAG_EXPIRES: expires, "Name": f"provision-{req.run}", **req.tags}
@@ -374,11 +438,12 @@ class Ec2:
                 if err is not None:
                     raise err from exc
                 raise
-            self._cleanup(created, say, exc)
+            self._cleanup(created, say, exc, req.run)
             if err is not None:
                 raise err from exc
             raise
-        return LaunchResult(req.run, self.region, inv, run_dir, final, attempts, n_keys, private_key, expires)
+        return LaunchResult(req.run, self.region, inv, run_dir, final, attempts, n_keys, private_key, expires,
+                            cidr_warnings(req.ssh_cidr))  # fmt: skip
 
     def _images(self, req: LaunchRequest, lookup: AmiLookup | None) -> dict[str, Image]:
         """arch -> image, for every architecture among the requested types."""
@@ -550,6 +615,8 @@ class Ec2:
         created: Created,
     ) -> list[Launched]:
         assert created.security_group is not None
+        expires = parse_iso(tags[TAG_EXPIRES])
+        assert expires is not None  # launch() wrote it with iso()
         kwargs: dict[str, Any] = {
             "ImageId": image.id,
             "InstanceType": t.name,
@@ -581,8 +648,12 @@ class Ec2:
                     },
                 }
             ],
+            # The TTL held on the host (hostttl): the user data powers the instance off at the
+            # expiry, and a shutdown from inside the OS terminates it instead of stopping it.
+            "InstanceInitiatedShutdownBehavior": hostttl.SHUTDOWN_BEHAVIOR,
+            "UserData": hostttl.user_data(req.run, expires),
             "TagSpecifications": [
-                {"ResourceType": "instance", "Tags": _tags(tags)},
+                {"ResourceType": "instance", "Tags": _tags({**tags, hostttl.TAG_HOST_TTL: hostttl.HOST_TTL_ARMED})},
                 {"ResourceType": "volume", "Tags": _tags(tags)},
             ],
             "ClientToken": f"provision-{req.run}-{t.name}-{subnet}-{market}"[:64],
@@ -592,7 +663,17 @@ class Ec2:
                 "MarketType": "spot",
                 "SpotOptions": {"SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"},
             }
-        resp = self.call(self.client.run_instances, **kwargs)
+        from botocore.exceptions import ClientError
+
+        created.launching = True
+        try:
+            resp = self.call(self.client.run_instances, **kwargs)
+        except ClientError:
+            # EC2 answered with an error, and MinCount = MaxCount makes that all or nothing: it
+            # made none. (A dropped connection or an interrupt leaves `launching` set.)
+            created.launching = False
+            raise
+        created.launching = False
         out = [
             Launched(
                 id=i["InstanceId"],
@@ -737,13 +818,64 @@ class Ec2:
             out.append(Host(h.name, h.address, h.port, h.user, h.instance_type, h.zone, tuple(keys)))
         return out
 
-    def _cleanup(self, created: Created, say: Say, cause: BaseException) -> None:
-        say(f"launch failed ({type(cause).__name__}); removing {created.describe()}")
-        leftovers = self._remove(
-            created.instances,
-            [created.security_group] if created.security_group else [],
-            [created.key_name] if created.key_name else [],
+    def _of_run(self, run: str) -> Created:
+        """What AWS holds tagged ``provision:run=<run>``: instances not yet terminated, group, key pair.
+
+        A launch interrupted while RunInstances (or CreateKeyPair...) was in flight never got
+        the ids back, but EC2 made the resources with the run's tags (TagSpecifications), so the
+        tag finds them.
+        """
+        run_filter = [{"Name": f"tag:{TAG_RUN}", "Values": [run]}]
+        insts = self._paged(
+            "describe_instances",
+            "Reservations",
+            Filters=[*run_filter, {"Name": "instance-state-name", "Values": LIVE_STATES}],
         )
+        groups = list(self._paged("describe_security_groups", "SecurityGroups", Filters=run_filter))
+        keys = list(self._paged("describe_key_pairs", "KeyPairs", Filters=run_filter))
+        return Created(
+            key_name=keys[0]["KeyName"] if keys else None,
+            security_group=groups[0]["GroupId"] if groups else None,
+            instances=[i["InstanceId"] for i in insts],
+        )
+
+    def _await_launched(self, run: str, tagged: Created, say: Say, tries: int = 6) -> Created:
+        """The run's instances, looked up again for a while after an interrupted RunInstances.
+
+        EC2's API is eventually consistent: instances just made can take a moment to appear in
+        DescribeInstances (Amazon EC2 API Reference, "Eventual consistency in the Amazon EC2
+        API", https://docs.aws.amazon.com/ec2/latest/devguide/eventual-consistency.html). The
+        call may also never have reached EC2, so the wait is bounded and then said.
+        """
+        for _ in range(tries):
+            self.sleep(self.poll_s)
+            tagged = self._of_run(run)
+            if tagged.instances:
+                return tagged
+        say(f"RunInstances was interrupted in flight and no instance tagged {TAG_RUN}={run} showed up in "
+            f"{tries * self.poll_s:.0f}s; if it reached EC2, they power off at their TTL, or end them with "
+            f"`provision cloud down --run {run}`")  # fmt: skip
+        return tagged
+
+    def _cleanup(self, created: Created, say: Say, cause: BaseException, run: str) -> None:
+        try:
+            tagged = self._of_run(run)
+            if created.launching and not tagged.instances:
+                tagged = self._await_launched(run, tagged, say)
+        except Exception as exc:
+            c = cerr.classify(exc)
+            if c is None:
+                raise
+            say(f"could not look up run {run} by its tag ({c.code}); removing what was recorded")
+            tagged = Created()
+        instances = list(dict.fromkeys([*created.instances, *tagged.instances]))
+        groups = list(dict.fromkeys(g for g in (created.security_group, tagged.security_group) if g))
+        keys = list(dict.fromkeys(k for k in (created.key_name, tagged.key_name) if k))
+        unrecorded = [i for i in instances if i not in created.instances]
+        say(f"launch failed ({type(cause).__name__}); removing "
+            + (", ".join([*instances, *groups, *(f"key pair {k}" for k in keys)]) or "nothing")
+            + (f" ({', '.join(unrecorded)} found by the run tag)" if unrecorded else ""))  # fmt: skip
+        leftovers = self._remove(instances, groups, keys)
         if created.key_file is not None:
             created.key_file.unlink(missing_ok=True)
         if leftovers:
@@ -803,14 +935,23 @@ class Ec2:
 
     # --- list -------------------------------------------------------------------------------------
     def instances(self) -> list[CloudInstance]:
+        return self.listing()[0]
+
+    def listing(self) -> tuple[list[CloudInstance], list[Skipped]]:
+        """The live instances of provision's runs, and those whose run tag is not a run id."""
         now = self.now()
-        found = self._paged(
-            "describe_instances",
-            "Reservations",
-            Filters=[
-                {"Name": "tag-key", "Values": [TAG_RUN]},
-                {"Name": "instance-state-name", "Values": LIVE_STATES},
-            ],
+        found, skipped = _split_by_run_id(
+            list(
+                self._paged(
+                    "describe_instances",
+                    "Reservations",
+                    Filters=[
+                        {"Name": "tag-key", "Values": [TAG_RUN]},
+                        {"Name": "instance-state-name", "Values": LIVE_STATES},
+                    ],
+                )
+            ),
+            "InstanceId",
         )
         out = []
         spot_cache: dict[tuple[str, str], float | None] = {}
@@ -847,9 +988,10 @@ class Ec2:
                     usd_per_hour=price if running else 0.0,
                     price_source=source if price is not None else None,
                     cost_so_far_usd=prices.cost_so_far(price, launched, now),
+                    ttl_on_host=tags.get(hostttl.TAG_HOST_TTL) == hostttl.HOST_TTL_ARMED,
                 )
             )
-        return sorted(out, key=lambda c: (c.run, c.id))
+        return sorted(out, key=lambda c: (c.run, c.id)), skipped
 
     # --- down -------------------------------------------------------------------------------------
     def _tagged(self, op: str, key: str) -> list[dict[str, Any]]:
@@ -863,19 +1005,27 @@ class Ec2:
         all_runs: bool = False,
         workdir: Path | None = None,
     ) -> DownResult:
+        if run is not None:
+            check_run_id(run)
         now = self.now()
-        insts = list(
-            self._paged(
-                "describe_instances",
-                "Reservations",
-                Filters=[
-                    {"Name": "tag-key", "Values": [TAG_RUN]},
-                    {"Name": "instance-state-name", "Values": LIVE_STATES},
-                ],
-            )
+        insts, skipped_i = _split_by_run_id(
+            list(
+                self._paged(
+                    "describe_instances",
+                    "Reservations",
+                    Filters=[
+                        {"Name": "tag-key", "Values": [TAG_RUN]},
+                        {"Name": "instance-state-name", "Values": LIVE_STATES},
+                    ],
+                )
+            ),
+            "InstanceId",
         )
-        groups = self._tagged("describe_security_groups", "SecurityGroups")
-        keys = self._tagged("describe_key_pairs", "KeyPairs")
+        # A tag that is not a run id is someone else's (or an attack on the paths below):
+        # its resources are reported and neither terminated nor deleted, and no path is built from it.
+        groups, skipped_g = _split_by_run_id(self._tagged("describe_security_groups", "SecurityGroups"), "GroupId")
+        keys, skipped_k = _split_by_run_id(self._tagged("describe_key_pairs", "KeyPairs"), "KeyName")
+        skipped = [*skipped_i, *skipped_g, *skipped_k]
 
         def chosen(tags: dict[str, str]) -> bool:
             if all_runs:
@@ -913,14 +1063,18 @@ class Ec2:
             for r in runs:
                 if r in alive:
                     continue
-                for p in (
-                    workdir / ".provision" / "runs" / r / "id_ed25519",
-                    workdir / "inventory" / f"ec2-{r}.yml",
-                ):
+                for p in local_files(workdir, r):
                     if p.exists():
                         p.unlink()
                         local.append(str(p))
-        return DownResult(runs, t_ids, g_ids, k_names, local)
+        return DownResult(runs, t_ids, g_ids, k_names, local, skipped)
+
+
+def local_files(workdir: Path, run: str) -> tuple[Path, Path]:
+    """The run's private key and inventory under ``workdir``; only for a valid run id."""
+    if not is_run_id(run):  # every caller filtered already: this is the last line of defence
+        raise ValueError(f"not a run id: {run!r}")
+    return workdir / ".provision" / "runs" / run / "id_ed25519", workdir / "inventory" / f"ec2-{run}.yml"
 
 
 def ssh_answers(host: str, port: int, timeout_s: float = 5.0) -> bool:

@@ -9,7 +9,11 @@ built, so tests can put theirs (address mapping onto SSH test hosts) in its plac
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 from provision.errors import BadInput
 
 if TYPE_CHECKING:
+    from types import FrameType
+
     from provision.cloud.ec2 import Ec2, LaunchResult, Say
     from provision.cloud.request import LaunchRequest
 
@@ -59,6 +65,13 @@ class Prepared:
     @property
     def run(self) -> str:
         return self.request.run
+
+    @property
+    def warnings(self) -> list[str]:
+        """What the launch allows but the user should hear about before it starts (stderr)."""
+        from provision.cloud.request import cidr_warnings
+
+        return cidr_warnings(self.request.ssh_cidr)
 
 
 def prepare(args: LaunchArgs, *, wait_ssh: bool = True) -> Prepared:
@@ -215,6 +228,7 @@ def launch_json(r: LaunchResult) -> dict[str, Any]:
         "expires_at": r.expires_at,
         "host_keys": r.host_keys,
         "private_key": str(r.private_key) if r.private_key else None,
+        "warnings": r.warnings,
         "instances": [
             {
                 "id": i.id,
@@ -232,3 +246,39 @@ def launch_json(r: LaunchResult) -> dict[str, Any]:
             for a in r.attempts
         ],
     }
+
+
+# What a terminal closing (SIGHUP), `kill`, systemd or a cancelled CI job (SIGTERM) send: both end
+# a launch the way Ctrl-C does, through its cleanup, instead of killing the process with the
+# instances running.
+END_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def signals_as_interrupt(say: Say) -> Iterator[None]:
+    """SIGTERM and SIGHUP raise KeyboardInterrupt (once) while the block runs.
+
+    The first one starts the same cleanup as Ctrl-C; the ones after it are said and ignored, so a
+    second SIGTERM (systemd and CI runners repeat theirs) cannot cut the cleanup short and leave
+    instances running. The previous handlers are back once the block ends.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set from the main thread
+        return
+    fired: list[int] = []
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        name = signal.Signals(signum).name
+        if fired:
+            say(f"{name} again: still removing what the launch created; wait for it to finish")
+            return
+        fired.append(signum)
+        say(f"{name}: stopping; what this run created is removed as on Ctrl-C")
+        raise KeyboardInterrupt
+
+    previous = {s: signal.signal(s, handler) for s in END_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)

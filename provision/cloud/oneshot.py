@@ -4,16 +4,13 @@ The launch is :mod:`provision.cloud.launcher`'s (the same code as ``cloud up``; 
 fails part way removes what it made). The provisioning is whatever callable the command passes
 (``provision up -i`` on the run's inventory). What this module owns is the end: with
 ``--down-after`` the run's instances are terminated and its security group and key pair deleted
-whatever happened in between (verdicts, errors, Ctrl-C, SIGTERM), unless ``--keep-on-failure``
+whatever happened in between (verdicts, errors, Ctrl-C, SIGTERM, SIGHUP), unless ``--keep-on-failure``
 and the run failed; without it the user is told the instances keep running and how to end them.
 """
 
 from __future__ import annotations
 
-import contextlib
-import signal
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,8 +18,6 @@ from typing import TYPE_CHECKING, Any
 from provision.errors import ProvisionError
 
 if TYPE_CHECKING:
-    from types import FrameType
-
     from provision.cloud.ec2 import DownResult, Ec2, LaunchResult, Say
     from provision.cloud.launcher import Prepared
     from provision.up import UpResult
@@ -78,10 +73,10 @@ def up_on_cloud(
     An exception from the provisioning (an error, Ctrl-C) still ends the run with
     ``--down-after``; the exception then carries the run in its JSON details and propagates.
     """
-    from provision.cloud.launcher import launch
+    from provision.cloud.launcher import launch, signals_as_interrupt
 
     workdir = workdir or Path.cwd()
-    with _sigterm_as_interrupt():
+    with signals_as_interrupt(say):
         launched = launch(prepared, ec2, say, workdir)
         run = CloudRun(launched)
         say(f"run {launched.run}: {len(launched.instances)} instance(s) up; provisioning {launched.inventory}")
@@ -162,20 +157,3 @@ def _still_running(r: LaunchResult) -> str:
         f"{len(r.instances)} instance(s) of run {r.run} keep running and cost money{cost} until ended; "
         f"their TTL tag marks them expired at {r.expires_at} for `provision cloud down --expired`"
     )
-
-
-@contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM (a CI job cancelled, `kill`) ends the run like Ctrl-C: through the same cleanup."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)

@@ -45,6 +45,18 @@ def parse_cidr(text: str) -> str:
     return str(net)
 
 
+def cidr_warnings(cidr: str) -> list[str]:
+    """What a checked ``--ssh-cidr`` opens that the user should hear about (it is still allowed)."""
+    net = ipaddress.ip_network(cidr)
+    if net.prefixlen != 0:
+        return []
+    world = "the whole internet" if net.version == 4 else "the whole IPv6 internet"
+    return [
+        f"--ssh-cidr {cidr} opens port 22 (SSH) of every instance of this run to {world}; "
+        "give your own address instead, e.g. --ssh-cidr 203.0.113.7/32"
+    ]
+
+
 @dataclass(frozen=True)
 class TypeChoice:
     name: str

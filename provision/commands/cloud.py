@@ -17,7 +17,8 @@ from provision.errors import BadInput
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from provision.cloud.ec2 import CloudInstance, DownResult, LaunchResult
+    from provision.cloud.ec2 import CloudInstance, DownResult, LaunchResult, Skipped
+    from provision.cloud.launcher import Prepared
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -37,6 +38,15 @@ def stderr_say(as_json: bool) -> Any:
 
     con = console(stderr=True)
     return lambda msg: con.print(f"[dim]cloud:[/dim] {msg}", soft_wrap=True)
+
+
+def warn_before_launch(prepared: Prepared) -> None:
+    """Each warning as a `warning: ...` line on stderr, before anything is sent to AWS."""
+    from provision.output import console
+
+    con = console(stderr=True)
+    for w in prepared.warnings:
+        con.print(f"warning: {w}", markup=False, soft_wrap=True)
 
 
 # The launch options `cloud up` and `up --cloud` share: declared once, gathered into LaunchArgs.
@@ -121,9 +131,11 @@ def up(*, launch: LaunchArgs, keep_on_failure: bool, no_wait_ssh: bool, as_json:
 
     # prepare() is local: bad input costs nothing and creates nothing.
     prepared = launcher.prepare(launch, wait_ssh=not no_wait_ssh)
+    warn_before_launch(prepared)
     say = stderr_say(as_json)
     say(launcher.describe(prepared.request))
-    result = launcher.launch(prepared, launcher.connect(prepared), say)
+    with launcher.signals_as_interrupt(say):
+        result = launcher.launch(prepared, launcher.connect(prepared), say)
     from provision.output import emit
 
     emit({"ok": True, **launcher.launch_json(result)}, as_json, lambda con: _up_human(con, result))
@@ -153,7 +165,7 @@ def ls(region: str | None, as_json: bool) -> int:
     from provision.cloud.errors import aws_errors
 
     with aws_errors("listing instances"):
-        items = ec2mod.Ec2(session, reg).instances()
+        items, skipped = ec2mod.Ec2(session, reg).listing()
     now = datetime.now(timezone.utc)
     doc = {
         "ok": True,
@@ -162,16 +174,23 @@ def ls(region: str | None, as_json: bool) -> int:
         "usd_per_hour": round(sum(i.usd_per_hour or 0.0 for i in items), 4),
         "cost_so_far_usd": round(sum(i.cost_so_far_usd or 0.0 for i in items), 4),
         "unpriced": [i.id for i in items if i.usd_per_hour is None],
+        # instances whose provision:run tag is not an id provision makes: not provision's, not listed
+        "skipped": [s.to_json() for s in skipped],
     }
-    emit(doc, as_json, lambda con: _ls_human(con, items, now, doc))
+    emit(doc, as_json, lambda con: _ls_human(con, items, now, doc, skipped))
     return 0
 
 
-def _ls_human(con: Console, items: list[CloudInstance], now: Any, doc: dict[str, Any]) -> None:
+def _ls_human(
+    con: Console, items: list[CloudInstance], now: Any, doc: dict[str, Any], skipped: list[Skipped]
+) -> None:
+    for s in skipped:
+        con.print(s.line(), markup=False, soft_wrap=True)
     if not items:
         con.print(f"no provision instances in {doc['region']}")
         return
-    rows = [("run", "instance", "type", "market", "state", "address", "$/h", "cost $", "expires")]
+    # "on host": the instance powers itself off (and so terminates) at the expiry, see hostttl
+    rows = [("run", "instance", "type", "market", "state", "address", "$/h", "cost $", "expires", "on host")]
     for i in items:
         left = (i.expires_at - now).total_seconds() / 3600 if i.expires_at else None
         rows.append(
@@ -185,6 +204,7 @@ def _ls_human(con: Console, items: list[CloudInstance], now: Any, doc: dict[str,
                 "?" if i.usd_per_hour is None else f"{i.usd_per_hour:.3f}",
                 "?" if i.cost_so_far_usd is None else f"{i.cost_so_far_usd:.2f}",
                 "never" if left is None else ("EXPIRED" if left <= 0 else f"in {left:.1f}h"),
+                "armed" if i.ttl_on_host else "no",
             )
         )
     # Plain columns, never truncated: ids and addresses get copied from here.
@@ -222,6 +242,8 @@ def down(run: str | None, expired: bool, all_runs: bool, region: str | None, as_
         raise BadInput(
             "say what to end: exactly one of --run ID, --expired, --all", "see 'provision cloud down --help'"
         )
+    if run is not None:
+        ec2mod.check_run_id(run)  # it names local paths: bad input before any AWS call
     session, reg = ec2mod.open_session(region)
     from provision.cloud.errors import aws_errors
 
@@ -241,10 +263,13 @@ def _down_json(r: DownResult, region: str) -> dict[str, Any]:
         "security_groups": r.security_groups,
         "key_pairs": r.key_pairs,
         "local_files": r.local_files,
+        "skipped": [s.to_json() for s in r.skipped],
     }
 
 
 def _down_human(con: Console, r: DownResult) -> None:
+    for s in r.skipped:
+        con.print(s.line(), markup=False, soft_wrap=True)
     if not r.runs:
         con.print("nothing to end")
         return

@@ -127,9 +127,10 @@ def up(
 
     from provision.cloud import launcher
     from provision.cloud.oneshot import up_on_cloud
-    from provision.commands.cloud import stderr_say
+    from provision.commands.cloud import stderr_say, warn_before_launch
 
     prepared = launcher.prepare(launch)  # every launch option checked; nothing sent to AWS yet
+    warn_before_launch(prepared)  # before the confirmation prompt: what --ssh-cidr opens
     say = stderr_say(as_json)
     say(launcher.describe(prepared.request) + (" (ended when done: --down-after)" if down_after else ""))
     if not yes and not click.confirm("launch these instances (they cost money while they run)?", default=False):

@@ -200,3 +200,65 @@ class MappedEc2(Ec2):
         kwargs.setdefault("address_map", self.address_map)
         kwargs.setdefault("ssh_timeout_s", 60)
         return super().launch(req, **kwargs)
+
+
+class HoldingProxy:
+    """A test-only HTTP proxy in front of the moto server that holds the answer to one EC2 action.
+
+    It forwards every request to moto unchanged; for ``action`` (e.g. RunInstances) moto acts on
+    the request (the instances exist) and the proxy then holds moto's answer until
+    :meth:`release`, so the client is caught inside that call, as when a signal arrives while a
+    real RunInstances is in flight. Point ``AWS_ENDPOINT_URL`` at :attr:`url`.
+    """
+
+    def __init__(self, upstream: str, action: str) -> None:
+        import http.server
+        import threading
+        import urllib.error
+
+        self.upstream = upstream
+        self.held = threading.Event()  # moto has acted on the held call; its answer is waiting
+        self._release = threading.Event()
+        proxy = self
+        marker = f"&Action={action}&".encode()  # a query-protocol form body: Action=...&Version=...
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *_: Any) -> None:
+                return
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
+                req = urllib.request.Request(proxy.upstream + self.path, data=body, headers=headers, method="POST")
+                try:
+                    with urllib.request.urlopen(req, timeout=60) as resp:
+                        status, data, rheaders = resp.status, resp.read(), resp.headers
+                except urllib.error.HTTPError as exc:
+                    status, data, rheaders = exc.code, exc.read(), exc.headers
+                if marker in b"&" + body:
+                    proxy.held.set()
+                    proxy._release.wait(120)
+                try:
+                    self.send_response(status)
+                    for k, v in rheaders.items():
+                        if k.lower() not in ("content-length", "transfer-encoding", "connection", "server", "date"):
+                            self.send_header(k, v)
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except OSError:
+                    pass  # the client gave up on the held call (it was interrupted): nobody to answer
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def release(self) -> None:
+        self._release.set()
+
+    def close(self) -> None:
+        self.release()
+        self.server.shutdown()
+        self.server.server_close()

@@ -339,3 +339,49 @@ def test_private_key_file_is_0600_from_creation(aws: Aws, cloud: tuple[Ec2, Inje
     assert stat.S_IMODE(res.private_key.stat().st_mode) == 0o600
     (kp,) = aws.key_pairs()
     assert tags(kp)["provision:run"] == res.run
+
+
+def test_interrupt_inside_run_instances_finds_the_instances_by_the_run_tag(
+    aws: Aws, cloud: tuple[Ec2, Injector]
+) -> None:
+    """Ctrl-C after moto made the instances but before their ids were read (an after-call hook).
+
+    Stand-in for EC2's eventual consistency: the first two tag look-ups answer no instances, as
+    DescribeInstances may just after RunInstances; the cleanup looks again and finds them.
+    """
+    ec2, _ = cloud
+
+    def interrupt(**_: Any) -> None:
+        raise KeyboardInterrupt
+
+    lagging = [2]
+
+    def describe(params: dict[str, Any], **_: Any) -> Any:
+        if lagging[0] and "tag:provision:run" in params["body"].values():
+            lagging[0] -= 1
+            return Http(200), {"Reservations": []}
+        return None
+
+    ec2.client.meta.events.register("after-call.ec2.RunInstances", interrupt)
+    ec2.client.meta.events.register("before-call.ec2.DescribeInstances", describe)
+    said: list[str] = []
+    with pytest.raises(KeyboardInterrupt):
+        ec2.launch(request(aws, ["g5.xlarge"], count=2), ami_lookup=None, workdir=aws.workdir, say=said.append)
+    assert lagging == [0]
+    assert any("found by the run tag" in m for m in said), said
+    assert nothing_left(aws)
+
+
+def test_an_interrupted_run_instances_that_made_nothing_is_said(aws: Aws, cloud: tuple[Ec2, Injector]) -> None:
+    """Ctrl-C before RunInstances reached EC2 (a before-call hook): nothing to find, and it says so."""
+    ec2, _ = cloud
+
+    def interrupt(**_: Any) -> None:
+        raise KeyboardInterrupt
+
+    ec2.client.meta.events.register("before-call.ec2.RunInstances", interrupt)
+    said: list[str] = []
+    with pytest.raises(KeyboardInterrupt):
+        ec2.launch(request(aws, ["g5.xlarge"]), ami_lookup=None, workdir=aws.workdir, say=said.append)
+    assert any("RunInstances was interrupted in flight" in m and "cloud down --run" in m for m in said), said
+    assert nothing_left(aws)

@@ -7,6 +7,7 @@ instance-type validation); SSH cannot answer from moto's fake addresses, so thes
 
 from __future__ import annotations
 
+import base64
 import json
 import stat
 import time
@@ -183,3 +184,127 @@ def test_human_output(aws: Aws, capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0 and "g5.xlarge" in out and "in 8.0h" in out
     code, out, _ = run_cli(["cloud", "down", "--all"], capsys)
     assert code == 0 and "terminated 1 instance(s)" in out
+
+
+def _foreign_tagged_instance(aws: Aws, run_tag: str) -> str:
+    """An instance someone else tagged with `provision:run` (already expired), made straight on moto."""
+    res = aws.ec2.run_instances(
+        ImageId=aws.ami(), InstanceType="g5.xlarge", MinCount=1, MaxCount=1,
+        TagSpecifications=[{"ResourceType": "instance", "Tags": [
+            {"Key": "provision:run", "Value": run_tag},
+            {"Key": "provision:expires-at", "Value": "2020-01-01T00:00:00Z"}]}],
+    )
+    return str(res["Instances"][0]["InstanceId"])
+
+
+@pytest.mark.parametrize("selector", [["--expired"], ["--all"]])
+def test_down_never_follows_a_run_tag_out_of_the_run_dirs(
+    aws: Aws, capsys: pytest.CaptureFixture[str], tmp_path: Path, selector: list[str]
+) -> None:
+    """A `provision:run` tag of `../../../victim` made `down --expired` delete victim/id_ed25519.
+
+    Only ids of the form provision makes are acted on; the others are reported and left alone
+    (not terminated, no local path built from them).
+    """
+    victim = tmp_path / "victim" / "id_ed25519"
+    victim.parent.mkdir()
+    victim.write_text("someone else's key\n")
+    # the path the tag names, relative to the work dir's run dirs, is the victim's file
+    assert (aws.workdir / ".provision" / "runs" / "../../../victim" / "id_ed25519").resolve() == victim.resolve()
+    foreign = _foreign_tagged_instance(aws, "../../../victim")
+    code, ours, err = up(aws, capsys, "--instance-type", "g6.xlarge", "--ttl", "1s", "--new-key")
+    assert code == 0, err
+    time.sleep(1.2)
+    code, out, err = run_cli(["cloud", "down", *selector, "--json"], capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    assert victim.read_text() == "someone else's key\n"
+    assert doc["runs"] == [ours["run"]] and doc["terminated"] == [ours["instances"][0]["id"]]
+    assert doc["skipped"] == [{"resource": foreign, "run": "'../../../victim'",
+                               "reason": "not a provision run id"}]
+    assert [i["InstanceId"] for i in aws.live()] == [foreign]  # not ours to end
+    assert not any(str(tmp_path / "victim") in f for f in doc["local_files"])
+
+    code, out, _ = run_cli(["cloud", "down", *selector], capsys)
+    assert code == 0 and f"skipped {foreign}: its provision:run tag '../../../victim' is not a provision run id" in out
+
+    code, out, _ = run_cli(["cloud", "ls", "--json"], capsys)
+    listed = json.loads(out)
+    assert listed["instances"] == [] and [s["resource"] for s in listed["skipped"]] == [foreign]
+    code, out, _ = run_cli(["cloud", "ls"], capsys)
+    assert f"skipped {foreign}" in out
+
+
+@pytest.mark.parametrize("bad", ["../../../victim", "20261130-020846-fc86/..", "x", "20261130-020846-FC86", ""])
+def test_down_run_takes_only_a_provision_run_id(aws: Aws, capsys: pytest.CaptureFixture[str], bad: str) -> None:
+    code, out, err = run_cli(["cloud", "down", "--run", bad], capsys)
+    assert code == 2 and out == ""
+    assert err.startswith("error: --run ") and "is not a provision run id" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("market", [[], ["--spot"]])
+def test_the_ttl_is_armed_on_the_host_at_launch(aws: Aws, capsys: pytest.CaptureFixture[str], market: list[str]) -> None:
+    """The request carries terminate-on-shutdown and the user data that powers off at the expiry.
+
+    moto keeps both attributes as EC2 does (DescribeInstanceAttribute); what the script does on
+    a booted host is tested on an SSH test host (test_cloud_host_ttl.py).
+    """
+    code, doc, err = up(aws, capsys, "--instance-type", "g5.xlarge", "--count", "2", "--ttl", "2h", "--new-key", *market)
+    assert code == 0, err
+    for inst in aws.live():
+        iid = inst["InstanceId"]
+        behaviour = aws.ec2.describe_instance_attribute(InstanceId=iid, Attribute="instanceInitiatedShutdownBehavior")
+        assert behaviour["InstanceInitiatedShutdownBehavior"]["Value"] == "terminate"
+        raw = aws.ec2.describe_instance_attribute(InstanceId=iid, Attribute="userData")["UserData"]["Value"]
+        script = base64.b64decode(raw).decode()
+        expires = tags(inst)["provision:expires-at"]
+        epoch = int(datetime.fromisoformat(expires.replace("Z", "+00:00")).timestamp())
+        assert script.startswith("#!/bin/sh\n") and expires in script and f"{epoch} - $(date +%s)" in script
+        assert f"provision run {doc['run']}" in script
+        assert len(raw) < 16 * 1024  # EC2's user data limit
+        assert tags(inst)["provision:host-ttl"] == "shutdown-at-expiry"
+    code, out, err = run_cli(["cloud", "ls", "--json"], capsys)
+    assert code == 0, err
+    assert [i["ttl_on_host"] for i in json.loads(out)["instances"]] == [True, True]
+    code, out, _ = run_cli(["cloud", "ls"], capsys)
+    header, *rows = out.splitlines()[:3]
+    assert header.split()[-3:] == ["expires", "on", "host"]
+    assert all(r.split()[-3:] == ["in", "2.0h", "armed"] for r in rows)
+
+
+def test_ls_says_when_an_instance_has_no_ttl_on_the_host(aws: Aws, capsys: pytest.CaptureFixture[str]) -> None:
+    """One launched by an older provision (tags only): `ls` shows that its TTL needs `down --expired`."""
+    aws.ec2.run_instances(
+        ImageId=aws.ami(), InstanceType="g5.xlarge", MinCount=1, MaxCount=1,
+        TagSpecifications=[{"ResourceType": "instance", "Tags": [
+            {"Key": "provision:run", "Value": "20261130-020846-fc86"},
+            {"Key": "provision:expires-at", "Value": "2099-01-01T00:00:00Z"}]}],
+    )
+    code, out, _ = run_cli(["cloud", "ls", "--json"], capsys)
+    assert code == 0 and [i["ttl_on_host"] for i in json.loads(out)["instances"]] == [False]
+    code, out, _ = run_cli(["cloud", "ls"], capsys)
+    assert code == 0 and out.splitlines()[1].split()[-1] == "no"
+
+
+@pytest.mark.parametrize(("cidr", "world", "ranges"), [("0.0.0.0/0", "the whole internet", "IpRanges"),
+                                                      ("::/0", "the whole IPv6 internet", "Ipv6Ranges")])
+def test_ssh_to_the_world_is_allowed_only_with_a_warning(
+    aws: Aws, capsys: pytest.CaptureFixture[str], cidr: str, world: str, ranges: str
+) -> None:
+    code, out, err = run_cli(["cloud", "up", "--instance-type", "g5.xlarge", "--ssh-cidr", cidr, "--ami", aws.ami(),
+                              "--os", "ubuntu-22.04", "--no-wait-ssh", "--new-key", "--json"], capsys)  # fmt: skip
+    assert code == 0, err
+    said = f"--ssh-cidr {cidr} opens port 22 (SSH) of every instance of this run to {world}"
+    (line,) = [x for x in err.splitlines() if x.startswith("warning: ")]
+    assert line.startswith(f"warning: {said}; give your own address")
+    assert err.index("warning: ") < err.index("cloud: run ")  # said before anything is launched
+    doc = json.loads(out)
+    assert len(doc["warnings"]) == 1 and doc["warnings"][0].startswith(said)
+    (group,) = aws.groups()
+    assert [[next(v for k, v in r.items() if k.startswith("Cidr")) for r in p[ranges]]
+            for p in group["IpPermissions"]] == [[cidr]]
+
+
+def test_no_warning_for_a_narrow_ssh_cidr(aws: Aws, capsys: pytest.CaptureFixture[str]) -> None:
+    code, doc, err = up(aws, capsys, "--instance-type", "g5.xlarge", "--new-key")
+    assert code == 0 and doc["warnings"] == [] and "warning:" not in err

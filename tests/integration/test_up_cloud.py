@@ -153,6 +153,33 @@ def test_a_launch_not_confirmed_launches_nothing(
     assert nothing_left(aws)
 
 
+def test_ssh_to_the_world_is_warned_about_before_the_launch_is_confirmed(
+    aws: Aws, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same terminal stand-in answering `n`: the warning comes before the question."""
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setattr(sys, "stdin", Terminal("n\n"))
+    args = ["up", "--cloud", "--instance-type", "g5.xlarge", "--ssh-cidr", "0.0.0.0/0", "--os", "debian-12",
+            "--ami", "ami-0abc1234"]  # fmt: skip
+    code, out, err = run_cli(args, capsys)
+    assert code == 130 and "launch these instances" in out and nothing_left(aws)
+    assert "warning: --ssh-cidr 0.0.0.0/0 opens port 22 (SSH) of every instance of this run to the whole internet" in err
+
+
+def test_the_run_in_up_json_carries_the_ssh_cidr_warning(aws: Aws) -> None:
+    args = LaunchArgs(instance_type="g5.xlarge", ssh_cidr="0.0.0.0/0", ami=aws.ami(), os_name="debian-12")
+    prepared = launcher.prepare(args, wait_ssh=False)
+    ec2 = Ec2(prepared.session, REGION, sleep=lambda _s: None, poll_s=0.01)
+    _, run = up_on_cloud(prepared, lambda inv: _passed(["i-1"]), ec2=ec2, down_after=True, keep_on_failure=False,
+                         say=lambda _m: None, workdir=aws.workdir)  # fmt: skip
+    (warning,) = run.to_json()["warnings"]
+    assert warning.startswith("--ssh-cidr 0.0.0.0/0 opens port 22 (SSH)") and nothing_left(aws)
+
+
 # --- the end of a run whose teardown fails (moto, no hosts) ---------------------------------------
 
 

@@ -367,3 +367,28 @@ def test_public_keys_ec2_can_import_and_the_ones_it_cannot(tmp_path: Path) -> No
     assert public_key_problem(f"ssh-ed25519 {rsa_blob}") == "the key's data is not a ssh-ed25519 key"
     assert public_key_problem(keys["ed25519"] + keys["rsa"]) == "2 key lines, not one"
     assert public_key_problem("") == "0 key lines, not one"
+
+
+def test_run_ids_are_only_the_form_provision_makes() -> None:
+    from provision.cloud.ec2 import check_run_id, is_run_id, local_files, new_run_id
+
+    made = new_run_id(datetime(2026, 11, 30, 2, 8, 46, tzinfo=timezone.utc))
+    assert made.startswith("20261130-020846-") and is_run_id(made)
+    assert all(is_run_id(new_run_id()) for _ in range(50))
+    for bad in ["", "../../../victim", f"{made}/..", f"{made}\n", f"../{made}", made.upper() + "A", "20261130-020846-fc8",
+                "20261130-020846-fc86-", "2026113-020846-fc86", " 20261130-020846-fc86", "20261130_020846-fc86"]:
+        assert not is_run_id(bad), bad
+        with pytest.raises(BadInput, match="is not a provision run id"):
+            check_run_id(bad)
+        with pytest.raises(ValueError):
+            local_files(Path("/w"), bad)
+    assert local_files(Path("/w"), made) == (Path(f"/w/.provision/runs/{made}/id_ed25519"),
+                                             Path(f"/w/inventory/ec2-{made}.yml"))
+
+
+def test_cidr_warnings_only_for_the_whole_internet() -> None:
+    from provision.cloud.request import cidr_warnings
+
+    assert cidr_warnings(parse_cidr("0.0.0.0/0"))[0].startswith("--ssh-cidr 0.0.0.0/0 opens port 22 (SSH)")
+    assert "whole IPv6 internet" in cidr_warnings(parse_cidr("::/0"))[0]
+    assert [cidr_warnings(parse_cidr(c)) for c in ("203.0.113.7/32", "10.0.0.0/8", "2001:db8::/32")] == [[], [], []]
