@@ -110,6 +110,7 @@ class UpResult:
     stopped_after_batch: int | None = None  # --serial: the batch that did not pass
     interrupted: bool = False  # Ctrl-C: the report was written on the way out
     cache: dict[str, Any] | None = None  # what the fleet cache did (provision.cache.CacheReport)
+    report_error: str | None = None  # report.json/html could not be written (a note, not the outcome)
     started: float = field(default_factory=time.time)
     finished: float = 0.0
 
@@ -303,7 +304,7 @@ def up(
             result.cache = cache.close().to_json()
         state.close()
         result.finished = time.time()
-        write_reports(result)
+        finish_reports(result)
     return result
 
 
@@ -535,6 +536,28 @@ def _check_without_gpu(ansible_dir: Path, hosts: list[HostRun], say: Callable[[s
 
 def _has_gpu(h: HostRun) -> bool:
     return bool(h.plan.present.get("gpu_count"))
+
+
+def finish_reports(result: UpResult, note: Callable[[str], None] | None = None) -> None:
+    """Write the run's reports; a failure to write them is a note, never an exception.
+
+    This runs in ``up``'s ``finally``: an exception raised here would replace the one that
+    stopped the run (Python drops it for the new one), and the user would read "No space left"
+    instead of the host that failed. The run's outcome is already in the state DB and in what
+    ``up`` returns or raises; the report is a copy of it for people.
+    """
+    try:
+        write_reports(result)
+    except Exception as exc:  # any failure: a full disk, a removed run dir, a value json refuses
+        reason = f"{exc.strerror}: {exc.filename}" if isinstance(exc, OSError) and exc.strerror else str(exc)
+        result.report_error = f"the report of run {result.run} was not written ({reason or type(exc).__name__})"
+        (note or _note)(f"note: {result.report_error}; the outcome above stands, and `provision status` has it")
+
+
+def _note(text: str) -> None:
+    import sys
+
+    print(text, file=sys.stderr, flush=True)
 
 
 def write_reports(result: UpResult) -> None:
