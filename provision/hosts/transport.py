@@ -391,10 +391,15 @@ class SSHTransport:
 
     def _run(self, transport: paramiko.Transport, text: str, timeout: float,
              stdin: bytes | None) -> CommandResult:
-        import select
+        import selectors
 
         deadline = time.monotonic() + timeout
         chan = transport.open_session(timeout=timeout)
+        # A selector (epoll/poll), not select.select: select() cannot watch a descriptor numbered
+        # 1024 or above (FD_SETSIZE) and raises ValueError, which a fleet of 500+ hosts (two
+        # descriptors per connection, plus files) reaches. paramiko's Channel has a fileno() for this.
+        waiter = selectors.DefaultSelector()
+        waiter.register(chan, selectors.EVENT_READ)
         try:
             chan.exec_command(text)
             if stdin:
@@ -416,10 +421,11 @@ class SSHTransport:
                     raise CommandTimeout(f"command timed out after {timeout:g}s on {self.name}",
                                          "raise the timeout or check what the command waits for")
                 if not got:
-                    select.select([chan], [], [], min(left, 0.5))
+                    waiter.select(min(left, 0.5))
             return CommandResult(chan.recv_exit_status(), out.decode(errors="replace"),
                                  err.decode(errors="replace"))
         finally:
+            waiter.close()
             chan.close()
 
     def put(self, local: Path, remote: str, mode: int = 0o644) -> None:
