@@ -664,7 +664,8 @@ def check_out_dir(out: Path, option: str = "--out") -> None:
     try:
         empty = next(out.iterdir(), None) is None
     except OSError as exc:
-        raise BadInput(f"cannot read {option} {out}: {exc.strerror or exc}", f"give {option} a readable folder") from None
+        raise BadInput(f"cannot read {option} {out}: {exc.strerror or exc}",
+                       f"give {option} a readable folder") from None  # fmt: skip
     if not empty and not is_run_dir(out):
         raise BadInput(
             f"{option} {out} is a non-empty folder that is not a provision run dir (plan would replace its files)",
