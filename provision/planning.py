@@ -158,7 +158,7 @@ def plan(
     every host's reason either way.
     """
     from provision.lock import LockGroup, build_lock, dumps_lock, write_lock
-    from provision.render import InstallSettings, ensure_dir, write_run_dir
+    from provision.render import InstallSettings, check_out_dir, ensure_dir, write_run_dir
     from provision.resolve import HostSpec, StackRequest, resolve
 
     if local and inventory:
@@ -167,6 +167,7 @@ def plan(
         )
     install = InstallSettings.from_config(config.install)
     install = InstallSettings(**{**install.__dict__, "reboot_controller": reboot_controller})
+    check_out_dir(out)  # before any host is contacted: a user's folder is refused, nothing written
     targets = _targets(local, inventory, assume)
     if only is not None:  # `up --limit`: plan (and probe) only these hosts
         targets = [t for t in targets if t.name in set(only)]

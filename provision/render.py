@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 
 from provision.errors import BadInput
+from provision.lock import write_durably
 
 # The roles in the order site.yml runs them (DESIGN.md).
 ROLES: tuple[str, ...] = (
@@ -634,6 +635,44 @@ def ensure_dir(path: Path, option: str) -> None:
         raise BadInput(f"cannot write to {path}: {exc.strerror or exc}", f"give {option} a writable folder") from exc
 
 
+# Written by `plan` into every run dir it makes: how a later `plan --out` tells its own run dir
+# (re-rendered in place, stale group_vars/*.yml removed) from a folder of the user's (refused).
+RUN_DIR_MARKER = ".provision-run-dir"
+_MARKER_TEXT = (
+    "# This folder is a provision run dir: `provision plan --out` re-renders it in place and removes\n"
+    "# group_vars/*.yml it did not write. Delete this file and plan will refuse to write here.\n"
+)
+# What every run dir from before the marker held (render_files always writes these three).
+_UNMARKED_RUN_DIR = ("provision.lock", "ansible.cfg", "site.yml")
+
+
+def is_run_dir(path: Path) -> bool:
+    """Whether ``path`` is a run dir `plan` wrote (marked, or from a release before the marker)."""
+    return (path / RUN_DIR_MARKER).is_file() or all((path / name).is_file() for name in _UNMARKED_RUN_DIR)
+
+
+def check_out_dir(out: Path, option: str = "--out") -> None:
+    """``out`` may be missing, empty, or one of plan's run dirs; anything else is the user's folder.
+
+    Writing a run dir replaces its group_vars/*.yml, so a folder that merely exists (an Ansible
+    project, a home directory) is refused before any host is contacted or any file written.
+    """
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise BadInput(f"{option} {out} is a file, not a folder", f"give {option} a new or empty folder")
+    try:
+        empty = next(out.iterdir(), None) is None
+    except OSError as exc:
+        raise BadInput(f"cannot read {option} {out}: {exc.strerror or exc}",
+                       f"give {option} a readable folder") from None  # fmt: skip
+    if not empty and not is_run_dir(out):
+        raise BadInput(
+            f"{option} {out} is a non-empty folder that is not a provision run dir (plan would replace its files)",
+            f"give {option} a new or empty folder, or a run dir an earlier `provision plan` wrote",
+        )
+
+
 def write_run_dir(
     out: Path,
     lock: Mapping[str, Any],
@@ -648,8 +687,9 @@ def write_run_dir(
     files = render_files(
         lock, hosts, install, roles_path=roles_path or default_roles_path(), overrides=overrides
     )
-    files["provision.lock"] = lock_text
+    check_out_dir(out)
     ensure_dir(out, "--out")
+    (out / RUN_DIR_MARKER).write_text(_MARKER_TEXT, encoding="utf-8")
     stale = out / "group_vars"
     if stale.is_dir():
         for old in stale.glob("*.yml"):
@@ -658,4 +698,5 @@ def write_run_dir(
         target = out / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text, encoding="utf-8")
-    return RunDir(out, tuple(sorted(files)))
+    write_durably(out / "provision.lock", lock_text)  # the run dir's copy: as durable as --lock's
+    return RunDir(out, tuple(sorted([*files, "provision.lock"])))

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from provision.apply import HostProgress
     from provision.config import Config
     from provision.hosts.inventory import HostTarget
+    from provision.hosts.runlock import RunLocks
     from provision.lock import Lock, LockGroup
     from provision.planning import HostPlan, PlanResult, ProbeFailure
     from provision.state import State
@@ -44,6 +45,8 @@ RUNS_DIR = Path(".provision") / "runs"
 NOT_RUN = "not-run"  # --serial stopped before this host's batch, or Ctrl-C before it was verified
 # the failed_task of a host that could not be probed (it fails alone; the others go on)
 PROBE_TASK = "(probe)"
+# the failed_task of a host whose run lock another run holds (provision/hosts/runlock.py)
+LOCK_TASK = "(host lock)"
 
 
 @dataclass
@@ -110,6 +113,7 @@ class UpResult:
     stopped_after_batch: int | None = None  # --serial: the batch that did not pass
     interrupted: bool = False  # Ctrl-C: the report was written on the way out
     cache: dict[str, Any] | None = None  # what the fleet cache did (provision.cache.CacheReport)
+    report_error: str | None = None  # report.json/html could not be written (a note, not the outcome)
     started: float = field(default_factory=time.time)
     finished: float = 0.0
 
@@ -278,14 +282,17 @@ def up(
         for h in result.hosts:
             if h.failed_task == PROBE_TASK:
                 state.record_failed(run, h.host, PROBE_TASK)
-    batches = _batches([h for h in result.hosts if h.failed_task != PROBE_TASK], options.serial)
-    to_apply = [targets[h.host] for batch in batches for h in batch if not h.converged]
     cache = None
+    locks: RunLocks | None = None
     try:
+        if not options.check:  # check mode changes nothing: it cannot break another run's host
+            locks = _take_host_locks(run, result.hosts, targets, options, say)
+        batches = _batches([h for h in result.hosts if h.failed_task not in (PROBE_TASK, LOCK_TASK)], options.serial)
+        to_apply = [targets[h.host] for batch in batches for h in batch if not h.converged]
         cache = _start_cache(config, options, run_dir, lock, to_apply, say=say)
         for number in range(1, len(batches) + 1):
             if not _run_batch(number, batches, run_dir, lock, targets, config, options, state, result, say,
-                              on_progress, on_total):  # fmt: skip
+                              on_progress, on_total, locks):  # fmt: skip
                 break
     except KeyboardInterrupt:
         # Ctrl-C: keep what is known (the state DB already has every finished host) and say
@@ -299,12 +306,39 @@ def up(
         raise Interrupted(f"interrupted; what the run got to is in {run_dir / 'report.html'}",
                           "run the same command again to complete the hosts not verified") from None
     finally:
+        if locks is not None:
+            locks.release()
         if cache is not None:
             result.cache = cache.close().to_json()
         state.close()
         result.finished = time.time()
-        write_reports(result)
+        finish_reports(result)
     return result
+
+
+def _take_host_locks(
+    run: str, hosts: list[HostRun], targets: dict[str, HostTarget], options: UpOptions, say: Callable[[str], None]
+) -> RunLocks:
+    """Take each probed host's run lock (provision/hosts/runlock.py); a host another run holds fails alone."""
+    from provision import verify as verify_api
+    from provision.hosts.runlock import RunLocks
+
+    connect = verify_api.default_connect(
+        accept_new_host_keys=options.accept_new_host_keys, ssh_config=options.ssh_config
+    )
+    locks = RunLocks(run, connect)
+    lockable = [h for h in hosts if h.failed_task is None]
+    failed = locks.take([targets[h.host] for h in lockable])
+    for h in lockable:
+        if h.host in failed:
+            _lock_failed(h, failed[h.host].reason(), say)
+    return locks
+
+
+def _lock_failed(h: HostRun, line: str, say: Callable[[str], None]) -> None:
+    # Not recorded in the state DB: the host is the other run's, and what it does there is its record.
+    h.failed_task, h.message, h.verdict = LOCK_TASK, line, "fail"
+    say(f"{line}; the other hosts go on")
 
 
 def _start_cache(
@@ -367,7 +401,7 @@ def _write_host_vars(ansible_dir: Path, per_host: dict[str, dict[str, Any]], why
 def _run_batch(  # noqa: PLR0917
     number: int, batches: list[list[HostRun]], run_dir: Path, lock: Lock, targets: dict[str, HostTarget],
     config: Config, options: UpOptions, state: State, result: UpResult, say: Callable[[str], None],
-    on_progress: Progress | None, on_total: Callable[[int | None], None] | None,
+    on_progress: Progress | None, on_total: Callable[[int | None], None] | None, locks: RunLocks | None = None,
 ) -> bool:  # fmt: skip
     """Apply, verify and remember one batch; False when --serial must stop after it."""
     from provision import verify as verify_api
@@ -383,6 +417,11 @@ def _run_batch(  # noqa: PLR0917
     for h in batch:
         if h.converged:
             say(f"{h.host}: converged with this lock; only verifying (--force re-applies)")
+    if locks is not None:  # a reboot in the apply ended the host's lock holder: take it again first
+        lost = locks.still_held([targets[h.host] for h in batch if h.failed_task is None])
+        for h in batch:
+            if h.host in lost:
+                _lock_failed(h, lost[h.host].reason(), say)
     to_verify = [h for h in batch if h.failed_task is None]
     if to_verify:
         say(f"batch {number}/{len(batches)}: verifying {', '.join(h.host for h in to_verify)}")
@@ -541,6 +580,28 @@ def _check_without_gpu(ansible_dir: Path, hosts: list[HostRun], say: Callable[[s
 
 def _has_gpu(h: HostRun) -> bool:
     return bool(h.plan.present.get("gpu_count"))
+
+
+def finish_reports(result: UpResult, note: Callable[[str], None] | None = None) -> None:
+    """Write the run's reports; a failure to write them is a note, never an exception.
+
+    This runs in ``up``'s ``finally``: an exception raised here would replace the one that
+    stopped the run (Python drops it for the new one), and the user would read "No space left"
+    instead of the host that failed. The run's outcome is already in the state DB and in what
+    ``up`` returns or raises; the report is a copy of it for people.
+    """
+    try:
+        write_reports(result)
+    except Exception as exc:  # any failure: a full disk, a removed run dir, a value json refuses
+        reason = f"{exc.strerror}: {exc.filename}" if isinstance(exc, OSError) and exc.strerror else str(exc)
+        result.report_error = f"the report of run {result.run} was not written ({reason or type(exc).__name__})"
+        (note or _note)(f"note: {result.report_error}; the outcome above stands, and `provision status` has it")
+
+
+def _note(text: str) -> None:
+    import sys
+
+    print(text, file=sys.stderr, flush=True)
 
 
 def write_reports(result: UpResult) -> None:

@@ -267,7 +267,10 @@ def _human(con: Console, result: UpResult, run: CloudRun | None = None) -> None:
     if result.stopped_after_batch is not None:
         con.print(f"--serial stopped after batch {result.stopped_after_batch}: a host of it did not pass",
                   markup=False)  # fmt: skip
-    con.print(f"report: {result.run_dir / 'report.html'}", markup=False)
+    if result.report_error is None:
+        con.print(f"report: {result.run_dir / 'report.html'}", markup=False)
+    else:  # the note was said on stderr when it happened; the table above is the outcome
+        con.print(f"report: none ({result.report_error})", markup=False)
     if run is not None:
         ids = ", ".join(i.id for i in run.launch.instances)
         if run.ended:

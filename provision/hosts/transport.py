@@ -17,6 +17,7 @@ this module's types without paying for it.
 from __future__ import annotations
 
 import base64
+import contextlib
 import getpass
 import hashlib
 import itertools
@@ -122,6 +123,59 @@ def _sudo_stdin(password: str | None, stdin: bytes | None) -> bytes | None:
     return password.encode() + b"\n" + (stdin or b"")
 
 
+class Spawned:
+    """A long-lived command on a host (see ``spawn``): lines from its stdout (its stderr, sudo's
+    included, is merged in, so a failure to start reads as a line), bytes to its stdin.
+
+    Closing it closes the command's stdin and the channel: the command reads end of file, which
+    is also what it reads when the controller dies (the kernel closes the pipe or the TCP
+    connection of a killed process).
+    """
+
+    def __init__(self, host: str, fileno: Any, *, read: Any, write: Any, running: Any, close: Any) -> None:
+        import selectors
+
+        self.host = host
+        self._read, self._write, self._running, self._close = read, write, running, close
+        self._buf = bytearray()
+        self._waiter = selectors.DefaultSelector()  # poll/epoll: no FD_SETSIZE limit (see SSHTransport._run)
+        self._waiter.register(fileno, selectors.EVENT_READ)
+
+    def readline(self, timeout: float) -> str:
+        """The next line of its stdout (without the newline); '' when it ended without one."""
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise CommandTimeout(f"no answer from {self.host} after {timeout:g}s",
+                                     "check the host and what the command waits for")  # fmt: skip
+            if not self._waiter.select(min(left, 0.5)):
+                continue
+            chunk = self._read()
+            if not chunk:
+                break
+            self._buf += chunk
+        line, _, rest = bytes(self._buf).partition(b"\n")
+        self._buf = bytearray(rest)
+        return line.decode(errors="replace")
+
+    def write(self, data: bytes) -> bool:
+        """Send to its stdin; False when it or the connection is gone."""
+        try:
+            self._write(data)
+        except (OSError, EOFError, ValueError, paramiko_errors()):
+            return False
+        return True
+
+    def running(self) -> bool:
+        return bool(self._running())
+
+    def close(self) -> None:
+        self._waiter.close()
+        with contextlib.suppress(Exception):
+            self._close()
+
+
 # ---------------------------------------------------------------------------------------------
 # Local
 
@@ -162,6 +216,37 @@ class LocalTransport:
             raise CommandTimeout(f"command timed out after {timeout:g}s on {self._name}",
                                  "raise the timeout or check what the command waits for") from None
         return CommandResult(proc.returncode, out.decode(errors="replace"), err.decode(errors="replace"))
+
+    def spawn(self, command: str | Sequence[str], *, sudo: bool = False, stdin: bytes | None = None) -> Spawned:
+        """Start a command that keeps running; see :class:`Spawned`."""
+        text = _shell(command)
+        if sudo and os.geteuid() != 0:
+            text = _sudo_wrap(text, self._sudo_password)
+            stdin = _sudo_stdin(self._sudo_password, stdin)
+        proc = subprocess.Popen(["/bin/sh", "-c", f"exec 2>&1; {text}"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, env=self._env, start_new_session=True)  # fmt: skip
+        assert proc.stdin is not None and proc.stdout is not None
+        pin, pout = proc.stdin, proc.stdout
+
+        def write(data: bytes) -> None:
+            pin.write(data)
+            pin.flush()
+
+        def close() -> None:
+            with contextlib.suppress(OSError):
+                pin.close()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            pout.close()
+
+        spawned = Spawned(self._name, pout, read=lambda: os.read(pout.fileno(), 1 << 16), write=write,
+                          running=lambda: proc.poll() is None, close=close)  # fmt: skip
+        if stdin:
+            spawned.write(stdin)
+        return spawned
 
     def put(self, local: Path, remote: str, mode: int = 0o644) -> None:
         shutil.copyfile(local, remote)
@@ -391,10 +476,15 @@ class SSHTransport:
 
     def _run(self, transport: paramiko.Transport, text: str, timeout: float,
              stdin: bytes | None) -> CommandResult:
-        import select
+        import selectors
 
         deadline = time.monotonic() + timeout
         chan = transport.open_session(timeout=timeout)
+        # A selector (epoll/poll), not select.select: select() cannot watch a descriptor numbered
+        # 1024 or above (FD_SETSIZE) and raises ValueError, which a fleet of 500+ hosts (two
+        # descriptors per connection, plus files) reaches. paramiko's Channel has a fileno() for this.
+        waiter = selectors.DefaultSelector()
+        waiter.register(chan, selectors.EVENT_READ)
         try:
             chan.exec_command(text)
             if stdin:
@@ -416,11 +506,34 @@ class SSHTransport:
                     raise CommandTimeout(f"command timed out after {timeout:g}s on {self.name}",
                                          "raise the timeout or check what the command waits for")
                 if not got:
-                    select.select([chan], [], [], min(left, 0.5))
+                    waiter.select(min(left, 0.5))
             return CommandResult(chan.recv_exit_status(), out.decode(errors="replace"),
                                  err.decode(errors="replace"))
         finally:
+            waiter.close()
             chan.close()
+
+    def spawn(self, command: str | Sequence[str], *, sudo: bool = False, stdin: bytes | None = None) -> Spawned:
+        """Start a command that keeps running over its own channel; see :class:`Spawned`."""
+        text = _shell(command)
+        if sudo and self.settings.user != "root":
+            text = _sudo_wrap(text, self.settings.sudo_password)
+            stdin = _sudo_stdin(self.settings.sudo_password, stdin)
+        transport = self._client.get_transport()
+        if transport is None or not transport.is_active():
+            raise Unreachable(f"connection to {self.name} was lost", "check the host and try again")
+        try:
+            chan = transport.open_session(timeout=DEFAULT_CONNECT_TIMEOUT)
+            chan.exec_command(f"exec 2>&1; {text}")
+        except (OSError, EOFError, paramiko_errors()) as exc:
+            raise Unreachable(f"connection to {self.name} failed: {exc or type(exc).__name__}",
+                              "check the host and the network, then try again") from None  # fmt: skip
+        spawned = Spawned(self.name, chan, read=lambda: chan.recv(1 << 16), write=chan.sendall,
+                          running=lambda: not (chan.closed or chan.exit_status_ready()),
+                          close=chan.close)  # fmt: skip
+        if stdin:
+            spawned.write(stdin)
+        return spawned
 
     def put(self, local: Path, remote: str, mode: int = 0o644) -> None:
         with self._client.open_sftp() as sftp:

@@ -53,6 +53,31 @@ def test_lock_file_format(tmp_path: Path) -> None:
     assert g["packages"]["driver"]["names"] == ["nvidia-open-580"]
 
 
+def test_lock_is_fsynced_before_the_rename_and_its_folder_after(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A power loss right after `plan` must not leave a zero-length lock: the data reaches the disk
+    before the rename, and the rename (an entry in the folder) before write_lock returns."""
+    import os
+    import stat
+
+    events: list[str] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd: int) -> None:
+        events.append("fsync dir" if stat.S_ISDIR(os.fstat(fd).st_mode) else "fsync file")
+        real_fsync(fd)
+
+    def replace(src: str, dst: object) -> None:
+        events.append("rename")
+        real_replace(src, dst)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    path = write_lock(_lock(), tmp_path / "provision.lock")
+    assert events == ["fsync file", "rename", "fsync dir"]
+    assert read_lock(path).to_json() == _lock().to_json()
+    assert [p.name for p in tmp_path.iterdir()] == ["provision.lock"]  # no temporary file left
+
+
 def test_same_resolution_writes_the_same_bytes_and_round_trips(tmp_path: Path) -> None:
     a = dumps_lock(_lock())
     assert a == dumps_lock(_lock())

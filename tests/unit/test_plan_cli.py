@@ -115,3 +115,46 @@ def test_an_unwritable_out_dir_is_bad_input_and_writes_no_lock(tmp_path: Path) -
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.splitlines() == [f"error: cannot write to {blocker / 'run'}: Not a directory (give --out a writable folder)"]
     assert not (tmp_path / "provision.lock").exists()
+
+
+def _tree(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): p.read_text() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_users_non_empty_folder_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
+    """--out at an Ansible project of the user's: plan used to delete its group_vars/*.yml."""
+    mine = tmp_path / "mine"
+    (mine / "group_vars").mkdir(parents=True)
+    (mine / "group_vars" / "webservers.yml").write_text("http_port: 80\n")
+    (mine / "site.yml").write_text("- hosts: all\n")
+    before = _tree(mine)
+    r = _plan("--assume", "os=debian-12,gpu=L4:1", "--out", "mine", cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.splitlines() == [
+        "error: --out mine is a non-empty folder that is not a provision run dir (plan would replace its files) "
+        "(give --out a new or empty folder, or a run dir an earlier `provision plan` wrote)"
+    ]
+    assert _tree(mine) == before
+    assert not (tmp_path / "provision.lock").exists()
+
+
+def test_re_planning_into_its_own_run_dir_replaces_what_it_wrote(tmp_path: Path) -> None:
+    r = _plan("--assume", "os=debian-12,gpu=L4:1,name=a", "--out", "run", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "run" / ".provision-run-dir").is_file()
+    (tmp_path / "run" / "group_vars" / "gone.yml").write_text("x: 1\n")  # a group an earlier lock had
+    (tmp_path / "run" / "notes.txt").write_text("the user's\n")
+    r = _plan("--assume", "os=ubuntu-22.04,gpu=H100-SXM:8,name=a", "--out", "run", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    names = sorted(p.name for p in (tmp_path / "run" / "group_vars").iterdir())
+    assert "gone.yml" not in names and "all.yml" in names
+    assert (tmp_path / "run" / "notes.txt").read_text() == "the user's\n"  # files plan does not own stay
+
+
+def test_a_run_dir_from_before_the_marker_is_still_re_planned(tmp_path: Path) -> None:
+    r = _plan("--assume", "os=debian-12,gpu=L4:1", "--out", "run", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    (tmp_path / "run" / ".provision-run-dir").unlink()  # as an earlier release wrote it
+    r = _plan("--assume", "os=debian-12,gpu=L4:1", "--out", "run", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "run" / ".provision-run-dir").is_file()

@@ -122,3 +122,32 @@ def test_a_probed_local_tag_matches_the_locked_variant() -> None:
     assert not _same_framework("2.13.0+cu128", {"version": "2.13.0", "variant": "cpu"})
     assert not _same_framework("2.12.0+cpu", {"version": "2.13.0", "variant": "cpu"})
     assert not _same_framework(None, {"version": "2.13.0"})
+
+
+def test_a_report_that_cannot_be_written_never_hides_the_error_that_stopped_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """up writes the report in a `finally`: an exception there replaced the run's own error.
+
+    STAND-IN: the full disk is report.write_html raising ENOSPC (a real full filesystem cannot be
+    made without root here); the error in flight is the Interrupted that Ctrl-C raises."""
+    import errno
+
+    from provision import report
+    from provision.errors import Interrupted
+    from provision.up import UpResult, finish_reports
+
+    def full_disk(doc: object, path: Path) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(report, "write_html", full_disk)
+    result = UpResult(run="20261201-080000-abcd", run_dir=tmp_path, check=False, hosts=[])
+    notes: list[str] = []
+    with pytest.raises(Interrupted, match="interrupted; what the run got to"):
+        try:
+            raise Interrupted("interrupted; what the run got to is in report.html", "run the same command again")
+        finally:
+            finish_reports(result, notes.append)
+    assert notes == [f"note: the report of run 20261201-080000-abcd was not written (No space left on device: "
+                     f"{tmp_path / 'report.html'}); the outcome above stands, and `provision status` has it"]
+    assert result.report_error is not None and (tmp_path / "report.json").exists()

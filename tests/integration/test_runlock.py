@@ -1,0 +1,146 @@
+"""One run per host: the host lock (provision/hosts/runlock.py) over real SSH on the test hosts.
+
+"The other run" is a second controller process that takes the lock with the same code `up` uses
+(RunLocks), logged in as the set's sudo user 'deploy', so the holder runs through sudo as it does
+for a non-root login. It is then killed (SIGKILL: no cleanup of its own runs) or stopped (SIGSTOP:
+its connection stays open and silent, as a controller cut off from the network), and the test
+measures when the host lets go.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from provision.hosts.runlock import LOCK_PATH, HostBusy, RunLocks
+from provision.hosts.transport import connect
+from tests.hosts import harness
+from tests.integration import roles_harness as rh
+from tests.integration import up_harness as uh
+from tests.integration.test_probe_ssh import target_for
+
+# The other controller: takes the lock on one host as 'deploy', says so, then waits to be killed.
+OTHER = """
+import sys, time
+from provision.hosts.inventory import HostTarget
+from provision.hosts.runlock import RunLocks
+from provision.hosts.transport import connect
+name, address, key, known, heartbeat, stale = sys.argv[1:7]
+target = HostTarget(name, address, user="deploy", key_file=key,
+                    vars={"ansible_ssh_common_args": f"-o UserKnownHostsFile={known}"})
+locks = RunLocks("20261201-070000-0ther", connect, heartbeat_s=float(heartbeat), stale_s=float(stale))
+failed = locks.take([target])
+print("failed" if failed else "held", flush=True)
+time.sleep(600)
+"""
+
+
+def _other_controller(hostset: harness.HostSet, host: harness.TestHost, heartbeat_s: float = 10,
+                      stale_s: float = 90) -> subprocess.Popen[str]:  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "-c", OTHER, host.name, host.address, str(hostset.key),
+                             str(hostset.known_hosts), str(heartbeat_s), str(stale_s)],
+                            stdout=subprocess.PIPE, text=True, env=uh.up_env())  # fmt: skip
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def _lock_is_free(hostset: harness.HostSet, host: harness.TestHost) -> bool:
+    return rh.ssh(hostset, host, f"flock -n {LOCK_PATH} true && echo free || echo held").strip() == "free"
+
+
+def _wait_free(hostset: harness.HostSet, host: harness.TestHost, within_s: float) -> float:
+    started = time.monotonic()
+    while not _lock_is_free(hostset, host):
+        assert time.monotonic() - started < within_s, f"the lock on {host.name} is still held after {within_s}s"
+        time.sleep(0.5)
+    return time.monotonic() - started
+
+
+@pytest.fixture
+def other(testhosts: harness.HostSet) -> Iterator[list[subprocess.Popen[str]]]:
+    procs: list[subprocess.Popen[str]] = []
+    yield procs
+    for p in procs:
+        if p.poll() is None:
+            os.kill(p.pid, signal.SIGKILL)
+            p.wait()
+
+
+def test_a_second_run_is_refused_naming_the_first_and_a_killed_controller_lets_go(
+    testhosts: harness.HostSet, other: list[subprocess.Popen[str]]
+) -> None:
+    host = testhosts.hosts[0]
+    target = target_for(testhosts, host, "deploy")
+    proc = _other_controller(testhosts, host)
+    other.append(proc)
+    mine = RunLocks("20261201-080000-m1ne", connect)
+    try:
+        failed = mine.take([target])
+        [(name, error)] = failed.items()
+        assert name == host.name and isinstance(error, HostBusy)
+        line = error.reason()
+        assert "\n" not in line
+        assert line.startswith(f"{host.name}: another provision up holds this host: run 20261201-070000-0ther (since 20")
+        assert f" UTC, controller {getpass.getuser()}@{socket.gethostname()} pid {proc.pid})" in line, line
+        # the holder's file names the run (what an operator finds on the host)
+        assert json.loads(rh.ssh(testhosts, host, f"cat {LOCK_PATH}"))["run"] == "20261201-070000-0ther"
+
+        os.kill(proc.pid, signal.SIGKILL)  # the other controller dies without a word
+        proc.wait()
+        took = _wait_free(testhosts, host, within_s=15)
+        print(f"lock released {took:.1f}s after the controller was killed")
+        assert mine.take([target]) == {}
+        assert json.loads(rh.ssh(testhosts, host, f"cat {LOCK_PATH}"))["run"] == "20261201-080000-m1ne"
+    finally:
+        mine.release()
+    _wait_free(testhosts, host, within_s=10)
+
+
+def test_a_controller_that_goes_silent_loses_the_lock_after_the_stale_time(
+    testhosts: harness.HostSet, other: list[subprocess.Popen[str]]
+) -> None:
+    """SIGSTOP keeps the TCP connection open and sends nothing: no end of file ever reaches the
+    holder, only the missing heartbeats (1 s apart here, stale after 4 s; up: 10 s and 90 s)."""
+    host = testhosts.hosts[0]
+    proc = _other_controller(testhosts, host, heartbeat_s=1, stale_s=4)
+    other.append(proc)
+    time.sleep(6)  # heartbeats keep it: still held past the stale time
+    assert not _lock_is_free(testhosts, host)
+    os.kill(proc.pid, signal.SIGSTOP)
+    took = _wait_free(testhosts, host, within_s=20)
+    print(f"lock released {took:.1f}s after the controller went silent")
+    assert took >= 2
+
+
+def test_up_on_a_host_another_run_holds_fails_that_host_alone(
+    testhosts: harness.HostSet, wheelhouse: Path, tmp_path: Path, other: list[subprocess.Popen[str]]
+) -> None:
+    busy, free = testhosts.hosts[0], testhosts.hosts[1]
+    before = rh.host_snapshot(testhosts, busy)
+    other.append(_other_controller(testhosts, busy))
+    config = rh.cpu_torch_config(tmp_path, testhosts, wheelhouse)
+    try:
+        rc, doc = uh.run_up(tmp_path, uh.up_args(testhosts, config))
+        assert rc == 1, doc
+        by_host = {h["host"]: h for h in doc["hosts"]}
+        assert by_host[busy.name]["failed_task"] == "(host lock)" and by_host[busy.name]["verdict"] == "fail"
+        assert by_host[free.name]["ok"] is True, doc
+        report = json.loads((tmp_path / ".provision" / "runs" / doc["run"] / "report.json").read_text())
+        [detail] = [d for d in report["details"] if d["host"] == busy.name]
+        assert "another provision up holds this host: run 20261201-070000-0ther" in detail["message"]
+        assert rh.host_snapshot(testhosts, busy) == before  # the busy host was not touched
+        assert not _lock_is_free(testhosts, busy)  # still the other run's
+        assert _lock_is_free(testhosts, free)  # up let go of its own at the end
+    finally:
+        rh.unprovision(testhosts, [free])
