@@ -715,7 +715,7 @@ def _is_loopback(address: str) -> bool:
 
 
 def _pump(channel: paramiko.Channel, local_port: int) -> None:
-    import select
+    import selectors
     import socket
 
     try:
@@ -723,18 +723,21 @@ def _pump(channel: paramiko.Channel, local_port: int) -> None:
     except OSError:
         channel.close()
         return
+    # A selector (epoll/poll), not select.select: a fleet's connections and tunnels take the
+    # controller's descriptors past 1024, which select() cannot watch. A paramiko Channel has
+    # fileno(), so it registers like the socket.
+    waiter = selectors.DefaultSelector()
+    waiter.register(sock, selectors.EVENT_READ, "sock")
+    waiter.register(channel, selectors.EVENT_READ, "channel")
     try:
         while True:
-            waiters: list[Any] = [sock, channel]  # a paramiko Channel has fileno(): select takes it
-            ready = select.select(waiters, [], [], 60)[0]
-            if not ready:
-                continue
-            if sock in ready:
+            ready = {key.data for key, _ in waiter.select(60)}
+            if "sock" in ready:
                 data = sock.recv(1 << 16)
                 if not data:
                     break
                 channel.sendall(data)
-            if channel in ready:
+            if "channel" in ready:
                 data = channel.recv(1 << 16)
                 if not data:
                     break
@@ -742,6 +745,7 @@ def _pump(channel: paramiko.Channel, local_port: int) -> None:
     except OSError:
         pass
     finally:
+        waiter.close()
         sock.close()
         channel.close()
 

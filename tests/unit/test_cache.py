@@ -490,3 +490,47 @@ def test_the_listening_addresses_of_a_port_come_from_the_kernel_s_tables() -> No
         "   0: 00000000000000000000000001000000:9C40 00000000000000000000000000000000:0000 0A 0\n"  # ::1
     )
     assert listening_addresses(tcp, 40000) == ["127.0.0.1", "0.0.0.0", "::1"]
+
+
+def test_tunnel_pump_carries_bytes_with_descriptors_above_1024() -> None:
+    """A fleet takes the controller past 1024 descriptors; select.select raised ValueError there.
+
+    The pump's other end is a socketpair standing in for the paramiko Channel (it has the same
+    fileno/recv/sendall/close the pump uses); the local side is a real loopback echo server.
+    """
+    import resource
+    import socket
+
+    from provision.cache import _pump
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = 1200
+    if hard != resource.RLIM_INFINITY and hard < want + 64:
+        pytest.fail(f"the hard descriptor limit {hard} is below {want + 64}: raise it (ulimit -Hn)")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, want + 64), hard))
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(want)]
+    server = socket.create_server(("127.0.0.1", 0))
+    try:
+        def echo() -> None:
+            conn, _ = server.accept()
+            with conn:
+                while data := conn.recv(1 << 16):
+                    conn.sendall(data)
+
+        threading.Thread(target=echo, daemon=True).start()
+        near, far = socket.socketpair()
+        assert far.fileno() > 1024
+        pump = threading.Thread(target=_pump, args=(far, server.getsockname()[1]), daemon=True)
+        pump.start()
+        near.settimeout(10)
+        near.sendall(b"through the tunnel")
+        assert near.recv(100) == b"through the tunnel"
+        near.shutdown(socket.SHUT_WR)  # the host side closes: the pump ends and closes both
+        pump.join(10)
+        assert not pump.is_alive()
+        near.close()
+    finally:
+        server.close()
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
