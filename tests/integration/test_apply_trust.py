@@ -158,7 +158,11 @@ def test_a_host_whose_trust_changed_after_the_probe_is_refused_and_the_other_goe
     assert refused.unreachable and not refused.ok, refused
     assert refused.failed_task == "Gathering Facts", refused  # its first task
     why = "No ED25519 host key is known for" if change == "unknown" else f"Host key for {host.address} has changed"
-    assert refused.message is not None and refused.message.startswith(f"host key verification failed: {why}"), refused
+    # With pipelining, ansible may be writing the module to ssh's stdin when ssh exits: it then
+    # reports its own "[Errno 32] Broken pipe" without ssh's words (ansible's ssh plugin); the
+    # refusal itself is what the assertions above and below check.
+    assert refused.message is not None and (refused.message.startswith(f"host key verification failed: {why}")
+                                            or refused.message.endswith("[Errno 32] Broken pipe")), refused
     assert not _has_marker(testhosts, host)
     assert known.read_text() == before  # nothing was recorded in the known_hosts the probe used
     assert result.hosts[other.name].ok and result.hosts[other.name].changed == 1
@@ -222,3 +226,35 @@ def test_a_sudo_password_reaches_the_apply_and_no_file(
     assert leaks == []
     command = json.loads(next((tmp_path / "artifacts" / "runner" / "artifacts").glob("*/command")).read_text())
     assert password not in json.dumps(command)
+
+
+@pytest.mark.slow  # installs torch on one host
+def test_up_takes_the_sudo_password_to_the_apply(
+    testhosts: harness.HostSet, wheelhouse: Path, tmp_path: Path, sudo_user: tuple[str, str]
+) -> None:
+    """`provision up` (the whole command: probe, render, apply, verify) as a user whose sudo asks
+    for a password: the apply's become tasks get it (they failed at the first one before)."""
+    user, password = sudo_user
+    host = testhosts.hosts[1]
+    known = tmp_path / "known_hosts"
+    shutil.copyfile(testhosts.known_hosts, known)
+    inventory = _inventory(testhosts, tmp_path, f"ansible_become_password={password}", only=host.name)
+    config = _ssh_config(testhosts, tmp_path, known, {host.name: user})
+    settings = rh.cpu_torch_config(tmp_path, testhosts, wheelhouse)
+    try:
+        r = subprocess.run(
+            [sys.executable, "-m", "provision", "up", "-i", str(inventory), "-F", str(config), "-c", str(settings),
+             "--set", "frameworks_no_index=true", "--limit", host.name, "--yes", "--json"],
+            cwd=tmp_path, capture_output=True, text=True, timeout=1500,
+            env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"},
+        )  # fmt: skip
+        doc = json.loads(r.stdout)
+        [got] = doc["hosts"]
+        assert got["host"] == host.name and got["failed_task"] is None and got["verdict"] == "pass", (
+            doc, r.stderr[-2000:])
+        assert got["changed"] > 0
+    finally:
+        rh.unprovision(testhosts, [host])
+    leaks = [str(p) for p in tmp_path.rglob("*") if p.is_file() and password.encode() in p.read_bytes()
+             and p != inventory]  # fmt: skip
+    assert leaks == [] and password not in r.stdout + r.stderr
