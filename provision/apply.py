@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sys
 import threading
@@ -109,8 +110,16 @@ class EventReducer:
         return progress
 
 
+# What OpenSSH says when StrictHostKeyChecking=yes refuses a host (sshconnect.c), after its banner.
+_HOST_KEY_REFUSED = re.compile(r"Host key for \S+ has changed|No \S+ host key is known for \S+")
+
+
 def _message(result: dict[str, Any]) -> str:
     text = result.get("msg") or result.get("stderr") or result.get("reason") or "failed"
+    if "Host key verification failed" in str(text):  # one line instead of ssh's 20-line warning
+        why = _HOST_KEY_REFUSED.search(str(text))
+        return (f"host key verification failed: {why.group(0) if why else 'the key is not trusted'}"
+                " (the apply trusts the known_hosts the probe used; `provision probe` shows the key)")
     stderr = str(result.get("stderr") or "").strip()
     if stderr and text == "non-zero return code":  # a command's own words say what went wrong
         text = f"{text}: {stderr.splitlines()[-1]}"
@@ -190,9 +199,17 @@ def run_playbook(
     forks: int | None = None,
     extravars: dict[str, Any] | None = None,
     envvars: dict[str, str] | None = None,
+    passwords: dict[str, str] | None = None,
     on_progress: Callable[[HostProgress], None] | None = None,
 ) -> ApplyResult:
-    """Run ``run_dir/playbook`` against ``inventory``; events go to ``artifacts/events.jsonl``."""
+    """Run ``run_dir/playbook`` against ``inventory``; events go to ``artifacts/events.jsonl``.
+
+    ``passwords`` answers ansible-playbook's prompts ({regex: answer}, e.g. the play's sudo
+    password prompts) through the terminal ansible-runner drives, so they reach no file, no
+    environment and no command line.
+    """
+    import tempfile
+
     import ansible_runner
 
     (artifacts / "runner").mkdir(parents=True, exist_ok=True)
@@ -203,11 +220,22 @@ def run_playbook(
         "PATH": f"{ansible_bin_dir()}{os.pathsep}{os.environ.get('PATH', '')}",
         "ANSIBLE_CONFIG": str(run_dir / "ansible.cfg"),
         **(envvars or {}),
+        # ansible-runner sets ANSIBLE_HOST_KEY_CHECKING=False unless the caller sets it
+        # (ansible_runner/config/_base.py), and the environment beats ansible.cfg: ssh would get
+        # -o StrictHostKeyChecking=no ahead of the inventory's options. Host keys are checked.
+        "ANSIBLE_HOST_KEY_CHECKING": "True",
     }
     if not (run_dir / "ansible.cfg").exists():
         env.pop("ANSIBLE_CONFIG")
 
-    with events_path.open("w", encoding="utf-8") as sink:
+    # A ControlPersist master left by an earlier run (ansible's default ~/.ansible/cp, keyed by
+    # host, port and user) would carry this run's connections without a new key exchange, so a
+    # host whose key changed since would not be noticed. Each run gets its own masters; a short
+    # path under /tmp keeps the socket names within the 108 bytes a UNIX socket allows.
+    control_dir = tempfile.TemporaryDirectory(prefix="provision-cp-")
+    env["ANSIBLE_SSH_CONTROL_PATH_DIR"] = control_dir.name
+
+    with control_dir, events_path.open("w", encoding="utf-8") as sink:
 
         def handle(event: dict[str, Any]) -> bool:
             _write_event(sink, event)
@@ -227,6 +255,7 @@ def run_playbook(
                 forks=forks,
                 extravars=extravars or {},
                 envvars=env,
+                passwords=passwords or {},
                 event_handler=handle,
                 quiet=True,
                 suppress_env_files=True,  # env files would copy envvars (proxies, keys) to disk

@@ -173,6 +173,13 @@ def plan(
         targets = [t for t in targets if t.name in set(only)]
     check_inputs(config, overrides, [t.target for t in targets if t.target is not None and assume is None],
                  ssh_config)  # fmt: skip
+    for t in targets:  # the apply's ssh trusts what the probe trusts (before any contact)
+        if t.target is not None and not t.target.local and assume is None:
+            from provision.hosts.transport import ssh_trust_args
+
+            given = t.connection.get("ansible_ssh_common_args")
+            t.connection["ansible_ssh_common_args"] = ssh_trust_args(t.target, ssh_config) + (
+                f" {given}" if given else "")  # fmt: skip
     unprobed: list[ProbeFailure] = []
     if assume is not None:
         for t in targets:

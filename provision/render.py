@@ -540,6 +540,7 @@ def render_files(
     files: dict[str, str] = {}
     inventory: dict[str, Any] = {}
     names: list[str] = []
+    prompts: list[dict[str, Any]] = []  # one vars_prompt per host with a sudo password
     for i, group in enumerate(lock.get("groups") or []):
         name = group_name(i, group)
         if name in names:
@@ -549,6 +550,10 @@ def render_files(
         for host in group.get("hosts") or []:
             check_host_name(str(host))
             members[str(host)] = _connection(str(host), hosts.get(str(host), {}))
+            if any(hosts.get(str(host), {}).get(k) is not None for k in BECOME_PASSWORD_VARS):
+                prompts.append({"name": f"provision_become_password_{len(prompts) + 1}",
+                                "prompt": become_prompt(str(host)), "private": True, "unsafe": True})
+                members[str(host)]["ansible_become_password"] = "{{ " + prompts[-1]["name"] + " }}"
         inventory[name] = {"hosts": members}
         data = {**group_vars(group, install), **overrides}
         files[f"group_vars/{name}.yml"] = env.get_template("data.yml.j2").render(
@@ -567,17 +572,29 @@ def render_files(
     files["group_vars/all.yml"] = env.get_template("data.yml.j2").render(
         what="settings for every host", body=dump(all_vars)
     )
+    # The user's values are checked for template markers; the one template added is ours: a
+    # sudo password is never written here, only the name of the prompt that answers it.
+    _refuse_templates(
+        {h: {k: v for k, v in c.items() if k != "ansible_become_password"}
+         for g in inventory.values() for h, c in g["hosts"].items()}, "inventory")  # fmt: skip
     files["inventory.yml"] = env.get_template("data.yml.j2").render(
-        what="the hosts of provision.lock, by host group", body=dump({"all": {"children": inventory}})
+        what="the hosts of provision.lock, by host group"
+        + ("; a sudo password comes from the play's prompt, never from a file" if prompts else ""),
+        body=yaml.safe_dump({"all": {"children": inventory}}, sort_keys=False, default_flow_style=False, width=1000),
     )
-    play = {
+    play: dict[str, Any] = {
         "name": "Provision NVIDIA GPU hosts",
         "hosts": ":".join(names),
         "become": True,
         "gather_facts": True,
         "environment": "{{ provision_environment }}",
-        "roles": [{"role": r} for r in ROLES],
     }
+    if prompts:
+        # ansible-runner answers these from memory (run_playbook's passwords); plain
+        # `ansible-playbook site.yml` asks at the terminal. An environment variable would be
+        # written to disk: ansible-runner copies its whole env into artifacts/<id>/command.
+        play["vars_prompt"] = prompts
+    play["roles"] = [{"role": r} for r in ROLES]
     # the one string here that Ansible must template is ours: dump it without the marker check
     body = yaml.safe_dump([play], sort_keys=False, default_flow_style=False, width=1000)
     files["site.yml"] = env.get_template("site.yml.j2").render(body=body)
@@ -586,6 +603,20 @@ def render_files(
         roles_path=roles_path, forks=_forks(nhosts)
     )
     return files
+
+
+# The inventory variables that carry a host's sudo password (HostTarget.become_password).
+BECOME_PASSWORD_VARS = ("ansible_become_password", "ansible_become_pass", "ansible_sudo_pass")
+
+
+def become_prompt(host: str) -> str:
+    """The text the play prompts with for ``host``'s sudo password (vars_prompt appends ': ')."""
+    return f"sudo password for {host}"
+
+
+def become_answers(passwords: Mapping[str, str]) -> dict[str, str]:
+    """{host: password} as ansible-runner's ``passwords``: {regex of the prompt: answer}."""
+    return {rf"{re.escape(become_prompt(host))}:\s*$": pw for host, pw in passwords.items()}
 
 
 def _forks(hosts: int) -> int:

@@ -413,7 +413,8 @@ def _run_batch(  # noqa: PLR0917
     if to_apply:
         say(f"batch {number}/{len(batches)}: applying {', '.join(h.host for h in to_apply)}"
             + (" (check mode)" if options.check else ""))  # fmt: skip
-        _apply(run_dir, to_apply, options, on_progress, on_total)
+        become = {n: t.become_password for n, t in targets.items() if t.become_password is not None}
+        _apply(run_dir, to_apply, options, on_progress, on_total, become=become)
     for h in batch:
         if h.converged:
             say(f"{h.host}: converged with this lock; only verifying (--force re-applies)")
@@ -469,9 +470,11 @@ def _batches(hosts: list[HostRun], serial: int | None) -> list[list[HostRun]]:
 
 def _apply(
     run_dir: Path, hosts: list[HostRun], options: UpOptions, on_progress: Progress | None,
-    on_total: Callable[[int | None], None] | None,
+    on_total: Callable[[int | None], None] | None, *, become: dict[str, str] | None = None,
 ) -> None:
+    """Apply the run dir to ``hosts``; ``become`` ({host: sudo password}) answers the play's prompts."""
     from provision.apply import listed_tasks, run_playbook
+    from provision.render import become_answers
 
     ansible_dir = run_dir / "ansible"
     limit = ",".join(h.host for h in hosts)
@@ -482,6 +485,7 @@ def _apply(
         outcome = run_playbook(
             ansible_dir, "site.yml", inventory=ansible_dir / "inventory.yml", artifacts=artifacts,
             check=options.check, limit=limit, forks=max(5, min(50, len(hosts))), on_progress=on_progress,
+            passwords=become_answers(become or {}),
         )  # fmt: skip
     finally:  # also on Ctrl-C: the run's events.jsonl has whatever this apply got to
         _append_events(artifacts / "events.jsonl", run_dir / "events.jsonl")

@@ -278,6 +278,8 @@ class SSHSettings:
     proxy_command: str | None = None
     password: str | None = field(default=None, repr=False)
     sudo_password: str | None = field(default=None, repr=False)
+    # the ssh config file that was read (None: there was none)
+    config_file: str | None = None
 
 
 def default_ssh_config_path() -> Path:
@@ -361,6 +363,9 @@ def resolve_settings(target: HostTarget, ssh_config: Path | None = None) -> SSHS
     known = pick("userknownhostsfile")
     known_files = shlex.split(known) if known else ["~/.ssh/known_hosts", "~/.ssh/known_hosts2"]
     port = int(port_text)
+    known_files = [os.path.expanduser(k) for k in known_files]
+    for known_file in (*known_files, *GLOBAL_KNOWN_HOSTS):
+        check_known_hosts_file(known_file)
     return SSHSettings(
         name=target.name,
         hostname=str(options.get("hostname") or (looked.get("hostname") if target.address == target.name
@@ -369,12 +374,36 @@ def resolve_settings(target: HostTarget, ssh_config: Path | None = None) -> SSHS
         user=target.user or str(pick("user") or getpass.getuser()),
         key_files=tuple(dict.fromkeys(os.path.expanduser(k) for k in key_files)),
         identities_only=str(pick("identitiesonly") or "no").lower() == "yes",
-        known_hosts_files=tuple(os.path.expanduser(k) for k in known_files),
+        known_hosts_files=tuple(known_files),
         proxy_jump=_unless_none(pick("proxyjump")),
         proxy_command=_unless_none(pick("proxycommand")),
         password=str(target.vars["ansible_password"]) if target.vars.get("ansible_password") else None,
         sudo_password=target.become_password,
+        config_file=str(path) if path.is_file() else None,
     )
+
+
+def ssh_trust_args(target: HostTarget, ssh_config: Path | None = None) -> str:
+    """OpenSSH options that make ``ssh`` (the apply, through Ansible) trust what the probe trusts.
+
+    The same config file (``-F``: OpenSSH would read the passwd home's ``~/.ssh/config``, Python
+    reads ``$HOME``'s; ``/dev/null`` where the probe read none), the same known_hosts files with
+    ``~`` already expanded, and ``StrictHostKeyChecking=yes``: an unknown or changed key is
+    refused (a key accepted with --accept-new-host-keys was recorded by the probe). They go
+    ahead of the inventory's own ssh args because ssh takes the first value of an option.
+    """
+    settings = resolve_settings(target, ssh_config)
+
+    def files(paths: Sequence[str]) -> str:
+        # ssh_config(5) splits the value on whitespace; a path with a space is double-quoted
+        return " ".join(f'"{p}"' if any(c.isspace() for c in p) else p for p in paths)
+
+    return shlex.join([
+        "-F", settings.config_file or "/dev/null",
+        "-o", f"UserKnownHostsFile={files(settings.known_hosts_files)}",
+        "-o", f"GlobalKnownHostsFile={files(GLOBAL_KNOWN_HOSTS)}",
+        "-o", "StrictHostKeyChecking=yes",
+    ])  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------
@@ -412,18 +441,58 @@ class _UnknownHostKey(Exception):
         self.key = key
 
 
-def _load_known_hosts(client: paramiko.SSHClient, files: Sequence[str]) -> None:
-    import paramiko
+# The system-wide known_hosts files, OpenSSH's GlobalKnownHostsFile default (ssh_config(5)).
+GLOBAL_KNOWN_HOSTS = ("/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2")
 
+
+def _load_known_hosts(client: paramiko.SSHClient, files: Sequence[str]) -> None:
     # The user's files and the system-wide ones, as ssh reads them; paramiko's lookup handles
-    # hashed (|1|...) entries and [host]:port names.
+    # hashed (|1|...) entries and [host]:port names. resolve_settings has checked every line.
     keys = client.get_host_keys()
-    for path in (*files, "/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2"):
-        if os.path.isfile(path):
-            try:
-                keys.load(path)
-            except (OSError, paramiko.SSHException):  # a line paramiko cannot read is skipped by ssh too
-                continue
+    for path in (*files, *GLOBAL_KNOWN_HOSTS):
+        for entry in _known_hosts_entries(path):
+            for name in entry.hostnames:
+                known = keys.lookup(name)
+                if known is None or entry.key.get_name() not in known:  # the first entry wins, as in load
+                    keys.add(name, entry.key.get_name(), entry.key)
+
+
+def _known_hosts_entries(path: str) -> list[Any]:
+    """The usable entries of a known_hosts file, parsed line by line as ``HostKeys.load`` does,
+    except that lines with a marker (``@cert-authority``, ``@revoked``) are skipped: paramiko
+    cannot use them and ``load`` stops at them. A host known only through such a line is
+    unknown, so refused, never trusted. A line that does not decode raises BadInput naming it
+    (``load`` raised ``InvalidHostKey`` without saying where: it escaped from connect() as a
+    misleading ProxyJump error)."""
+    import paramiko
+    from paramiko.hostkeys import HostKeyEntry
+
+    entries: list[Any] = []
+    if not os.path.isfile(path):
+        return entries
+    try:
+        with open(path, encoding="utf-8", errors="replace") as lines:
+            for lineno, line in enumerate(lines, start=1):
+                text = line.strip()
+                if not text or text.startswith(("#", "@")):
+                    continue
+                try:
+                    entry = HostKeyEntry.from_line(text, lineno)
+                except paramiko.SSHException:  # e.g. a key type paramiko lacks: ssh skips unknown ones
+                    continue
+                except Exception:  # InvalidHostKey, and what a garbled key raises
+                    raise BadInput(f"known_hosts file {path} line {lineno}: the key does not decode",
+                                   f"fix or delete line {lineno} of {path}") from None
+                if entry is not None:  # None: fewer than three fields, skipped as load does
+                    entries.append(entry)
+    except OSError:  # unreadable: no keys from it, so its hosts are unknown
+        return []
+    return entries
+
+
+def check_known_hosts_file(path: str) -> None:
+    """BadInput naming the file and line where a line of ``path`` does not decode."""
+    _known_hosts_entries(path)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -684,7 +753,7 @@ def connect(
     except Exception as exc:
         for jump in jumps:
             jump.close()
-        if isinstance(exc, Unreachable):
+        if isinstance(exc, (Unreachable, BadInput)):  # BadInput: e.g. a known_hosts line
             raise
         raise Unreachable(f"cannot reach {settings.name} through {settings.proxy_jump}: {exc}",
                           "check the ProxyJump host") from None

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from provision.apply import EventReducer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from provision.apply import EventReducer, _message, run_playbook
 
 
 def _events() -> list[dict[str, object]]:
@@ -32,3 +37,40 @@ def test_reducer_counts_changes_failures_and_unreachable_hosts() -> None:
     assert "nvidia_driver" in a.role_seconds
     assert (b.failed, b.failed_task, b.message, b.role) == (True, "Probe something", "no headers for the kernel", "preflight")
     assert (c.unreachable, c.message) == (True, "Connection refused")
+
+
+def test_the_runner_is_told_to_check_host_keys_and_gets_its_own_ssh_masters(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ansible-runner itself is replaced (a stand-in that records its arguments): what is checked
+    is what run_playbook asks of it; the real runs are in tests/integration/test_apply_trust.py."""
+    import ansible_runner
+
+    seen: list[dict[str, Any]] = []
+
+    def fake_run(**kwargs: Any) -> Any:
+        seen.append({**kwargs, "control_dir_existed": Path(kwargs["envvars"]["ANSIBLE_SSH_CONTROL_PATH_DIR"]).is_dir()})
+        return type("R", (), {"stats": {}, "status": "successful", "rc": 0})()
+
+    monkeypatch.setattr(ansible_runner, "run", fake_run)
+    for _ in range(2):
+        run_playbook(tmp_path, "site.yml", inventory=tmp_path / "inventory.yml", artifacts=tmp_path / "a",
+                     envvars={"ANSIBLE_HOST_KEY_CHECKING": "False"}, passwords={"x: $": "pw"})  # fmt: skip
+    first, second = seen
+    # ansible-runner sets ANSIBLE_HOST_KEY_CHECKING=False unless told: always told, never loosened
+    assert first["envvars"]["ANSIBLE_HOST_KEY_CHECKING"] == "True"
+    assert first["passwords"] == {"x: $": "pw"} and first["suppress_env_files"] is True
+    dirs = [s["envvars"]["ANSIBLE_SSH_CONTROL_PATH_DIR"] for s in seen]
+    assert first["control_dir_existed"] and dirs[0] != dirs[1] and not any(Path(d).exists() for d in dirs)
+    assert all(len(d) + 1 + 40 < 108 for d in dirs)  # ansible's %C socket name fits a UNIX socket path
+    assert second["envvars"]["ANSIBLE_HOST_KEY_CHECKING"] == "True"
+
+
+def test_a_refused_host_key_is_one_line() -> None:
+    banner = ("Data could not be sent to remote host \"n1\". Make sure this host can be reached over ssh: "
+              "@@@@@@@ WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED! @@@@@@@\nIT IS POSSIBLE ...\n"
+              "Host key for 10.0.0.1 has changed and you have requested strict checking.\n"
+              "Host key verification failed.\n")  # fmt: skip
+    assert _message({"msg": banner}).startswith("host key verification failed: Host key for 10.0.0.1 has changed (")
+    unknown = "No ED25519 host key is known for 10.0.0.1 and you have requested strict checking.\nHost key verification failed."
+    assert _message({"msg": unknown}).startswith("host key verification failed: No ED25519 host key is known for 10.0.0.1 (")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import time
 from pathlib import Path
@@ -10,8 +11,10 @@ from pathlib import Path
 import paramiko
 import pytest
 
+from provision.errors import BadInput
 from provision.hosts import transport as t
 from provision.hosts.inventory import HostTarget, parse_host
+from tests.unit.probe_fixtures import run_probe
 
 SSH_CONFIG = """
 Host gpu1
@@ -154,3 +157,55 @@ def test_connect_to_localhost_is_local() -> None:
     assert isinstance(transport, t.LocalTransport)
     transport.close()
 
+
+
+def _bad_known_hosts(tmp_path: Path) -> Path:
+    good = paramiko.ECDSAKey.generate()
+    known = tmp_path / "known_hosts"
+    # line 3: a key whose base64 does not decode (a truncated paste); line 2 is a good one
+    known.write_text(f"# comment\n10.9.0.9 {good.get_name()} {good.get_base64()}\n"
+                     "10.9.0.1 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI\n")
+    return known
+
+
+def test_a_known_hosts_line_that_does_not_decode_is_bad_input_naming_file_and_line(tmp_path: Path) -> None:
+    known = _bad_known_hosts(tmp_path)
+    config = tmp_path / "config"
+    config.write_text(f"Host gpu1\n  HostName 10.9.0.1\n  UserKnownHostsFile {known}\n")
+    with pytest.raises(BadInput) as caught:
+        t.resolve_settings(parse_host("gpu1"), config)
+    assert caught.value.message == f"known_hosts file {known} line 3: the key does not decode"
+    assert caught.value.hint == f"fix or delete line 3 of {known}"
+
+    # the CLI: one line, exit 2 (bad input), before any host is contacted (10.9.0.1 does not exist)
+    probed = run_probe("-F", str(config), "gpu1")
+    assert probed.returncode == 2, probed.stderr
+    assert probed.stderr == f"error: known_hosts file {known} line 3: the key does not decode " \
+                            f"(fix or delete line 3 of {known})\n"
+
+
+def test_ssh_trust_args_name_the_probes_files(tmp_path: Path, ssh_config: Path) -> None:
+    args = shlex.split(t.ssh_trust_args(parse_host("gpu1"), ssh_config))
+    assert args == ["-F", str(ssh_config), "-o", "UserKnownHostsFile=/etc/provision/known_hosts /tmp/second_known_hosts",
+                    "-o", "GlobalKnownHostsFile=/etc/ssh/ssh_known_hosts /etc/ssh/ssh_known_hosts2",
+                    "-o", "StrictHostKeyChecking=yes"]  # fmt: skip
+    # no config file: ssh must not read the passwd home's ~/.ssh/config that the probe never read
+    spaced = tmp_path / "my keys" / "known_hosts"
+    target = HostTarget("n1", "10.0.0.5", vars={"ansible_ssh_common_args": f"""-o 'UserKnownHostsFile="{spaced}"'"""})
+    args = shlex.split(t.ssh_trust_args(target, tmp_path / "absent"))
+    assert args[:4] == ["-F", "/dev/null", "-o", f'UserKnownHostsFile="{spaced}"']
+    home = HostTarget("n2", "10.0.0.6")
+    assert f"UserKnownHostsFile={os.path.expanduser('~/.ssh/known_hosts')} " in t.ssh_trust_args(home, tmp_path / "x")
+
+
+def test_known_hosts_markers_and_unknown_types_are_skipped_not_fatal(tmp_path: Path) -> None:
+    key = paramiko.ECDSAKey.generate()
+    known = tmp_path / "known_hosts"
+    known.write_text(f"@cert-authority *.example {key.get_name()} {key.get_base64()}\n"
+                     "10.9.0.2 ssh-unknowntype AAAA\n"
+                     f"10.9.0.3 {key.get_name()} {key.get_base64()}\n")  # fmt: skip
+    t.check_known_hosts_file(str(known))  # no BadInput: ssh reads such files
+    client = paramiko.SSHClient()
+    t._load_known_hosts(client, [str(known)])
+    assert client.get_host_keys().lookup("10.9.0.3") is not None
+    assert client.get_host_keys().lookup("a.example") is None  # a CA line trusts nothing here

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -20,7 +21,7 @@ import pytest
 import yaml
 
 from provision.errors import BadInput
-from provision.render import InstallSettings, PipSettings, dump, render_files, write_run_dir
+from provision.render import InstallSettings, PipSettings, become_answers, dump, render_files, write_run_dir
 
 GOLDEN = Path(__file__).parent / "golden" / "render"
 OS_RELEASES = ["ubuntu-22.04", "ubuntu-24.04", "debian-12", "rhel-8", "rhel-9", "rocky-8", "rocky-9", "amzn-2023"]
@@ -157,3 +158,27 @@ def test_forks_follow_the_fleet() -> None:
     cfg = render_files(lock, {}, INSTALL, roles_path="/r")["ansible.cfg"]
     assert "forks = 50\n" in cfg and "pipelining = True" in cfg and "ControlPersist=60s" in cfg
     assert "fact_caching = jsonfile" in cfg and "roles_path = /r\n" in cfg
+
+
+def test_a_sudo_password_is_a_prompt_of_the_play_never_a_value_in_a_file() -> None:
+    hosts = {**HOSTS, "gpu-1.example": {**HOSTS["gpu-1.example"], "ansible_become_password": "s3cret{{x}}"}}
+    files = render_files(_lock("debian-12"), hosts, INSTALL, roles_path="/usr/share/provision/roles")
+    assert not any("s3cret" in text for text in files.values())
+    inventory = yaml.safe_load(files["inventory.yml"])
+    [group] = inventory["all"]["children"].values()
+    assert group["hosts"]["gpu-1.example"]["ansible_become_password"] == "{{ provision_become_password_1 }}"
+    assert "ansible_become_password" not in group["hosts"]["gpu-2.example"]
+    [play] = yaml.safe_load(files["site.yml"])
+    # unsafe: the answer is never templated (a password may hold "{{")
+    assert play["vars_prompt"] == [{"name": "provision_become_password_1", "prompt": "sudo password for gpu-1.example",
+                                    "private": True, "unsafe": True}]  # fmt: skip
+    [(pattern, answer)] = become_answers({"gpu-1.example": "s3cret{{x}}"}).items()
+    assert answer == "s3cret{{x}}"
+    assert re.search(pattern, "sudo password for gpu-1.example: ", re.M)
+    assert not re.search(pattern, "sudo password for gpu-1Xexample: ", re.M)
+
+
+def test_a_users_ssh_args_are_still_checked_for_template_markers() -> None:
+    hosts = {"gpu-1.example": {"ansible_ssh_common_args": "-o ProxyCommand={{ lookup('pipe', 'id') }}"}}
+    with pytest.raises(BadInput, match="template marker"):
+        render_files(_lock("debian-12"), hosts, INSTALL, roles_path="/usr/share/provision/roles")
