@@ -269,6 +269,7 @@ def run_playbook(
                 runner.run()
             finally:
                 _forget_environment(Path(runner.config.artifact_dir) / "command")
+                _owner_only(artifacts)
     if cancelled():  # the runner stopped ansible-playbook; now stop the caller as Ctrl-C does
         raise KeyboardInterrupt
     stats = runner.stats or {}
@@ -287,6 +288,17 @@ def _without_inherited(prepared: Mapping[str, str], ours: Mapping[str, str], *,
     or changed (a key of ``parent`` with another value here was set by the runner)."""
     parent = os.environ if parent is None else parent
     return {k: v for k, v in prepared.items() if k in ours or parent.get(k) != v}
+
+
+def _owner_only(top: Path) -> None:
+    """Close everything under ``top`` to group and others. The umask covers what is created, but
+    Ansible's jsonfile fact cache chmods its files 0644 (the runner points it into the artifacts)."""
+    for path in [top, *top.rglob("*")]:
+        try:
+            if not path.is_symlink() and path.stat().st_mode & 0o077:
+                path.chmod(path.stat().st_mode & 0o700)
+        except OSError:
+            continue
 
 
 def _forget_environment(command_file: Path) -> None:

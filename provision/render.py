@@ -140,8 +140,9 @@ class InstallSettings:
 #     proxy a config file named by PIP_CONFIG_FILE with `proxy =` (the --proxy option:
 #     https://pip.pypa.io/en/stable/topics/configuration/#environment-variables);
 #   - apt: a configuration file named by APT_CONFIG with Acquire::http(s)::Proxy, credential
-#     included (apt.conf(5): "http://[[user][:pass]@]host[:port]/"; APT_CONFIG, apt.conf(5)
-#     "FILES": read after /etc/apt/apt.conf.d/).
+#     included (apt.conf(5), "the standard form of http://[[user][:pass]@]host[:port]/"). apt
+#     reads APT_CONFIG first, then /etc/apt/apt.conf.d/ and /etc/apt/apt.conf (apt.conf(5),
+#     DESCRIPTION), so a host's own Acquire::http::Proxy still wins, as it wins over http_proxy.
 # Not the environment: Ansible puts a task's `environment:` into the command line it runs over
 # SSH (`VAR=value /usr/bin/python3 ...`), visible in `ps` on the controller and the host. Only the
 # files' paths travel that way. site.yml removes the folder at the end of the play, failed or not.
@@ -203,6 +204,10 @@ def split_credential(url: str) -> tuple[str, tuple[str, str] | None]:
 def split_credentials(install: InstallSettings) -> tuple[InstallSettings, Credentials]:
     """The settings with every URL bare, and the credentials that were in them."""
     check_settings(install)
+    return _split_credentials(install)
+
+
+def _split_credentials(install: InstallSettings) -> tuple[InstallSettings, Credentials]:
     by_host: dict[str, tuple[str, str]] = {}
 
     def index(url: str | None, what: str) -> str | None:
@@ -310,6 +315,7 @@ def check_settings(install: InstallSettings) -> None:
     for path in (install.mok_key, install.mok_cert):
         if path:
             _check_path(path, "MOK key path")
+    _split_credentials(install)  # a credential pip cannot look up is bad input before any host is probed
 
 
 # --- lock group -> role variables -------------------------------------------------------------
