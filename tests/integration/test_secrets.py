@@ -251,7 +251,7 @@ def test_credentials_stay_out_of_ps_and_of_files_others_can_read(
                       f"{INDEX_TOKEN} -e {PROXY_TOKEN} /etc /opt/provision /tmp /root /var/log 2>/dev/null",
                       check=False)  # fmt: skip
         leaks += [f"{host.name}: {line}" for line in left.split()]
-        assert leaks == []
+        assert not leaks, "\n".join(leaks)
     finally:
         rh.unprovision(testhosts, [host])
 
