@@ -15,13 +15,14 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
 from provision.errors import OperationFailed
+from provision.render import private_umask
 
 # Events that end a task on one host; the key is the runner's event name.
 _HOST_RESULT_EVENTS = {
@@ -165,6 +166,36 @@ def ansible_bin_dir() -> Path:
     return Path(found).parent
 
 
+# What ansible-playbook gets from provision's own environment, and why; nothing else passes (the
+# controller's AWS keys, tokens and the like are no business of the play, and ansible-runner
+# would write whatever it gets into its artifacts):
+RUNNER_ENV_ALLOW = frozenset({
+    "PATH",  # finds ssh, and ansible-playbook beside this Python
+    "HOME",  # ~/.ssh (config, keys, known_hosts) and ~/.ansible (temporary files, ControlPath)
+    "USER", "LOGNAME",  # the login name ssh and Ansible fall back on
+    "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "LC_MESSAGES",  # ansible-core requires a UTF-8 locale
+    "TZ", "TMPDIR",
+    "SSH_AUTH_SOCK",  # keys held by an ssh-agent
+    "KRB5CCNAME",  # Kerberos (GSSAPI) tickets for ssh
+})  # fmt: skip
+# Not the controller's http(s)_proxy: ansible-playbook itself only runs ssh (ProxyJump and
+# ProxyCommand come from the ssh config); the hosts' proxy is install.apt.proxy, set per play.
+# Not the user's own ANSIBLE_*: the run dir's ansible.cfg is the configuration, so `up` and a
+# plain `ansible-playbook site.yml` in the run dir do the same. The caller's ``envvars`` (host-key
+# settings, ANSIBLE_CONFIG, ...) are added on top.
+
+
+def runner_environment(envvars: Mapping[str, str] | None = None, *,
+                       parent: Mapping[str, str] | None = None) -> dict[str, str]:  # fmt: skip
+    """The environment ansible-playbook runs in: the allow-listed part of ``parent`` (this
+    process's environment), ansible-playbook's folder first on PATH, then ``envvars``."""
+    parent = os.environ if parent is None else parent
+    env = {k: v for k, v in parent.items() if k in RUNNER_ENV_ALLOW}
+    env["PATH"] = f"{ansible_bin_dir()}{os.pathsep}{parent.get('PATH', '')}"
+    env.update(envvars or {})
+    return env
+
+
 def listed_tasks(run_dir: Path, playbook: str, *, inventory: Path, limit: str | None = None) -> int | None:
     """How many tasks ``ansible-playbook --list-tasks`` lists per host (None when it cannot say).
 
@@ -173,7 +204,7 @@ def listed_tasks(run_dir: Path, playbook: str, *, inventory: Path, limit: str | 
     """
     import subprocess
 
-    env = {**os.environ, "PATH": f"{ansible_bin_dir()}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env = runner_environment()
     if (run_dir / "ansible.cfg").exists():
         env["ANSIBLE_CONFIG"] = str(run_dir / "ansible.cfg")
     command = [str(ansible_bin_dir() / "ansible-playbook"), playbook, "-i", str(inventory), "--list-tasks"]
@@ -210,23 +241,20 @@ def run_playbook(
     """
     import tempfile
 
-    import ansible_runner
+    from ansible_runner.interface import init_runner
 
-    (artifacts / "runner").mkdir(parents=True, exist_ok=True)
     reducer = EventReducer()
     events_path = artifacts / "events.jsonl"
     cmdline = ["--check", "--diff"] if check else []
-    env = {
-        "PATH": f"{ansible_bin_dir()}{os.pathsep}{os.environ.get('PATH', '')}",
-        "ANSIBLE_CONFIG": str(run_dir / "ansible.cfg"),
+    ours = {"ANSIBLE_CONFIG": str(run_dir / "ansible.cfg")} if (run_dir / "ansible.cfg").exists() else {}
+    env = runner_environment({
+        **ours,
         **(envvars or {}),
         # ansible-runner sets ANSIBLE_HOST_KEY_CHECKING=False unless the caller sets it
         # (ansible_runner/config/_base.py), and the environment beats ansible.cfg: ssh would get
         # -o StrictHostKeyChecking=no ahead of the inventory's options. Host keys are checked.
         "ANSIBLE_HOST_KEY_CHECKING": "True",
-    }
-    if not (run_dir / "ansible.cfg").exists():
-        env.pop("ANSIBLE_CONFIG")
+    })  # fmt: skip
 
     # A ControlPersist master left by an earlier run (ansible's default ~/.ansible/cp, keyed by
     # host, port and user) would carry this run's connections without a new key exchange, so a
@@ -235,7 +263,11 @@ def run_playbook(
     control_dir = tempfile.TemporaryDirectory(prefix="provision-cp-")
     env["ANSIBLE_SSH_CONTROL_PATH_DIR"] = control_dir.name
 
-    with control_dir, events_path.open("w", encoding="utf-8") as sink:
+    with private_umask():
+        (artifacts / "runner").mkdir(parents=True, exist_ok=True)
+        for folder in (artifacts, artifacts / "runner"):
+            folder.chmod(0o700)
+    with control_dir, private_umask(), events_path.open("w", encoding="utf-8") as sink:
 
         def handle(event: dict[str, Any]) -> bool:
             _write_event(sink, event)
@@ -245,7 +277,7 @@ def run_playbook(
             return True  # keep the runner's own artifact copy of the event too
 
         with _ctrl_c_cancels() as cancelled:
-            runner = ansible_runner.run(
+            runner = init_runner(
                 private_data_dir=str(artifacts / "runner"),
                 project_dir=str(run_dir),
                 playbook=playbook,
@@ -261,6 +293,15 @@ def run_playbook(
                 suppress_env_files=True,  # env files would copy envvars (proxies, keys) to disk
                 cancel_callback=cancelled,
             )
+            # The runner seeds the play's environment with all of this process's environment
+            # (RunnerConfig.prepare_env: os.environ.copy()); keep only ours and what the runner
+            # itself set for its callback plugin (PYTHONPATH, ANSIBLE_CALLBACK_PLUGINS, ...).
+            runner.config.env = _without_inherited(runner.config.env, env)
+            try:
+                runner.run()
+            finally:
+                _forget_environment(Path(runner.config.artifact_dir) / "command")
+                _owner_only(artifacts)
     if cancelled():  # the runner stopped ansible-playbook; now stop the caller as Ctrl-C does
         raise KeyboardInterrupt
     stats = runner.stats or {}
@@ -271,6 +312,41 @@ def run_playbook(
         artifacts=artifacts,
         events=events_path,
     )
+
+
+def _without_inherited(prepared: Mapping[str, str], ours: Mapping[str, str], *,
+                       parent: Mapping[str, str] | None = None) -> dict[str, str]:  # fmt: skip
+    """``prepared`` less what it only inherited from ``parent``: ours, plus what the runner added
+    or changed (a key of ``parent`` with another value here was set by the runner)."""
+    parent = os.environ if parent is None else parent
+    return {k: v for k, v in prepared.items() if k in ours or parent.get(k) != v}
+
+
+def _owner_only(top: Path) -> None:
+    """Close everything under ``top`` to group and others. The umask covers what is created, but
+    Ansible's jsonfile fact cache chmods its files 0644 (the runner points it into the artifacts)."""
+    for path in [top, *top.rglob("*")]:
+        try:
+            if not path.is_symlink() and path.stat().st_mode & 0o077:
+                path.chmod(path.stat().st_mode & 0o700)
+        except OSError:
+            continue
+
+
+def _forget_environment(command_file: Path) -> None:
+    """ansible-runner writes ``artifacts/<ident>/command`` as {command, cwd, env}: drop ``env``.
+
+    The runner writes it (0600) as the run starts, with no way to leave the environment out; the
+    environment is already only the allow-listed part (:func:`runner_environment`), and from the
+    end of the run on no artifact keeps any of it (a caller's envvars may carry a password).
+    """
+    try:
+        doc = json.loads(command_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    if isinstance(doc, dict) and "env" in doc:
+        doc.pop("env")
+        command_file.write_text(json.dumps(doc, ensure_ascii=False), encoding="utf-8")
 
 
 @contextmanager

@@ -37,6 +37,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -106,6 +107,9 @@ class WheelSet:
     find_links: tuple[str, ...] = ()
     trusted_hosts: tuple[str, ...] = ()
     no_index: bool = False
+    # the indexes' logins (netrc text; render keeps them out of the URLs): pip reads them from
+    # the file NETRC names, never from its command line, which `ps` shows to everyone
+    netrc: str = field(default="", repr=False)
 
     @property
     def key(self) -> str:
@@ -113,7 +117,8 @@ class WheelSet:
         return f"cp{self.python.replace('.', '')}-{self.arch}"
 
     @classmethod
-    def from_group_vars(cls, data: Mapping[str, Any], host: Mapping[str, Any]) -> WheelSet | None:
+    def from_group_vars(cls, data: Mapping[str, Any], host: Mapping[str, Any], *,
+                        netrc: str = "") -> WheelSet | None:  # fmt: skip
         """None where the group installs no frameworks or its platform is unknown."""
         installs = data.get("frameworks_installs") or []
         if not data.get("frameworks_enabled", True) or not installs:
@@ -130,6 +135,7 @@ class WheelSet:
             find_links=tuple(data.get("frameworks_find_links") or ()),
             trusted_hosts=tuple(data.get("frameworks_trusted_hosts") or ()),
             no_index=bool(data.get("frameworks_no_index")),
+            netrc=netrc,
         )
 
     def download_commands(self, python_exe: str, dest: Path) -> list[list[str]]:
@@ -456,9 +462,16 @@ def host_vars(apt_port: int | None, wheels_port: int | None, wheel_key: str | No
               environment: Mapping[str, str]) -> dict[str, Any]:  # fmt: skip
     """The role variables that point one host at its end of the tunnels."""
     out: dict[str, Any] = {}
+    # The credential files' proxy settings (render.Credentials: APT_CONFIG for apt, PIP_CONFIG_FILE
+    # for pip) would send apt and pip past the tunnels, straight to install.apt.proxy; through a
+    # tunnel they need no proxy and no proxy login.
+    dropped = ({"APT_CONFIG"} if apt_port is not None else set()) | (
+        {"PIP_CONFIG_FILE"} if wheels_port is not None and wheel_key is not None else set())
+    if dropped & set(environment):
+        out["provision_environment"] = {k: v for k, v in environment.items() if k not in dropped}
     if apt_port is not None:
         out["provision_environment"] = {
-            **environment,
+            **{k: v for k, v in environment.items() if k not in dropped},
             "http_proxy": f"http://127.0.0.1:{apt_port}",
             "no_proxy": "127.0.0.1,localhost",
         }
@@ -855,15 +868,16 @@ class FleetCache:
             before = _folder_bytes(dest)
             self.say(f"fleet cache: filling the wheelhouse for {ws.key}")
             ok, why = True, ""
-            for cmd in ws.download_commands(self.python_exe, dest):
-                try:
-                    r = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, check=False)
-                except (OSError, subprocess.TimeoutExpired) as exc:
-                    ok, why = False, _one_line(exc)
-                    break
-                if r.returncode != 0:
-                    ok, why = False, _last_error(r.stderr)
-                    break
+            with _netrc_env(ws.netrc) as env:
+                for cmd in ws.download_commands(self.python_exe, dest):
+                    try:
+                        r = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, check=False, env=env)
+                    except (OSError, subprocess.TimeoutExpired) as exc:
+                        ok, why = False, _one_line(exc)
+                        break
+                    if r.returncode != 0:
+                        ok, why = False, _last_error(r.stderr)
+                        break
             self.report.wheel_bytes_added += _folder_bytes(dest) - before
             self.report.wheels[ws.key] = "on" if ok else f"off: {why}"
             if not ok:
@@ -903,6 +917,21 @@ def _connect(port: int) -> Iterator[None]:
 
     with socket.create_connection(("127.0.0.1", port), timeout=1):
         yield
+
+
+@contextlib.contextmanager
+def _netrc_env(netrc: str) -> Iterator[dict[str, str] | None]:
+    """The environment of the controller's ``pip download``: NETRC names a 0600 file with the
+    indexes' logins for as long as the downloads run (None: no logins, this process's environment)."""
+    if not netrc:
+        yield None
+        return
+    with tempfile.TemporaryDirectory(prefix="provision-netrc-") as folder:  # 0700
+        path = Path(folder) / "netrc"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(netrc)
+        yield {**os.environ, "NETRC": str(path)}
 
 
 def _free_port() -> int:

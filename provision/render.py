@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import difflib
 import functools
+import os
 import re
-from collections.abc import Mapping, Sequence
+import urllib.parse
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -127,6 +130,117 @@ class InstallSettings:
         )
 
 
+# --- credentials: never in group_vars, never in argv -------------------------------------------
+#
+# A user:token@ in install.pip.index_url / extra_index_urls or install.apt.proxy is split off its
+# URL. The URL goes into group_vars without it; the credential goes into the run dir's
+# secrets.yml (0600, read by site.yml's vars_files, so plain `ansible-playbook site.yml` still
+# runs) and, during the play, into root-only files on the host that pip and apt read themselves:
+#   - pip: a netrc file named by NETRC (pip asks requests' get_netrc_auth for an index host's
+#     login: https://pip.pypa.io/en/stable/topics/authentication/#netrc-support), and for the
+#     proxy a config file named by PIP_CONFIG_FILE with `proxy =` (the --proxy option:
+#     https://pip.pypa.io/en/stable/topics/configuration/#environment-variables);
+#   - apt: a configuration file named by APT_CONFIG with Acquire::http(s)::Proxy, credential
+#     included (apt.conf(5), "the standard form of http://[[user][:pass]@]host[:port]/"). apt
+#     reads APT_CONFIG first, then /etc/apt/apt.conf.d/ and /etc/apt/apt.conf (apt.conf(5),
+#     DESCRIPTION), so a host's own Acquire::http::Proxy still wins, as it wins over http_proxy.
+# Not the environment: Ansible puts a task's `environment:` into the command line it runs over
+# SSH (`VAR=value /usr/bin/python3 ...`), visible in `ps` on the controller and the host. Only the
+# files' paths travel that way. site.yml removes the folder at the end of the play, failed or not.
+CREDENTIALS_DIR = "/root/.provision-credentials"
+# Characters a netrc token cannot carry unquoted (Python's netrc, which pip's requests reads).
+_NETRC_UNSAFE = re.compile(r"[\s\"'#\\]")
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """The credentials split off the install URLs (see above)."""
+
+    netrc: tuple[tuple[str, str, str], ...] = ()  # (host, login, password) of pip's indexes
+    proxy: str | None = None  # install.apt.proxy as given, credential included
+
+    def __bool__(self) -> bool:
+        return bool(self.netrc or self.proxy)
+
+    def files(self) -> list[dict[str, str]]:
+        """The files site.yml writes into :data:`CREDENTIALS_DIR` on each host (name, content)."""
+        out = []
+        if self.netrc:
+            out.append({"name": "netrc", "content": netrc_text(self.netrc)})
+        if self.proxy:
+            out.append({"name": "pip.conf", "content": f"[global]\nproxy = {self.proxy}\n"})
+            out.append({"name": "apt.conf", "content": f'Acquire::http::Proxy "{self.proxy}";\n'
+                                                       f'Acquire::https::Proxy "{self.proxy}";\n'})
+        return out
+
+    def environment(self) -> dict[str, str]:
+        """What the play's environment says about them: paths only, never a credential."""
+        out = {}
+        if self.netrc:
+            out["NETRC"] = f"{CREDENTIALS_DIR}/netrc"
+        if self.proxy:
+            out["PIP_CONFIG_FILE"] = f"{CREDENTIALS_DIR}/pip.conf"
+            out["APT_CONFIG"] = f"{CREDENTIALS_DIR}/apt.conf"
+        return out
+
+
+def netrc_text(entries: Sequence[tuple[str, str, str]]) -> str:
+    return "".join(f"machine {host} login {login} password {password}\n" for host, login, password in entries)
+
+
+def split_credential(url: str) -> tuple[str, tuple[str, str] | None]:
+    """``http://user:token@host:port/path`` -> (``http://host:port/path``, (user, token))."""
+    parts = urllib.parse.urlsplit(url)
+    if "@" not in parts.netloc:
+        return url, None
+    host = parts.hostname or ""
+    netloc = f"[{host}]" if ":" in host else host
+    if parts.port is not None:
+        netloc += f":{parts.port}"
+    login = urllib.parse.unquote(parts.username or "")
+    password = urllib.parse.unquote(parts.password or "")
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc)), (login, password)
+
+
+def split_credentials(install: InstallSettings) -> tuple[InstallSettings, Credentials]:
+    """The settings with every URL bare, and the credentials that were in them."""
+    check_settings(install)
+    return _split_credentials(install)
+
+
+def _split_credentials(install: InstallSettings) -> tuple[InstallSettings, Credentials]:
+    by_host: dict[str, tuple[str, str]] = {}
+
+    def index(url: str | None, what: str) -> str | None:
+        if not url:
+            return url
+        bare, cred = split_credential(url)
+        if cred is None:
+            return url
+        host = urllib.parse.urlsplit(bare).hostname or ""
+        if not cred[0] or _NETRC_UNSAFE.search(cred[0] + cred[1]):
+            raise BadInput(f"{what}: the credential in {bare} cannot go into a netrc file",
+                           "give user:token@ with a non-empty user and no spaces, quotes, '#' or '\\'")  # fmt: skip
+        if by_host.setdefault(host, cred) != cred:
+            raise BadInput(f"{what}: two different credentials for the index host {host}",
+                           "pip looks a login up by host name (netrc): use one credential per host")  # fmt: skip
+        return bare
+
+    pip = install.pip
+    bare_pip = PipSettings(
+        index(pip.index_url, "install.pip.index_url"),
+        tuple(str(index(u, "install.pip.extra_index_urls")) for u in pip.extra_index_urls),
+        pip.find_links,
+        pip.trusted_hosts,
+    )
+    proxy, proxy_cred = split_credential(install.apt_proxy) if install.apt_proxy else (None, None)
+    creds = Credentials(
+        netrc=tuple((host, login, password) for host, (login, password) in by_host.items()),
+        proxy=install.apt_proxy if proxy_cred else None,
+    )
+    return InstallSettings(**{**install.__dict__, "pip": bare_pip, "apt_proxy": proxy}), creds
+
+
 @dataclass(frozen=True)
 class RunDir:
     path: Path
@@ -202,6 +316,7 @@ def check_settings(install: InstallSettings) -> None:
     for path in (install.mok_key, install.mok_cert):
         if path:
             _check_path(path, "MOK key path")
+    _split_credentials(install)  # a credential pip cannot look up is bad input before any host is probed
 
 
 # --- lock group -> role variables -------------------------------------------------------------
@@ -518,7 +633,7 @@ def render_files(
     """
     import jinja2
 
-    check_settings(install)
+    install, creds = split_credentials(install)
     overrides = dict(overrides or {})
     check_overrides(overrides)
     if not _CFG_PATH.match(roles_path):
@@ -562,13 +677,14 @@ def render_files(
     if not names:
         raise BadInput("the lock has no host groups", "run `provision plan` with at least one host")
     all_vars: dict[str, Any] = {}
-    if install.apt_proxy:
-        all_vars["provision_environment"] = {
-            "http_proxy": install.apt_proxy,
-            "https_proxy": install.apt_proxy,
-        }
-    else:
-        all_vars["provision_environment"] = {}
+    environment = {"http_proxy": install.apt_proxy, "https_proxy": install.apt_proxy} if install.apt_proxy else {}
+    all_vars["provision_environment"] = {**environment, **creds.environment()}
+    if creds:
+        all_vars["provision_credentials_dir"] = CREDENTIALS_DIR
+        files[SECRETS_FILE] = env.get_template("data.yml.j2").render(
+            what="the credentials of install.pip / install.apt.proxy (0600: keep it private)",
+            body=dump({"provision_credential_files": creds.files()}),
+        )
     files["group_vars/all.yml"] = env.get_template("data.yml.j2").render(
         what="settings for every host", body=dump(all_vars)
     )
@@ -594,7 +710,10 @@ def render_files(
         # `ansible-playbook site.yml` asks at the terminal. An environment variable would be
         # written to disk: ansible-runner copies its whole env into artifacts/<id>/command.
         play["vars_prompt"] = prompts
-    play["roles"] = [{"role": r} for r in ROLES]
+    if creds:
+        play.update(_credentials_play())
+    else:
+        play["roles"] = [{"role": r} for r in ROLES]
     # the one string here that Ansible must template is ours: dump it without the marker check
     body = yaml.safe_dump([play], sort_keys=False, default_flow_style=False, width=1000)
     files["site.yml"] = env.get_template("site.yml.j2").render(body=body)
@@ -617,6 +736,39 @@ def become_prompt(host: str) -> str:
 def become_answers(passwords: Mapping[str, str]) -> dict[str, str]:
     """{host: password} as ansible-runner's ``passwords``: {regex of the prompt: answer}."""
     return {rf"{re.escape(become_prompt(host))}:\s*$": pw for host, pw in passwords.items()}
+
+
+SECRETS_FILE = "secrets.yml"
+
+
+def _credentials_play() -> dict[str, Any]:
+    """The play's body when the run has credentials: the roles inside a block whose ``always``
+    removes the credentials from the host, also when a role fails (post_tasks would not run).
+
+    The credential tasks are transient (the host ends as it started): never reported as changes,
+    so a converged host still reports 0, and run in check mode too, so `up --check` reaches the
+    same mirrors. ``no_log`` keeps the files' content out of the events and the runner's artifacts.
+    """
+    folder = "{{ provision_credentials_dir }}"
+    transient = {"check_mode": False, "changed_when": False}
+    place = [
+        {"name": "Make the root-only folder for this run's credentials",
+         "ansible.builtin.file": {"path": folder, "state": "directory", "owner": "root", "group": "root",
+                                  "mode": "0700"}, **transient},
+        {"name": "Write this run's credentials for pip and apt (root only; removed at the end of the play)",
+         "ansible.builtin.copy": {"dest": folder + "/{{ item.name }}", "content": "{{ item.content }}",
+                                  "owner": "root", "group": "root", "mode": "0600"},
+         "loop": "{{ provision_credential_files }}", "loop_control": {"label": "{{ item.name }}"},
+         "no_log": True, **transient},
+    ]  # fmt: skip
+    roles = [{"name": f"Role {r}", "ansible.builtin.import_role": {"name": r}} for r in ROLES]
+    remove = [{"name": "Remove this run's credentials from the host",
+               "ansible.builtin.file": {"path": folder, "state": "absent"}, **transient}]  # fmt: skip
+    return {
+        "vars_files": [SECRETS_FILE],
+        "tasks": [{"name": "Apply the roles with this run's credentials on the host", "block": place + roles,
+                   "always": remove}],
+    }  # fmt: skip
 
 
 def _forks(hosts: int) -> int:
@@ -720,14 +872,47 @@ def write_run_dir(
     )
     check_out_dir(out)
     ensure_dir(out, "--out")
-    (out / RUN_DIR_MARKER).write_text(_MARKER_TEXT, encoding="utf-8")
+    private_dir(out)
+    write_private(out / RUN_DIR_MARKER, _MARKER_TEXT)
     stale = out / "group_vars"
     if stale.is_dir():
         for old in stale.glob("*.yml"):
             old.unlink()
+    (out / SECRETS_FILE).unlink(missing_ok=True)  # a run without credentials keeps none from before
     for rel, text in files.items():
         target = out / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text, encoding="utf-8")
-    write_durably(out / "provision.lock", lock_text)  # the run dir's copy: as durable as --lock's
+        private_dir(target.parent)
+        write_private(target, text)
+    write_durably(out / "provision.lock", lock_text)  # the run dir's copy: as durable as --lock's (0600)
     return RunDir(out, tuple(sorted([*files, "provision.lock"])))
+
+
+def private_dir(path: Path) -> None:
+    """Make ``path`` (and the folders it needs) and close it to group and others (0700 at most).
+
+    A run dir holds the credentials' secrets.yml, the inventory and the runner's artifacts: only
+    the user running provision (and root) may enter it.
+    """
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    mode = path.stat().st_mode & 0o777
+    if mode & 0o077:
+        path.chmod(mode & 0o700)
+
+
+@contextmanager
+def private_umask() -> Iterator[None]:
+    """Files and folders made meanwhile (by this process and by the programs it starts, which
+    inherit the umask: ansible-playbook writing the runner's artifacts) are their owner's only."""
+    previous = os.umask(0o077)
+    try:
+        yield
+    finally:
+        os.umask(previous)
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write ``path`` readable by its owner only (0600), created so: never readable in between."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        os.fchmod(fd, 0o600)  # an existing file keeps its mode through O_CREAT: set it
+        f.write(text)

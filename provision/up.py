@@ -225,8 +225,25 @@ def up(
     on_total: Callable[[int | None], None] | None = None,
 ) -> UpResult:
     """Run `provision up`; host failures are in the result, input problems raise BadInput first."""
+    from provision.render import private_umask
+
+    with private_umask():  # every file of the run (reports, events, artifacts) is the user's only
+        return _up(config, options, confirm=confirm, on_progress=on_progress, on_phase=on_phase,
+                   on_total=on_total)  # fmt: skip
+
+
+def _up(
+    config: Config,
+    options: UpOptions,
+    *,
+    confirm: Confirm | None,
+    on_progress: Progress | None,
+    on_phase: Callable[[str], None] | None,
+    on_total: Callable[[int | None], None] | None,
+) -> UpResult:
     from provision.lock import read_lock
     from provision.planning import check_inputs, plan
+    from provision.render import private_dir
     from provision.state import State, state_path
 
     say = on_phase or (lambda _: None)
@@ -239,7 +256,7 @@ def up(
     run = new_run_id()
     run_dir = (options.runs_dir / run).resolve()  # ansible-runner changes directory
     try:
-        run_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(run_dir)  # 0700: the run's secrets.yml, inventory and artifacts are the user's only
     except OSError as exc:
         state.close()
         raise BadInput(f"cannot make the run folder {run_dir}: {exc.strerror}",
@@ -361,7 +378,11 @@ def _start_cache(
     platform = {h: g.host for g in lock.groups for h in g.hosts}
     group_vars = {g: yaml.safe_load((ansible / "group_vars" / f"{g}.yml").read_text()) or {}
                   for g in {group_of[t.name] for t in targets}}  # fmt: skip
-    wheel_sets = {t.name: WheelSet.from_group_vars(group_vars[group_of[t.name]], platform.get(t.name) or {})
+    secrets_path = ansible / "secrets.yml"  # render.SECRETS_FILE: index logins for the controller's pip
+    secrets = (yaml.safe_load(secrets_path.read_text()) or {}) if secrets_path.exists() else {}
+    netrc = "".join(f["content"] for f in secrets.get("provision_credential_files") or [] if f["name"] == "netrc")
+    wheel_sets = {t.name: WheelSet.from_group_vars(group_vars[group_of[t.name]], platform.get(t.name) or {},
+                                                   netrc=netrc)
                   for t in targets}  # fmt: skip
     everyone = yaml.safe_load((ansible / "group_vars" / "all.yml").read_text()) or {}
     # squid fetches only from what these hosts' variables and roles name, and their OS archives

@@ -1,0 +1,261 @@
+"""Credentials in install URLs and the controller's environment stay private (issue 13).
+
+Real parts throughout: `provision plan` and `provision up` over real SSH on the test hosts, a PEP
+503 index on the bridge that answers only to its login (serving the local wheelhouse), and a
+real tinyproxy that lets apt and pip through only with its own login (BasicAuth). The hosts
+reach both through that proxy; pip must present the index login, apt and pip the proxy login,
+or the install fails. Meanwhile `ps` is sampled on the controller and on every host: neither
+secret may show up in a command line. Afterwards no file of the run that others could read holds
+either secret, and the controller's fake AWS secret is nowhere in the run dir (the runner's
+artifacts included).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import socket
+import stat
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from tests.hosts import harness
+from tests.integration import roles_harness as rh
+from tests.integration.up_harness import up_env
+
+pytestmark = pytest.mark.slow  # installs torch on a host
+
+INDEX_TOKEN = "idx-Tok3n-5ecret"
+PROXY_TOKEN = "prx-Tok3n-5ecret"
+AWS_SECRET = "fakeAWSsecret/Do-not-leak-0123456789"
+SECRETS = (INDEX_TOKEN, PROXY_TOKEN, AWS_SECRET)
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def login_index(address: str, wheels: Path, login: str) -> Iterator[tuple[str, list[tuple[str, bool]]]]:
+    """A PEP 503 simple index of ``wheels`` on ``address`` that answers only to Basic ``login``.
+
+    Yields its URL (no login) and the list of (path, authorized) of every request it got."""
+    expected = "Basic " + base64.b64encode(login.encode()).decode()
+    seen: list[tuple[str, bool]] = []
+    projects: dict[str, list[str]] = {}
+    for wheel in sorted(wheels.glob("*.whl")):
+        projects.setdefault(re.sub(r"[-_.]+", "-", wheel.name.split("-")[0]).lower(), []).append(wheel.name)
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            ok = self.headers.get("Authorization") == expected
+            seen.append((self.path, ok))
+            if not ok:
+                self.send_response(401)
+                self.send_header("WWW-Authenticate", 'Basic realm="test index"')
+                self.end_headers()
+                return
+            parts = [urllib.parse.unquote(p) for p in self.path.split("?")[0].split("/") if p]
+            if len(parts) == 2 and parts[0] == "simple" and parts[1] in projects:
+                body = "".join(f'<a href="/files/{n}">{n}</a>\n' for n in projects[parts[1]]).encode()
+                self._send(body, "text/html")
+            elif len(parts) == 2 and parts[0] == "files" and (wheels / parts[1]).is_file():
+                self._send((wheels / parts[1]).read_bytes(), "application/octet-stream")
+            else:
+                self.send_response(404)
+                self.end_headers()
+
+        def _send(self, body: bytes, kind: str) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer((address, _free_port(address)), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://{address}:{server.server_address[1]}/simple", seen
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@contextmanager
+def login_proxy(hostset: harness.HostSet, folder: Path, user: str, password: str) -> Iterator[tuple[str, Path]]:
+    """A tinyproxy on the bridge that needs ``user``/``password`` (BasicAuth) and passes only the
+    Debian mirror, PyPI and the bridge address (the login index). Yields its URL (no login) and log."""
+    gw = f"{hostset.net}.1"
+    port = _free_port(gw)
+    folder.mkdir(parents=True, exist_ok=True)
+    filt = folder / "filter"
+    filt.write_text("^deb\\.debian\\.org$\n^security\\.debian\\.org$\n^pypi\\.org$\n^files\\.pythonhosted\\.org$\n"
+                    f"^{re.escape(gw)}$\n")  # fmt: skip
+    conf = folder / "tinyproxy.conf"
+    pid, log = folder / "tinyproxy.pid", folder / "tinyproxy.log"
+    conf.write_text(f"Port {port}\nListen {gw}\nTimeout 600\nMaxClients 50\nAllow {hostset.net}.0/24\n"
+                    f'BasicAuth {user} {password}\nFilter "{filt}"\nFilterDefaultDeny Yes\nConnectPort 443\n'
+                    f'LogLevel Info\nPidFile "{pid}"\nLogFile "{log}"\n')  # fmt: skip
+    subprocess.run(["tinyproxy", "-c", str(conf)], check=True, timeout=30)
+    for _ in range(100):
+        if pid.exists() and pid.read_text().strip():
+            break
+        time.sleep(0.1)
+    try:
+        yield f"http://{gw}:{port}", log
+    finally:
+        if pid.exists():
+            with suppress(ValueError, ProcessLookupError):
+                os.kill(int(pid.read_text().strip()), 15)
+
+
+@contextmanager
+def ps_samples(hostset: harness.HostSet, hosts: list[harness.TestHost]) -> Iterator[dict[str, list[str]]]:
+    """Every command line `ps` shows, sampled every 0.2 s on the controller and on each host while
+    the block runs: {"controller": [...], host name: [...]}."""
+    out: dict[str, list[str]] = {"controller": []}
+    stop = threading.Event()
+
+    def controller() -> None:
+        while not stop.is_set():
+            r = subprocess.run(["ps", "-eww", "-o", "args="], capture_output=True, text=True, check=False)
+            out["controller"].extend(r.stdout.splitlines())
+            time.sleep(0.2)
+
+    thread = threading.Thread(target=controller, daemon=True)
+    thread.start()
+    for h in hosts:
+        rh.ssh(hostset, h, "rm -f /root/ps.samples; nohup sh -c 'while :; do ps -eww -o args= >> /root/ps.samples; "
+                           "sleep 0.2; done' >/dev/null 2>&1 & echo $! > /root/ps.sampler")  # fmt: skip
+    try:
+        yield out
+    finally:
+        stop.set()
+        thread.join()
+        for h in hosts:
+            text = rh.ssh(hostset, h, "kill $(cat /root/ps.sampler); cat /root/ps.samples; "
+                                      "rm -f /root/ps.samples /root/ps.sampler", check=False)  # fmt: skip
+            out[h.name] = text.splitlines()
+
+
+def _walk(top: Path) -> Iterator[Path]:
+    yield top
+    for path in sorted(top.rglob("*")):
+        if not path.is_symlink():
+            yield path
+
+
+def test_credentials_stay_out_of_ps_and_of_files_others_can_read(
+    testhosts: harness.HostSet, wheelhouse: Path, tmp_path: Path
+) -> None:
+    gw = f"{testhosts.net}.1"
+    host = testhosts.hosts[0]
+    installs = "[{packages: ['" + harness.TORCH_CPU + "+cpu'], index_url: ''}]"  # the login index, not PyTorch's
+    with login_index(gw, wheelhouse, f"alice:{INDEX_TOKEN}") as (index, seen), \
+            login_proxy(testhosts, tmp_path / "proxy", "carol", PROXY_TOKEN) as (proxy, proxy_log):  # fmt: skip
+        # the proxy really wants its login: a request without it is refused
+        refused = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-x", proxy, f"{index}/"],
+                                 capture_output=True, text=True, timeout=30, check=False)  # fmt: skip
+        assert refused.stdout == "407", refused
+        config = tmp_path / "provision.yaml"
+        index_with_login = index.replace("http://", f"http://alice:{INDEX_TOKEN}@")
+        proxy_with_login = proxy.replace("http://", f"http://carol:{PROXY_TOKEN}@")
+        config.write_text(
+            f"stack: {{frameworks: ['{harness.TORCH_CPU}+cpu'], driver: none}}\n"
+            f"install: {{pip: {{index_url: '{index_with_login}', trusted_hosts: ['{index.split('/')[2]}']}}, "
+            f"apt: {{proxy: '{proxy_with_login}'}}, cache: off}}\n"
+            "verify: {allow_cpu: true}\n"
+        )
+        env = {**up_env(), "AWS_SECRET_ACCESS_KEY": AWS_SECRET, "AWS_ACCESS_KEY_ID": "AKIAFAKEFAKEFAKE"}
+        common = ["-i", str(testhosts.inventory), "-F", str(testhosts.ssh_config), "-c", str(config)]
+
+        # Every leak found is collected, so that one run names them all (before the fix: each one).
+        leaks: list[str] = []
+
+        # plan --out: a private run dir; the credentials only in its 0600 secrets.yml
+        out = tmp_path / "planned"
+        planned = subprocess.run([sys.executable, "-m", "provision", "plan", *common, "--out", str(out)],
+                                 cwd=tmp_path, capture_output=True, text=True, env=env, timeout=600)  # fmt: skip
+        assert planned.returncode == 0, planned.stderr
+        leaks += _open_to_others(out)
+        leaks += [f"plan --out: {p.relative_to(out)} holds a secret" for p in _walk(out) if p.is_file()
+                  and p.name != "secrets.yml" and any(s in p.read_text(errors="replace") for s in SECRETS)]  # fmt: skip
+
+        # up on one host (the lock's group has every host: --limit it), sampled by ps throughout.
+        # The host's own apt proxy (the test proxy, which would win over install.apt.proxy) is
+        # set aside: apt's only way out is the login proxy.
+        args = [sys.executable, "-m", "provision", "up", *common, "--limit", host.name, "--set",
+                f"frameworks_installs={installs}", "--yes", "--json"]  # fmt: skip
+        own = "/etc/apt/apt.conf.d/01testhost-proxy"
+        rh.ssh(testhosts, host, f"mv {own} /root/01testhost-proxy.aside")
+        try:
+            with ps_samples(testhosts, [host]) as samples:
+                r = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, env=env, timeout=1500)
+        finally:
+            rh.ssh(testhosts, host, f"mv /root/01testhost-proxy.aside {own}")
+        assert r.stdout.strip(), r.stderr[-3000:]
+        doc = json.loads(r.stdout)
+        proxy_seen = proxy_log.read_text(errors="replace") if proxy_log.exists() else ""
+    try:
+        run_dir = tmp_path / ".provision" / "runs" / doc.get("run", "-")
+        report = run_dir / "report.json"
+        details = json.loads(report.read_text())["details"] if report.exists() else []
+        assert r.returncode == 0 and doc["ok"], ([d.get("message") for d in details], r.stderr[-2000:])
+        # pip got its wheels from the login index, with the login (and only through the proxy's login)
+        assert any(path.startswith("/files/torch-") and ok for path, ok in seen), seen[-20:]
+        assert all(ok for path, ok in seen if path.startswith("/files/")), seen
+        # apt went through the login proxy too (the proxy log names the Debian mirror)
+        assert "deb.debian.org" in proxy_seen, proxy_seen[-2000:]
+        # the samples saw the pip run on the host and the ssh commands on the controller ...
+        assert any("pip" in line and "install" in line for line in samples[host.name]), "ps missed the pip run"
+        assert any(line.startswith("ssh ") and "python" in line for line in samples["controller"])
+
+        # ... and no command line ever held a secret
+        for where, lines in samples.items():
+            shown = [line for line in lines if any(s in line for s in SECRETS)]
+            if shown:
+                leaks.append(f"ps on {where}: {len(shown)} command lines with a secret, e.g. {shown[0][:300]}")
+        leaks += _open_to_others(run_dir)
+        for path in _walk(run_dir):
+            if path.is_file():
+                text = path.read_text(errors="replace")
+                if AWS_SECRET in text:
+                    leaks.append(f"up: {path.relative_to(run_dir)} holds the controller's AWS secret")
+                if path.name != "secrets.yml" and (INDEX_TOKEN in text or PROXY_TOKEN in text):
+                    leaks.append(f"up: {path.relative_to(run_dir)} holds a token")
+        # the runner's own record of the run keeps no environment
+        commands = list(run_dir.rglob("artifacts/*/command"))
+        assert commands, "no runner artifacts"
+        leaks += [f"{c.relative_to(run_dir)} keeps the environment" for c in commands
+                  if "env" in json.loads(c.read_text())]  # fmt: skip
+
+        # the host keeps no credential: the folder is gone, and no file holds the tokens
+        left = rh.ssh(testhosts, host, "ls -d /root/.provision-credentials 2>/dev/null; grep -rlF -e "
+                      f"{INDEX_TOKEN} -e {PROXY_TOKEN} /etc /opt/provision /tmp /root /var/log 2>/dev/null",
+                      check=False)  # fmt: skip
+        leaks += [f"{host.name}: {line}" for line in left.split()]
+        assert not leaks, "\n".join(leaks)
+    finally:
+        rh.unprovision(testhosts, [host])
+
+
+def _open_to_others(top: Path) -> list[str]:
+    """What under ``top`` group or others may read or enter (folders 0700, files 0600 at most)."""
+    return [f"{path} is {stat.filemode(path.stat().st_mode)}" for path in _walk(top) if path.stat().st_mode & 0o077]
