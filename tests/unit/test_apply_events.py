@@ -44,15 +44,17 @@ def test_the_runner_is_told_to_check_host_keys_and_gets_its_own_ssh_masters(
 ) -> None:
     """ansible-runner itself is replaced (a stand-in that records its arguments): what is checked
     is what run_playbook asks of it; the real runs are in tests/integration/test_apply_trust.py."""
-    import ansible_runner
+    import ansible_runner.interface
 
     seen: list[dict[str, Any]] = []
 
-    def fake_run(**kwargs: Any) -> Any:
+    def fake_init_runner(**kwargs: Any) -> Any:
         seen.append({**kwargs, "control_dir_existed": Path(kwargs["envvars"]["ANSIBLE_SSH_CONTROL_PATH_DIR"]).is_dir()})
-        return type("R", (), {"stats": {}, "status": "successful", "rc": 0})()
+        config = type("C", (), {"env": dict(kwargs["envvars"]), "artifact_dir": str(tmp_path / "a" / "none")})()
+        return type("R", (), {"stats": {}, "status": "successful", "rc": 0, "config": config,
+                              "run": lambda self: None})()  # fmt: skip
 
-    monkeypatch.setattr(ansible_runner, "run", fake_run)
+    monkeypatch.setattr(ansible_runner.interface, "init_runner", fake_init_runner)
     for _ in range(2):
         run_playbook(tmp_path, "site.yml", inventory=tmp_path / "inventory.yml", artifacts=tmp_path / "a",
                      envvars={"ANSIBLE_HOST_KEY_CHECKING": "False"}, passwords={"x: $": "pw"})  # fmt: skip
