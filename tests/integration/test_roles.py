@@ -222,6 +222,82 @@ def test_nvidia_repo_refuses_a_key_without_the_pinned_fingerprint(
     assert "does not have the pinned fingerprint" in line
 
 
+# --- the repository key: the keyring trusts the pinned key and no other ---------------------------
+
+
+@pytest.fixture(scope="module")
+def rogue(standin: dict[str, Any], testhosts: harness.HostSet, tmp_path_factory: pytest.TempPathFactory
+          ) -> Iterator[dict[str, Any]]:  # fmt: skip
+    """A second stand-in repository with the same package names, signed by a second throwaway key, and
+    a key file that carries the pinned key AND that second key (as a tampered mirror would serve)."""
+    folder = tmp_path_factory.mktemp("rogue") / "repo"
+    headers = [d for d in sr.toolkit_debs("12.8", "12.8.93", "9.10.2.21") if d.name.startswith("linux-headers-")]
+    repo = sr.build_repo(folder, sr.driver_debs("570.124.06") + headers)  # all the driver install needs
+    both = standin["repo"].key.read_text() + repo.key.read_text()
+    for served in (repo.path, standin["repo"].path):
+        (served / "pinned-and-other.asc").write_text(both)
+    with sr.serve(repo.path, f"{testhosts.net}.1") as url:
+        yield {"url": url, "repo": repo}
+
+
+def _keyring_primaries(testhosts: harness.HostSet, host: harness.TestHost, path: str) -> list[str]:
+    """The primary keys of a keyring on the host, as gpg reads them (apt trusts every one)."""
+    lines = rh.ssh(testhosts, host, f"gpg --batch --with-colons --show-keys {path}").splitlines()
+    return [lines[i + 1].split(":")[9] for i, line in enumerate(lines) if line.startswith("pub:")]
+
+
+def _repo_files(testhosts: harness.HostSet, host: harness.TestHost) -> str:
+    return rh.ssh(testhosts, host, "sha256sum /usr/share/keyrings/provision-cuda.asc "
+                  "/etc/apt/sources.list.d/provision-cuda.list 2>&1; ls /usr/share/keyrings", check=False)  # fmt: skip
+
+
+def test_nvidia_repo_refuses_a_repository_signed_by_another_key_in_the_key_file(
+    standin: dict[str, Any], rogue: dict[str, Any], testhosts: harness.HostSet, tmp_path: Path
+) -> None:
+    """The key file has the pinned key plus a second one, and the repository is signed by the second:
+    the pinned fingerprint IS in the file (the old check passed and installed the whole file, so apt
+    trusted the second key and installed its packages). Now the play fails with one line, installs
+    nothing, and leaves no keyring or sources entry trusting the second key."""
+    host = standin["host"]
+    group = rh.lock_group("hgx", [host.name], gpu="H100-SXM", gpu_count=8, os="debian-12", driver="570.124.06",
+                          install_method="nvidia-repo", frameworks=[])  # fmt: skip
+    overrides = {**standin["overrides"], "nvidia_driver_repo_url": rogue["url"],
+                 "nvidia_driver_repo_key_url": f"{rogue['url']}/pinned-and-other.asc"}  # fmt: skip
+    assert overrides["nvidia_driver_repo_key_fingerprint"] == standin["repo"].fingerprint != rogue["repo"].fingerprint
+    before, files = rh.host_snapshot(testhosts, host), _repo_files(testhosts, host)
+    outcome = rh.apply(rh.render(tmp_path / "run", testhosts, host, group, overrides=overrides), host.name)
+    assert outcome.rc != 0 and outcome.failed == 1, outcome.output[-3000:]
+    [line] = outcome.error_lines()
+    assert (f"nvidia_driver: the repository {rogue['url']}/ / cannot be used with only the pinned key "
+            f"{standin['repo'].fingerprint} trusted") in line, line  # fmt: skip
+    assert "NO_PUBKEY" in line and line.endswith("check the mirror and the key"), line
+    assert rh.host_snapshot(testhosts, host) == before  # no package, no sources entry, no pin
+    assert _repo_files(testhosts, host) == files
+    assert rogue["url"] not in rh.ssh(testhosts, host, "cat /etc/apt/sources.list.d/*.list 2>/dev/null", check=False)
+    leftovers = rh.ssh(testhosts, host, "ls -d /tmp/provision-repo-* /tmp/ansible.*provision-repo-* 2>/dev/null",
+                       check=False)  # fmt: skip
+    assert leftovers.strip() == ""  # the scratch directory went with the refusal
+
+
+def test_nvidia_repo_installs_with_a_keyring_that_holds_only_the_pinned_key(
+    standin: dict[str, Any], rogue: dict[str, Any], testhosts: harness.HostSet, tmp_path: Path
+) -> None:
+    """The normal case still installs, from a key file that also carries a second key: the keyring
+    signed-by names holds exactly the pinned key (with the old tasks it held both)."""
+    host = standin["host"]
+    group = rh.lock_group("hgx", [host.name], gpu="H100-SXM", gpu_count=8, os="debian-12", driver="570.124.06",
+                          install_method="nvidia-repo", frameworks=[])  # fmt: skip
+    overrides = {**standin["overrides"], "nvidia_driver_repo_key_url": f"{standin['url']}/pinned-and-other.asc"}
+    outcome = rh.apply(rh.render(tmp_path / "run", testhosts, host, group, overrides=overrides), host.name)
+    assert outcome.rc == 0, outcome.output[-3000:]
+    assert _installed(testhosts, host)["nvidia-open-570"] == "570.124.06-1"
+    sources = rh.ssh(testhosts, host, "cat /etc/apt/sources.list.d/provision-cuda.list")
+    assert f"deb [signed-by=/usr/share/keyrings/provision-cuda.asc] {standin['url']}/ /" in sources
+    assert _keyring_primaries(testhosts, host, "/usr/share/keyrings/provision-cuda.asc") == [standin["repo"].fingerprint]
+    again = rh.apply(rh.render(tmp_path / "run2", testhosts, host, group, overrides=overrides), host.name)
+    assert again.rc == 0 and again.changed == 0, again.output[-3000:]
+
+
 # --- distro: Debian's nvidia-driver with DKMS, Debian's CUDA toolkit ------------------------------
 
 

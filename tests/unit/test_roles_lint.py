@@ -16,6 +16,13 @@ from provision.resources import playbooks_dir
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
+# Roles that are no step of the play: other roles include them (include_role).
+INCLUDED_ROLES = ("signed_repo",)
+ALL_ROLES = (*ROLES, *INCLUDED_ROLES)
+
+
+def test_every_role_folder_is_a_step_or_an_included_role() -> None:
+    assert sorted(p.name for p in (playbooks_dir() / "roles").iterdir()) == sorted(ALL_ROLES)
 
 
 def test_roles_pass_ansible_lint_production_profile() -> None:
@@ -30,7 +37,7 @@ def test_roles_pass_ansible_lint_production_profile() -> None:
     assert "Profile 'production' was required, and it passed" in r.stdout + r.stderr
 
 
-@pytest.mark.parametrize("role", ROLES)
+@pytest.mark.parametrize("role", ALL_ROLES)
 def test_every_role_documents_and_validates_its_interface(role: str) -> None:
     root = playbooks_dir() / "roles" / role
     defaults = yaml.safe_load((root / "defaults" / "main.yml").read_text())
@@ -42,7 +49,7 @@ def test_every_role_documents_and_validates_its_interface(role: str) -> None:
     assert (root / "tasks" / "main.yml").is_file() and (root / "handlers" / "main.yml").is_file()
 
 
-@pytest.mark.parametrize("role", ROLES)
+@pytest.mark.parametrize("role", ALL_ROLES)
 def test_no_role_writes_a_version(role: str) -> None:
     """Versions come from the lock: no driver/CUDA/cuDNN/framework version literal in a role."""
     root = playbooks_dir() / "roles" / role
