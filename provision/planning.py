@@ -231,10 +231,12 @@ def plan(
     # both places are checked before either is written: bad paths leave nothing half-made
     ensure_dir(out, "--out")
     ensure_dir(lock_path.parent, "--lock")
-    write_lock(lock, lock_path)
+    # The run dir first: it renders (and may refuse a value) before any file is written, and a
+    # --lock inside --out would otherwise make the folder look like a user's non-empty folder.
     run = write_run_dir(
         out, lock.to_json(), text, {t.name: t.connection for t in targets}, install, overrides=overrides
     )
+    write_lock(lock, lock_path)
     by_name = {t.name: t for t in targets}
     result = PlanResult(out=out, lock_path=lock_path, files=run.files, unprobed=unprobed)
     for g in lock_groups:

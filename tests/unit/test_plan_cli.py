@@ -158,3 +158,14 @@ def test_a_run_dir_from_before_the_marker_is_still_re_planned(tmp_path: Path) ->
     r = _plan("--assume", "os=debian-12,gpu=L4:1", "--out", "run", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "run" / ".provision-run-dir").is_file()
+
+
+def test_plan_with_the_lock_inside_a_new_out_folder(tmp_path: Path) -> None:
+    """`--lock run/provision.lock --out run`: the lock written first made `run` a non-empty folder
+    that was not yet a run dir, so the run dir was refused (exit 2) by plan's own lock."""
+    args = ("--assume", "os=debian-12,gpu=L4:1,name=a", "--out", "run", "--lock", "run/provision.lock")
+    r = _plan(*args, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "run" / "provision.lock").is_file() and (tmp_path / "run" / "site.yml").is_file()
+    again = _plan(*args, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
