@@ -530,6 +530,8 @@ class Squid:
         exe = shutil.which("squid", path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
         if exe is None:
             raise RuntimeError("squid is not installed on this machine (apt-get install squid)")
+        _mkdir_passable(self.store.parent)
+        _mkdir_passable(self.workdir.parent)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.store.mkdir(parents=True, exist_ok=True)
         self.port = _free_port()
@@ -790,7 +792,7 @@ class FleetCache:
 
         ``sources``: what squid may fetch (:class:`RepoSources`; none: nothing)."""
         try:
-            self.root.mkdir(parents=True, exist_ok=True)
+            _mkdir_passable(self.root)
             self._lockfile = (self.root / ".lock").open("w")
         except OSError as exc:  # auto never fails a run: no cache this time, and the note says why
             self.report.apt = f"off: cannot use {self.root}: {exc.strerror}"
@@ -967,6 +969,16 @@ def _user_ids(user: str) -> tuple[int, int]:
     except KeyError:
         raise RuntimeError(f"squid's user {user} does not exist on this machine") from None
     return entry.pw_uid, entry.pw_gid
+
+
+def _mkdir_passable(path: Path) -> None:
+    """Make the folder ``path`` if it is missing, 0711 whatever the umask (``up`` runs under 077):
+    squid's user must pass through the cache root and ``squid-runs`` to the folders it owns. An
+    existing folder keeps the mode its owner gave it (:func:`_not_traversable` says if it blocks)."""
+    if path.is_dir():
+        return
+    path.mkdir(parents=True, exist_ok=True)
+    path.chmod(0o711)
 
 
 def _not_traversable(path: Path, uid: int) -> Path | None:

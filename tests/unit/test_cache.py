@@ -534,3 +534,22 @@ def test_tunnel_pump_carries_bytes_with_descriptors_above_1024() -> None:
         for fd in held:
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_real_squid_starts_under_ups_private_umask(cache_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`up` runs under umask 077 (its run dirs are private); the folders made for squid must still
+    let squid's user through: squid-runs/ made 0700 stopped squid at start ('Removing PID file')."""
+    from provision.render import private_umask
+
+    if shutil.which("squid", path=os.environ["PATH"] + ":/usr/sbin") is None:
+        if os.environ.get("PROVISION_REQUIRE_TESTHOSTS") == "1":
+            pytest.fail("squid is not installed (tests/hosts/install-deps.sh installs it)")
+        pytest.skip("squid is not installed")
+    monkeypatch.delenv("http_proxy", raising=False)
+    monkeypatch.delenv("HTTP_PROXY", raising=False)
+    root = cache_root / "made-by-provision"  # as /var/cache/provision is on a first run
+    with private_umask():
+        squid = Squid(root, "run-umask", RepoSources())
+        squid.start()
+        squid.stop()
+    assert (root.stat().st_mode & 0o777, (root / "squid-runs").stat().st_mode & 0o777) == (0o711, 0o711)
