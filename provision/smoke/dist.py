@@ -141,15 +141,16 @@ def _all_hostnames(torch: Any, dist: Any, device: Any, world: int) -> set[str]:
 def _spawned(local_rank: int, world: int, paths: tuple[str, str], nbytes: int, cfg: TrainConfig) -> None:
     out, store = paths
     run_rank(local_rank, world, out, nbytes, cfg, init_method=f"file://{store}")
-    # The rank's work is done and rank 0's result is on disk. destroy_process_group() only drops
-    # torch's registry entries: gloo's ProcessGroup (its worker threads and its transport's event
-    # loop thread) stays alive as long as anything still refers to it, and after DDP something
-    # does. A normal exit would then tear down the interpreter and run C++ static destructors
-    # while those threads still run, which under load aborted a rank now and then ("terminate
-    # called without an active exception", SIGABRT) and turned a good host's verdict into FAIL.
-    # Ending the process here, after the barrier in run_rank and with the streams flushed, leaves
-    # nothing for that teardown to race with. A rank that fails raises out of run_rank instead
-    # and torch.multiprocessing reports its traceback as before.
+    # The rank's work is done (run_rank's barrier: no peer still sends) and rank 0's result is on
+    # disk. destroy_process_group() only drops torch's registry entries; gloo's ProcessGroup has no
+    # shutdown of its own, and its C++ side outlives the call: measured at atexit in each
+    # rank (torch 2.13.0), its two workers (pt_gloo_runloop), the transport's event loop
+    # (gloo_tcp_loop) and, in rank 0, the TCPStore server (pt_tcpstore_uv) were all still running.
+    # A normal exit then finalizes the interpreter and runs C++ static destructors next to those
+    # threads, and under load that aborted a rank now and then ("terminate called without an
+    # active exception", SIGABRT), failing a good host. Ending here, streams flushed, leaves
+    # nothing for exit-time teardown to race with. A rank that fails raises out of run_rank
+    # instead, and torch.multiprocessing reports its traceback as before.
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
