@@ -4,6 +4,12 @@ One function, :func:`run_rank`, runs in every rank. Locally the job starts one r
 ``torch.multiprocessing.spawn`` (NCCL); across hosts torchrun starts the ranks (c10d rendezvous)
 and the job runs :func:`run_rank` in each. Without GPUs the same code runs on the CPU with gloo,
 which is how it is tested on machines without GPUs.
+
+Local ranks meet through a file (a FileStore in the job's temporary folder), not a TCP port:
+there is no port to pick and lose to another process, and no store server inside rank 0 that
+goes away while another rank still talks to it. A local rank ends in a fixed order (barrier,
+destroy the group, write the result, flush, ``os._exit``) so the interpreter's and the C++
+runtime's exit-time teardown never runs while gloo's threads are alive; see :func:`_spawned`.
 """
 
 from __future__ import annotations
@@ -12,16 +18,11 @@ import datetime
 import json
 import os
 import socket
+import sys
 import time
 from typing import Any
 
 from .train import Synthetic, TrainConfig, Trainer
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def allreduce(torch: Any, dist: Any, device: Any, nbytes: int, world: int) -> dict[str, Any]:
@@ -81,8 +82,17 @@ def ddp_steps(torch: Any, dist: Any, device: Any, cfg: TrainConfig) -> dict[str,
     }
 
 
-def run_rank(local_rank: int, world: int, out: str | None, nbytes: int, cfg: TrainConfig) -> dict[str, Any]:
-    """One rank: join the group (env:// rendezvous), all-reduce, DDP steps; rank 0 writes ``out``."""
+def run_rank(
+    local_rank: int,
+    world: int,
+    out: str | None,
+    nbytes: int,
+    cfg: TrainConfig,
+    *,
+    init_method: str = "env://",
+) -> dict[str, Any]:
+    """One rank: join the group (``init_method``: torchrun's env:// by default, a file:// store for
+    local ranks), all-reduce, DDP steps; rank 0 writes ``out``."""
     import torch
     import torch.distributed as dist
 
@@ -92,7 +102,13 @@ def run_rank(local_rank: int, world: int, out: str | None, nbytes: int, cfg: Tra
         torch.cuda.set_device(device)
     backend = "nccl" if cuda else "gloo"
     rank = int(os.environ.get("RANK", local_rank))
-    dist.init_process_group(backend, rank=rank, world_size=world, timeout=datetime.timedelta(seconds=180))
+    dist.init_process_group(
+        backend,
+        init_method=init_method,
+        rank=rank,
+        world_size=world,
+        timeout=datetime.timedelta(seconds=180),
+    )
     try:
         result: dict[str, Any] = {
             "world_size": world,
@@ -122,33 +138,44 @@ def _all_hostnames(torch: Any, dist: Any, device: Any, world: int) -> set[str]:
     return {bytes(t.cpu().tolist()).rstrip(b"\0").decode(errors="replace") for t in gathered}
 
 
-def _spawned(local_rank: int, world: int, out: str, nbytes: int, cfg: TrainConfig) -> None:
-    run_rank(local_rank, world, out, nbytes, cfg)
+def _spawned(local_rank: int, world: int, paths: tuple[str, str], nbytes: int, cfg: TrainConfig) -> None:
+    out, store = paths
+    run_rank(local_rank, world, out, nbytes, cfg, init_method=f"file://{store}")
+    # The rank's work is done (run_rank's barrier: no peer still sends) and rank 0's result is on
+    # disk. destroy_process_group() only drops torch's registry entries; gloo's ProcessGroup has no
+    # shutdown of its own, and its C++ side outlives the call: measured at atexit in each
+    # rank (torch 2.13.0), its two workers (pt_gloo_runloop), the transport's event loop
+    # (gloo_tcp_loop) and, in rank 0, the TCPStore server (pt_tcpstore_uv) were all still running.
+    # A normal exit then finalizes the interpreter and runs C++ static destructors next to those
+    # threads, and under load that aborted a rank now and then ("terminate called without an
+    # active exception", SIGABRT), failing a good host. Ending here, streams flushed, leaves
+    # nothing for exit-time teardown to race with. A rank that fails raises out of run_rank
+    # instead, and torch.multiprocessing reports its traceback as before.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def local(world: int, out: str, nbytes: int, cfg: TrainConfig) -> dict[str, Any]:
-    """Run ``world`` ranks on this host (one per GPU, or CPU ranks with gloo) and return rank 0's result."""
+    """Run ``world`` ranks on this host (one per GPU, or CPU ranks with gloo) and return rank 0's result.
+
+    ``out`` is a path in a fresh folder of the caller's; the ranks' rendezvous file goes beside it.
+    """
     import torch.multiprocessing as mp
 
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     # All ranks are on this host: gloo (CPU ranks) talks over loopback rather than whatever
     # address the hostname resolves to. NCCL finds its own intra-node paths.
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    error = ""
-    # The free port is found, released, then bound by rank 0: another process can take it in
-    # between, so a bind failure (and only that) earns a second try on a new port.
-    for _ in range(2):
-        os.environ["MASTER_PORT"] = str(free_port())
-        try:
-            mp.spawn(_spawned, args=(world, out, nbytes, cfg), nprocs=world, join=True)  # type: ignore[attr-defined,no-untyped-call]
-        except Exception as exc:
-            # a rank's exception arrives with its traceback: its last line says what went wrong
-            lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-            error = (lines[-1] if lines else repr(exc))[:400]
-            if "address already in use" in str(exc).lower():
-                continue
-            break
-        with open(out) as f:
-            result: dict[str, Any] = json.load(f)
-        return result
-    return {"world_size": world, "backend": None, "error": error}
+    # A FileStore in the caller's fresh folder: nothing to bind, so nothing another process can
+    # take between choosing and binding (the TCP port this replaces needed a second try).
+    store = os.path.join(os.path.dirname(os.path.abspath(out)), "rendezvous")
+    try:
+        mp.spawn(_spawned, args=(world, (out, store), nbytes, cfg), nprocs=world, join=True)  # type: ignore[attr-defined,no-untyped-call]
+    except Exception as exc:
+        # a rank's exception arrives with its traceback: its last line says what went wrong
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        error = (lines[-1] if lines else repr(exc))[:400]
+        return {"world_size": world, "backend": None, "error": error}
+    with open(out) as f:
+        result: dict[str, Any] = json.load(f)
+    return result

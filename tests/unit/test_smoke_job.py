@@ -9,6 +9,7 @@ reads and judges what NVML says, not that a real driver says it.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -261,3 +262,46 @@ def test_the_copied_files_are_the_whole_job() -> None:
     """verify copies FILES to hosts: a module added to the folder but not to FILES would be missing there."""
     present = {p.name for p in DIR.iterdir() if p.suffix in (".py", ".json")}
     assert present == set(FILES)
+
+
+# Loaded by every Python process of the job (the job and its spawned ranks) through PYTHONPATH:
+# at the start of interpreter teardown (atexit) it records the names of the process's threads.
+# torch names gloo's threads (pt_gloo_runloop: the ProcessGroup's workers; gloo_tcp_loop: the
+# transport's event loop; pt_tcpstore_uv: the TCPStore server in rank 0). One of them alive then
+# runs on while the interpreter and the C++ runtime tear themselves down: the race that aborted
+# a rank now and then. Before the fix every rank recorded all of them, deterministically.
+TEARDOWN_PROBE = """
+import atexit, json, os
+
+def _record():
+    names = []
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/comm") as f:
+                names.append(f.read().strip())
+        except OSError:
+            pass
+    with open(os.environ["TEARDOWN_PROBE_OUT"], "a") as f:
+        f.write(json.dumps({"pid": os.getpid(), "threads": sorted(names)}) + "\\n")
+
+atexit.register(_record)
+"""
+DIST_THREADS = ("gloo", "pt_gloo", "pt_tcpstore")
+
+
+def test_no_rank_reaches_interpreter_teardown_with_gloo_threads_running(job: Path, tmp_path: Path) -> None:
+    """The teardown order, checked deterministically: every rank leaves after the barrier and
+    destroy_process_group() without running exit-time teardown next to gloo's live threads."""
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    (probe / "sitecustomize.py").write_text(TEARDOWN_PROBE)
+    records = tmp_path / "teardown.jsonl"
+    env = {**os.environ, "PYTHONPATH": str(probe), "TEARDOWN_PROBE_OUT": str(records)}
+    only_ddp = ["--skip", "speed", "--skip", "train", "--skip", "frameworks"]
+    proc, report = run(job, "--allow-cpu", "--cpu-ranks", "2", *only_ddp, env=env)
+    assert report is not None, proc.stderr[-2000:]
+    dist = report["distributed"]
+    assert dist["error"] is None and dist["ddp_in_sync"], (dist, proc.stderr[-2000:])
+    seen = [json.loads(line) for line in records.read_text().splitlines()] if records.exists() else []
+    assert seen, "the probe never ran: not even the job itself recorded its teardown"
+    assert [r for r in seen if any(t.startswith(DIST_THREADS) for t in r["threads"])] == [], seen
