@@ -934,25 +934,23 @@ class Ec2:
         return False
 
     # --- list -------------------------------------------------------------------------------------
+    def _live_instances(self) -> tuple[list[dict[str, Any]], list[Skipped]]:
+        """Live instances carrying a run tag: those whose tag is a run id, and those it is not."""
+        return _split_by_run_id(
+            list(self._paged("describe_instances", "Reservations", Filters=[
+                {"Name": "tag-key", "Values": [TAG_RUN]},
+                {"Name": "instance-state-name", "Values": LIVE_STATES},
+            ])),
+            "InstanceId",
+        )  # fmt: skip
+
     def instances(self) -> list[CloudInstance]:
         return self.listing()[0]
 
     def listing(self) -> tuple[list[CloudInstance], list[Skipped]]:
         """The live instances of provision's runs, and those whose run tag is not a run id."""
         now = self.now()
-        found, skipped = _split_by_run_id(
-            list(
-                self._paged(
-                    "describe_instances",
-                    "Reservations",
-                    Filters=[
-                        {"Name": "tag-key", "Values": [TAG_RUN]},
-                        {"Name": "instance-state-name", "Values": LIVE_STATES},
-                    ],
-                )
-            ),
-            "InstanceId",
-        )
+        found, skipped = self._live_instances()
         out = []
         spot_cache: dict[tuple[str, str], float | None] = {}
         for i in found:
@@ -1008,19 +1006,7 @@ class Ec2:
         if run is not None:
             check_run_id(run)
         now = self.now()
-        insts, skipped_i = _split_by_run_id(
-            list(
-                self._paged(
-                    "describe_instances",
-                    "Reservations",
-                    Filters=[
-                        {"Name": "tag-key", "Values": [TAG_RUN]},
-                        {"Name": "instance-state-name", "Values": LIVE_STATES},
-                    ],
-                )
-            ),
-            "InstanceId",
-        )
+        insts, skipped_i = self._live_instances()
         # A tag that is not a run id is someone else's (or an attack on the paths below):
         # its resources are reported and neither terminated nor deleted, and no path is built from it.
         groups, skipped_g = _split_by_run_id(self._tagged("describe_security_groups", "SecurityGroups"), "GroupId")

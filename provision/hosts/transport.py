@@ -529,6 +529,17 @@ class SSHTransport:
         sudo: bool = False,
         stdin: bytes | None = None,
     ) -> CommandResult:
+        text, stdin, transport = self._prepare(command, sudo, stdin)
+        try:
+            return self._run(transport, text, timeout, stdin)
+        except (OSError, EOFError, paramiko_errors()) as exc:  # the connection broke under us
+            reason = str(exc) or type(exc).__name__
+            raise Unreachable(f"connection to {self.name} failed during a command: {reason}",
+                              "check the host and the network, then try again") from None
+
+    def _prepare(self, command: str | Sequence[str], sudo: bool,
+                 stdin: bytes | None) -> tuple[str, bytes | None, paramiko.Transport]:  # fmt: skip
+        """The shell text (sudo-wrapped for a non-root login), its stdin, and the live transport."""
         text = _shell(command)
         if sudo and self.settings.user != "root":
             text = _sudo_wrap(text, self.settings.sudo_password)
@@ -536,12 +547,7 @@ class SSHTransport:
         transport = self._client.get_transport()
         if transport is None or not transport.is_active():
             raise Unreachable(f"connection to {self.name} was lost", "check the host and try again")
-        try:
-            return self._run(transport, text, timeout, stdin)
-        except (OSError, EOFError, paramiko_errors()) as exc:  # the connection broke under us
-            reason = str(exc) or type(exc).__name__
-            raise Unreachable(f"connection to {self.name} failed during a command: {reason}",
-                              "check the host and the network, then try again") from None
+        return text, stdin, transport
 
     def _run(self, transport: paramiko.Transport, text: str, timeout: float,
              stdin: bytes | None) -> CommandResult:
@@ -584,13 +590,7 @@ class SSHTransport:
 
     def spawn(self, command: str | Sequence[str], *, sudo: bool = False, stdin: bytes | None = None) -> Spawned:
         """Start a command that keeps running over its own channel; see :class:`Spawned`."""
-        text = _shell(command)
-        if sudo and self.settings.user != "root":
-            text = _sudo_wrap(text, self.settings.sudo_password)
-            stdin = _sudo_stdin(self.settings.sudo_password, stdin)
-        transport = self._client.get_transport()
-        if transport is None or not transport.is_active():
-            raise Unreachable(f"connection to {self.name} was lost", "check the host and try again")
+        text, stdin, transport = self._prepare(command, sudo, stdin)
         try:
             chan = transport.open_session(timeout=DEFAULT_CONNECT_TIMEOUT)
             chan.exec_command(f"exec 2>&1; {text}")
