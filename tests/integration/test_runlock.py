@@ -131,7 +131,8 @@ def test_up_on_a_host_another_run_holds_fails_that_host_alone(
     other.append(_other_controller(testhosts, busy))
     config = rh.cpu_torch_config(tmp_path, testhosts, wheelhouse)
     try:
-        rc, doc = uh.run_up(tmp_path, uh.up_args(testhosts, config))
+        # only these two: the session's other hosts stay fresh for the tests after this one
+        rc, doc = uh.run_up(tmp_path, uh.up_args(testhosts, config, "--limit", f"{busy.name},{free.name}"))
         assert rc == 1, doc
         by_host = {h["host"]: h for h in doc["hosts"]}
         assert by_host[busy.name]["failed_task"] == "(host lock)" and by_host[busy.name]["verdict"] == "fail"
