@@ -197,6 +197,17 @@ def origin() -> Iterator[tuple[str, Path]]:
 
 
 @pytest.fixture
+def squid_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real squid on this machine, reached with no proxy of the controller's in between."""
+    if shutil.which("squid", path=os.environ["PATH"] + ":/usr/sbin") is None:
+        if os.environ.get("PROVISION_REQUIRE_TESTHOSTS") == "1":
+            pytest.fail("squid is not installed (tests/hosts/install-deps.sh installs it)")
+        pytest.skip("squid is not installed")
+    monkeypatch.delenv("http_proxy", raising=False)
+    monkeypatch.delenv("HTTP_PROXY", raising=False)
+
+
+@pytest.fixture
 def cache_root() -> Iterator[Path]:
     path = Path(tempfile.mkdtemp(prefix="provision-cache-", dir="/var/tmp"))  # squid's user can reach it
     path.chmod(0o755)
@@ -204,15 +215,10 @@ def cache_root() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
+@pytest.mark.usefixtures("squid_here")
 def test_real_squid_fetches_once_and_serves_again_from_its_store(
-    origin: tuple[str, Path], cache_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    origin: tuple[str, Path], cache_root: Path, tmp_path: Path
 ) -> None:
-    if shutil.which("squid", path=os.environ["PATH"] + ":/usr/sbin") is None:
-        if os.environ.get("PROVISION_REQUIRE_TESTHOSTS") == "1":
-            pytest.fail("squid is not installed (tests/hosts/install-deps.sh installs it)")
-        pytest.skip("squid is not installed")
-    monkeypatch.delenv("http_proxy", raising=False)
-    monkeypatch.delenv("HTTP_PROXY", raising=False)
     url, root = origin
     squid = Squid(cache_root, "run-1", RepoSources(lock=frozenset({Origin.of(url)})))  # type: ignore[arg-type]
     squid.start()
@@ -241,17 +247,12 @@ def _proxy_status(port: int, request: str) -> int:
     return int(head.split()[1])
 
 
+@pytest.mark.usefixtures("squid_here")
 def test_real_squid_fetches_only_the_run_s_repositories(
-    origin: tuple[str, Path], cache_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    origin: tuple[str, Path], cache_root: Path, tmp_path: Path
 ) -> None:
     """squid.conf's order really works: the lock's loopback stand-in is served, the controller's other
     loopback ports are not, an unlisted name is not, a public name that resolves to loopback is not."""
-    if shutil.which("squid", path=os.environ["PATH"] + ":/usr/sbin") is None:
-        if os.environ.get("PROVISION_REQUIRE_TESTHOSTS") == "1":
-            pytest.fail("squid is not installed (tests/hosts/install-deps.sh installs it)")
-        pytest.skip("squid is not installed")
-    monkeypatch.delenv("http_proxy", raising=False)
-    monkeypatch.delenv("HTTP_PROXY", raising=False)
     url, _root = origin
     port = int(url.rsplit(":", 1)[1])
     lock = {Origin("http", "127.0.0.1", port), Origin("https", "127.0.0.1", 443), Origin("https", "pypi.org", 443)}
@@ -536,17 +537,12 @@ def test_tunnel_pump_carries_bytes_with_descriptors_above_1024() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
-def test_real_squid_starts_under_ups_private_umask(cache_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.usefixtures("squid_here")
+def test_real_squid_starts_under_ups_private_umask(cache_root: Path) -> None:
     """`up` runs under umask 077 (its run dirs are private); the folders made for squid must still
     let squid's user through: squid-runs/ made 0700 stopped squid at start ('Removing PID file')."""
     from provision.render import private_umask
 
-    if shutil.which("squid", path=os.environ["PATH"] + ":/usr/sbin") is None:
-        if os.environ.get("PROVISION_REQUIRE_TESTHOSTS") == "1":
-            pytest.fail("squid is not installed (tests/hosts/install-deps.sh installs it)")
-        pytest.skip("squid is not installed")
-    monkeypatch.delenv("http_proxy", raising=False)
-    monkeypatch.delenv("HTTP_PROXY", raising=False)
     root = cache_root / "made-by-provision"  # as /var/cache/provision is on a first run
     with private_umask():
         squid = Squid(root, "run-umask", RepoSources())
