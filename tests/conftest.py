@@ -95,3 +95,24 @@ def testhosts(wheelhouse: Path) -> Iterator[harness.HostSet]:
         ro_binds=[wheelhouse],
     ) as hostset:
         yield hostset
+
+
+@pytest.fixture
+def descriptors_above_1024() -> Iterator[None]:
+    """Hold 1200 descriptors open, so the next ones this process opens are numbered above 1024
+    (FD_SETSIZE: what select.select cannot watch, and what a fleet of 500+ hosts reaches)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = 1200
+    if hard != resource.RLIM_INFINITY and hard < want + 64:
+        pytest.fail(f"the hard descriptor limit {hard} is below {want + 64}: raise it (ulimit -Hn) to run this test")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, want + 64), hard))
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(want)]
+    try:
+        assert max(held) > 1024
+        yield
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

@@ -493,23 +493,17 @@ def test_the_listening_addresses_of_a_port_come_from_the_kernel_s_tables() -> No
     assert listening_addresses(tcp, 40000) == ["127.0.0.1", "0.0.0.0", "::1"]
 
 
+@pytest.mark.usefixtures("descriptors_above_1024")
 def test_tunnel_pump_carries_bytes_with_descriptors_above_1024() -> None:
     """A fleet takes the controller past 1024 descriptors; select.select raised ValueError there.
 
     The pump's other end is a socketpair standing in for the paramiko Channel (it has the same
     fileno/recv/sendall/close the pump uses); the local side is a real loopback echo server.
     """
-    import resource
     import socket
 
     from provision.cache import _pump
 
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    want = 1200
-    if hard != resource.RLIM_INFINITY and hard < want + 64:
-        pytest.fail(f"the hard descriptor limit {hard} is below {want + 64}: raise it (ulimit -Hn)")
-    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, want + 64), hard))
-    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(want)]
     server = socket.create_server(("127.0.0.1", 0))
     try:
         def echo() -> None:
@@ -532,9 +526,6 @@ def test_tunnel_pump_carries_bytes_with_descriptors_above_1024() -> None:
         near.close()
     finally:
         server.close()
-        for fd in held:
-            os.close(fd)
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
 @pytest.mark.usefixtures("squid_here")
