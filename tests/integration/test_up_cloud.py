@@ -138,16 +138,18 @@ def test_missing_credentials_are_exit_2_before_any_call(
     assert nothing_left(aws)
 
 
+class _Terminal(io.StringIO):
+    """A stand-in for a terminal on stdin: it answers with the text it was given."""
+
+    def isatty(self) -> bool:
+        return True
+
+
 def test_a_launch_not_confirmed_launches_nothing(
     aws: Aws, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A terminal on stdin (a stand-in whose answer is `n`): `up --cloud` asks before launching."""
-
-    class Terminal(io.StringIO):
-        def isatty(self) -> bool:
-            return True
-
-    monkeypatch.setattr(sys, "stdin", Terminal("n\n"))
+    monkeypatch.setattr(sys, "stdin", _Terminal("n\n"))
     code, out, err = run_cli(["up", "--cloud", *LAUNCH, "--ami", "ami-0abc1234"], capsys)
     assert code == 130 and "launch these instances" in out and "nothing was launched" in err
     assert nothing_left(aws)
@@ -157,12 +159,7 @@ def test_ssh_to_the_world_is_warned_about_before_the_launch_is_confirmed(
     aws: Aws, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The same terminal stand-in answering `n`: the warning comes before the question."""
-
-    class Terminal(io.StringIO):
-        def isatty(self) -> bool:
-            return True
-
-    monkeypatch.setattr(sys, "stdin", Terminal("n\n"))
+    monkeypatch.setattr(sys, "stdin", _Terminal("n\n"))
     args = ["up", "--cloud", "--instance-type", "g5.xlarge", "--ssh-cidr", "0.0.0.0/0", "--os", "debian-12",
             "--ami", "ami-0abc1234"]  # fmt: skip
     code, out, err = run_cli(args, capsys)
