@@ -112,6 +112,11 @@ def unprovision(hostset: harness.HostSet, hosts: list[harness.TestHost]) -> None
         ssh(hostset, h, "rm -rf /opt/provision /tmp/provision-verify.*")
 
 
+# What makes a host's apt fetch the packages the python_env role installs, as on a fresh host: the
+# packages, what they pulled in (an earlier test's up may have left both: --autoremove), apt's cache.
+PURGE_PYTHON_ENV_PACKAGES = "apt-get purge -y -q --autoremove python3-venv python3.11-venv >/dev/null; apt-get clean"
+
+
 def ssh(hostset: harness.HostSet, host: harness.TestHost, command: str, check: bool = True) -> str:
     r = subprocess.run(["ssh", "-F", str(hostset.ssh_config), host.name, command], capture_output=True, text=True,
                        timeout=600)  # fmt: skip

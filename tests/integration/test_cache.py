@@ -47,7 +47,7 @@ def cut_off_hosts(testhosts: harness.HostSet) -> Iterator[list[harness.TestHost]
     hosts = testhosts.hosts[:HOSTS]
     for h in hosts:
         rh.ssh(testhosts, h, f"mv {APT_PROXY_FILE} /root/apt-proxy.saved; rm -rf /opt/provision; "
-               "apt-get purge -y -q --autoremove python3-venv python3.11-venv >/dev/null; apt-get clean")  # fmt: skip
+               f"{rh.PURGE_PYTHON_ENV_PACKAGES}")  # fmt: skip
     yield hosts
     for h in hosts:
         rh.ssh(testhosts, h, f"mv /root/apt-proxy.saved {APT_PROXY_FILE}")

@@ -204,10 +204,8 @@ def test_credentials_stay_out_of_ps_and_of_files_others_can_read(
         args = [sys.executable, "-m", "provision", "up", *common, "--limit", host.name, "--set",
                 f"frameworks_installs={installs}", "--yes", "--json"]  # fmt: skip
         own = "/etc/apt/apt.conf.d/01testhost-proxy"
-        # apt must fetch something for the proxy to be seen: the packages python_env installs (and
-        # their dependencies, which an earlier test's up may have left) go, and so does apt's cache
-        rh.ssh(testhosts, host, f"mv {own} /root/01testhost-proxy.aside; "
-               "apt-get purge -y -q --autoremove python3-venv python3.11-venv >/dev/null; apt-get clean")
+        # apt must fetch something for the proxy to be seen
+        rh.ssh(testhosts, host, f"mv {own} /root/01testhost-proxy.aside; {rh.PURGE_PYTHON_ENV_PACKAGES}")
         try:
             with ps_samples(testhosts, [host]) as samples:
                 r = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, env=env, timeout=1500)
