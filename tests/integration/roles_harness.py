@@ -17,12 +17,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from provision.lock import LockGroup, build_lock, dumps_lock
 from provision.render import InstallSettings, write_run_dir
 from provision.resolve import HostSpec, StackRequest, resolve
 from tests.hosts import harness
 
 BIN = Path(sys.executable).parent
+REPO = Path(__file__).resolve().parents[2]
 # The explicit test-only switches: no GPU on the test hosts, so no GPU check and no module load.
 TESTONLY = {"preflight_testonly_skip_gpu_check": True, "nvidia_driver_testonly_skip_module_load": True,
             "verify_testonly_skip_gpu": True}  # fmt: skip
@@ -112,9 +115,21 @@ def unprovision(hostset: harness.HostSet, hosts: list[harness.TestHost]) -> None
         ssh(hostset, h, "rm -rf /opt/provision /tmp/provision-verify.*")
 
 
+
+def _python_env_packages() -> list[str]:
+    """Every package the python_env role installs on the Debian 12 test hosts: the venv packages the
+    plan renders for Python 3.11 and the role's own module packages (from its defaults)."""
+    defaults = yaml.safe_load((REPO / "playbooks/roles/python_env/defaults/main.yml").read_text())
+    return ["python3-venv", "python3.11-venv", *defaults["python_env_module_packages"]]
+
+
 # What makes a host's apt fetch the packages the python_env role installs, as on a fresh host: the
 # packages, what they pulled in (an earlier test's up may have left both: --autoremove), apt's cache.
-PURGE_PYTHON_ENV_PACKAGES = "apt-get purge -y -q --autoremove python3-venv python3.11-venv >/dev/null; apt-get clean"
+# A package the role installs by name is marked manual, so --autoremove alone keeps it: CI once saw
+# python3-packaging fetched by two of three hosts because an earlier up had left it on the third.
+PURGE_PYTHON_ENV_PACKAGES = (
+    f"apt-get purge -y -q --autoremove {' '.join(_python_env_packages())} >/dev/null; apt-get clean"
+)
 
 
 def ssh(hostset: harness.HostSet, host: harness.TestHost, command: str, check: bool = True) -> str:
