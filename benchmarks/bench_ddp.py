@@ -1,7 +1,7 @@
 """The smoke job's DDP check under load: the whole CPU job with two gloo ranks, RUNS times, PARALLEL
 at a time (target: every run passes; a spurious FAIL verdict is a defect of the product).
 
-Each run is the standalone job as a host runs it (``python provision/smoke/job.py --allow-cpu
+Each run is the standalone job as a host runs it (``python provision/remote/smoke/job.py --allow-cpu
 --cpu-ranks 2``), so each is three processes (the job and its two spawned ranks); three runs at once
 on a 2-core machine is the load under which gloo's teardown aborted a rank with SIGABRT
 ("terminate called without an active exception") and the verdict came out FAIL. A run that does

@@ -45,7 +45,7 @@ def grid(frameworks: tuple[str, ...] = ()) -> dict[str, float]:
     t0 = time.perf_counter()
     from provision.errors import Unsatisfiable
     from provision.matrix import load
-    from provision.resolve import HostSpec, StackRequest, resolve
+    from provision.stack.resolve import HostSpec, StackRequest, resolve
 
     k = load()
     t_load = time.perf_counter() - t0

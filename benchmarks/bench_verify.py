@@ -2,7 +2,7 @@
 
 Runs, alternating so that machine noise hits all alike, ``ROUNDS`` times each:
   import torch        python -c "import torch"
-  job                 python provision/smoke/job.py --allow-cpu (the standalone job, as a host runs it)
+  job                 python provision/remote/smoke/job.py --allow-cpu (the standalone job, as a host runs it)
   provision verify    python -m provision verify --local --allow-cpu --json (copy, run, collect)
 and prints a Markdown table of medians and ratios; writes benchmarks/results/verify.json.
 

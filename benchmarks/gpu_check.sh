@@ -5,7 +5,7 @@
 #   benchmarks/gpu_check.sh DIR          # on the GPU machine, from the repository root
 #   benchmarks/gpu_check.sh DIR --cpu    # the same steps with tiny sizes on the CPU (a dry run)
 #
-# It needs no installed provision package: the smoke job runs standalone from provision/smoke/.
+# It needs no installed provision package: the smoke job runs standalone from provision/remote/smoke/.
 # Writes into DIR:
 #   verify.json      the job's report (schema provision.verify/1), from `job.py --json-out`
 #   reference.json   an independent best-of torch.matmul measurement on the same GPU
@@ -26,7 +26,7 @@ MODE=gpu
 if [[ $# -eq 2 ]]; then [[ $2 == --cpu ]] || usage; MODE=cpu; fi
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-JOB=$ROOT/provision/smoke/job.py
+JOB=$ROOT/provision/remote/smoke/job.py
 PY=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1
 mkdir -p "$OUT" || exit 1

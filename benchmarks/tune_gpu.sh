@@ -26,7 +26,7 @@ args=(--time-limit "$limit")
 [ -n "${SCALE:-}" ] && args+=(--scale "$SCALE")
 
 started=$(date +%s)
-timeout --kill-after=10 $((limit + 20)) "$py" "$root/provision/advise/tune_job.py" "${args[@]}" \
+timeout --kill-after=10 $((limit + 20)) "$py" "$root/provision/remote/tune_job.py" "${args[@]}" \
   >"$out/tune.json" 2>"$out/tune.log"
 rc=$?
 echo "tune_gpu: job exit $rc after $(($(date +%s) - started))s; results in $out" >&2

@@ -5,6 +5,6 @@ Each function here is the whole of a command minus its printing; heavy imports h
 
 from __future__ import annotations
 
-from provision.planning import Assumed, HostPlan, PlanResult, parse_assume, plan
+from provision.fleet.planning import Assumed, HostPlan, PlanResult, parse_assume, plan
 
 __all__ = ["Assumed", "HostPlan", "PlanResult", "parse_assume", "plan"]

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from provision.errors import OperationFailed
 
-JOB = Path(__file__).with_name("tune_job.py")
+JOB = Path(__file__).resolve().parents[1] / "remote" / "tune_job.py"
 DEFAULT_TIMEOUT_S = 900.0
 
 

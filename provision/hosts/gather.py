@@ -26,7 +26,7 @@ from provision.hosts import probe as p
 from provision.hosts.inventory import HostTarget
 from provision.hosts.transport import LocalTransport, SSHTransport, Transport, connect
 
-SNIPPETS = Path(__file__).with_name("snippets")
+SNIPPETS = Path(__file__).resolve().parents[1] / "remote" / "snippets"
 IMDS_DEFAULT = "http://169.254.169.254"
 _SECTION = re.compile(r"^@@provision-section (\S+)@@$", re.M)
 UPGRADE_UNITS = ("unattended-upgrades.service", "apt-daily.service", "apt-daily-upgrade.service",

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from provision.smoke import DIR
+from provision.remote.smoke import DIR
 
 
 def test_the_job_passes_on_this_gpu(tmp_path: Path) -> None:

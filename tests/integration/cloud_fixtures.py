@@ -108,7 +108,7 @@ def aws(moto_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Itera
 
 def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
     """Run ``provision ARGS`` in-process through the real entry point; (exit code, stdout, stderr)."""
-    from provision.cli import cli
+    from provision.cli.app import cli
 
     with pytest.raises(SystemExit) as exc:
         cli.main(args=args)

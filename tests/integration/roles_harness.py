@@ -19,9 +19,9 @@ from typing import Any
 
 import yaml
 
-from provision.lock import LockGroup, build_lock, dumps_lock
-from provision.render import InstallSettings, write_run_dir
-from provision.resolve import HostSpec, StackRequest, resolve
+from provision.ansible.render import InstallSettings, write_run_dir
+from provision.stack.lock import LockGroup, build_lock, dumps_lock
+from provision.stack.resolve import HostSpec, StackRequest, resolve
 from tests.hosts import harness
 
 BIN = Path(sys.executable).parent

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from provision.apply import HostProgress, run_playbook
+from provision.ansible.apply import HostProgress, run_playbook
 from tests.hosts import harness
 
 PLAYBOOKS = Path(__file__).parent / "playbooks"

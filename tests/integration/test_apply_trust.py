@@ -24,8 +24,8 @@ import paramiko
 import pytest
 import yaml
 
-from provision.apply import ApplyResult, run_playbook
-from provision.render import become_answers
+from provision.ansible.apply import ApplyResult, run_playbook
+from provision.ansible.render import become_answers
 from tests.hosts import harness
 from tests.integration import roles_harness as rh
 

@@ -28,7 +28,7 @@ from provision.cloud.errors import CloudError
 from provision.cloud.launcher import LaunchArgs, Prepared
 from provision.cloud.oneshot import up_on_cloud
 from provision.errors import OperationFailed
-from provision.up import HostRun, UpResult
+from provision.fleet.up import HostRun, UpResult
 from tests.hosts import harness
 from tests.integration import roles_harness as rh
 from tests.integration.cloud_fixtures import (
@@ -311,10 +311,10 @@ def test_sigterm_during_the_run_ends_it(
     oneshot: OneShot, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A real SIGTERM to this process as `up` starts probing, as `kill` or a cancelled CI job sends."""
-    import provision.planning
+    import provision.fleet.planning
 
     before = signal.getsignal(signal.SIGTERM)
-    real_plan = provision.planning.plan
+    real_plan = provision.fleet.planning.plan
 
     def plan_then_killed(**kwargs: Any) -> Any:
         os.kill(os.getpid(), signal.SIGTERM)

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from provision.advise import cost as c
-from provision.cli import cli
+from provision.cli.app import cli
 from provision.matrix import load
 
 

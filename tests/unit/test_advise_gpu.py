@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from provision.advise import gpu as g
-from provision.cli import cli
+from provision.cli.app import cli
 from provision.matrix import load
 
 GB = 1e9

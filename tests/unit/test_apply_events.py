@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from provision.apply import EventReducer, _message, run_playbook
+from provision.ansible.apply import EventReducer, _message, run_playbook
 
 
 def _events() -> list[dict[str, object]]:

@@ -20,7 +20,9 @@ from typing import Any
 
 import pytest
 
-from provision.cache import (
+from provision.config import parse_config
+from provision.errors import BadInput
+from provision.fleet.cache import (
     FleetCache,
     Origin,
     RepoSources,
@@ -32,8 +34,6 @@ from provision.cache import (
     squid_stats,
     wheel_platforms,
 )
-from provision.config import parse_config
-from provision.errors import BadInput
 
 GROUP_VARS = {
     "frameworks_enabled": True,
@@ -109,8 +109,8 @@ def test_squid_conf_listens_on_loopback_only_and_chains_to_the_controllers_proxy
 
 
 def test_the_run_s_sources_are_its_group_vars_urls_the_roles_defaults_and_the_os_archives() -> None:
-    from provision.cache import role_defaults
-    from provision.render import default_roles_path
+    from provision.ansible.render import default_roles_path
+    from provision.fleet.cache import role_defaults
 
     group_vars = {
         **GROUP_VARS,
@@ -301,7 +301,7 @@ def test_auto_without_squid_goes_on_without_the_apt_cache(
     cache_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))  # no squid anywhere on it ...
-    monkeypatch.setattr("provision.cache.shutil.which", lambda *_a, **_k: None)  # ... nor in /usr/sbin
+    monkeypatch.setattr("provision.fleet.cache.shutil.which", lambda *_a, **_k: None)  # ... nor in /usr/sbin
     from provision.hosts.inventory import HostTarget
 
     def connect(_t: HostTarget) -> None:
@@ -378,7 +378,7 @@ def test_config_takes_cache_auto_off_and_a_folder() -> None:
 def test_a_machine_without_squids_user_is_a_reason_not_a_traceback() -> None:
     """RHEL's squid runs as `squid`, not `proxy`: the start fails with a RuntimeError, which `auto`
     turns into a note (a KeyError from the user lookup went past that and out of `up`)."""
-    from provision.cache import _user_ids
+    from provision.fleet.cache import _user_ids
 
     assert _user_ids("root") == (0, 0)
     with pytest.raises(RuntimeError, match="squid's user no-such-user-here does not exist"):
@@ -388,7 +388,7 @@ def test_a_machine_without_squids_user_is_a_reason_not_a_traceback() -> None:
 @pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root (the cache chowns only as root)")
 def test_the_stores_chown_does_not_follow_a_symlink_planted_in_it(tmp_path: Path) -> None:
     """squid's user owns the store: a link it left there must not make root give it the target."""
-    from provision.cache import _chown_tree
+    from provision.fleet.cache import _chown_tree
 
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -439,7 +439,7 @@ def test_the_wheel_server_serves_the_wheelhouse_and_nothing_else(tmp_path: Path)
 
 
 def test_a_host_s_plain_http_sources_are_read_from_apt_and_dnf_files() -> None:
-    from provision.cache import host_sources
+    from provision.fleet.cache import host_sources
 
     text = "\n".join([
         "deb http://deb.debian.org/debian bookworm main  # the archive",
@@ -480,7 +480,7 @@ def test_a_host_s_plain_http_sources_are_read_from_apt_and_dnf_files() -> None:
 
 
 def test_the_listening_addresses_of_a_port_come_from_the_kernel_s_tables() -> None:
-    from provision.cache import listening_addresses
+    from provision.fleet.cache import listening_addresses
 
     tcp = (
         "  sl  local_address rem_address   st tx_queue rx_queue\n"
@@ -502,7 +502,7 @@ def test_tunnel_pump_carries_bytes_with_descriptors_above_1024() -> None:
     """
     import socket
 
-    from provision.cache import _pump
+    from provision.fleet.cache import _pump
 
     server = socket.create_server(("127.0.0.1", 0))
     try:
@@ -532,7 +532,7 @@ def test_tunnel_pump_carries_bytes_with_descriptors_above_1024() -> None:
 def test_real_squid_starts_under_ups_private_umask(cache_root: Path) -> None:
     """`up` runs under umask 077 (its run dirs are private); the folders made for squid must still
     let squid's user through: squid-runs/ made 0700 stopped squid at start ('Removing PID file')."""
-    from provision.render import private_umask
+    from provision.ansible.render import private_umask
 
     root = cache_root / "made-by-provision"  # as /var/cache/provision is on a first run
     with private_umask():

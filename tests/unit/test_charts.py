@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from provision.charts import PALETTE, bar_chart, line_chart
+from provision.fleet.charts import PALETTE, bar_chart, line_chart
 
 NS = "{http://www.w3.org/2000/svg}"
 

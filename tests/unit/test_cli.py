@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from provision import __version__
-from provision.cli import COMMANDS, cli
+from provision.cli.app import COMMANDS, cli
 from provision.errors import BadInput, ExitCode, OperationFailed, Unsatisfiable
 
 
@@ -143,7 +143,7 @@ HEAVY = ("ansible", "ansible_runner", "boto3", "botocore", "paramiko", "torch")
 @pytest.mark.parametrize("args", [["--help"], ["--version"]])
 def test_light_paths_import_nothing_heavy(args: list[str]) -> None:
     code = (
-        "import sys\nfrom provision.cli import cli\n"
+        "import sys\nfrom provision.cli.app import cli\n"
         f"try:\n    cli.main({args!r})\nexcept SystemExit:\n    pass\n"
         f"print(sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r}))"
     )

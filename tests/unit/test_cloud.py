@@ -46,7 +46,7 @@ def offline_aws(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 
 def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    from provision.cli import cli
+    from provision.cli.app import cli
 
     with pytest.raises(SystemExit) as exc:
         cli.main(args=args)
@@ -341,7 +341,7 @@ def test_prices() -> None:
 def test_help_and_bad_input_import_no_aws_sdk(args: list[str]) -> None:
     """boto3 loads only once a cloud command is about to talk to AWS."""
     code = (
-        "import sys\nfrom provision.cli import cli\n"
+        "import sys\nfrom provision.cli.app import cli\n"
         f"try:\n    cli.main({args!r})\nexcept SystemExit:\n    pass\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('boto3', 'botocore', 'paramiko')))"
     )

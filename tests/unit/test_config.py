@@ -8,7 +8,7 @@ import pytest
 
 from provision.config import Config, load_config, parse_config
 from provision.errors import BadInput
-from provision.resolve import HostSpec, StackRequest, resolve
+from provision.stack.resolve import HostSpec, StackRequest, resolve
 
 FULL = """
 stack:

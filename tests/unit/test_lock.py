@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from provision.errors import BadInput
-from provision.lock import (
+from provision.matrix import load
+from provision.stack.lock import (
     SCHEMA,
     Lock,
     LockGroup,
@@ -20,8 +21,7 @@ from provision.lock import (
     read_lock,
     write_lock,
 )
-from provision.matrix import load
-from provision.resolve import HostSpec, StackRequest, resolve
+from provision.stack.resolve import HostSpec, StackRequest, resolve
 
 
 def _lock() -> Lock:

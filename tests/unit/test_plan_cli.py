@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from provision.lock import read_lock
+from provision.stack.lock import read_lock
 
 BIN = Path(sys.executable).parent
 

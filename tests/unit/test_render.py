@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 import yaml
 
+from provision.ansible.render import InstallSettings, PipSettings, become_answers, dump, render_files, write_run_dir
 from provision.errors import BadInput
-from provision.render import InstallSettings, PipSettings, become_answers, dump, render_files, write_run_dir
 
 GOLDEN = Path(__file__).parent / "golden" / "render"
 OS_RELEASES = ["ubuntu-22.04", "ubuntu-24.04", "debian-12", "rhel-8", "rhel-9", "rocky-8", "rocky-9", "amzn-2023"]

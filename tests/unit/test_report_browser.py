@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from provision.report import write_html
+from provision.fleet.report import write_html
 
 DOC = {
     "ok": False, "run": "20261130-030000-beef", "check": False,

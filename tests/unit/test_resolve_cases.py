@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from provision.errors import BadInput, Unsatisfiable
-from provision.resolve import HostSpec, StackRequest, resolve
+from provision.stack.resolve import HostSpec, StackRequest, resolve
 
 REQ_KEYS = {"frameworks", "driver", "kernel_modules", "cuda_toolkit", "cudnn", "python", "torch_index",
             "torch_variant", "install_method"}  # fmt: skip

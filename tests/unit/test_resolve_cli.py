@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from provision.cli import main
+from provision.cli.app import main
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -150,7 +150,7 @@ def test_resolve_imports_no_heavy_library() -> None:
     code = (
         "import json, sys\n"
         "sys.argv = ['provision', 'resolve', '--gpu', 'H100-SXM', '--gpu-count', '8', '--json']\n"
-        "from provision.cli import main\n"
+        "from provision.cli.app import main\n"
         "try:\n    main()\nexcept SystemExit as e:\n    rc = e.code\n"
         "heavy = ['ansible', 'ansible_runner', 'boto3', 'botocore', 'paramiko', 'torch', 'rich']\n"
         "sys.stderr.write(json.dumps({'rc': rc, 'loaded': [m for m in heavy if m in sys.modules]}))\n"

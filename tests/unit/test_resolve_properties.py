@@ -16,7 +16,7 @@ from packaging.version import Version
 
 from provision.errors import Unsatisfiable
 from provision.matrix import cc_tuple, load
-from provision.resolve import HostSpec, StackRequest, resolve
+from provision.stack.resolve import HostSpec, StackRequest, resolve
 
 K = load()
 GPUS = [g.name for g in K.gpus]

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from provision.apply import RUNNER_ENV_ALLOW, _forget_environment, _without_inherited, runner_environment
-from provision.cache import WheelSet, _netrc_env, host_vars
+from provision.ansible.apply import RUNNER_ENV_ALLOW, _forget_environment, _without_inherited, runner_environment
+from provision.ansible.render import InstallSettings, PipSettings, render_files, split_credential, write_run_dir
 from provision.errors import BadInput
-from provision.render import InstallSettings, PipSettings, render_files, split_credential, write_run_dir
+from provision.fleet.cache import WheelSet, _netrc_env, host_vars
 
 GOLDEN = Path(__file__).parent / "golden" / "render"
 HOSTS = {"gpu-1.example": {"ansible_host": "10.0.0.1"}}
@@ -164,7 +164,7 @@ def test_a_credential_pip_cannot_use_is_one_line_exit_2_and_nothing_written(tmp_
 
 
 def test_artifacts_ansible_chmods_0644_are_closed_again(tmp_path: Path) -> None:
-    from provision.apply import _owner_only
+    from provision.ansible.apply import _owner_only
 
     cache = tmp_path / "artifacts" / "fact_cache"
     cache.mkdir(parents=True)

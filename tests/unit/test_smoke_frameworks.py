@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from provision.smoke import DIR
+from provision.remote.smoke import DIR
 
 pytestmark = pytest.mark.slow  # downloads and installs jax + jaxlib (about 20 s)
 

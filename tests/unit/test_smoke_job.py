@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from provision.smoke import DIR, FILES
-from provision.smoke.verdict import decide
+from provision.remote.smoke import DIR, FILES
+from provision.remote.smoke.verdict import decide
 from tests import fakenvml
 
 # Only environment and version checks: enough for verdict paths that need no training.
@@ -222,7 +222,7 @@ def test_an_nvml_that_does_not_start_leaves_the_job_running(job: Path, fake_nvml
 
 SAMPLER = """
 import json, time
-from provision.smoke.nvml import Nvml, Sampler
+from provision.remote.smoke.nvml import Nvml, Sampler
 nvml = Nvml.open()
 with Sampler(nvml, [0, 1], period=0.1) as s:
     time.sleep(0.45)

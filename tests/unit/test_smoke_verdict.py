@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from provision.smoke import DIR
-from provision.smoke.verdict import arch_supported, cudnn_dotted, decide, find_model, version_matches
+from provision.remote.smoke import DIR
+from provision.remote.smoke.verdict import arch_supported, cudnn_dotted, decide, find_model, version_matches
 
 REFS: dict[str, Any] = json.loads((DIR / "references.json").read_text())
 H200_ARCH_LIST = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"]
@@ -422,7 +422,7 @@ def test_the_summary_of_a_gpu_report() -> None:
     import argparse
     import time
 
-    from provision.smoke.job import build_report, summary
+    from provision.remote.smoke.job import build_report, summary
 
     report = build_report(h200_record(), REFS, LOCKED, argparse.Namespace(allow_cpu=False), time.monotonic())
     lines = summary(report).splitlines()

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from provision.errors import BadInput
-from provision.lock import Lock, parse_lock
-from provision.verify import expectations, load_lock, lock_group
+from provision.fleet.verify import expectations, load_lock, lock_group
+from provision.stack.lock import Lock, parse_lock
 
 TORCH = __import__("torch").__version__
 

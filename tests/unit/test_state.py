@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from provision.errors import BadInput
-from provision.state import State
+from provision.fleet.state import State
 
 
 def test_converged_only_when_applied_and_verified_with_the_same_lock(tmp_path: Path) -> None:

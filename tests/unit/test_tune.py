@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 from provision.advise import tune as t
-from provision.advise import tune_job as job
 from provision.errors import OperationFailed
+from provision.remote import tune_job as job
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from provision.errors import BadInput
-from provision.lock import LockGroup
-from provision.report import render_html
-from provision.state import State
-from provision.up import apply_limit, group_hash, limit_patterns
+from provision.fleet.report import render_html
+from provision.fleet.state import State
+from provision.fleet.up import apply_limit, group_hash, limit_patterns
+from provision.stack.lock import LockGroup
 
 
 def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -115,7 +115,7 @@ def test_report_html_is_self_contained_with_the_verdicts_and_plots() -> None:
 
 def test_a_probed_local_tag_matches_the_locked_variant() -> None:
     """The fast path needs plan to see torch 2.13.0+cpu in the venv as the lock's 2.13.0 (cpu)."""
-    from provision.planning import _same_framework
+    from provision.fleet.planning import _same_framework
 
     assert _same_framework("2.13.0+cpu", {"version": "2.13.0", "variant": "cpu"})
     assert _same_framework("2.8.0", {"version": "2.8.0", "variant": "cu128"})
@@ -133,9 +133,9 @@ def test_a_report_that_cannot_be_written_never_hides_the_error_that_stopped_the_
     made without root here); the error in flight is the Interrupted that Ctrl-C raises."""
     import errno
 
-    from provision import report
     from provision.errors import Interrupted
-    from provision.up import UpResult, finish_reports
+    from provision.fleet import report
+    from provision.fleet.up import UpResult, finish_reports
 
     def full_disk(doc: object, path: Path) -> None:
         raise OSError(errno.ENOSPC, "No space left on device", str(path))

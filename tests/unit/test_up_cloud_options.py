@@ -11,10 +11,10 @@ from typing import Any
 import click
 import pytest
 
+from provision.cli.cloud import launch_options
+from provision.cli.cloud import up as cloud_up
+from provision.cli.up import up
 from provision.cloud.launcher import LaunchArgs
-from provision.commands.cloud import launch_options
-from provision.commands.cloud import up as cloud_up
-from provision.commands.up import up
 from tests.unit.test_cloud import offline_aws, run_cli
 
 __all__ = ["offline_aws"]

@@ -14,10 +14,10 @@ import pytest
 
 from provision.config import parse_config
 from provision.errors import BadInput, Unreachable
-from provision.planning import HostPlan, ProbeFailure
-from provision.report import render_html
-from provision.state import DEFAULT_PATH, State, state_path
-from provision.up import NOT_RUN, PROBE_TASK, HostRun, UpResult, _unprobed
+from provision.fleet.planning import HostPlan, ProbeFailure
+from provision.fleet.report import render_html
+from provision.fleet.state import DEFAULT_PATH, State, state_path
+from provision.fleet.up import NOT_RUN, PROBE_TASK, HostRun, UpResult, _unprobed
 
 
 def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -204,7 +204,7 @@ def test_up_bad_input_touches_no_host(tmp_path: Path, args: list[str], needle: s
 def test_a_broken_stage_leads_the_reasons_a_host_failed() -> None:
     """The job's checks as it lists them for a venv where torch cannot be imported: the version
     check fails because of the import, so the import comes first in `up`'s one-line message."""
-    from provision.verify import HostResult, failures
+    from provision.fleet.verify import HostResult, failures
 
     report = {"ok": False, "verdict": "fail", "checks": [
         {"name": "version_python", "ok": False, "message": "drift: python is not installed on this host, expected 3.11"},
@@ -229,7 +229,7 @@ def test_ctrl_c_during_a_run_sets_the_cancel_flag_and_the_handler_is_restored() 
     import os
     import signal
 
-    from provision.apply import _ctrl_c_cancels
+    from provision.ansible.apply import _ctrl_c_cancels
 
     before = signal.getsignal(signal.SIGINT)
     with _ctrl_c_cancels() as cancelled:

@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from provision.cli import command_options
+from provision.cli.app import command_options
+from provision.cli.output import emit
 from provision.errors import BadInput
-from provision.output import emit
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -17,18 +17,18 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from provision.cli import command_options
-from provision.commands.cloud import launch_options
+from provision.cli.app import command_options
+from provision.cli.cloud import launch_options
 from provision.errors import BadInput, ExitCode
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from provision.apply import HostProgress
+    from provision.ansible.apply import HostProgress
     from provision.cloud.launcher import LaunchArgs
     from provision.cloud.oneshot import CloudRun
-    from provision.planning import PlanResult
-    from provision.up import HostRun, UpResult
+    from provision.fleet.planning import PlanResult
+    from provision.fleet.up import HostRun, UpResult
 
 
 @click.command(name="up")
@@ -86,10 +86,10 @@ def up(
 
     Exit status: 0 every host passes, 1 a host failed, 2 bad input, 3 unsatisfiable.
     """
-    from provision.commands.plan import _overrides
+    from provision.cli.plan import _overrides
     from provision.config import Config, load_config
-    from provision.up import UpOptions, check_options
-    from provision.up import up as run_up
+    from provision.fleet.up import UpOptions, check_options
+    from provision.fleet.up import up as run_up
 
     _check_targets(cloud=cloud, local=local, inventory=inventory, limit=limit, launch=launch,
                    down_after=down_after, keep_on_failure=keep_on_failure)  # fmt: skip
@@ -118,16 +118,16 @@ def up(
         finally:
             view.stop()
 
-    from provision.output import emit
+    from provision.cli.output import emit
 
     if not cloud:
         result = provision(None)
         emit(result.to_json(), as_json, lambda con: _human(con, result))
         return int(ExitCode.OK if result.ok else ExitCode.FAILED)
 
+    from provision.cli.cloud import stderr_say, warn_before_launch
     from provision.cloud import launcher
     from provision.cloud.oneshot import up_on_cloud
-    from provision.commands.cloud import stderr_say, warn_before_launch
 
     prepared = launcher.prepare(launch)  # every launch option checked; nothing sent to AWS yet
     warn_before_launch(prepared)  # before the confirmation prompt: what --ssh-cidr opens
@@ -168,7 +168,7 @@ def _check_targets(
 
 
 def _ask(planned: PlanResult, hosts: list[HostRun]) -> bool:
-    from provision.output import console
+    from provision.cli.output import console
 
     con = console()
     for h in hosts:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from provision.cli import command_options
+from provision.cli.app import command_options
 from provision.errors import BadInput, ExitCode
 
 if TYPE_CHECKING:
@@ -72,8 +72,8 @@ def status(
     compared with the lock of its last run; every version that differs is named.
     """
     from provision.config import Config, load_config
-    from provision.state import State
-    from provision.state import state_path as where_state
+    from provision.fleet.state import State
+    from provision.fleet.state import state_path as where_state
 
     config = load_config(config_path) if config_path is not None else Config()
     path = where_state(state_path, config.state.path)
@@ -85,7 +85,7 @@ def status(
         raise BadInput("--check-drift needs to reach the hosts", "give -i INVENTORY or --local")
     if local and inventory:
         raise BadInput("give --local or -i INVENTORY, not both", "check drift on this machine or an inventory's hosts")
-    from provision.planning import check_ssh_config
+    from provision.fleet.planning import check_ssh_config
 
     check_ssh_config(ssh_config)
     state = State(path)
@@ -103,7 +103,7 @@ def status(
     if check_drift:
         ok = _check_drift(hosts, runs_dir, inventory, venv or config.install.venv, accept_new_host_keys, ssh_config)
     doc = {"ok": ok, "state": str(path), "hosts": hosts}
-    from provision.output import emit
+    from provision.cli.output import emit
 
     emit(doc, as_json, lambda con: _human(con, hosts, check_drift))
     return int(ExitCode.OK if ok else ExitCode.FAILED)
@@ -115,7 +115,7 @@ def _check_drift(  # noqa: PLR0917
 ) -> bool:  # fmt: skip
     from provision.hosts.gather import GatherOptions, matrix_lookup, probe_hosts
     from provision.hosts.inventory import LOCALHOST, load_inventory
-    from provision.lock import drift, find_group, read_lock
+    from provision.stack.lock import drift, find_group, read_lock
 
     targets = {t.name: t for t in (load_inventory(inventory) if inventory else [LOCALHOST])}
     known = [h for h in hosts if h["host"] in targets and h["last_run"]]

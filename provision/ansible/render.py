@@ -27,7 +27,7 @@ from typing import Any
 import yaml
 
 from provision.errors import BadInput
-from provision.lock import write_durably
+from provision.stack.lock import write_durably
 
 # The roles in the order site.yml runs them (DESIGN.md).
 ROLES: tuple[str, ...] = (

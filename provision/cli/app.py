@@ -1,6 +1,6 @@
 """The command line: a thin layer over :mod:`provision.api` and the command modules.
 
-Each subcommand lives in ``provision/commands/<name>.py`` and is imported only when it runs, so
+Each subcommand lives in ``provision/cli/<name>.py`` and is imported only when it runs, so
 ``provision --help`` and ``provision resolve`` never import ansible, boto3, paramiko or torch.
 This module owns the CLI contract that every command shares: exit codes, the one-line error
 ``error: <what> (<how to fix>)`` on stderr, the ``--json`` error object on stdout, ``--debug``
@@ -24,16 +24,16 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 # name -> "module:attribute"; the order is the order of `provision --help`.
 COMMANDS: dict[str, str] = {
-    "up": "provision.commands.up:up",
-    "plan": "provision.commands.plan:plan",
-    "resolve": "provision.commands.resolve:resolve",
-    "matrix": "provision.commands.matrix:matrix",
-    "probe": "provision.commands.probe:probe",
-    "verify": "provision.commands.verify:verify",
-    "status": "provision.commands.status:status",
-    "cloud": "provision.commands.cloud:cloud",
-    "advise": "provision.commands.advise:advise",
-    "tune": "provision.commands.tune:tune",
+    "up": "provision.cli.up:up",
+    "plan": "provision.cli.plan:plan",
+    "resolve": "provision.cli.resolve:resolve",
+    "matrix": "provision.cli.matrix:matrix",
+    "probe": "provision.cli.probe:probe",
+    "verify": "provision.cli.verify:verify",
+    "status": "provision.cli.status:status",
+    "cloud": "provision.cli.cloud:cloud",
+    "advise": "provision.cli.advise:advise",
+    "tune": "provision.cli.tune:tune",
 }
 
 
@@ -130,7 +130,7 @@ def _report(exc: ProvisionError, as_json: bool, debug: bool, cause: BaseExceptio
         shown = cause or exc
         traceback.print_exception(type(shown), shown, shown.__traceback__, file=sys.stderr)
     if as_json:
-        from provision.output import emit_json
+        from provision.cli.output import emit_json
 
         emit_json(exc.to_json())
     # The one line goes to stderr in both modes: scripts read stdout, people read stderr.

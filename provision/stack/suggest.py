@@ -15,8 +15,8 @@ from packaging.version import Version
 
 from provision.errors import Unsatisfiable
 from provision.matrix import Knowledge
-from provision.request import FRAMEWORKS, FrameworkSpec, HostSpec, StackRequest
-from provision.resolve import Resolution, Resolver
+from provision.stack.request import FRAMEWORKS, FrameworkSpec, HostSpec, StackRequest
+from provision.stack.resolve import Resolution, Resolver
 
 
 def _v(text: str) -> Version:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import click
 
-from provision.cli import command_options
+from provision.cli.app import command_options
 from provision.cloud.launcher import DEFAULT_KEY, LaunchArgs
 from provision.errors import BadInput
 
@@ -34,7 +34,7 @@ def cloud() -> None:
 
 
 def stderr_say(as_json: bool) -> Any:
-    from provision.output import console
+    from provision.cli.output import console
 
     con = console(stderr=True)
     return lambda msg: con.print(f"[dim]cloud:[/dim] {msg}", soft_wrap=True)
@@ -42,7 +42,7 @@ def stderr_say(as_json: bool) -> Any:
 
 def warn_before_launch(prepared: Prepared) -> None:
     """Each warning as a `warning: ...` line on stderr, before anything is sent to AWS."""
-    from provision.output import console
+    from provision.cli.output import console
 
     con = console(stderr=True)
     for w in prepared.warnings:
@@ -136,7 +136,7 @@ def up(*, launch: LaunchArgs, keep_on_failure: bool, no_wait_ssh: bool, as_json:
     say(launcher.describe(prepared.request))
     with launcher.signals_as_interrupt(say):
         result = launcher.launch(prepared, launcher.connect(prepared), say)
-    from provision.output import emit
+    from provision.cli.output import emit
 
     emit({"ok": True, **launcher.launch_json(result)}, as_json, lambda con: _up_human(con, result))
     return 0
@@ -158,8 +158,8 @@ def ls(region: str | None, as_json: bool) -> int:
     """List the instances provision launched, with price per hour, cost so far and expiry."""
     from datetime import datetime, timezone
 
+    from provision.cli.output import emit
     from provision.cloud import ec2 as ec2mod
-    from provision.output import emit
 
     session, reg = ec2mod.open_session(region)
     from provision.cloud.errors import aws_errors
@@ -235,8 +235,8 @@ def _ls_human(
 @command_options
 def down(run: str | None, expired: bool, all_runs: bool, region: str | None, as_json: bool) -> int:
     """Terminate instances by run, expiry or all; then their security groups and key pairs."""
+    from provision.cli.output import emit
     from provision.cloud import ec2 as ec2mod
-    from provision.output import emit
 
     if sum([run is not None, expired, all_runs]) != 1:
         raise BadInput(

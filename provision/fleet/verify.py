@@ -22,9 +22,9 @@ from typing import Any
 from provision.errors import BadInput, OperationFailed, ProvisionError
 from provision.hosts.inventory import HostTarget
 from provision.hosts.transport import CommandResult, Transport
-from provision.lock import Lock, LockGroup, expected_versions, find_group, read_lock
-from provision.smoke import DIR as SMOKE_DIR
-from provision.smoke import FILES as SMOKE_FILES
+from provision.remote.smoke import DIR as SMOKE_DIR
+from provision.remote.smoke import FILES as SMOKE_FILES
+from provision.stack.lock import Lock, LockGroup, expected_versions, find_group, read_lock
 
 SCHEMA = "provision.verify/1"
 # Where `provision up` puts the frameworks (config `install.venv`); used when it exists.

@@ -2,7 +2,7 @@
 
 Everything a user can get wrong (targets, config, --limit, --serial, --set, -F and each host's
 SSH settings, the state DB, a missing --yes without a terminal) is checked before any host is
-contacted. Then every host is probed and planned (:func:`provision.planning.plan`); a host that
+contacted. Then every host is probed and planned (:func:`provision.fleet.planning.plan`); a host that
 cannot be probed fails alone (failed task ``(probe)``) while the others go on. Hosts whose
 probed versions equal the lock and whose last verification with this lock passed skip the apply
 (the fast converge path), the rest are applied with ansible-runner in batches (``--serial``: a
@@ -30,14 +30,14 @@ from typing import TYPE_CHECKING, Any
 from provision.errors import BadInput
 
 if TYPE_CHECKING:
-    from provision.apply import HostProgress
+    from provision.ansible.apply import HostProgress
     from provision.config import Config
+    from provision.fleet.planning import HostPlan, PlanResult, ProbeFailure
+    from provision.fleet.state import State
+    from provision.fleet.verify import HostResult
     from provision.hosts.inventory import HostTarget
     from provision.hosts.runlock import RunLocks
-    from provision.lock import Lock, LockGroup
-    from provision.planning import HostPlan, PlanResult, ProbeFailure
-    from provision.state import State
-    from provision.verify import HostResult
+    from provision.stack.lock import Lock, LockGroup
 
 RUNS_DIR = Path(".provision") / "runs"
 
@@ -225,7 +225,7 @@ def up(
     on_total: Callable[[int | None], None] | None = None,
 ) -> UpResult:
     """Run `provision up`; host failures are in the result, input problems raise BadInput first."""
-    from provision.render import private_umask
+    from provision.ansible.render import private_umask
 
     with private_umask():  # every file of the run (reports, events, artifacts) is the user's only
         return _up(config, options, confirm=confirm, on_progress=on_progress, on_phase=on_phase,
@@ -241,10 +241,10 @@ def _up(
     on_phase: Callable[[str], None] | None,
     on_total: Callable[[int | None], None] | None,
 ) -> UpResult:
-    from provision.lock import read_lock
-    from provision.planning import check_inputs, plan
-    from provision.render import private_dir
-    from provision.state import State, state_path
+    from provision.ansible.render import private_dir
+    from provision.fleet.planning import check_inputs, plan
+    from provision.fleet.state import State, state_path
+    from provision.stack.lock import read_lock
 
     say = on_phase or (lambda _: None)
     check_options(options)
@@ -337,7 +337,7 @@ def _take_host_locks(
     run: str, hosts: list[HostRun], targets: dict[str, HostTarget], options: UpOptions, say: Callable[[str], None]
 ) -> RunLocks:
     """Take each probed host's run lock (provision/hosts/runlock.py); a host another run holds fails alone."""
-    from provision import verify as verify_api
+    from provision.fleet import verify as verify_api
     from provision.hosts.runlock import RunLocks
 
     connect = verify_api.default_connect(
@@ -368,9 +368,9 @@ def _start_cache(
 
     import yaml
 
-    from provision import verify as verify_api
-    from provision.cache import FleetCache, RepoSources, WheelSet, default_root, role_defaults
-    from provision.render import default_roles_path
+    from provision.ansible.render import default_roles_path
+    from provision.fleet import verify as verify_api
+    from provision.fleet.cache import FleetCache, RepoSources, WheelSet, default_root, role_defaults
 
     ansible = run_dir / "ansible"
     inventory = yaml.safe_load((ansible / "inventory.yml").read_text())
@@ -425,7 +425,7 @@ def _run_batch(  # noqa: PLR0917
     on_progress: Progress | None, on_total: Callable[[int | None], None] | None, locks: RunLocks | None = None,
 ) -> bool:  # fmt: skip
     """Apply, verify and remember one batch; False when --serial must stop after it."""
-    from provision import verify as verify_api
+    from provision.fleet import verify as verify_api
 
     batch = batches[number - 1]
     for h in batch:
@@ -476,7 +476,7 @@ def _run_batch(  # noqa: PLR0917
 
 def _unprobed(failure: ProbeFailure) -> HostRun:
     """A host the probe could not reach: it fails alone, with the probe's reason, never applied."""
-    from provision.planning import HostPlan
+    from provision.fleet.planning import HostPlan
 
     hp = HostPlan(failure.host, group="-", probed=False, present={}, changes=[], reboot="no")
     return HostRun(host=failure.host, group="-", lock_hash="", plan=hp, failed_task=PROBE_TASK,
@@ -494,8 +494,8 @@ def _apply(
     on_total: Callable[[int | None], None] | None, *, become: dict[str, str] | None = None,
 ) -> None:
     """Apply the run dir to ``hosts``; ``become`` ({host: sudo password}) answers the play's prompts."""
-    from provision.apply import listed_tasks, run_playbook
-    from provision.render import become_answers
+    from provision.ansible.apply import listed_tasks, run_playbook
+    from provision.ansible.render import become_answers
 
     ansible_dir = run_dir / "ansible"
     limit = ",".join(h.host for h in hosts)
@@ -571,7 +571,7 @@ def _verify(  # noqa: PLR0917
             h.verify = r.to_json()
             h.verdict = r.verdict
             if not r.ok and h.message is None:
-                from provision.verify import failures
+                from provision.fleet.verify import failures
 
                 lines = failures(r)  # every failed check, the root cause first, on one line
                 h.message = "; ".join(lines) if lines else (r.error.one_line() if r.error else None)
@@ -630,7 +630,7 @@ def _note(text: str) -> None:
 
 
 def write_reports(result: UpResult) -> None:
-    from provision.report import write_html
+    from provision.fleet.report import write_html
 
     doc = result.report_json()
     (result.run_dir / "report.json").write_text(json.dumps(doc, indent=2, default=str) + "\n")

@@ -7,13 +7,13 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from provision.cli import command_options
+from provision.cli.app import command_options
 from provision.errors import BadInput
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from provision.planning import PlanResult
+    from provision.fleet.planning import PlanResult
 
 
 def _overrides(pairs: tuple[str, ...]) -> dict[str, Any]:
@@ -96,8 +96,8 @@ def plan(
     Exit status: 0 planned, 1 a host could not be probed, 2 bad input, 3 unsatisfiable.
     """
     from provision.config import Config, load_config
-    from provision.planning import parse_assume
-    from provision.planning import plan as run_plan
+    from provision.fleet.planning import parse_assume
+    from provision.fleet.planning import plan as run_plan
 
     config = load_config(config_path) if config_path is not None else Config()
     result = run_plan(
@@ -105,7 +105,7 @@ def plan(
         out=out, lock_path=lock_path, overrides=_overrides(sets), reboot_controller=reboot_controller,
         accept_new_host_keys=accept_new_host_keys, ssh_config=ssh_config,
     )  # fmt: skip
-    from provision.output import emit
+    from provision.cli.output import emit
 
     emit(result.to_json(), as_json, lambda con: _human(con, result))
     return 0

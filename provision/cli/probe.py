@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from provision.cli import command_options
+from provision.cli.app import command_options
 from provision.errors import BadInput, ExitCode
 
 if TYPE_CHECKING:
@@ -92,7 +92,7 @@ def probe(
     for r in results:
         if r.error is not None:
             sys.stderr.write(r.error.one_line() + "\n")
-    from provision.output import emit
+    from provision.cli.output import emit
 
     emit({"ok": ok, "hosts": [r.to_json() for r in results]}, as_json, lambda c: _human(c, results))
     return int(ExitCode.OK if ok else ExitCode.FAILED)

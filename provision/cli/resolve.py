@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from provision.cli import command_options
-from provision.output import emit
+from provision.cli.app import command_options
+from provision.cli.output import emit
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from provision.resolve import Resolution
+    from provision.stack.resolve import Resolution
 
 
 @click.command(name="resolve")
@@ -84,8 +84,8 @@ def resolve(
     With no options: any NVIDIA GPU, the default OS, the newest compatible versions.
     Exit 3 when no compatible set exists, naming the failing rule and changes that would work.
     """
-    from provision.resolve import HostSpec, StackRequest
-    from provision.resolve import resolve as run_resolve
+    from provision.stack.resolve import HostSpec, StackRequest
+    from provision.stack.resolve import resolve as run_resolve
 
     stack: dict[str, Any] = {}
     if config_path is not None:

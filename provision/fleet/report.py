@@ -13,7 +13,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from provision.charts import bar_chart, line_chart
+from provision.fleet.charts import bar_chart, line_chart
 
 _STYLE = """
 body{font-family:system-ui,sans-serif;margin:24px;color:#111827;background:#fff}

@@ -12,14 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from provision.cli import command_options
-from provision.output import emit
+from provision.cli.app import command_options
+from provision.cli.output import emit
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from provision.matrix import Gpu, Knowledge
-    from provision.resolve import FrameworkSpec
+    from provision.stack.resolve import FrameworkSpec
 
 
 @click.command(name="matrix")
@@ -39,7 +39,7 @@ def matrix(
     A10G), `provision matrix --gpu V100` (which drivers a V100 can use).
     """
     from provision.matrix import load
-    from provision.resolve import FrameworkSpec
+    from provision.stack.resolve import FrameworkSpec
 
     k = load()
     specs = [FrameworkSpec.parse(f) for f in frameworks]
@@ -107,7 +107,7 @@ def framework_rows(
     k: Knowledge, g: Gpu | None, specs: Sequence[FrameworkSpec] | None
 ) -> dict[str, list[dict[str, Any]]]:
     """Per framework, releases (newest first) and what runs on ``g`` when one is given."""
-    from provision.resolve import gpu_kernels
+    from provision.stack.resolve import gpu_kernels
 
     names = [s.name for s in specs] if specs else ["torch", "tensorflow", "jax"]
     by_name = {s.name: s for s in specs or []}

@@ -24,7 +24,7 @@ from packaging.version import Version
 from provision.errors import Unsatisfiable
 from provision.matrix import Gpu, Knowledge, TorchRelease, TorchVariant, cc_tuple, load
 from provision.matrix.model import DriverBranch, JaxRelease, TensorflowRelease
-from provision.request import DRIVER_SPEC, FRAMEWORKS, FrameworkSpec, HostSpec, StackRequest
+from provision.stack.request import DRIVER_SPEC, FRAMEWORKS, FrameworkSpec, HostSpec, StackRequest
 
 __all__ = ["FRAMEWORKS", "FrameworkSpec", "HostSpec", "Resolution", "StackRequest", "resolve"]
 
@@ -934,7 +934,7 @@ def resolve(request: StackRequest, host: HostSpec, knowledge: Knowledge | None =
     try:
         return Resolver(request, host, k).run()
     except Unsatisfiable as err:
-        from provision.suggest import suggest
+        from provision.stack.suggest import suggest
 
         suggestions = suggest(request, host, k)
         err.suggestions = suggestions

@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING
 
 import click
 
-from provision.cli import command_options
+from provision.cli.app import command_options
 from provision.errors import BadInput, ExitCode
 
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from provision.fleet.verify import HostResult
     from provision.hosts.inventory import HostTarget
-    from provision.verify import HostResult
 
 
 def select_targets(local: bool, inventory: str | None) -> list[HostTarget]:
@@ -111,7 +111,7 @@ def verify(
 
     Exit status: 0 every host passes, 1 a host failed, 2 bad input.
     """
-    from provision import verify as api
+    from provision.fleet import verify as api
 
     lock = api.load_lock(lock_path) if lock_path is not None else None
     targets = select_targets(local, inventory)
@@ -134,7 +134,7 @@ def verify(
     doc = (
         outcome.hosts[0].to_json() if inventory is None else api.fleet_json(outcome.hosts, outcome.multihost)
     )
-    from provision.output import emit
+    from provision.cli.output import emit
 
     emit(doc, as_json, lambda console: _human(console, outcome.all_results))
     return int(ExitCode.OK if outcome.ok else ExitCode.FAILED)
@@ -143,7 +143,7 @@ def verify(
 def _human(console: Console, results: list[HostResult]) -> None:
     from rich.table import Table
 
-    from provision.verify import failures, table_row
+    from provision.fleet.verify import failures, table_row
 
     table = Table(title=None, show_edge=False, pad_edge=False)
     for header, justify in (

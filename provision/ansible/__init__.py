@@ -1,0 +1,2 @@
+"""Ansible at the edge: role variables from a lock group, the run dir, the ansible-runner facade.
+"""

@@ -1,1 +1,0 @@
-"""One module per CLI command; each is imported only when its command runs (see cli.COMMANDS)."""
