@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 # Tools that start ansible-playbook find the venv's without the venv being activated.
 IN_VENV := PATH="$(abspath $(BIN)):$$PATH"
 
-.PHONY: demo test deps venv lint clean
+.PHONY: demo test check deps venv lint clean
 
 demo: venv
 	$(IN_VENV) $(BIN)/provision up --local --check --yes
@@ -32,8 +32,11 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install -q $(TORCH_PIP_ARGS) '$(TORCH_SPEC)'
 	touch $@
 
+PY_SOURCES := provision tests benchmarks playbooks/roles/signed_repo/library
+
 lint: venv
-	$(BIN)/ruff check provision tests benchmarks playbooks/roles/signed_repo/library
+	$(BIN)/ruff check $(PY_SOURCES)
+	$(BIN)/ruff format --check $(PY_SOURCES)
 	$(BIN)/mypy
 	$(IN_VENV) $(BIN)/ansible-lint --profile production --offline playbooks
 

@@ -36,9 +36,13 @@ APT_PROXY_FILE = "/etc/apt/apt.conf.d/01testhost-proxy"
 def fresh(hs: harness.HostSet, hosts: list[harness.TestHost]) -> None:
     for h in hosts:
         # as on a fresh cloud image: no lists, and nothing saying they were updated lately
-        rh.ssh(hs, h, f"rm -f {APT_PROXY_FILE}; rm -rf /opt/provision /var/lib/apt/lists/*; "
-               "apt-get purge -y -q python3-venv python3.11-venv >/dev/null 2>&1; apt-get clean; "
-               "rm -f /var/lib/apt/periodic/update-success-stamp; touch -d @0 /var/lib/apt/lists")  # fmt: skip
+        rh.ssh(
+            hs,
+            h,
+            f"rm -f {APT_PROXY_FILE}; rm -rf /opt/provision /var/lib/apt/lists/*; "
+            "apt-get purge -y -q python3-venv python3.11-venv >/dev/null 2>&1; apt-get clean; "
+            "rm -f /var/lib/apt/periodic/update-success-stamp; touch -d @0 /var/lib/apt/lists",
+        )
 
 
 def up(
@@ -54,10 +58,31 @@ def up(
     )
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     start = time.perf_counter()
-    r = subprocess.run([sys.executable, "-m", "provision", "up", "-i", str(hs.inventory), "-F", str(hs.ssh_config),
-                        "-c", str(config), "--limit", ",".join(h.name for h in hosts),
-                        "--set", "frameworks_no_index=true", "--yes", "--json"],
-                       cwd=work, env=env, capture_output=True, text=True, check=False)  # fmt: skip
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "provision",
+            "up",
+            "-i",
+            str(hs.inventory),
+            "-F",
+            str(hs.ssh_config),
+            "-c",
+            str(config),
+            "--limit",
+            ",".join(h.name for h in hosts),
+            "--set",
+            "frameworks_no_index=true",
+            "--yes",
+            "--json",
+        ],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     seconds = time.perf_counter() - start
     doc = json.loads(r.stdout)
     if r.returncode != 0:
@@ -76,10 +101,13 @@ def main() -> None:
     subprocess.run(["rm", "-rf", str(ns.work)], check=True)
     ns.work.mkdir(parents=True)
     with harness.running(
-        ns.hosts, Path(os.environ.get("TESTHOSTS_DIR", "/var/tmp/provision-bench-cache")),
-        prefix=os.environ.get("TESTHOSTS_PREFIX", "bc"), net=os.environ.get("TESTHOSTS_NET", "10.200.40"),
-        bridge=os.environ.get("TESTHOSTS_BRIDGE", "bcbr0"), ro_binds=[wheelhouse],
-    ) as hs:  # fmt: skip
+        ns.hosts,
+        Path(os.environ.get("TESTHOSTS_DIR", "/var/tmp/provision-bench-cache")),
+        prefix=os.environ.get("TESTHOSTS_PREFIX", "bc"),
+        net=os.environ.get("TESTHOSTS_NET", "10.200.40"),
+        bridge=os.environ.get("TESTHOSTS_BRIDGE", "bcbr0"),
+        ro_binds=[wheelhouse],
+    ) as hs:
         fresh(hs, hs.hosts[:1])
         t1, one = up(ns.work, hs, wheelhouse, hs.hosts[:1])
         fresh(hs, hs.hosts)
@@ -89,21 +117,31 @@ def main() -> None:
     mib = 2**20
     print(f"| measure | 1 host | {n} hosts | {n} hosts / 1 host | target |")
     print("|---|---|---|---|---|")
-    print(f"| upstream bytes, apt (squid's fetches) | {one['proxy']['upstream_bytes'] / mib:.1f} MiB | "
-          f"{many['proxy']['upstream_bytes'] / mib:.1f} MiB | "
-          f"{many['proxy']['upstream_bytes'] / max(one['proxy']['upstream_bytes'], 1):.2f} | |")
-    print(f"| upstream bytes, wheels (added to the wheelhouse) | {one['wheel_bytes_added'] / mib:.1f} MiB | "
-          f"{many['wheel_bytes_added'] / mib:.1f} MiB | "
-          f"{many['wheel_bytes_added'] / max(one['wheel_bytes_added'], 1):.2f} | |")
-    print(f"| **upstream bytes, all** | {one['upstream_bytes'] / mib:.1f} MiB | "
-          f"{many['upstream_bytes'] / mib:.1f} MiB | "
-          f"**{many['upstream_bytes'] / max(one['upstream_bytes'], 1):.2f}** | <= 1.1 |")
+    print(
+        f"| upstream bytes, apt (squid's fetches) | {one['proxy']['upstream_bytes'] / mib:.1f} MiB | "
+        f"{many['proxy']['upstream_bytes'] / mib:.1f} MiB | "
+        f"{many['proxy']['upstream_bytes'] / max(one['proxy']['upstream_bytes'], 1):.2f} | |"
+    )
+    print(
+        f"| upstream bytes, wheels (added to the wheelhouse) | {one['wheel_bytes_added'] / mib:.1f} MiB | "
+        f"{many['wheel_bytes_added'] / mib:.1f} MiB | "
+        f"{many['wheel_bytes_added'] / max(one['wheel_bytes_added'], 1):.2f} | |"
+    )
+    print(
+        f"| **upstream bytes, all** | {one['upstream_bytes'] / mib:.1f} MiB | "
+        f"{many['upstream_bytes'] / mib:.1f} MiB | "
+        f"**{many['upstream_bytes'] / max(one['upstream_bytes'], 1):.2f}** | <= 1.1 |"
+    )
     served1 = one["proxy"]["served_bytes"] + one["wheels_served_bytes"]
     served_n = many["proxy"]["served_bytes"] + many["wheels_served_bytes"]
-    print(f"| served to the hosts by the cache (what they fetch without it) | {served1 / mib:.1f} MiB | "
-          f"{served_n / mib:.1f} MiB | {served_n / max(served1, 1):.2f} | |")
-    print(f"| squid requests / hits (answered without a trip upstream) | {one['proxy']['requests']} / "
-          f"{one['proxy']['hits']} | {many['proxy']['requests']} / {many['proxy']['hits']} | | |")
+    print(
+        f"| served to the hosts by the cache (what they fetch without it) | {served1 / mib:.1f} MiB | "
+        f"{served_n / mib:.1f} MiB | {served_n / max(served1, 1):.2f} | |"
+    )
+    print(
+        f"| squid requests / hits (answered without a trip upstream) | {one['proxy']['requests']} / "
+        f"{one['proxy']['hits']} | {many['proxy']['requests']} / {many['proxy']['hits']} | | |"
+    )
     print(f"| `provision up` wall time | {t1:.0f} s | {tn:.0f} s | {tn / t1:.2f} | |")
 
 

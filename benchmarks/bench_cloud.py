@@ -30,9 +30,12 @@ class _Http:
 
 def main() -> None:
     os.environ.update(
-        AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION=REGION,
+        AWS_ACCESS_KEY_ID="testing",
+        AWS_SECRET_ACCESS_KEY="testing",
+        AWS_DEFAULT_REGION=REGION,
         MOTO_EC2_ENABLE_INSTANCE_TYPE_VALIDATION="true",
-        AWS_CONFIG_FILE="/nonexistent", AWS_SHARED_CREDENTIALS_FILE="/nonexistent",
+        AWS_CONFIG_FILE="/nonexistent",
+        AWS_SHARED_CREDENTIALS_FILE="/nonexistent",
     )
     os.environ.pop("AWS_PROFILE", None)
     from moto.server import ThreadedMotoServer
@@ -67,8 +70,10 @@ def main() -> None:
                 zone = zone_of.get(params["body"].get("NetworkInterface.1.SubnetId", ""), "")
                 seen_zones.append(zone)
                 failed[0] += 1
-                return _Http(), {"Error": {"Code": "InsufficientInstanceCapacity", "Message": "bench"},
-                                 "ResponseMetadata": {"HTTPStatusCode": 400}}
+                return _Http(), {
+                    "Error": {"Code": "InsufficientInstanceCapacity", "Message": "bench"},
+                    "ResponseMetadata": {"HTTPStatusCode": 400},
+                }
             return None
 
         ec2.client.meta.events.register("before-call.ec2.*", hook)
@@ -77,8 +82,15 @@ def main() -> None:
     def launch(count: int, types: list[str], fail_zones: int = 0) -> tuple[float, Counter[str], Ec2, str]:
         ec2, calls = cloud(fail_zones)
         req = LaunchRequest(
-            run=new_run_id(), region=REGION, types=tuple(describe_type(t) for t in types), count=count,
-            ttl=timedelta(hours=1), ssh_cidr="203.0.113.7/32", image=None, ami=ami, wait_ssh=False,
+            run=new_run_id(),
+            region=REGION,
+            types=tuple(describe_type(t) for t in types),
+            count=count,
+            ttl=timedelta(hours=1),
+            ssh_cidr="203.0.113.7/32",
+            image=None,
+            ami=ami,
+            wait_ssh=False,
             os_id="ubuntu-22.04",
         )
         with tempfile.TemporaryDirectory() as work:

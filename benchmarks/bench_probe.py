@@ -36,8 +36,13 @@ TARGET_RATIO = 1.5
 
 def _inventory(hostset: harness.HostSet, count: int, path: Path) -> Path:
     lines = ["[bench]"] + [f"{h.name} ansible_host={h.address}" for h in hostset.hosts[:count]]
-    lines += ["", "[bench:vars]", "ansible_user=root", f"ansible_ssh_private_key_file={hostset.key}",
-              f"ansible_ssh_common_args='-o UserKnownHostsFile={hostset.known_hosts}'"]
+    lines += [
+        "",
+        "[bench:vars]",
+        "ansible_user=root",
+        f"ansible_ssh_private_key_file={hostset.key}",
+        f"ansible_ssh_common_args='-o UserKnownHostsFile={hostset.known_hosts}'",
+    ]
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -45,8 +50,12 @@ def _inventory(hostset: harness.HostSet, count: int, path: Path) -> Path:
 def _cli(inventory: Path) -> float:
     env = {**os.environ, "AWS_EC2_METADATA_DISABLED": "true"}
     start = time.perf_counter()
-    result = subprocess.run([sys.executable, "-m", "provision", "probe", "-i", str(inventory), "--json"],
-                            capture_output=True, text=True, env=env)
+    result = subprocess.run(
+        [sys.executable, "-m", "provision", "probe", "-i", str(inventory), "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     elapsed = time.perf_counter() - start
     doc = json.loads(result.stdout)
     if result.returncode != 0 or not doc["ok"]:
@@ -94,7 +103,8 @@ def main() -> int:
     load_before = os.getloadavg()[0]
     rows: dict[int, dict[str, float]] = {}
     with harness.running(
-        max(SIZES), directory,
+        max(SIZES),
+        directory,
         prefix=os.environ.get("TESTHOSTS_PREFIX", "bp"),
         net=os.environ.get("TESTHOSTS_NET", "10.200.7"),
         bridge=os.environ.get("TESTHOSTS_BRIDGE", "bpbr0"),
@@ -105,8 +115,12 @@ def main() -> int:
             _cli(inventory)  # warm-up: page cache on the hosts, sshd's first fork
             cli = [_cli(inventory) for _ in range(args.repeat)]
             api = [_api(inventory, options) for _ in range(args.repeat)]
-            rows[size] = {"cli_s": statistics.median(cli), "api_s": statistics.median(api),
-                          "cli_min_s": min(cli), "api_min_s": min(api)}
+            rows[size] = {
+                "cli_s": statistics.median(cli),
+                "api_s": statistics.median(api),
+                "cli_min_s": min(cli),
+                "api_min_s": min(api),
+            }
         # The same 8 hosts one after another: what the parallel probe saves.
         serial = statistics.median(_api(inventory, options, parallel=1) for _ in range(args.repeat))
         # What one probe costs the probed side in CPU: the hosts share this machine's CPUs.
@@ -116,23 +130,35 @@ def main() -> int:
         time.sleep(0.5)  # let the listeners reap the last connections
         host_cpu = (_sshd_cpu(hostset) - before) / (args.repeat * max(SIZES))
     base = rows[SIZES[0]]
-    print(f"probe of N SSH test hosts ({os.cpu_count()} CPUs, load average {load_before:.1f} before, "
-          f"median of {args.repeat})\n")
+    print(
+        f"probe of N SSH test hosts ({os.cpu_count()} CPUs, load average {load_before:.1f} before, "
+        f"median of {args.repeat})\n"
+    )
     print("| hosts | CLI (s) | x 1 host | in-process (s) | x 1 host |")
     print("| ---: | ---: | ---: | ---: | ---: |")
     for size, r in rows.items():
-        print(f"| {size} | {r['cli_s']:.2f} | {r['cli_s'] / base['cli_s']:.2f} | {r['api_s']:.2f} "
-              f"| {r['api_s'] / base['api_s']:.2f} |")
+        print(
+            f"| {size} | {r['cli_s']:.2f} | {r['cli_s'] / base['cli_s']:.2f} | {r['api_s']:.2f} "
+            f"| {r['api_s'] / base['api_s']:.2f} |"
+        )
     print(f"| {max(SIZES)} one at a time | | | {serial:.2f} | {serial / base['api_s']:.2f} |")
     print(f"\nCPU per probed host (its sshd, the fact script and what it runs): {host_cpu:.3f} s")
     ratio = rows[max(SIZES)]["cli_s"] / base["cli_s"]
     ok = ratio <= TARGET_RATIO
     print(f"\n8 hosts / 1 host (CLI): {ratio:.2f} (target <= {TARGET_RATIO}): {'PASS' if ok else 'FAIL'}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    doc = {"cpus": os.cpu_count(), "machine": platform.machine(), "load_before": load_before,
-           "repeat": args.repeat, "rows": rows, "serial_8_api_s": serial, "host_cpu_s": host_cpu,
-           "ratio_8_to_1": ratio,
-           "target": TARGET_RATIO, "ok": ok}
+    doc = {
+        "cpus": os.cpu_count(),
+        "machine": platform.machine(),
+        "load_before": load_before,
+        "repeat": args.repeat,
+        "rows": rows,
+        "serial_8_api_s": serial,
+        "host_cpu_s": host_cpu,
+        "ratio_8_to_1": ratio,
+        "target": TARGET_RATIO,
+        "ok": ok,
+    }
     args.out.write_text(json.dumps(doc, indent=2) + "\n")
     return 0 if ok else 1
 

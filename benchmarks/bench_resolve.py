@@ -83,9 +83,7 @@ def main() -> None:
     cold = time_process(
         [py, "-m", "provision", "resolve", "--json", "--gpu", "H100-SXM", "--gpu-count", "8"], args.runs
     )
-    unsat = time_process(
-        [py, "-m", "provision", "resolve", "--json", "--gpu", "K80", "--driver", "580"], args.runs
-    )
+    unsat = time_process([py, "-m", "provision", "resolve", "--json", "--gpu", "K80", "--driver", "580"], args.runs)
     g = grid()
     pinned = grid(("torch==2.15.0",))
     result = {

@@ -58,8 +58,13 @@ def timed_up(cwd: Path, args: list[str]) -> tuple[float, int, int]:
     """Seconds, exit status and peak tree RSS of one `provision up`."""
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     start = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "provision", "up", *args], cwd=cwd, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "provision", "up", *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     peak = 0
     stop = threading.Event()
 
@@ -110,18 +115,31 @@ def main() -> None:
     subprocess.run(["rm", "-rf", str(work)], check=True)
     work.mkdir(parents=True)
     with harness.running(
-        ns.hosts, Path(os.environ.get("TESTHOSTS_DIR", "/var/tmp/provision-bench")),
-        prefix=os.environ.get("TESTHOSTS_PREFIX", "bh"), net=os.environ.get("TESTHOSTS_NET", "10.200.20"),
-        bridge=os.environ.get("TESTHOSTS_BRIDGE", "bhbr0"), ro_binds=[wheelhouse],
-    ) as hs:  # fmt: skip
+        ns.hosts,
+        Path(os.environ.get("TESTHOSTS_DIR", "/var/tmp/provision-bench")),
+        prefix=os.environ.get("TESTHOSTS_PREFIX", "bh"),
+        net=os.environ.get("TESTHOSTS_NET", "10.200.20"),
+        bridge=os.environ.get("TESTHOSTS_BRIDGE", "bhbr0"),
+        ro_binds=[wheelhouse],
+    ) as hs:
         config = work / "provision.yaml"
         config.write_text(
             "stack: {frameworks: ['torch==2.13.0+cpu'], driver: none}\n"
             f"install: {{pip: {{find_links: ['{wheelhouse}']}}, apt: {{proxy: '{hs.proxy}'}}}}\n"
             "verify: {allow_cpu: true}\n"
         )
-        base = ["-i", str(hs.inventory), "-F", str(hs.ssh_config), "-c", str(config),
-                "--set", "frameworks_no_index=true", "--yes", "--json"]  # fmt: skip
+        base = [
+            "-i",
+            str(hs.inventory),
+            "-F",
+            str(hs.ssh_config),
+            "-c",
+            str(config),
+            "--set",
+            "frameworks_no_index=true",
+            "--yes",
+            "--json",
+        ]
         first, rc1, peak = timed_up(work, base)
         fast, rc2, _ = timed_up(work, base)
         forced, rc3, _ = timed_up(work, [*base, "--force"])
@@ -139,8 +157,14 @@ def main() -> None:
             env = {**os.environ, "ANSIBLE_CONFIG": str(cfg), "PATH": f"{bin_dir}:{os.environ['PATH']}", **extra_env}
             start = time.perf_counter()
             # -i on the command line: a relative `inventory =` is read from the config file's folder
-            done = subprocess.run([str(bin_dir / "ansible-playbook"), "-i", inventory, "site.yml"],
-                                  cwd=ansible_dir, env=env, check=True, capture_output=True, text=True)  # fmt: skip
+            done = subprocess.run(
+                [str(bin_dir / "ansible-playbook"), "-i", inventory, "site.yml"],
+                cwd=ansible_dir,
+                env=env,
+                check=True,
+                capture_output=True,
+                text=True,
+            )
             assert all(f"{h.name} " in done.stdout for h in hs.hosts), done.stdout[-2000:]  # every host played
             return time.perf_counter() - start
 
@@ -170,10 +194,14 @@ def main() -> None:
     print(f"| converged rerun (fast path) / first run | {fast / first:.2f} ({fast:.1f} s) | <= 0.2 |")
     print(f"| converged rerun with --force / first run | {forced / first:.2f} ({forced:.1f} s) | <= 0.5 |")
     print(f"| up on {n} hosts / up on 1 host (venv + torch) | {many / one:.2f} ({many:.1f} s / {one:.1f} s) | <= 2.5 |")
-    print(f"| ansible-playbook, Ansible defaults / rendered ansible.cfg ({n} converged hosts) | "
-          f"{with_defaults / with_rendered:.2f}x ({with_defaults:.1f} s / {with_rendered:.1f} s) | >= 1.5x |")
-    print(f"| ansible-playbook, Ansible defaults / rendered ansible.cfg ({n} converged hosts, {ns.rtt_ms:g} ms RTT) | "
-          f"{slow_defaults / slow_rendered:.2f}x ({slow_defaults:.1f} s / {slow_rendered:.1f} s) | >= 1.5x |")
+    print(
+        f"| ansible-playbook, Ansible defaults / rendered ansible.cfg ({n} converged hosts) | "
+        f"{with_defaults / with_rendered:.2f}x ({with_defaults:.1f} s / {with_rendered:.1f} s) | >= 1.5x |"
+    )
+    print(
+        f"| ansible-playbook, Ansible defaults / rendered ansible.cfg ({n} converged hosts, {ns.rtt_ms:g} ms RTT) | "
+        f"{slow_defaults / slow_rendered:.2f}x ({slow_defaults:.1f} s / {slow_rendered:.1f} s) | >= 1.5x |"
+    )
     print(f"| controller peak memory, first run on {n} hosts | {max(peak, many_peak) / 2**30:.2f} GiB | <= 1.5 GiB |")
 
 

@@ -84,9 +84,7 @@ def main() -> int:
     print(f"\ntarget: time to verdict <= {TARGET_RATIO}x import torch: {outcome}")
     results = REPO / "benchmarks" / "results"
     results.mkdir(parents=True, exist_ok=True)
-    (results / "verify.json").write_text(
-        json.dumps({"rounds": rounds, "rows": rows, "times": times}, indent=2)
-    )
+    (results / "verify.json").write_text(json.dumps({"rounds": rounds, "rows": rows, "times": times}, indent=2))
     return 0 if worst <= TARGET_RATIO else 1
 
 

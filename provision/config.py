@@ -104,10 +104,7 @@ _SCHEMA_KEYS: dict[str, Any] = {
     "state": {"path"},
 }
 _TOP_KEYS = {"stack", "install", "verify", "state"}
-_ALL_PATHS = sorted(
-    _TOP_KEYS
-    | {f"{section}.{key}" for section, keys in _SCHEMA_KEYS.items() for key in keys}
-)
+_ALL_PATHS = sorted(_TOP_KEYS | {f"{section}.{key}" for section, keys in _SCHEMA_KEYS.items() for key in keys})
 
 
 def load_config(path: Path | str) -> Config:
@@ -163,8 +160,7 @@ def parse_config(data: Any, where: str = "provision.yaml") -> Config:
         install = {**install, "cache": "off"}
     ic = InstallConfig(
         method=_choice(install, "method", ("auto", "nvidia-repo", "distro"), "install", where),
-        venv=_string(install.get("venv", "/opt/provision/venv"), "install.venv", where)
-        or "/opt/provision/venv",
+        venv=_string(install.get("venv", "/opt/provision/venv"), "install.venv", where) or "/opt/provision/venv",
         pip=PipConfig(
             index_url=_string(pip.get("index_url"), "install.pip.index_url", where),
             extra_index_urls=_strings(pip.get("extra_index_urls"), "install.pip.extra_index_urls", where),
@@ -214,8 +210,11 @@ def _known(body: dict[str, Any], section: str, keys: set[str], where: str) -> No
             continue
         path = f"{section}.{key}" if section else str(key)
         close = difflib.get_close_matches(path, _ALL_PATHS, n=3, cutoff=0.6)
-        close += [c for c in difflib.get_close_matches(str(key), sorted(keys), n=2, cutoff=0.6)
-                  if (f"{section}.{c}" if section else c) not in close]  # fmt: skip
+        close += [
+            c
+            for c in difflib.get_close_matches(str(key), sorted(keys), n=2, cutoff=0.6)
+            if (f"{section}.{c}" if section else c) not in close
+        ]
         full = [c if "." in c or not section else f"{section}.{c}" for c in close]
         hint = f"did you mean `{full[0]}`?" if full else f"known keys here: {', '.join(sorted(keys))}"
         raise _bad(where, path, "is not a known key", hint, full)

@@ -72,9 +72,7 @@ class CostInputs:
             if value < 0:
                 raise BadInput(f"{flag} {value:g} is negative", f"give {flag} as a number >= 0")
         if self.years <= 0:
-            raise BadInput(
-                f"--years {self.years:g} is not positive", "give the amortisation period, e.g. --years 3"
-            )
+            raise BadInput(f"--years {self.years:g} is not positive", "give the amortisation period, e.g. --years 3")
 
 
 @dataclass(frozen=True)

@@ -75,9 +75,7 @@ def parse_params(text: str) -> float:
         raise BadInput(f"--params `{text}` is not a parameter count", "give e.g. 7e9, 7B, 70b or 350M")
     value = float(m.group(1)) * _SUFFIX[m.group(2).lower()]
     if not 1e3 <= value <= MAX_PARAMS:
-        raise BadInput(
-            f"--params `{text}` is {value:g} parameters", "give the model's parameter count, e.g. 7B"
-        )
+        raise BadInput(f"--params `{text}` is {value:g} parameters", "give the model's parameter count, e.g. 7B")
     return value
 
 
@@ -93,10 +91,8 @@ class ModelSpec:
     def validate(self) -> None:
         if self.mode == "train" and self.precision not in TRAIN_PRECISIONS:
             raise BadInput(
-                f"--mode train with --precision {self.precision}: "
-                f"full training does not keep {self.precision} weights",
-                "train in bf16, fp16, fp8 or fp32; "
-                "quantized fine-tuning such as QLoRA is outside this estimate",
+                f"--mode train with --precision {self.precision}: full training does not keep {self.precision} weights",
+                "train in bf16, fp16, fp8 or fp32; quantized fine-tuning such as QLoRA is outside this estimate",
             )
         if self.batch < 1:
             raise BadInput(f"--batch {self.batch} is not positive", "give a batch size >= 1")
@@ -291,9 +287,7 @@ def recommend(
             continue
         n = gpus_needed(est, g.memory_gib, MAX_GPUS_PER_NODE)
         if n is None:
-            excluded.append(
-                {"gpu": g.name, "why": f"needs more than {MAX_GPUS_PER_NODE} GPUs in one machine"}
-            )
+            excluded.append({"gpu": g.name, "why": f"needs more than {MAX_GPUS_PER_NODE} GPUs in one machine"})
             continue
         out.append(Recommendation(g.name, g.memory_gib, n, est.per_gpu_gib(n), None, 1, n, None, None, ()))
     out.sort(key=Recommendation.sort_key)

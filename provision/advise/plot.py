@@ -32,9 +32,7 @@ def check_target(path: Path) -> None:
     if path.suffix.lower() != ".png":
         raise BadInput(f"--plot {path}: not a .png file name", "give a path ending in .png")
     if not path.parent.resolve().is_dir():
-        raise BadInput(
-            f"--plot {path}: folder {path.parent} does not exist", "create it or pick another path"
-        )
+        raise BadInput(f"--plot {path}: folder {path.parent} does not exist", "create it or pick another path")
 
 
 def cost_plot(

@@ -72,13 +72,10 @@ def parse(host: str, rc: int, stdout: str, stderr: str, python: str) -> dict[str
     if error.startswith("cannot import"):
         raise OperationFailed(
             f"{error} with {python} on {host}",
-            "install torch there (pip install 'provision[torch]' locally) "
-            "or point --python at a venv that has it",
+            "install torch there (pip install 'provision[torch]' locally) or point --python at a venv that has it",
             details={"result": doc},
         )
-    raise OperationFailed(
-        f"the tuning job failed on {host}: {error}", "rerun with --debug", details={"result": doc}
-    )
+    raise OperationFailed(f"the tuning job failed on {host}: {error}", "rerun with --debug", details={"result": doc})
 
 
 def run_local(python: str | None, allow_cpu: bool, scale: str | None, timeout: float) -> dict[str, Any]:
@@ -86,13 +83,9 @@ def run_local(python: str | None, allow_cpu: bool, scale: str | None, timeout: f
     exe = python or sys.executable
     cmd = [exe, str(JOB), *job_args(allow_cpu, scale)]
     try:
-        proc = subprocess.run(
-            cmd, stdout=subprocess.PIPE, stderr=None, text=True, timeout=timeout, check=False
-        )
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=None, text=True, timeout=timeout, check=False)
     except FileNotFoundError:
-        raise OperationFailed(
-            f"no interpreter `{exe}` here", "give --python PATH of a Python with torch"
-        ) from None
+        raise OperationFailed(f"no interpreter `{exe}` here", "give --python PATH of a Python with torch") from None
     except subprocess.TimeoutExpired:
         raise OperationFailed(
             f"the tuning job ran past {timeout:g}s on localhost",
@@ -101,9 +94,7 @@ def run_local(python: str | None, allow_cpu: bool, scale: str | None, timeout: f
     return parse("localhost", proc.returncode, proc.stdout, "", exe)
 
 
-def run_via(
-    transport: _Transport, python: str, allow_cpu: bool, scale: str | None, timeout: float
-) -> dict[str, Any]:
+def run_via(transport: _Transport, python: str, allow_cpu: bool, scale: str | None, timeout: float) -> dict[str, Any]:
     """Copy the job to the host, run it with ``python`` there, and remove it again."""
     remote = f"/tmp/provision-tune-{uuid.uuid4().hex[:12]}.py"
     transport.put(JOB, remote, 0o644)

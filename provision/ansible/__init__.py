@@ -1,2 +1,1 @@
-"""Ansible at the edge: role variables from a lock group, the run dir, the ansible-runner facade.
-"""
+"""Ansible at the edge: role variables from a lock group, the run dir, the ansible-runner facade."""

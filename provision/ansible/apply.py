@@ -119,8 +119,10 @@ def _message(result: dict[str, Any]) -> str:
     text = result.get("msg") or result.get("stderr") or result.get("reason") or "failed"
     if "Host key verification failed" in str(text):  # one line instead of ssh's 20-line warning
         why = _HOST_KEY_REFUSED.search(str(text))
-        return (f"host key verification failed: {why.group(0) if why else 'the key is not trusted'}"
-                " (the apply trusts the known_hosts the probe used; `provision probe` shows the key)")
+        return (
+            f"host key verification failed: {why.group(0) if why else 'the key is not trusted'}"
+            " (the apply trusts the known_hosts the probe used; `provision probe` shows the key)"
+        )
     stderr = str(result.get("stderr") or "").strip()
     if stderr and text == "non-zero return code":  # a command's own words say what went wrong
         text = f"{text}: {stderr.splitlines()[-1]}"
@@ -169,15 +171,23 @@ def ansible_bin_dir() -> Path:
 # What ansible-playbook gets from provision's own environment, and why; nothing else passes (the
 # controller's AWS keys, tokens and the like are no business of the play, and ansible-runner
 # would write whatever it gets into its artifacts):
-RUNNER_ENV_ALLOW = frozenset({
-    "PATH",  # finds ssh, and ansible-playbook beside this Python
-    "HOME",  # ~/.ssh (config, keys, known_hosts) and ~/.ansible (temporary files, ControlPath)
-    "USER", "LOGNAME",  # the login name ssh and Ansible fall back on
-    "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "LC_MESSAGES",  # ansible-core requires a UTF-8 locale
-    "TZ", "TMPDIR",
-    "SSH_AUTH_SOCK",  # keys held by an ssh-agent
-    "KRB5CCNAME",  # Kerberos (GSSAPI) tickets for ssh
-})  # fmt: skip
+RUNNER_ENV_ALLOW = frozenset(
+    {
+        "PATH",  # finds ssh, and ansible-playbook beside this Python
+        "HOME",  # ~/.ssh (config, keys, known_hosts) and ~/.ansible (temporary files, ControlPath)
+        "USER",
+        "LOGNAME",  # the login name ssh and Ansible fall back on
+        "LANG",
+        "LANGUAGE",
+        "LC_ALL",
+        "LC_CTYPE",
+        "LC_MESSAGES",  # ansible-core requires a UTF-8 locale
+        "TZ",
+        "TMPDIR",
+        "SSH_AUTH_SOCK",  # keys held by an ssh-agent
+        "KRB5CCNAME",  # Kerberos (GSSAPI) tickets for ssh
+    }
+)
 # Not the controller's http(s)_proxy: ansible-playbook itself only runs ssh (ProxyJump and
 # ProxyCommand come from the ssh config); the hosts' proxy is install.apt.proxy, set per play.
 # Not the user's own ANSIBLE_*: the run dir's ansible.cfg is the configuration, so `up` and a
@@ -185,8 +195,9 @@ RUNNER_ENV_ALLOW = frozenset({
 # settings, ANSIBLE_CONFIG, ...) are added on top.
 
 
-def runner_environment(envvars: Mapping[str, str] | None = None, *,
-                       parent: Mapping[str, str] | None = None) -> dict[str, str]:  # fmt: skip
+def runner_environment(
+    envvars: Mapping[str, str] | None = None, *, parent: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """The environment ansible-playbook runs in: the allow-listed part of ``parent`` (this
     process's environment), ansible-playbook's folder first on PATH, then ``envvars``."""
     parent = os.environ if parent is None else parent
@@ -247,14 +258,16 @@ def run_playbook(
     events_path = artifacts / "events.jsonl"
     cmdline = ["--check", "--diff"] if check else []
     ours = {"ANSIBLE_CONFIG": str(run_dir / "ansible.cfg")} if (run_dir / "ansible.cfg").exists() else {}
-    env = runner_environment({
-        **ours,
-        **(envvars or {}),
-        # ansible-runner sets ANSIBLE_HOST_KEY_CHECKING=False unless the caller sets it
-        # (ansible_runner/config/_base.py), and the environment beats ansible.cfg: ssh would get
-        # -o StrictHostKeyChecking=no ahead of the inventory's options. Host keys are checked.
-        "ANSIBLE_HOST_KEY_CHECKING": "True",
-    })  # fmt: skip
+    env = runner_environment(
+        {
+            **ours,
+            **(envvars or {}),
+            # ansible-runner sets ANSIBLE_HOST_KEY_CHECKING=False unless the caller sets it
+            # (ansible_runner/config/_base.py), and the environment beats ansible.cfg: ssh would get
+            # -o StrictHostKeyChecking=no ahead of the inventory's options. Host keys are checked.
+            "ANSIBLE_HOST_KEY_CHECKING": "True",
+        }
+    )
 
     # A ControlPersist master left by an earlier run (ansible's default ~/.ansible/cp, keyed by
     # host, port and user) would carry this run's connections without a new key exchange, so a
@@ -314,8 +327,9 @@ def run_playbook(
     )
 
 
-def _without_inherited(prepared: Mapping[str, str], ours: Mapping[str, str], *,
-                       parent: Mapping[str, str] | None = None) -> dict[str, str]:  # fmt: skip
+def _without_inherited(
+    prepared: Mapping[str, str], ours: Mapping[str, str], *, parent: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """``prepared`` less what it only inherited from ``parent``: ours, plus what the runner added
     or changed (a key of ``parent`` with another value here was set by the runner)."""
     parent = os.environ if parent is None else parent

@@ -44,11 +44,21 @@ ROLES: tuple[str, ...] = (
 )
 PYPI = "https://pypi.org/simple"
 # Connection variables a user's inventory may give a host; everything else is not ours to copy.
-CONNECTION_VARS = frozenset({
-    "ansible_host", "ansible_port", "ansible_user", "ansible_ssh_private_key_file", "ansible_connection",
-    "ansible_python_interpreter", "ansible_ssh_common_args", "ansible_become", "ansible_become_user",
-    "ansible_become_method", "ansible_ssh_extra_args",
-})  # fmt: skip
+CONNECTION_VARS = frozenset(
+    {
+        "ansible_host",
+        "ansible_port",
+        "ansible_user",
+        "ansible_ssh_private_key_file",
+        "ansible_connection",
+        "ansible_python_interpreter",
+        "ansible_ssh_common_args",
+        "ansible_become",
+        "ansible_become_user",
+        "ansible_become_method",
+        "ansible_ssh_extra_args",
+    }
+)
 
 _HOST = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,252}$")
 _GROUP = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
@@ -169,8 +179,12 @@ class Credentials:
             out.append({"name": "netrc", "content": netrc_text(self.netrc)})
         if self.proxy:
             out.append({"name": "pip.conf", "content": f"[global]\nproxy = {self.proxy}\n"})
-            out.append({"name": "apt.conf", "content": f'Acquire::http::Proxy "{self.proxy}";\n'
-                                                       f'Acquire::https::Proxy "{self.proxy}";\n'})
+            out.append(
+                {
+                    "name": "apt.conf",
+                    "content": f'Acquire::http::Proxy "{self.proxy}";\nAcquire::https::Proxy "{self.proxy}";\n',
+                }
+            )
         return out
 
     def environment(self) -> dict[str, str]:
@@ -219,11 +233,15 @@ def _split_credentials(install: InstallSettings) -> tuple[InstallSettings, Crede
             return url
         host = urllib.parse.urlsplit(bare).hostname or ""
         if not cred[0] or _NETRC_UNSAFE.search(cred[0] + cred[1]):
-            raise BadInput(f"{what}: the credential in {bare} cannot go into a netrc file",
-                           "give user:token@ with a non-empty user and no spaces, quotes, '#' or '\\'")  # fmt: skip
+            raise BadInput(
+                f"{what}: the credential in {bare} cannot go into a netrc file",
+                "give user:token@ with a non-empty user and no spaces, quotes, '#' or '\\'",
+            )
         if by_host.setdefault(host, cred) != cred:
-            raise BadInput(f"{what}: two different credentials for the index host {host}",
-                           "pip looks a login up by host name (netrc): use one credential per host")  # fmt: skip
+            raise BadInput(
+                f"{what}: two different credentials for the index host {host}",
+                "pip looks a login up by host name (netrc): use one credential per host",
+            )
         return bare
 
     pip = install.pip
@@ -258,17 +276,13 @@ def check_host_name(name: str) -> str:
 
 def _check_url(value: str, what: str) -> str:
     if not _URL.match(value):
-        raise BadInput(
-            f"{what} {value!r} is not a plain http(s) or file URL", "give a URL without spaces or quotes"
-        )
+        raise BadInput(f"{what} {value!r} is not a plain http(s) or file URL", "give a URL without spaces or quotes")
     return value
 
 
 def _check_path(value: str, what: str) -> str:
     if not value.startswith("/") or _CONTROL.search(value) or "{" in value or ".." in value.split("/"):
-        raise BadInput(
-            f"{what} {value!r} is not an absolute path", "give an absolute path such as /opt/provision/venv"
-        )
+        raise BadInput(f"{what} {value!r} is not an absolute path", "give an absolute path such as /opt/provision/venv")
     return value
 
 
@@ -280,9 +294,7 @@ def _check_text(value: Any, what: str) -> str:
 
 def _check_version(value: Any, what: str) -> str:
     if not isinstance(value, str) or not _VERSION.match(value):
-        raise BadInput(
-            f"the lock's {what} {value!r} is not a version", "regenerate the lock with `provision plan`"
-        )
+        raise BadInput(f"the lock's {what} {value!r} is not a version", "regenerate the lock with `provision plan`")
     return value
 
 
@@ -310,9 +322,7 @@ def check_settings(install: InstallSettings) -> None:
             _check_path(link, "install.pip.find_links entry")
     for host in install.pip.trusted_hosts:
         if not re.match(r"^[A-Za-z0-9.-]+(:[0-9]+)?$", host):
-            raise BadInput(
-                f"install.pip.trusted_hosts entry {host!r} is not a host name", "give host or host:port"
-            )
+            raise BadInput(f"install.pip.trusted_hosts entry {host!r} is not a host name", "give host or host:port")
     for path in (install.mok_key, install.mok_cert):
         if path:
             _check_path(path, "MOK key path")
@@ -336,13 +346,15 @@ def group_vars(group: Mapping[str, Any], install: InstallSettings) -> dict[str, 
     method = _method(driver, packages, install)
     uses_dkms = not (method == "distro" and distro == "ubuntu")
     out.update(_driver_vars(driver, packages, method, install, family))
-    out.update({
-        "preflight_driver_install": driver is not None,
-        "preflight_driver_uses_dkms": uses_dkms,
-        "preflight_require_gpu": driver is not None,
-        "preflight_mok_signing": bool(install.mok_key and install.mok_cert),
-        "preflight_disk_paths": ["/", str(Path(install.venv).parent)],
-    })  # fmt: skip
+    out.update(
+        {
+            "preflight_driver_install": driver is not None,
+            "preflight_driver_uses_dkms": uses_dkms,
+            "preflight_require_gpu": driver is not None,
+            "preflight_mok_signing": bool(install.mok_key and install.mok_cert),
+            "preflight_disk_paths": ["/", str(Path(install.venv).parent)],
+        }
+    )
 
     fm = stack.get("fabric_manager")
     out["fabric_manager_enabled"] = fm is not None
@@ -370,11 +382,13 @@ def group_vars(group: Mapping[str, Any], install: InstallSettings) -> dict[str, 
             out["cudnn_packages"] = names
 
     python = _check_version(stack.get("python") or host.get("python"), "python")
-    out.update({
-        "python_env_path": install.venv,
-        "python_env_python": python,
-        "python_env_os_packages": _python_packages(os_id, family, python),
-    })  # fmt: skip
+    out.update(
+        {
+            "python_env_path": install.venv,
+            "python_env_python": python,
+            "python_env_os_packages": _python_packages(os_id, family, python),
+        }
+    )
     out.update(_framework_vars(stack, packages, install))
 
     for extra in ("container_toolkit", "dcgm"):
@@ -385,12 +399,14 @@ def group_vars(group: Mapping[str, Any], install: InstallSettings) -> dict[str, 
     if stack.get("dcgm") is not None:
         out["dcgm_cuda_major"] = str(stack["dcgm"].get("cuda_major") or "")
 
-    out.update({
-        "verify_driver_version": driver["version"] if driver else "",
-        "verify_frameworks": _pinned_versions(out["frameworks_installs"]),
-        "verify_venv": install.venv,
-        "verify_stack": dict(stack),
-    })  # fmt: skip
+    out.update(
+        {
+            "verify_driver_version": driver["version"] if driver else "",
+            "verify_frameworks": _pinned_versions(out["frameworks_installs"]),
+            "verify_venv": install.venv,
+            "verify_stack": dict(stack),
+        }
+    )
     return out
 
 
@@ -434,12 +450,14 @@ def _driver_vars(
     flavour = driver.get("kernel_modules")
     if flavour not in ("open", "proprietary"):
         raise BadInput(f"the lock's driver.kernel_modules {flavour!r} is unknown", "regenerate the lock")
-    out.update({
-        "nvidia_driver_method": method,
-        "nvidia_driver_branch": _check_version(str(driver.get("branch")), "driver.branch"),
-        "nvidia_driver_version": version,
-        "nvidia_driver_kernel_modules": flavour,
-    })  # fmt: skip
+    out.update(
+        {
+            "nvidia_driver_method": method,
+            "nvidia_driver_branch": _check_version(str(driver.get("branch")), "driver.branch"),
+            "nvidia_driver_version": version,
+            "nvidia_driver_kernel_modules": flavour,
+        }
+    )
     pkg = packages.get("driver") or {}
     names = [_check_text(n, "driver package") for n in pkg.get("names") or []]
     if pkg.get("repo"):
@@ -459,12 +477,8 @@ def _driver_vars(
     else:
         # Precompiled module packages follow the kernel's version, headers the kernel's: not pinned.
         floating = [n for n in names if n.startswith(("linux-modules-nvidia-", "linux-headers-"))]
-        out["nvidia_driver_distro_packages"] = [
-            _check_package(n, "driver package") for n in names if n not in floating
-        ]
-        out["nvidia_driver_distro_unpinned_packages"] = [
-            _check_package(n, "driver package") for n in floating
-        ]
+        out["nvidia_driver_distro_packages"] = [_check_package(n, "driver package") for n in names if n not in floating]
+        out["nvidia_driver_distro_unpinned_packages"] = [_check_package(n, "driver package") for n in floating]
         if "nvidia-driver" in names:
             # Debian's own packaging: the module is nvidia-current[-open] (dkms.conf of bookworm's
             # nvidia-[open-]kernel-dkms), the persistence daemon its own package (contrib) and version.
@@ -491,9 +505,7 @@ def _python_packages(os_id: str, family: str, python: str) -> list[str]:
     """OS packages that give ``python<X.Y>`` with its venv module (see docs: the OS table)."""
     default = _default_python(os_id)
     if family == "debian":
-        return (
-            ["python3", "python3-venv"] if python == default else [f"python{python}", f"python{python}-venv"]
-        )
+        return ["python3", "python3-venv"] if python == default else [f"python{python}", f"python{python}-venv"]
     return ["python3"] if python == default else [f"python{python}"]
 
 
@@ -506,9 +518,7 @@ def _default_python(os_id: str) -> str | None:
         return None
 
 
-def _framework_vars(
-    stack: Mapping[str, Any], packages: Mapping[str, Any], install: InstallSettings
-) -> dict[str, Any]:
+def _framework_vars(stack: Mapping[str, Any], packages: Mapping[str, Any], install: InstallSettings) -> dict[str, Any]:
     frameworks = stack.get("frameworks") or {}
     pip = packages.get("pip") or {}
     requirements = list(pip.get("requirements") or [])
@@ -517,27 +527,21 @@ def _framework_vars(
     for req in requirements:
         _check_text(req, "framework requirement")
         if "==" not in req or " " in req.strip():
-            raise BadInput(
-                f"the lock's framework requirement {req!r} is not an exact pin", "regenerate the lock"
-            )
+            raise BadInput(f"the lock's framework requirement {req!r} is not an exact pin", "regenerate the lock")
     mirror = install.pip.index_url
 
     def mirrored(url: str) -> str:
         return mirror if mirror and url.rstrip("/") == PYPI else url
 
     index = str(pip.get("index_url") or "")
-    extras = [mirrored(str(u)) for u in pip.get("extra_index_urls") or []] + list(
-        install.pip.extra_index_urls
-    )
+    extras = [mirrored(str(u)) for u in pip.get("extra_index_urls") or []] + list(install.pip.extra_index_urls)
     for url in [index, *extras]:
         if url:
             _check_url(url, "index URL")
     return {
         "frameworks_enabled": bool(requirements),
         "frameworks_venv": install.venv,
-        "frameworks_installs": [{"packages": requirements, "index_url": mirrored(index)}]
-        if requirements
-        else [],
+        "frameworks_installs": [{"packages": requirements, "index_url": mirrored(index)}] if requirements else [],
         "frameworks_index_url": mirror or "",
         "frameworks_extra_index_urls": extras,
         "frameworks_find_links": list(install.pip.find_links),
@@ -571,8 +575,14 @@ def check_overrides(overrides: Mapping[str, Any]) -> None:
             raise BadInput(f"--set {name}: {problem}", "see the role's variables in the README")
 
 
-_KIND_NAMES = {"bool": "a boolean", "int": "an integer", "list": "a list", "dict": "a mapping",
-               "str": "a string", "path": "a path"}  # fmt: skip
+_KIND_NAMES = {
+    "bool": "a boolean",
+    "int": "an integer",
+    "list": "a list",
+    "dict": "a mapping",
+    "str": "a string",
+    "path": "a path",
+}
 # The strings Ansible's argument spec validation takes as booleans (module_utils.parsing.convert_bool).
 _BOOL_STRINGS = {"y", "yes", "on", "1", "true", "t", "n", "no", "off", "0", "false", "f"}
 
@@ -637,9 +647,7 @@ def render_files(
     overrides = dict(overrides or {})
     check_overrides(overrides)
     if not _CFG_PATH.match(roles_path):
-        raise BadInput(
-            f"roles path {roles_path!r} cannot go into ansible.cfg", "install provision under a plain path"
-        )
+        raise BadInput(f"roles path {roles_path!r} cannot go into ansible.cfg", "install provision under a plain path")
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(_templates())),
         variable_start_string="[[",
@@ -666,8 +674,14 @@ def render_files(
             check_host_name(str(host))
             members[str(host)] = _connection(str(host), hosts.get(str(host), {}))
             if any(hosts.get(str(host), {}).get(k) is not None for k in BECOME_PASSWORD_VARS):
-                prompts.append({"name": f"provision_become_password_{len(prompts) + 1}",
-                                "prompt": become_prompt(str(host)), "private": True, "unsafe": True})
+                prompts.append(
+                    {
+                        "name": f"provision_become_password_{len(prompts) + 1}",
+                        "prompt": become_prompt(str(host)),
+                        "private": True,
+                        "unsafe": True,
+                    }
+                )
                 members[str(host)]["ansible_become_password"] = "{{ " + prompts[-1]["name"] + " }}"
         inventory[name] = {"hosts": members}
         data = {**group_vars(group, install), **overrides}
@@ -691,8 +705,13 @@ def render_files(
     # The user's values are checked for template markers; the one template added is ours: a
     # sudo password is never written here, only the name of the prompt that answers it.
     _refuse_templates(
-        {h: {k: v for k, v in c.items() if k != "ansible_become_password"}
-         for g in inventory.values() for h, c in g["hosts"].items()}, "inventory")  # fmt: skip
+        {
+            h: {k: v for k, v in c.items() if k != "ansible_become_password"}
+            for g in inventory.values()
+            for h, c in g["hosts"].items()
+        },
+        "inventory",
+    )
     files["inventory.yml"] = env.get_template("data.yml.j2").render(
         what="the hosts of provision.lock, by host group"
         + ("; a sudo password comes from the play's prompt, never from a file" if prompts else ""),
@@ -718,9 +737,7 @@ def render_files(
     body = yaml.safe_dump([play], sort_keys=False, default_flow_style=False, width=1000)
     files["site.yml"] = env.get_template("site.yml.j2").render(body=body)
     nhosts = sum(len(g.get("hosts") or []) for g in lock.get("groups") or [])
-    files["ansible.cfg"] = env.get_template("ansible.cfg.j2").render(
-        roles_path=roles_path, forks=_forks(nhosts)
-    )
+    files["ansible.cfg"] = env.get_template("ansible.cfg.j2").render(roles_path=roles_path, forks=_forks(nhosts))
     return files
 
 
@@ -752,23 +769,50 @@ def _credentials_play() -> dict[str, Any]:
     folder = "{{ provision_credentials_dir }}"
     transient = {"check_mode": False, "changed_when": False}
     place = [
-        {"name": "Make the root-only folder for this run's credentials",
-         "ansible.builtin.file": {"path": folder, "state": "directory", "owner": "root", "group": "root",
-                                  "mode": "0700"}, **transient},
-        {"name": "Write this run's credentials for pip and apt (root only; removed at the end of the play)",
-         "ansible.builtin.copy": {"dest": folder + "/{{ item.name }}", "content": "{{ item.content }}",
-                                  "owner": "root", "group": "root", "mode": "0600"},
-         "loop": "{{ provision_credential_files }}", "loop_control": {"label": "{{ item.name }}"},
-         "no_log": True, **transient},
-    ]  # fmt: skip
+        {
+            "name": "Make the root-only folder for this run's credentials",
+            "ansible.builtin.file": {
+                "path": folder,
+                "state": "directory",
+                "owner": "root",
+                "group": "root",
+                "mode": "0700",
+            },
+            **transient,
+        },
+        {
+            "name": "Write this run's credentials for pip and apt (root only; removed at the end of the play)",
+            "ansible.builtin.copy": {
+                "dest": folder + "/{{ item.name }}",
+                "content": "{{ item.content }}",
+                "owner": "root",
+                "group": "root",
+                "mode": "0600",
+            },
+            "loop": "{{ provision_credential_files }}",
+            "loop_control": {"label": "{{ item.name }}"},
+            "no_log": True,
+            **transient,
+        },
+    ]
     roles = [{"name": f"Role {r}", "ansible.builtin.import_role": {"name": r}} for r in ROLES]
-    remove = [{"name": "Remove this run's credentials from the host",
-               "ansible.builtin.file": {"path": folder, "state": "absent"}, **transient}]  # fmt: skip
+    remove = [
+        {
+            "name": "Remove this run's credentials from the host",
+            "ansible.builtin.file": {"path": folder, "state": "absent"},
+            **transient,
+        }
+    ]
     return {
         "vars_files": [SECRETS_FILE],
-        "tasks": [{"name": "Apply the roles with this run's credentials on the host", "block": place + roles,
-                   "always": remove}],
-    }  # fmt: skip
+        "tasks": [
+            {
+                "name": "Apply the roles with this run's credentials on the host",
+                "block": place + roles,
+                "always": remove,
+            }
+        ],
+    }
 
 
 def _forks(hosts: int) -> int:
@@ -785,9 +829,7 @@ def _connection(host: str, given: Mapping[str, Any]) -> dict[str, Any]:
             try:
                 out[key] = int(value)
             except (TypeError, ValueError):
-                raise BadInput(
-                    f"host {host}: ansible_port {value!r} is not a number", "give a port number"
-                ) from None
+                raise BadInput(f"host {host}: ansible_port {value!r} is not a number", "give a port number") from None
         elif isinstance(value, bool):
             out[key] = value
         else:
@@ -847,8 +889,9 @@ def check_out_dir(out: Path, option: str = "--out") -> None:
     try:
         empty = next(out.iterdir(), None) is None
     except OSError as exc:
-        raise BadInput(f"cannot read {option} {out}: {exc.strerror or exc}",
-                       f"give {option} a readable folder") from None  # fmt: skip
+        raise BadInput(
+            f"cannot read {option} {out}: {exc.strerror or exc}", f"give {option} a readable folder"
+        ) from None
     if not empty and not is_run_dir(out):
         raise BadInput(
             f"{option} {out} is a non-empty folder that is not a provision run dir (plan would replace its files)",
@@ -867,9 +910,7 @@ def write_run_dir(
     roles_path: str | None = None,
 ) -> RunDir:
     """Render and write the run dir (replacing the files it owns, keeping anything else there)."""
-    files = render_files(
-        lock, hosts, install, roles_path=roles_path or default_roles_path(), overrides=overrides
-    )
+    files = render_files(lock, hosts, install, roles_path=roles_path or default_roles_path(), overrides=overrides)
     check_out_dir(out)
     ensure_dir(out, "--out")
     private_dir(out)

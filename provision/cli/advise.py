@@ -30,12 +30,8 @@ def advise() -> None:
 @click.option("--spot", is_flag=True, help="With --instance-type: the spot price (where the data has one).")
 @click.option("--hours-per-day", type=float, required=True, metavar="H", help="Hours of use per day, 0-24.")
 @click.option("--server-price", type=float, required=True, metavar="USD", help="Price of the own server.")
-@click.option(
-    "--years", type=float, default=3.0, show_default=True, help="Amortisation period of the server."
-)
-@click.option(
-    "--power-kw", type=float, default=0.0, show_default=True, help="Server power draw under load, kW."
-)
+@click.option("--years", type=float, default=3.0, show_default=True, help="Amortisation period of the server.")
+@click.option("--power-kw", type=float, default=0.0, show_default=True, help="Server power draw under load, kW.")
 @click.option(
     "--electricity",
     type=float,
@@ -82,9 +78,7 @@ def cost(
     from provision.advise import cost as c
 
     if (cloud_price is None) == (instance_type is None):
-        raise BadInput(
-            "give exactly one of --cloud-price and --instance-type", "see 'provision advise cost --help'"
-        )
+        raise BadInput("give exactly one of --cloud-price and --instance-type", "see 'provision advise cost --help'")
     if spot and instance_type is None:
         raise BadInput("--spot needs --instance-type", "with --cloud-price give the spot price itself")
     inputs = c.CostInputs(
@@ -113,9 +107,7 @@ def cost(
         from provision.advise.plot import cost_plot
 
         hours, cloud_curve, own_curve = c.curve(inputs)
-        title = f"cloud {price.usd_per_hour:g} USD/h" + (
-            f" ({price.instance_type})" if price.instance_type else ""
-        )
+        title = f"cloud {price.usd_per_hour:g} USD/h" + (f" ({price.instance_type})" if price.instance_type else "")
         cost_plot(
             plot,
             hours=hours,
@@ -157,9 +149,7 @@ def _cost_human(con: Console, doc: dict[str, Any]) -> None:
 
 
 @advise.command(name="gpu")
-@click.option(
-    "--params", "params_text", required=True, metavar="N", help="Parameter count: 7e9, 7B, 70b, 350M."
-)
+@click.option("--params", "params_text", required=True, metavar="N", help="Parameter count: 7e9, 7B, 70b, 350M.")
 @click.option(
     "--precision",
     type=click.Choice(["fp32", "bf16", "fp16", "fp8", "int8", "int4"]),
@@ -236,9 +226,7 @@ def _gpu_human(con: Console, doc: dict[str, Any], top: int) -> None:
         if r["instance_type"] and r["gpus_provisioned"] > r["count"]:
             inst += f" ({r['gpus_provisioned']} GPUs)"
         price = f"{r['usd_per_hour']:.2f}" if r["usd_per_hour"] is not None else "-"
-        table.add_row(
-            r["gpu"], str(r["count"]), f"{r['per_gpu_gib']:.1f}", inst, price, r["price_read"] or "-"
-        )
+        table.add_row(r["gpu"], str(r["count"]), f"{r['per_gpu_gib']:.1f}", inst, price, r["price_read"] or "-")
     con.print(table)
     if len(recs) > top:
         con.print(f"[dim]{len(recs) - top} more with --top {len(recs)} or --json[/dim]")

@@ -39,17 +39,15 @@ COMMANDS: dict[str, str] = {
 
 def json_option(func: F) -> F:
     """``--json`` on a command: one JSON document on stdout and nothing else there."""
-    return click.option(
-        "--json", "as_json", is_flag=True, help="Print one JSON document on stdout and nothing else."
-    )(func)
+    return click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout and nothing else.")(
+        func
+    )
 
 
 def debug_option(func: F) -> F:
     # Read from argv by ProvisionGroup.main (errors can happen before parsing); declared on every
     # command so that it is accepted anywhere on the line and shows in --help.
-    return click.option(
-        "--debug", is_flag=True, expose_value=False, help="Show the traceback of an error."
-    )(func)
+    return click.option("--debug", is_flag=True, expose_value=False, help="Show the traceback of an error.")(func)
 
 
 def command_options(func: F) -> F:

@@ -59,19 +59,13 @@ _LAUNCH_OPTIONS: list[Callable[[Any], Any]] = [
     click.option("--count", type=int, default=1, show_default=True, help="Instances to launch."),
     click.option("--region", help="AWS region (default: the profile's or AWS_REGION)."),
     click.option("--spot", is_flag=True, help="Spot instances (one-time, terminate on interruption)."),
-    click.option(
-        "--on-demand-fallback", is_flag=True, help="With --spot: on-demand when no spot capacity is left."
-    ),
+    click.option("--on-demand-fallback", is_flag=True, help="With --spot: on-demand when no spot capacity is left."),
     click.option(
         "--ttl", default="8h", show_default=True, help="Expiry written in provision:expires-at (30m, 8h, 2d)."
     ),
     click.option("--ssh-cidr", metavar="CIDR", help="Who may reach port 22 (required; e.g. your-ip/32)."),
-    click.option(
-        "--ssh-key", metavar="PUB", help=f"Public key to import (default {DEFAULT_KEY} when it exists)."
-    ),
-    click.option(
-        "--new-key", is_flag=True, help="Create a key pair; its private key goes 0600 into the run dir."
-    ),
+    click.option("--ssh-key", metavar="PUB", help=f"Public key to import (default {DEFAULT_KEY} when it exists)."),
+    click.option("--new-key", is_flag=True, help="Create a key pair; its private key goes 0600 into the run dir."),
     click.option("--ami", help="The image to boot (its OS given by --os for the SSH user)."),
     click.option("--os", "os_name", default=None, help="ubuntu-22.04|ubuntu-24.04|debian-12|amzn-2023|rhel-9."),
     click.option(
@@ -81,9 +75,7 @@ _LAUNCH_OPTIONS: list[Callable[[Any], Any]] = [
         show_default=True,
         help="dlami: the Deep Learning Base AMI with NVIDIA's driver already installed.",
     ),
-    click.option(
-        "--root-gib", type=int, default=100, show_default=True, help="Root volume size (gp3, encrypted)."
-    ),
+    click.option("--root-gib", type=int, default=100, show_default=True, help="Root volume size (gp3, encrypted)."),
     click.option("--max-hourly-usd", type=float, help="Refuse a launch whose on-demand price is above this."),
     click.option(
         "--ssh-address",
@@ -107,9 +99,7 @@ def launch_options(func: F) -> F:
         from click.core import ParameterSource
 
         ctx = click.get_current_context()
-        given = frozenset(
-            n for n in names if ctx.get_parameter_source(n) not in (ParameterSource.DEFAULT, None)
-        )
+        given = frozenset(n for n in names if ctx.get_parameter_source(n) not in (ParameterSource.DEFAULT, None))
         values = {n: kwargs.pop(n) for n in names}
         launch = LaunchArgs(**values, keep_on_failure=kwargs.get("keep_on_failure", False), given=given)
         return func(*args, launch=launch, **kwargs)
@@ -146,9 +136,7 @@ def _up_human(con: Console, r: LaunchResult) -> None:
     for i in r.instances:
         con.print(f"{i.id}  {i.type}  {i.zone}  {i.market}  {i.public_ip or '-'}  {i.state}", soft_wrap=True)
     con.print(f"run {r.run} expires {r.expires_at}; inventory {r.inventory}", soft_wrap=True)
-    con.print(
-        f"next: provision probe -i {r.inventory}   then: provision cloud down --run {r.run}", soft_wrap=True
-    )
+    con.print(f"next: provision probe -i {r.inventory}   then: provision cloud down --run {r.run}", soft_wrap=True)
 
 
 @cloud.command(name="ls")
@@ -181,9 +169,7 @@ def ls(region: str | None, as_json: bool) -> int:
     return 0
 
 
-def _ls_human(
-    con: Console, items: list[CloudInstance], now: Any, doc: dict[str, Any], skipped: list[Skipped]
-) -> None:
+def _ls_human(con: Console, items: list[CloudInstance], now: Any, doc: dict[str, Any], skipped: list[Skipped]) -> None:
     for s in skipped:
         con.print(s.line(), markup=False, soft_wrap=True)
     if not items:
@@ -225,12 +211,8 @@ def _ls_human(
 
 @cloud.command(name="down")
 @click.option("--run", "run", metavar="ID", help="Terminate one run.")
-@click.option(
-    "--expired", is_flag=True, help="Terminate every run past its provision:expires-at (cron-able)."
-)
-@click.option(
-    "--all", "all_runs", is_flag=True, help="Terminate everything provision launched in the region."
-)
+@click.option("--expired", is_flag=True, help="Terminate every run past its provision:expires-at (cron-able).")
+@click.option("--all", "all_runs", is_flag=True, help="Terminate everything provision launched in the region.")
 @click.option("--region", help="AWS region (default: the profile's or AWS_REGION).")
 @command_options
 def down(run: str | None, expired: bool, all_runs: bool, region: str | None, as_json: bool) -> int:

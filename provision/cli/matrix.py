@@ -24,15 +24,11 @@ if TYPE_CHECKING:
 
 @click.command(name="matrix")
 @click.option("--gpu", help="Show what runs on this GPU (drivers, framework wheels).")
-@click.option(
-    "--framework", "frameworks", multiple=True, help="torch, tensorflow or jax (a specifier narrows it)."
-)
+@click.option("--framework", "frameworks", multiple=True, help="torch, tensorflow or jax (a specifier narrows it).")
 @click.option("--instances", is_flag=True, help="List the known EC2 GPU instance types.")
 @click.option("--drivers", is_flag=True, help="List the driver branches.")
 @command_options
-def matrix(
-    *, gpu: str | None, frameworks: tuple[str, ...], instances: bool, drivers: bool, as_json: bool
-) -> int:
+def matrix(*, gpu: str | None, frameworks: tuple[str, ...], instances: bool, drivers: bool, as_json: bool) -> int:
     """Show what the compatibility knowledge says.
 
     Examples: `provision matrix --gpu A10G --framework torch` (which torch variants run on an
@@ -159,9 +155,14 @@ def framework_rows(
                 line = k.t.jax_lines[major]
                 runs = ("yes" if g.cc >= _cc(line.min_cc) else None) if g else "n/a"
                 rows.append(
-                    {"version": j.version, "extra": line.extra, "min_driver": line.min_driver,
-                     "python": list(j.python), "runs": runs}
-                )  # fmt: skip
+                    {
+                        "version": j.version,
+                        "extra": line.extra,
+                        "min_driver": line.min_driver,
+                        "python": list(j.python),
+                        "runs": runs,
+                    }
+                )
         out["jax"] = rows
     return out
 

@@ -36,9 +36,7 @@ def _overrides(pairs: tuple[str, ...]) -> dict[str, Any]:
 
 @click.command(name="plan")
 @click.option("--local", is_flag=True, help="Plan for the machine provision runs on (probed).")
-@click.option(
-    "-i", "--inventory", metavar="INVENTORY", help="Plan for an Ansible inventory's hosts (probed)."
-)
+@click.option("-i", "--inventory", metavar="INVENTORY", help="Plan for an Ansible inventory's hosts (probed).")
 @click.option(
     "--assume",
     metavar="FACTS",
@@ -101,10 +99,17 @@ def plan(
 
     config = load_config(config_path) if config_path is not None else Config()
     result = run_plan(
-        config=config, local=local, inventory=inventory, assume=parse_assume(assume) if assume else None,
-        out=out, lock_path=lock_path, overrides=_overrides(sets), reboot_controller=reboot_controller,
-        accept_new_host_keys=accept_new_host_keys, ssh_config=ssh_config,
-    )  # fmt: skip
+        config=config,
+        local=local,
+        inventory=inventory,
+        assume=parse_assume(assume) if assume else None,
+        out=out,
+        lock_path=lock_path,
+        overrides=_overrides(sets),
+        reboot_controller=reboot_controller,
+        accept_new_host_keys=accept_new_host_keys,
+        ssh_config=ssh_config,
+    )
     from provision.cli.output import emit
 
     emit(result.to_json(), as_json, lambda con: _human(con, result))

@@ -30,8 +30,10 @@ def select_targets(local: bool, hosts: tuple[str, ...], inventory: str | None) -
     chosen = (("--local", local), ("HOST", bool(hosts)), ("-i", inventory is not None))
     given = [name for name, on in chosen if on]
     if len(given) > 1:
-        raise BadInput(f"give one of --local, HOST... or -i INVENTORY, not {' and '.join(given)}",
-                       "probe the local machine, named hosts, or an inventory's hosts")
+        raise BadInput(
+            f"give one of --local, HOST... or -i INVENTORY, not {' and '.join(given)}",
+            "probe the local machine, named hosts, or an inventory's hosts",
+        )
     if hosts:
         return parse_hosts(hosts)
     if inventory is not None:
@@ -42,19 +44,38 @@ def select_targets(local: bool, hosts: tuple[str, ...], inventory: str | None) -
 @click.command(name="probe")
 @click.argument("hosts", nargs=-1, metavar="[HOST]...")
 @click.option("--local", is_flag=True, help="Probe the machine provision runs on (the default).")
-@click.option("-i", "--inventory", metavar="INVENTORY",
-              help="Probe the hosts of an Ansible inventory (INI or YAML).")
-@click.option("--accept-new-host-keys", is_flag=True,
-              help="Record the key of a host not yet in known_hosts (a changed key is still refused).")
+@click.option("-i", "--inventory", metavar="INVENTORY", help="Probe the hosts of an Ansible inventory (INI or YAML).")
+@click.option(
+    "--accept-new-host-keys",
+    is_flag=True,
+    help="Record the key of a host not yet in known_hosts (a changed key is still refused).",
+)
 @click.option("--venv", metavar="PATH", help="Also report the framework versions in this venv on each host.")
-@click.option("-F", "--ssh-config", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
-              help="SSH config file to read instead of ~/.ssh/config.")
-@click.option("--connect-timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
-              metavar="SECONDS", help="Give up on a host that does not answer SSH within this time.")
-@click.option("--timeout", "command_timeout", type=click.FloatRange(min=1), default=120.0, show_default=True,
-              metavar="SECONDS", help="Give up on a host whose probe commands run longer.")
-@click.option("--parallel", type=click.IntRange(min=1), default=32, show_default=True,
-              help="Hosts probed at once.")
+@click.option(
+    "-F",
+    "--ssh-config",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="FILE",
+    help="SSH config file to read instead of ~/.ssh/config.",
+)
+@click.option(
+    "--connect-timeout",
+    type=click.FloatRange(min=0.1),
+    default=10.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Give up on a host that does not answer SSH within this time.",
+)
+@click.option(
+    "--timeout",
+    "command_timeout",
+    type=click.FloatRange(min=1),
+    default=120.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Give up on a host whose probe commands run longer.",
+)
+@click.option("--parallel", type=click.IntRange(min=1), default=32, show_default=True, help="Hosts probed at once.")
 @command_options
 def probe(
     *,  # click passes options by name
@@ -86,8 +107,14 @@ def probe(
             resolve_settings(target, ssh_config)
 
     options = GatherOptions.from_env(venv=venv, command_timeout=command_timeout, lookup=matrix_lookup())
-    results = probe_hosts(targets, options, parallel=parallel, accept_new_host_keys=accept_new_host_keys,
-                          connect_timeout=connect_timeout, ssh_config=ssh_config)
+    results = probe_hosts(
+        targets,
+        options,
+        parallel=parallel,
+        accept_new_host_keys=accept_new_host_keys,
+        connect_timeout=connect_timeout,
+        ssh_config=ssh_config,
+    )
     ok = all(r.ok for r in results)
     for r in results:
         if r.error is not None:
@@ -115,8 +142,10 @@ def _lines(facts: dict[str, Any]) -> list[tuple[str, str]]:
     rows = [
         ("os", f"{facts['os']} ({facts['os_name'] or facts['os_codename'] or ''})".replace(" ()", "")),
         ("arch / kernel", f"{facts['arch']} / {facts['kernel']}"),
-        ("kernel headers", "installed" if headers.get("installed")
-         else ("installable" if headers.get("installable") else "missing")),
+        (
+            "kernel headers",
+            "installed" if headers.get("installed") else ("installable" if headers.get("installable") else "missing"),
+        ),
         ("gpus", ", ".join(f"{n} x {m}" for m, n in gpus.items()) or "none"),
         ("nvswitches", str(facts["nvswitch_count"])),
         ("driver", f"{driver} ({facts['driver_kernel_modules']}, {loaded})" if driver else "none"),
@@ -127,18 +156,31 @@ def _lines(facts: dict[str, Any]) -> list[tuple[str, str]]:
         ("python", ", ".join(facts["pythons"]) or "none"),
         ("disk free", f"{facts['disk_free_gib']} GiB" if facts["disk_free_gib"] is not None else "unknown"),
         ("memory / cpus", f"{facts['memory_gib']} GiB / {facts['cpus']}"),
-        ("package locks", "unknown" if locks is None else
-         (", ".join(f"{lk['path']} ({lk['process'] or lk['pid']})" for lk in locks) or "none held")),
+        (
+            "package locks",
+            "unknown"
+            if locks is None
+            else (", ".join(f"{lk['path']} ({lk['process'] or lk['pid']})" for lk in locks) or "none held"),
+        ),
         ("unattended upgrades", "active" if upgrades.get("active") else "inactive"),
         ("container runtimes", ", ".join(facts["container_runtimes"]) or "none"),
     ]
     if facts["nvml"]:
-        rows.insert(6, ("nvml", ", ".join(f"{g['name']} ({g['memory_mib']} MiB, cc {g['compute_capability']})"
-                                          for g in facts["nvml"]["gpus"]) or "no GPUs"))
+        rows.insert(
+            6,
+            (
+                "nvml",
+                ", ".join(
+                    f"{g['name']} ({g['memory_mib']} MiB, cc {g['compute_capability']})" for g in facts["nvml"]["gpus"]
+                )
+                or "no GPUs",
+            ),
+        )
     if facts["venv"]:
         venv = facts["venv"]
-        rows.append(("venv", venv["error"] or ", ".join(f"{k} {v}" for k, v in venv["packages"].items())
-                     or "no frameworks"))
+        rows.append(
+            ("venv", venv["error"] or ", ".join(f"{k} {v}" for k, v in venv["packages"].items()) or "no frameworks")
+        )
     if facts["ec2_instance_type"]:
         rows.append(("ec2 instance type", facts["ec2_instance_type"]))
     return rows

@@ -24,9 +24,7 @@ if TYPE_CHECKING:
 @click.option("--gpu", help="GPU model, NVML name or PCI ID (10de:2330); case, spaces and hyphens ignored.")
 @click.option("--gpu-count", type=int, help="GPUs per host (default 1 with --gpu).")
 @click.option("--instance-type", help="EC2 instance type; implies GPU, count and arch.")
-@click.option(
-    "--os", "os_name", help="os-release ID-VERSION_ID, e.g. ubuntu-22.04, debian-12, rhel-9, amzn-2023."
-)
+@click.option("--os", "os_name", help="os-release ID-VERSION_ID, e.g. ubuntu-22.04, debian-12, rhel-9, amzn-2023.")
 @click.option("--arch", help="x86_64 or aarch64 (default: the GPU's host arch, else x86_64).")
 @click.option("--python", help="Python X.Y for the venv (default: the OS's python3 when it fits).")
 @click.option(
@@ -35,9 +33,7 @@ if TYPE_CHECKING:
     multiple=True,
     help="PEP 508 spec, repeatable: torch>=2.6, torch==2.7.1+cu128, jax[cuda12].",
 )
-@click.option(
-    "--torch-index", type=click.Choice(["auto", "pypi", "pytorch"]), help="Where torch wheels may come from."
-)
+@click.option("--torch-index", type=click.Choice(["auto", "pypi", "pytorch"]), help="Where torch wheels may come from.")
 @click.option("--torch-variant", help="Constrain torch's CUDA variant (cu128, cpu) when the spec is a range.")
 @click.option("--driver", help="auto, none, a branch (580) or an exact version (580.95.05).")
 @click.option(
@@ -129,13 +125,9 @@ def render(con: Console, result: Resolution) -> None:
         f"branch {d['branch']}, {d['kernel_modules']} modules, {d['install_method']}" if d else "not managed",
     )
     fm = s["fabric_manager"]
-    table.add_row(
-        "fabric manager", fm["version"] if fm else "-", "NVSwitch baseboard" if fm else "not needed"
-    )
+    table.add_row("fabric manager", fm["version"] if fm else "-", "NVSwitch baseboard" if fm else "not needed")
     tk, dnn = s["cuda_toolkit"], s["cudnn"]
-    table.add_row(
-        "CUDA toolkit", tk["version"] if tk else "-", "system" if tk else "none (wheels bring CUDA)"
-    )
+    table.add_row("CUDA toolkit", tk["version"] if tk else "-", "system" if tk else "none (wheels bring CUDA)")
     table.add_row("cuDNN", dnn["version"] if dnn else "-", "system" if dnn else "none (wheels bring cuDNN)")
     for name, fw in s["frameworks"].items():
         variant = fw.get("variant") or ",".join(fw.get("extras") or []) or "-"

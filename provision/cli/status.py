@@ -38,18 +38,36 @@ def _when(ts: float | None) -> str | None:
 
 
 @click.command(name="status")
-@click.option("-c", "--config", "config_path", type=click.Path(path_type=Path),
-              help="provision.yaml: its state.path and install.venv, as `up` used them.")  # fmt: skip
-@click.option("--state", "state_path", type=click.Path(dir_okay=False, path_type=Path),
-              help="The fleet state DB (default: state.path in the config, else .provision/state.db).")  # fmt: skip
+@click.option(
+    "-c",
+    "--config",
+    "config_path",
+    type=click.Path(path_type=Path),
+    help="provision.yaml: its state.path and install.venv, as `up` used them.",
+)
+@click.option(
+    "--state",
+    "state_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The fleet state DB (default: state.path in the config, else .provision/state.db).",
+)
 @click.option("--check-drift", is_flag=True, help="Probe the hosts and name every version that left the lock.")
 @click.option("--local", is_flag=True, help="With --check-drift: the hosts are this machine.")
 @click.option("-i", "--inventory", metavar="INVENTORY", help="With --check-drift: how to reach the hosts.")
-@click.option("--runs", "runs_dir", type=click.Path(file_okay=False, path_type=Path),
-              default=Path(".provision/runs"), show_default=True, help="Where up keeps runs and locks.")  # fmt: skip
-@click.option("--venv", metavar="PATH",
-              help="With --check-drift: the venv whose frameworks are compared (default: install.venv "
-                   "in the config, else /opt/provision/venv).")  # fmt: skip
+@click.option(
+    "--runs",
+    "runs_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path(".provision/runs"),
+    show_default=True,
+    help="Where up keeps runs and locks.",
+)
+@click.option(
+    "--venv",
+    metavar="PATH",
+    help="With --check-drift: the venv whose frameworks are compared (default: install.venv "
+    "in the config, else /opt/provision/venv).",
+)
 @click.option("--accept-new-host-keys", is_flag=True, help="Record the key of a host not yet in known_hosts.")
 @click.option("-F", "--ssh-config", type=click.Path(dir_okay=False, path_type=Path), help="SSH config file.")
 @command_options
@@ -79,8 +97,10 @@ def status(
     path = where_state(state_path, config.state.path)
     if (state_path is not None or config.state.path) and not path.exists():
         source = "--state" if state_path is not None else f"state.path in {config_path}"
-        raise BadInput(f"no state database at {path} ({source})",
-                       "run `provision up` with the same --state / config first, or fix the path")  # fmt: skip
+        raise BadInput(
+            f"no state database at {path} ({source})",
+            "run `provision up` with the same --state / config first, or fix the path",
+        )
     if check_drift and not (local or inventory):
         raise BadInput("--check-drift needs to reach the hosts", "give -i INVENTORY or --local")
     if local and inventory:
@@ -94,11 +114,18 @@ def status(
     finally:
         state.close()
     hosts: list[dict[str, Any]] = [
-        {"host": r.host, "lock_hash": r.lock_hash, "applied_at": _when(r.applied_at), "verdict": r.verdict,
-         "verified_lock_hash": r.verified_lock_hash, "verified_at": _when(r.verified_at), "last_run": r.last_run,
-         "converged": r.lock_hash is not None and r.converged(r.lock_hash)}
+        {
+            "host": r.host,
+            "lock_hash": r.lock_hash,
+            "applied_at": _when(r.applied_at),
+            "verdict": r.verdict,
+            "verified_lock_hash": r.verified_lock_hash,
+            "verified_at": _when(r.verified_at),
+            "last_run": r.last_run,
+            "converged": r.lock_hash is not None and r.converged(r.lock_hash),
+        }
         for r in rows
-    ]  # fmt: skip
+    ]
     ok = True
     if check_drift:
         ok = _check_drift(hosts, runs_dir, inventory, venv or config.install.venv, accept_new_host_keys, ssh_config)
@@ -110,9 +137,13 @@ def status(
 
 
 def _check_drift(  # noqa: PLR0917
-    hosts: list[dict[str, Any]], runs_dir: Path, inventory: str | None, venv: str,
-    accept_new_host_keys: bool, ssh_config: Path | None,
-) -> bool:  # fmt: skip
+    hosts: list[dict[str, Any]],
+    runs_dir: Path,
+    inventory: str | None,
+    venv: str,
+    accept_new_host_keys: bool,
+    ssh_config: Path | None,
+) -> bool:
     from provision.hosts.gather import GatherOptions, matrix_lookup, probe_hosts
     from provision.hosts.inventory import LOCALHOST, load_inventory
     from provision.stack.lock import drift, find_group, read_lock
@@ -120,8 +151,9 @@ def _check_drift(  # noqa: PLR0917
     targets = {t.name: t for t in (load_inventory(inventory) if inventory else [LOCALHOST])}
     known = [h for h in hosts if h["host"] in targets and h["last_run"]]
     options = GatherOptions.from_env(venv=venv, lookup=matrix_lookup())
-    results = probe_hosts([targets[h["host"]] for h in known], options,
-                          accept_new_host_keys=accept_new_host_keys, ssh_config=ssh_config)  # fmt: skip
+    results = probe_hosts(
+        [targets[h["host"]] for h in known], options, accept_new_host_keys=accept_new_host_keys, ssh_config=ssh_config
+    )
     ok = True
     for h, r in zip(known, results, strict=True):
         lock_path = runs_dir / str(h["last_run"]) / "provision.lock"
@@ -156,8 +188,14 @@ def _human(con: Console, hosts: list[dict[str, Any]], check_drift: bool) -> None
     for c in columns:
         table.add_column(c)
     for h in hosts:
-        row = [h["host"], str(h["verdict"]), "yes" if h["converged"] else "no", str(h["applied_at"] or "-"),
-               str(h["verified_at"] or "-"), str(h["last_run"] or "-")]  # fmt: skip
+        row = [
+            h["host"],
+            str(h["verdict"]),
+            "yes" if h["converged"] else "no",
+            str(h["applied_at"] or "-"),
+            str(h["verified_at"] or "-"),
+            str(h["last_run"] or "-"),
+        ]
         if check_drift:
             row.append(h.get("error") or ("; ".join(h.get("drift_text") or []) or "none"))
         table.add_row(*row)

@@ -43,9 +43,7 @@ REMOTE_PYTHON = "/opt/provision/venv/bin/python"
     help=f"Interpreter with torch on the target [local: this one; remote: {REMOTE_PYTHON}].",
 )
 @click.option("--timeout", type=float, default=900.0, show_default=True, help="Seconds per host.")
-@click.option(
-    "--accept-new-host-keys", is_flag=True, help="Record unknown SSH host keys (never changed ones)."
-)
+@click.option("--accept-new-host-keys", is_flag=True, help="Record unknown SSH host keys (never changed ones).")
 # Test and benchmark sizes: `test` runs in seconds, `cpu` in under two minutes on a small CPU.
 @click.option("--scale", type=click.Choice(["gpu", "cpu", "test"]), hidden=True)
 @command_options
@@ -201,10 +199,7 @@ def _human(con: Console, doc: dict[str, Any]) -> None:
         f"({a['amp_samples_per_s']:,.0f} vs {a['fp32_samples_per_s']:,.0f} samples/s)"
     )
     con.print(f"channels_last: {cl['speedup']}x contiguous")
-    con.print(
-        f"grouped conv (groups={gc['groups']}): {gc['speedup']}x standard, "
-        f"{gc['params_ratio']}x the parameters"
-    )
+    con.print(f"grouped conv (groups={gc['groups']}): {gc['speedup']}x standard, {gc['params_ratio']}x the parameters")
     for f in doc["flags"]:
         con.print(f"[yellow]low utilization[/yellow] {f['where']}: {f['likely_cause']}")
     con.print("[bold]recommendations[/bold]")

@@ -44,13 +44,20 @@ if TYPE_CHECKING:
 @click.option("--reboot-controller", is_flag=True, help="Allow rebooting this machine (--local) if needed.")
 @click.option("--accept-new-host-keys", is_flag=True, help="Record the key of a host not yet in known_hosts.")
 @click.option("-F", "--ssh-config", type=click.Path(dir_okay=False, path_type=Path), help="SSH config file.")
-@click.option("--state", "state_path", type=click.Path(dir_okay=False, path_type=Path),
-              help="The fleet state DB (default: state.path in the config, else .provision/state.db).")  # fmt: skip
+@click.option(
+    "--state",
+    "state_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The fleet state DB (default: state.path in the config, else .provision/state.db).",
+)
 @click.option("--cloud", is_flag=True, help="Launch EC2 instances (the launch options below) and provision them.")
 @launch_options
 @click.option("--down-after", is_flag=True, help="With --cloud: end the run when done, whatever the outcome.")
-@click.option("--keep-on-failure", is_flag=True,
-              help="With --cloud: keep what a failed launch or a failed run left, for debugging.")  # fmt: skip
+@click.option(
+    "--keep-on-failure",
+    is_flag=True,
+    help="With --cloud: keep what a failed launch or a failed run left, for debugging.",
+)
 @command_options
 def up(
     *,
@@ -91,20 +98,37 @@ def up(
     from provision.fleet.up import UpOptions, check_options
     from provision.fleet.up import up as run_up
 
-    _check_targets(cloud=cloud, local=local, inventory=inventory, limit=limit, launch=launch,
-                   down_after=down_after, keep_on_failure=keep_on_failure)  # fmt: skip
+    _check_targets(
+        cloud=cloud,
+        local=local,
+        inventory=inventory,
+        limit=limit,
+        launch=launch,
+        down_after=down_after,
+        keep_on_failure=keep_on_failure,
+    )
     interactive = sys.stdin.isatty() and not as_json
     if not (yes or check or interactive):
         raise BadInput("up changes hosts and there is no terminal to ask on", "pass --yes to go ahead without asking")
     if cloud and not (yes or interactive):
-        raise BadInput("up --cloud launches paid instances and there is no terminal to ask on",
-                       "pass --yes to launch without asking")  # fmt: skip
+        raise BadInput(
+            "up --cloud launches paid instances and there is no terminal to ask on",
+            "pass --yes to launch without asking",
+        )
     config = load_config(config_path) if config_path is not None else Config()
     options = UpOptions(
-        local=local, inventory=inventory, check=check, limit=limit, serial=serial, force=force,
-        overrides=_overrides(sets), accept_new_host_keys=accept_new_host_keys, ssh_config=ssh_config,
-        reboot_controller=reboot_controller, state_path=state_path,
-    )  # fmt: skip
+        local=local,
+        inventory=inventory,
+        check=check,
+        limit=limit,
+        serial=serial,
+        force=force,
+        overrides=_overrides(sets),
+        accept_new_host_keys=accept_new_host_keys,
+        ssh_config=ssh_config,
+        reboot_controller=reboot_controller,
+        state_path=state_path,
+    )
     check_options(options)
     view = ProgressView(as_json)
     confirm = None if (yes or check) else _ask
@@ -113,8 +137,9 @@ def up(
         if inv is not None:  # --cloud: the run's inventory, known once the instances are up
             options.inventory = inv
         try:
-            return run_up(config, options, confirm=confirm, on_progress=view.update, on_phase=view.phase,
-                          on_total=view.set_total)  # fmt: skip
+            return run_up(
+                config, options, confirm=confirm, on_progress=view.update, on_phase=view.phase, on_total=view.set_total
+            )
         finally:
             view.stop()
 
@@ -137,32 +162,46 @@ def up(
         from provision.errors import Interrupted
 
         raise Interrupted("nothing was launched: the launch was not confirmed", "run again and answer y, or pass --yes")
-    result, run = up_on_cloud(prepared, provision, ec2=launcher.connect(prepared), down_after=down_after,
-                              keep_on_failure=keep_on_failure, say=say)  # fmt: skip
+    result, run = up_on_cloud(
+        prepared,
+        provision,
+        ec2=launcher.connect(prepared),
+        down_after=down_after,
+        keep_on_failure=keep_on_failure,
+        say=say,
+    )
     # `up --json` plus the run: DESIGN.md's document with one more key, `cloud`.
     emit({**result.to_json(), "cloud": run.to_json()}, as_json, lambda con: _human(con, result, run))
     return int(ExitCode.OK if result.ok else ExitCode.FAILED)
 
 
 def _check_targets(
-    *, cloud: bool, local: bool, inventory: str | None, limit: str | None, launch: LaunchArgs,
-    down_after: bool, keep_on_failure: bool,
-) -> None:  # fmt: skip
+    *,
+    cloud: bool,
+    local: bool,
+    inventory: str | None,
+    limit: str | None,
+    launch: LaunchArgs,
+    down_after: bool,
+    keep_on_failure: bool,
+) -> None:
     """Which hosts: exactly one of --local, -i, --cloud; the launch options only with --cloud."""
     if cloud:
         if local or inventory is not None:
             given = "--local" if local else "-i"
-            raise BadInput(f"give --cloud or {given}, not both",
-                           "--cloud provisions the instances it launches; drop one of them")  # fmt: skip
+            raise BadInput(
+                f"give --cloud or {given}, not both", "--cloud provisions the instances it launches; drop one of them"
+            )
         if limit is not None:
-            raise BadInput("--limit picks among known hosts; --cloud provisions every instance it launches",
-                           "drop --limit (use --count for fewer instances)")  # fmt: skip
+            raise BadInput(
+                "--limit picks among known hosts; --cloud provisions every instance it launches",
+                "drop --limit (use --count for fewer instances)",
+            )
         return
     needs_cloud = sorted("--" + {"os_name": "os"}.get(n, n).replace("_", "-") for n in launch.given)
     needs_cloud += ["--down-after"] * down_after + ["--keep-on-failure"] * keep_on_failure
     if needs_cloud:
-        raise BadInput(f"{', '.join(needs_cloud)}: only with --cloud",
-                       "add --cloud to launch instances, or drop them")  # fmt: skip
+        raise BadInput(f"{', '.join(needs_cloud)}: only with --cloud", "add --cloud to launch instances, or drop them")
     if not local and inventory is None:
         raise BadInput("nothing to provision", "give --local, -i INVENTORY or --cloud")
 
@@ -175,8 +214,9 @@ def _ask(planned: PlanResult, hosts: list[HostRun]) -> bool:
         if h.converged:
             con.print(f"[bold]{h.host}[/bold]: converged with this lock; verify only", markup=True)
             continue
-        con.print(f"[bold]{h.host}[/bold] ({h.group}): " + ("; ".join(h.plan.changes) or "no version change"),
-                  markup=True)  # fmt: skip
+        con.print(
+            f"[bold]{h.host}[/bold] ({h.group}): " + ("; ".join(h.plan.changes) or "no version change"), markup=True
+        )
         con.print(f"  reboot: {h.plan.reboot}", markup=False)
     return click.confirm("apply this plan?", default=False)
 
@@ -225,8 +265,11 @@ class ProgressView:
         if self.last.get(progress.host) != key:  # one line per task a host starts, not per event
             self.last[progress.host] = key
             elapsed = time.monotonic() - self.started
-            print(f"{progress.host}: [{progress.role or '-'}] {progress.task or '-'} "
-                  f"({self._done(progress)} done, {elapsed:.0f}s)", flush=True)  # fmt: skip
+            print(
+                f"{progress.host}: [{progress.role or '-'}] {progress.task or '-'} "
+                f"({self._done(progress)} done, {elapsed:.0f}s)",
+                flush=True,
+            )
 
     def _table(self) -> Any:
         from rich.table import Table
@@ -261,12 +304,17 @@ def _human(con: Console, result: UpResult, run: CloudRun | None = None) -> None:
             note = note or "converged: apply skipped"
         if h.cpu_only_check:
             note = f"no GPU on this host: the smoke job ran on the CPU. {note}".strip()
-        table.add_row(h.host, f"[{colours.get(h.verdict, 'red')}]{h.verdict}[/]", str(h.changed),
-                      str(h.reboots), f"{h.duration_s:.0f}", note)  # fmt: skip
+        table.add_row(
+            h.host,
+            f"[{colours.get(h.verdict, 'red')}]{h.verdict}[/]",
+            str(h.changed),
+            str(h.reboots),
+            f"{h.duration_s:.0f}",
+            note,
+        )
     con.print(table)
     if result.stopped_after_batch is not None:
-        con.print(f"--serial stopped after batch {result.stopped_after_batch}: a host of it did not pass",
-                  markup=False)  # fmt: skip
+        con.print(f"--serial stopped after batch {result.stopped_after_batch}: a host of it did not pass", markup=False)
     if result.report_error is None:
         con.print(f"report: {result.run_dir / 'report.html'}", markup=False)
     else:  # the note was said on stderr when it happened; the table above is the outcome
@@ -276,5 +324,8 @@ def _human(con: Console, result: UpResult, run: CloudRun | None = None) -> None:
         if run.ended:
             con.print(f"cloud run {run.launch.run}: ended ({ids} terminated)", markup=False)
         else:
-            con.print(f"cloud run {run.launch.run}: {ids} still running (cost money) until "
-                      f"`{run.down_command()}`; expires {run.launch.expires_at}", markup=False)  # fmt: skip
+            con.print(
+                f"cloud run {run.launch.run}: {ids} still running (cost money) until "
+                f"`{run.down_command()}`; expires {run.launch.expires_at}",
+                markup=False,
+            )

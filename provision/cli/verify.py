@@ -27,29 +27,21 @@ def select_targets(local: bool, inventory: str | None) -> list[HostTarget]:
     from provision.hosts.inventory import LOCALHOST, load_inventory
 
     if local and inventory is not None:
-        raise BadInput(
-            "give one of --local or -i INVENTORY, not both", "verify this machine or an inventory's hosts"
-        )
+        raise BadInput("give one of --local or -i INVENTORY, not both", "verify this machine or an inventory's hosts")
     return load_inventory(inventory) if inventory is not None else [LOCALHOST]
 
 
 @click.command(name="verify")
 @click.option("--local", is_flag=True, help="Verify the machine provision runs on (the default).")
-@click.option(
-    "-i", "--inventory", metavar="INVENTORY", help="Verify the hosts of an Ansible inventory (INI or YAML)."
-)
-@click.option(
-    "--lock", "lock_path", metavar="FILE", help="Compare installed versions with this provision.lock."
-)
+@click.option("-i", "--inventory", metavar="INVENTORY", help="Verify the hosts of an Ansible inventory (INI or YAML).")
+@click.option("--lock", "lock_path", metavar="FILE", help="Compare installed versions with this provision.lock.")
 @click.option(
     "--venv",
     metavar="PATH",
     help="Run the job with this venv's Python (default: /opt/provision/venv when present, "
     "else python3 on hosts and this Python locally).",
 )
-@click.option(
-    "--allow-cpu", is_flag=True, help="Let a host without a usable GPU pass on the CPU (CI, laptops)."
-)
+@click.option("--allow-cpu", is_flag=True, help="Let a host without a usable GPU pass on the CPU (CI, laptops).")
 @click.option(
     "--accept-new-host-keys",
     is_flag=True,
@@ -70,9 +62,7 @@ def select_targets(local: bool, inventory: str | None) -> list[HostTarget]:
     metavar="SECONDS",
     help="Give up on a host whose job runs longer.",
 )
-@click.option(
-    "--parallel", type=click.IntRange(min=1), default=16, show_default=True, help="Hosts verified at once."
-)
+@click.option("--parallel", type=click.IntRange(min=1), default=16, show_default=True, help="Hosts verified at once.")
 @click.option(
     "--multi-host",
     is_flag=True,
@@ -131,9 +121,7 @@ def verify(
     for r in outcome.all_results:
         if r.error is not None:
             sys.stderr.write(r.error.one_line() + "\n")
-    doc = (
-        outcome.hosts[0].to_json() if inventory is None else api.fleet_json(outcome.hosts, outcome.multihost)
-    )
+    doc = outcome.hosts[0].to_json() if inventory is None else api.fleet_json(outcome.hosts, outcome.multihost)
     from provision.cli.output import emit
 
     emit(doc, as_json, lambda console: _human(console, outcome.all_results))
@@ -160,9 +148,7 @@ def _human(console: Console, results: list[HostResult]) -> None:
     for r in results:
         row = table_row(r)
         verdict = f"[{colours.get(row['verdict'], 'red')}]{row['verdict']}[/]"
-        table.add_row(
-            row["host"], row["gpus"], verdict, row["gemm"], row["bandwidth"], row["samples"], row["util"]
-        )
+        table.add_row(row["host"], row["gpus"], verdict, row["gemm"], row["bandwidth"], row["samples"], row["util"])
     console.print(table)
     for r in results:
         for line in failures(r):

@@ -230,9 +230,7 @@ def _skipped(resource: str, tags: dict[str, str]) -> Skipped:
     return Skipped(resource, repr(tags.get(TAG_RUN, ""))[:80])
 
 
-def _split_by_run_id(
-    resources: list[dict[str, Any]], id_key: str
-) -> tuple[list[dict[str, Any]], list[Skipped]]:
+def _split_by_run_id(resources: list[dict[str, Any]], id_key: str) -> tuple[list[dict[str, Any]], list[Skipped]]:
     """(the resources tagged with a valid run id, the others as Skipped)."""
     ok: list[dict[str, Any]] = []
     bad: list[Skipped] = []
@@ -306,9 +304,7 @@ class Ec2:
 
     # --- launch -------------------------------------------------------------------------------
     def default_subnets(self) -> tuple[str, dict[str, str]]:
-        vpcs = self.call(self.client.describe_vpcs, Filters=[{"Name": "is-default", "Values": ["true"]}])[
-            "Vpcs"
-        ]
+        vpcs = self.call(self.client.describe_vpcs, Filters=[{"Name": "is-default", "Values": ["true"]}])["Vpcs"]
         if not vpcs:
             raise BadInput(
                 f"no default VPC in {self.region}",
@@ -348,9 +344,7 @@ class Ec2:
         for m in img.get("BlockDeviceMappings", []):
             if m.get("DeviceName") == root and "Ebs" in m:
                 size = int(m["Ebs"].get("VolumeSize", size))
-        return Image(
-            id=img["ImageId"], arch=img.get("Architecture", "x86_64"), root_device=root, root_gib=size
-        )
+        return Image(id=img["ImageId"], arch=img.get("Architecture", "x86_64"), root_device=root, root_gib=size)
 
     def launch(
         self,
@@ -442,8 +436,18 @@ class Ec2:
             if err is not None:
                 raise err from exc
             raise
-        return LaunchResult(req.run, self.region, inv, run_dir, final, attempts, n_keys, private_key, expires,
-                            cidr_warnings(req.ssh_cidr))  # fmt: skip
+        return LaunchResult(
+            req.run,
+            self.region,
+            inv,
+            run_dir,
+            final,
+            attempts,
+            n_keys,
+            private_key,
+            expires,
+            cidr_warnings(req.ssh_cidr),
+        )
 
     def _images(self, req: LaunchRequest, lookup: AmiLookup | None) -> dict[str, Image]:
         """arch -> image, for every architecture among the requested types."""
@@ -462,9 +466,7 @@ class Ec2:
                 raise self.fail(exc, f"looking up the {q.os} {arch} image") from exc
             img = self.describe_image(ami)
             if img.arch != arch:
-                raise cerr.CloudError(
-                    f"{ami} is {img.arch}, not {arch}", "pass --ami of the right architecture"
-                )
+                raise cerr.CloudError(f"{ami} is {img.arch}, not {arch}", "pass --ami of the right architecture")
             out[arch] = img
         return out
 
@@ -485,9 +487,7 @@ class Ec2:
                 created.key_name = name
                 private = req.ssh_public_key.with_suffix("")
                 return name, private if private != req.ssh_public_key and private.exists() else None
-            key = self.call(
-                self.client.create_key_pair, KeyName=name, KeyType="ed25519", TagSpecifications=spec
-            )
+            key = self.call(self.client.create_key_pair, KeyName=name, KeyType="ed25519", TagSpecifications=spec)
             created.key_name = name
         except ProvisionError:
             raise
@@ -544,11 +544,7 @@ class Ec2:
     ) -> tuple[list[Launched], list[Attempt]]:
         """Next zone on a capacity error, then the next type; spot first, on-demand if asked."""
         markets = (
-            ["spot", "on-demand"]
-            if req.spot and req.on_demand_fallback
-            else ["spot"]
-            if req.spot
-            else ["on-demand"]
+            ["spot", "on-demand"] if req.spot and req.on_demand_fallback else ["spot"] if req.spot else ["on-demand"]
         )
         attempts: list[Attempt] = []
         for market in markets:
@@ -704,9 +700,7 @@ class Ec2:
                     raise
                 found = []
             states = {i["InstanceId"]: i["State"]["Name"] for i in found}
-            gone = [
-                i for i, s in states.items() if s in ("shutting-down", "terminated", "stopping", "stopped")
-            ]
+            gone = [i for i, s in states.items() if s in ("shutting-down", "terminated", "stopping", "stopped")]
             if gone:
                 reason = next(
                     (i.get("StateReason", {}).get("Message", "") for i in found if i["InstanceId"] in gone),
@@ -807,10 +801,7 @@ class Ec2:
         for h in hosts:
             keys: list[tuple[str, str]] = []
             for _ in range(12 if patient else 1):
-                text = (
-                    self.call(self.client.get_console_output, InstanceId=h.name, Latest=True).get("Output")
-                    or ""
-                )
+                text = self.call(self.client.get_console_output, InstanceId=h.name, Latest=True).get("Output") or ""
                 keys = host_keys_from_console(text)
                 if keys or not patient:
                     break
@@ -852,9 +843,11 @@ class Ec2:
             tagged = self._of_run(run)
             if tagged.instances:
                 return tagged
-        say(f"RunInstances was interrupted in flight and no instance tagged {TAG_RUN}={run} showed up in "
+        say(
+            f"RunInstances was interrupted in flight and no instance tagged {TAG_RUN}={run} showed up in "
             f"{tries * self.poll_s:.0f}s; if it reached EC2, they power off at their TTL, or end them with "
-            f"`provision cloud down --run {run}`")  # fmt: skip
+            f"`provision cloud down --run {run}`"
+        )
         return tagged
 
     def _cleanup(self, created: Created, say: Say, cause: BaseException, run: str) -> None:
@@ -872,9 +865,11 @@ class Ec2:
         groups = list(dict.fromkeys(g for g in (created.security_group, tagged.security_group) if g))
         keys = list(dict.fromkeys(k for k in (created.key_name, tagged.key_name) if k))
         unrecorded = [i for i in instances if i not in created.instances]
-        say(f"launch failed ({type(cause).__name__}); removing "
+        say(
+            f"launch failed ({type(cause).__name__}); removing "
             + (", ".join([*instances, *groups, *(f"key pair {k}" for k in keys)]) or "nothing")
-            + (f" ({', '.join(unrecorded)} found by the run tag)" if unrecorded else ""))  # fmt: skip
+            + (f" ({', '.join(unrecorded)} found by the run tag)" if unrecorded else "")
+        )
         leftovers = self._remove(instances, groups, keys)
         if created.key_file is not None:
             created.key_file.unlink(missing_ok=True)
@@ -937,12 +932,18 @@ class Ec2:
     def _live_instances(self) -> tuple[list[dict[str, Any]], list[Skipped]]:
         """Live instances carrying a run tag: those whose tag is a run id, and those it is not."""
         return _split_by_run_id(
-            list(self._paged("describe_instances", "Reservations", Filters=[
-                {"Name": "tag-key", "Values": [TAG_RUN]},
-                {"Name": "instance-state-name", "Values": LIVE_STATES},
-            ])),
+            list(
+                self._paged(
+                    "describe_instances",
+                    "Reservations",
+                    Filters=[
+                        {"Name": "tag-key", "Values": [TAG_RUN]},
+                        {"Name": "instance-state-name", "Values": LIVE_STATES},
+                    ],
+                )
+            ),
             "InstanceId",
-        )  # fmt: skip
+        )
 
     def instances(self) -> list[CloudInstance]:
         return self.listing()[0]
@@ -1028,9 +1029,7 @@ class Ec2:
         g_ids = [g["GroupId"] for g in groups if chosen(_tag_map(g)) and _tag_map(g)[TAG_RUN] not in alive]
         k_names = [k["KeyName"] for k in keys if chosen(_tag_map(k)) and _tag_map(k)[TAG_RUN] not in alive]
         spot_requests = [
-            i["SpotInstanceRequestId"]
-            for i in insts
-            if i["InstanceId"] in t_ids and i.get("SpotInstanceRequestId")
+            i["SpotInstanceRequestId"] for i in insts if i["InstanceId"] in t_ids and i.get("SpotInstanceRequestId")
         ]
         try:
             if spot_requests:
@@ -1041,9 +1040,7 @@ class Ec2:
         except Exception as exc:
             raise self.fail(exc, "terminating") from exc
         if left:
-            raise cerr.CloudError(
-                f"could not remove {', '.join(left)}", "run the same `cloud down` again in a minute"
-            )
+            raise cerr.CloudError(f"could not remove {', '.join(left)}", "run the same `cloud down` again in a minute")
         local: list[str] = []
         if workdir is not None:
             for r in runs:

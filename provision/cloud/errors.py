@@ -40,9 +40,7 @@ THROTTLING = frozenset(
         "TooManyRequestsException",
     }
 )
-SERVER = frozenset(
-    {"InternalError", "InternalFailure", "ServiceUnavailable", "Unavailable", "ServerInternal"}
-)
+SERVER = frozenset({"InternalError", "InternalFailure", "ServiceUnavailable", "Unavailable", "ServerInternal"})
 CAPACITY = frozenset(
     {
         "InsufficientInstanceCapacity",
@@ -169,9 +167,7 @@ def to_provision_error(c: Classified, what: str) -> CloudError | CloudAuthError:
             "check --ami exists in this region, or use --os to look one up",
             aws_code=c.code,
         )
-    return CloudError(
-        f"{what}: {c.code}: {c.message}", "see the AWS message; rerun with --debug", aws_code=c.code
-    )
+    return CloudError(f"{what}: {c.code}: {c.message}", "see the AWS message; rerun with --debug", aws_code=c.code)
 
 
 Sleep = Callable[[float], None]

@@ -71,6 +71,4 @@ fi
 def user_data(run: str, expires: datetime) -> str:
     """The user-data script for one run (the run id is checked by the caller: it is [0-9a-f-] only)."""
     expires = expires.astimezone(timezone.utc)
-    return _SCRIPT.format(
-        run=run, expires=expires.strftime("%Y-%m-%dT%H:%M:%SZ"), epoch=int(expires.timestamp())
-    )
+    return _SCRIPT.format(run=run, expires=expires.strftime("%Y-%m-%dT%H:%M:%SZ"), epoch=int(expires.timestamp()))

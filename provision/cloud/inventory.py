@@ -91,9 +91,7 @@ def inventory_doc(
         group_vars["ansible_ssh_private_key_file"] = str(private_key)
     if known_hosts is not None:
         group_vars["provision_known_hosts"] = str(known_hosts)
-        group_vars["ansible_ssh_common_args"] = (
-            f"-o UserKnownHostsFile={known_hosts} -o StrictHostKeyChecking=yes"
-        )
+        group_vars["ansible_ssh_common_args"] = f"-o UserKnownHostsFile={known_hosts} -o StrictHostKeyChecking=yes"
     host_vars = {
         h.name: {
             "ansible_host": h.address,

@@ -91,9 +91,7 @@ def prepare(args: LaunchArgs, *, wait_ssh: bool = True) -> Prepared:
     if args.new_key and args.ssh_key:
         raise BadInput("give --ssh-key or --new-key, not both", "drop one of them")
     if args.root_gib < rq.MIN_ROOT_GIB:
-        raise BadInput(
-            f"--root-gib {args.root_gib} is below {rq.MIN_ROOT_GIB}", "drivers, CUDA and wheels need room"
-        )
+        raise BadInput(f"--root-gib {args.root_gib} is below {rq.MIN_ROOT_GIB}", "drivers, CUDA and wheels need room")
     ttl = rq.parse_ttl(args.ttl)
     if not args.ssh_cidr:
         raise BadInput(
@@ -145,8 +143,10 @@ def public_key(ssh_key: str | None, new_key: bool) -> Path | None:
             raise BadInput(f"{path} is a private key", "give the .pub file to --ssh-key")
         why = public_key_problem(text)
         if why:
-            raise BadInput(f"{path} is not a key EC2 can import: {why}",
-                           "give an RSA or ED25519 public key (ssh-keygen -t ed25519), or use --new-key")  # fmt: skip
+            raise BadInput(
+                f"{path} is not a key EC2 can import: {why}",
+                "give an RSA or ED25519 public key (ssh-keygen -t ed25519), or use --new-key",
+            )
         return path
     if ssh_key:
         raise BadInput(f"--ssh-key {ssh_key}: no such file", "give a public key file, or use --new-key")
@@ -242,8 +242,7 @@ def launch_json(r: LaunchResult) -> dict[str, Any]:
             for i in r.instances
         ],
         "attempts": [
-            {"type": a.instance_type, "zone": a.zone, "market": a.market, "outcome": a.outcome}
-            for a in r.attempts
+            {"type": a.instance_type, "zone": a.zone, "market": a.market, "outcome": a.outcome} for a in r.attempts
         ],
     }
 

@@ -83,14 +83,23 @@ def up_on_cloud(
         try:
             result = provision(str(launched.inventory))
         except BaseException as exc:
-            _finish(run, ec2, failed=True, down_after=down_after, keep=keep_on_failure, say=say,
-                    workdir=workdir, during=exc)  # fmt: skip
+            _finish(
+                run, ec2, failed=True, down_after=down_after, keep=keep_on_failure, say=say, workdir=workdir, during=exc
+            )
             if isinstance(exc, ProvisionError):
                 exc.details["cloud"] = run.to_json()
             raise
         try:
-            _finish(run, ec2, failed=not result.ok, down_after=down_after, keep=keep_on_failure, say=say,
-                    workdir=workdir, during=None)  # fmt: skip
+            _finish(
+                run,
+                ec2,
+                failed=not result.ok,
+                down_after=down_after,
+                keep=keep_on_failure,
+                say=say,
+                workdir=workdir,
+                during=None,
+            )
         except ProvisionError as exc:  # the hosts' results still belong in the JSON error
             exc.details["up"] = result.to_json()
             raise
@@ -114,8 +123,11 @@ def _finish(
         return
     if failed and keep:
         run.kept = True
-        say(f"the run failed; kept {len(r.instances)} instance(s) for debugging (--keep-on-failure): "
-            + _still_running(r) + f"; end them with `{run.down_command()}`")  # fmt: skip
+        say(
+            f"the run failed; kept {len(r.instances)} instance(s) for debugging (--keep-on-failure): "
+            + _still_running(r)
+            + f"; end them with `{run.down_command()}`"
+        )
         return
     say(f"ending run {r.run} (--down-after): terminating {', '.join(i.id for i in r.instances)}")
     from provision.cloud.errors import aws_errors
@@ -125,8 +137,10 @@ def _finish(
             run.down = ec2.down(run=r.run, workdir=workdir)
     except BaseException as exc:  # a failed or interrupted teardown: the instances may still run
         run.down_error = exc.one_line() if isinstance(exc, ProvisionError) else type(exc).__name__
-        say(f"could not end run {r.run} ({run.down_error}): they may still cost money; "
-            f"end them with `{run.down_command()}`")  # fmt: skip
+        say(
+            f"could not end run {r.run} ({run.down_error}): they may still cost money; "
+            f"end them with `{run.down_command()}`"
+        )
         if during is not None:
             return  # the first failure is the one to report; this one was said above
         if isinstance(exc, ProvisionError):
@@ -140,8 +154,10 @@ def _finish(
             raise err from exc
         raise
     d = run.down
-    say(f"ended run {r.run}: terminated {len(d.terminated)} instance(s), deleted "
-        f"{len(d.security_groups)} security group(s) and {len(d.key_pairs)} key pair(s)")  # fmt: skip
+    say(
+        f"ended run {r.run}: terminated {len(d.terminated)} instance(s), deleted "
+        f"{len(d.security_groups)} security group(s) and {len(d.key_pairs)} key pair(s)"
+    )
 
 
 def _still_running(r: LaunchResult) -> str:

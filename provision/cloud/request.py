@@ -100,9 +100,7 @@ def types_for_gpu(gpu: str, count: int) -> list[TypeChoice]:
 
     k = load()
     model = k.gpu(gpu).name
-    fits = [
-        describe_type(it.name) for it in k.instance_types if it.gpu.name == model and it.gpu_count >= count
-    ]
+    fits = [describe_type(it.name) for it in k.instance_types if it.gpu.name == model and it.gpu_count >= count]
     if not fits:
         have = sorted({it.gpu.name for it in k.instance_types})
         raise BadInput(
@@ -173,9 +171,7 @@ def check_budget(types: list[TypeChoice], count: int, limit: float | None) -> li
             return f"{t.name} {'unknown' if t.usd_per_hour is None else f'${t.usd_per_hour * count:.2f}/h'}"
 
         raise BadInput(
-            f"every candidate costs more than --max-hourly-usd {limit:g} ("
-            + "; ".join(show(t) for t in types)
-            + ")",
+            f"every candidate costs more than --max-hourly-usd {limit:g} (" + "; ".join(show(t) for t in types) + ")",
             "raise --max-hourly-usd, lower --count, or pick a smaller type",
         )
     return kept

@@ -1,2 +1,1 @@
-"""The fleet: planning for many hosts, up's orchestration, batches, state, the fleet cache, reports.
-"""
+"""The fleet: planning for many hosts, up's orchestration, batches, state, the fleet cache, reports."""

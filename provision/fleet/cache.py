@@ -117,8 +117,7 @@ class WheelSet:
         return f"cp{self.python.replace('.', '')}-{self.arch}"
 
     @classmethod
-    def from_group_vars(cls, data: Mapping[str, Any], host: Mapping[str, Any], *,
-                        netrc: str = "") -> WheelSet | None:  # fmt: skip
+    def from_group_vars(cls, data: Mapping[str, Any], host: Mapping[str, Any], *, netrc: str = "") -> WheelSet | None:
         """None where the group installs no frameworks or its platform is unknown."""
         installs = data.get("frameworks_installs") or []
         if not data.get("frameworks_enabled", True) or not installs:
@@ -141,8 +140,13 @@ class WheelSet:
     def download_commands(self, python_exe: str, dest: Path) -> list[list[str]]:
         """One ``pip download`` per role install entry, with the options the role would pass."""
         abi = f"cp{self.python.replace('.', '')}"
-        common = ["--only-binary=:all:", f"--python-version={self.python}", "--implementation=cp", f"--abi={abi}",
-                  *(f"--platform={p}" for p in wheel_platforms(self.arch))]  # fmt: skip
+        common = [
+            "--only-binary=:all:",
+            f"--python-version={self.python}",
+            "--implementation=cp",
+            f"--abi={abi}",
+            *(f"--platform={p}" for p in wheel_platforms(self.arch)),
+        ]
         sources = ["--no-index"] if self.no_index else [f"--extra-index-url={u}" for u in self.extra_index_urls]
         sources += [f"--find-links={u}" for u in self.find_links]
         sources += [f"--trusted-host={h}" for h in self.trusted_hosts]
@@ -150,8 +154,21 @@ class WheelSet:
         for packages, index_url in self.installs:
             index = index_url or self.index_url
             index_args = [f"--index-url={index}"] if index and not self.no_index else []
-            out.append([python_exe, "-m", "pip", "download", "--disable-pip-version-check", "--quiet",
-                        f"--dest={dest}", *common, *index_args, *sources, *packages])  # fmt: skip
+            out.append(
+                [
+                    python_exe,
+                    "-m",
+                    "pip",
+                    "download",
+                    "--disable-pip-version-check",
+                    "--quiet",
+                    f"--dest={dest}",
+                    *common,
+                    *index_args,
+                    *sources,
+                    *packages,
+                ]
+            )
         return out
 
 
@@ -256,8 +273,12 @@ class RepoSources:
     public: frozenset[Origin] = frozenset()
 
     @classmethod
-    def for_run(cls, group_vars: Sequence[Mapping[str, Any]], oses: Sequence[str],
-                role_defaults: Sequence[Mapping[str, Any]] = ()) -> RepoSources:  # fmt: skip
+    def for_run(
+        cls,
+        group_vars: Sequence[Mapping[str, Any]],
+        oses: Sequence[str],
+        role_defaults: Sequence[Mapping[str, Any]] = (),
+    ) -> RepoSources:
         lock = {o for data in group_vars for u in _urls(data) if (o := Origin.of(u))}
         public = {o for data in role_defaults for u in _urls(data) if (o := Origin.of(u))}
         for os_id in oses:
@@ -272,8 +293,10 @@ class RepoSources:
 
 
 # What apt and dnf fetch on a host, one file after another (the loop keeps deb822 stanzas apart).
-SOURCES_COMMAND = ("for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources "
-                   "/etc/yum.repos.d/*.repo; do [ -f \"$f\" ] && cat \"$f\" && echo; done; true")  # fmt: skip
+SOURCES_COMMAND = (
+    "for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources "
+    '/etc/yum.repos.d/*.repo; do [ -f "$f" ] && cat "$f" && echo; done; true'
+)
 
 
 def host_sources(text: str) -> list[str]:
@@ -392,8 +415,9 @@ def _acl_rules(sources: RepoSources) -> list[str]:
     ]
 
 
-def squid_conf(*, port: int, store: Path, run: Path, parent: str | None, sources: RepoSources,
-               cache_gib: int = 50) -> str:  # fmt: skip
+def squid_conf(
+    *, port: int, store: Path, run: Path, parent: str | None, sources: RepoSources, cache_gib: int = 50
+) -> str:
     """squid.conf for one run: loopback only, the run's repositories only, the shared store, this run's logs."""
     lines = [
         "# written by provision for one `provision up` run (the fleet cache); see provision/cache.py",
@@ -423,8 +447,10 @@ def squid_conf(*, port: int, store: Path, run: Path, parent: str | None, sources
     if parent:  # the controller itself goes out through a proxy: squid does too
         m = re.match(r"^https?://(?:[^@/]*@)?([^:/]+)(?::(\d+))?", parent)
         if m:
-            lines += [f"cache_peer {m.group(1)} parent {m.group(2) or '80'} 0 no-query default",
-                      "never_direct allow all"]  # fmt: skip
+            lines += [
+                f"cache_peer {m.group(1)} parent {m.group(2) or '80'} 0 no-query default",
+                "never_direct allow all",
+            ]
     return "\n".join(lines) + "\n"
 
 
@@ -458,15 +484,17 @@ def squid_stats(log: str) -> ProxyStats:
     return stats
 
 
-def host_vars(apt_port: int | None, wheels_port: int | None, wheel_key: str | None,
-              environment: Mapping[str, str]) -> dict[str, Any]:  # fmt: skip
+def host_vars(
+    apt_port: int | None, wheels_port: int | None, wheel_key: str | None, environment: Mapping[str, str]
+) -> dict[str, Any]:
     """The role variables that point one host at its end of the tunnels."""
     out: dict[str, Any] = {}
     # The credential files' proxy settings (render.Credentials: APT_CONFIG for apt, PIP_CONFIG_FILE
     # for pip) would send apt and pip past the tunnels, straight to install.apt.proxy; through a
     # tunnel they need no proxy and no proxy login.
     dropped = ({"APT_CONFIG"} if apt_port is not None else set()) | (
-        {"PIP_CONFIG_FILE"} if wheels_port is not None and wheel_key is not None else set())
+        {"PIP_CONFIG_FILE"} if wheels_port is not None and wheel_key is not None else set()
+    )
     if dropped & set(environment):
         out["provision_environment"] = {k: v for k, v in environment.items() if k not in dropped}
     if apt_port is not None:
@@ -536,23 +564,32 @@ class Squid:
         self.store.mkdir(parents=True, exist_ok=True)
         self.port = _free_port()
         conf = self.workdir / "squid.conf"
-        conf.write_text(squid_conf(port=self.port, store=self.store, run=self.workdir,
-                                   parent=os.environ.get("http_proxy") or os.environ.get("HTTP_PROXY"),
-                                   sources=self.sources))  # fmt: skip
+        conf.write_text(
+            squid_conf(
+                port=self.port,
+                store=self.store,
+                run=self.workdir,
+                parent=os.environ.get("http_proxy") or os.environ.get("HTTP_PROXY"),
+                sources=self.sources,
+            )
+        )
         if os.geteuid() == 0:  # squid runs as `proxy` when started as root: it must own its files
             uid, gid = _user_ids(SQUID_USER)
             blocked = _not_traversable(self.store, uid)
             if blocked is not None:
-                raise RuntimeError(f"squid runs as user {SQUID_USER} and cannot enter {blocked}; "
-                                   "set install.cache_dir to a folder it can reach")  # fmt: skip
+                raise RuntimeError(
+                    f"squid runs as user {SQUID_USER} and cannot enter {blocked}; "
+                    "set install.cache_dir to a folder it can reach"
+                )
             _chown_tree(self.store, uid, gid)
             _chown_tree(self.workdir, uid, gid)
         self._end_orphans()
         if not (self.store / "00").exists():
             subprocess.run([exe, "-N", "-z", "-f", str(conf)], capture_output=True, timeout=120, check=False)
         # in the controller's process group: a Ctrl-C or a killed `up` (killpg) ends it too
-        self.proc = subprocess.Popen([exe, "-N", "-f", str(conf)], stdout=subprocess.DEVNULL,
-                                     stderr=(self.workdir / "squid.out").open("wb"))  # fmt: skip
+        self.proc = subprocess.Popen(
+            [exe, "-N", "-f", str(conf)], stdout=subprocess.DEVNULL, stderr=(self.workdir / "squid.out").open("wb")
+        )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -678,8 +715,10 @@ class Tunnel:
         if exposed:
             with contextlib.suppress(Exception):
                 transport.cancel_port_forward("127.0.0.1", remote)
-            raise RuntimeError(f"the forwarded port {remote} listens on {', '.join(exposed)}, not only on loopback "
-                               "(GatewayPorts yes in the host's sshd_config?)")  # fmt: skip
+            raise RuntimeError(
+                f"the forwarded port {remote} listens on {', '.join(exposed)}, not only on loopback "
+                "(GatewayPorts yes in the host's sshd_config?)"
+            )
         return remote
 
     def _listening(self, port: int) -> list[str]:
@@ -796,8 +835,10 @@ class FleetCache:
             self._lockfile = (self.root / ".lock").open("w")
         except OSError as exc:  # auto never fails a run: no cache this time, and the note says why
             self.report.apt = f"off: cannot use {self.root}: {exc.strerror}"
-            self.report.notes.append(f"the cache folder {self.root} cannot be used ({exc.strerror}): "
-                                     "hosts fetch themselves; set install.cache_dir to a writable folder")  # fmt: skip
+            self.report.notes.append(
+                f"the cache folder {self.root} cannot be used ({exc.strerror}): "
+                "hosts fetch themselves; set install.cache_dir to a writable folder"
+            )
             return {}
         try:  # one run at a time on one store: a second run goes without the cache
             fcntl.flock(self._lockfile, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -843,7 +884,8 @@ class FleetCache:
         if refused:
             self.report.notes.append(
                 f"{name}: its package source {refused[0]} is not one of this run's repositories: the host fetches "
-                "its packages itself (name the mirror in install.apt.mirror to cache it)")  # fmt: skip
+                "its packages itself (name the mirror in install.apt.mirror to cache it)"
+            )
         return not refused
 
     def _start_squid(self, sources: RepoSources) -> int | None:

@@ -35,8 +35,10 @@ def _frame(title: str, body: list[str], y_max: float, y_label: str) -> str:
         y = MARGIN_T + plot_h - plot_h * i / 4
         parts.append(f'<line x1="{MARGIN_L}" x2="{WIDTH - MARGIN_R}" y1="{y:.1f}" y2="{y:.1f}" stroke="#e5e7eb"/>')
         parts.append(f'<text x="{MARGIN_L - 6}" y="{y + 4:.1f}" text-anchor="end" font-size="10">{_fmt(value)}</text>')
-    parts.append(f'<text x="12" y="{MARGIN_T + plot_h / 2}" font-size="10" text-anchor="middle" '
-                 f'transform="rotate(-90 12 {MARGIN_T + plot_h / 2})">{escape(y_label)}</text>')
+    parts.append(
+        f'<text x="12" y="{MARGIN_T + plot_h / 2}" font-size="10" text-anchor="middle" '
+        f'transform="rotate(-90 12 {MARGIN_T + plot_h / 2})">{escape(y_label)}</text>'
+    )
     parts += body
     parts.append("</svg>")
     return "".join(parts)
@@ -57,21 +59,30 @@ def bar_chart(title: str, bars: Sequence[tuple[str, float, float | None]], unit:
         h = plot_h * value / y_max
         ok = threshold is None or value >= threshold
         color = PALETTE[0] if ok else PALETTE[1]
-        body.append(f'<rect x="{x:.1f}" y="{MARGIN_T + plot_h - h:.1f}" width="{w:.1f}" height="{h:.1f}" '
-                    f'fill="{color}"><title>{escape(label)}: {_fmt(value)} {escape(unit)}</title></rect>')
-        body.append(f'<text x="{x + w / 2:.1f}" y="{MARGIN_T + plot_h - h - 4:.1f}" text-anchor="middle" '
-                    f'font-size="10">{_fmt(value)}</text>')
+        body.append(
+            f'<rect x="{x:.1f}" y="{MARGIN_T + plot_h - h:.1f}" width="{w:.1f}" height="{h:.1f}" '
+            f'fill="{color}"><title>{escape(label)}: {_fmt(value)} {escape(unit)}</title></rect>'
+        )
+        body.append(
+            f'<text x="{x + w / 2:.1f}" y="{MARGIN_T + plot_h - h - 4:.1f}" text-anchor="middle" '
+            f'font-size="10">{_fmt(value)}</text>'
+        )
         if threshold is not None:
             ty = MARGIN_T + plot_h - plot_h * threshold / y_max
-            body.append(f'<line x1="{x - 4:.1f}" x2="{x + w + 4:.1f}" y1="{ty:.1f}" y2="{ty:.1f}" stroke="#111827" '
-                        f'stroke-dasharray="4 3" stroke-width="2"><title>pass line {_fmt(threshold)}</title></line>')
-        body.append(f'<text x="{x + w / 2:.1f}" y="{HEIGHT - MARGIN_B + 14}" text-anchor="middle" '
-                    f'font-size="10">{escape(label[:18])}</text>')
+            body.append(
+                f'<line x1="{x - 4:.1f}" x2="{x + w + 4:.1f}" y1="{ty:.1f}" y2="{ty:.1f}" stroke="#111827" '
+                f'stroke-dasharray="4 3" stroke-width="2"><title>pass line {_fmt(threshold)}</title></line>'
+            )
+        body.append(
+            f'<text x="{x + w / 2:.1f}" y="{HEIGHT - MARGIN_B + 14}" text-anchor="middle" '
+            f'font-size="10">{escape(label[:18])}</text>'
+        )
     return _frame(title, body, y_max, unit)
 
 
-def line_chart(title: str, series: dict[str, Sequence[float]], y_label: str, x_label: str,
-               hline: float | None = None) -> str:
+def line_chart(
+    title: str, series: dict[str, Sequence[float]], y_label: str, x_label: str, hline: float | None = None
+) -> str:
     """One line per series over its sample index; ``hline`` draws a dashed reference level."""
     series = {k: v for k, v in series.items() if v}
     if not series:
@@ -84,17 +95,26 @@ def line_chart(title: str, series: dict[str, Sequence[float]], y_label: str, x_l
     body = []
     for index, (name, values) in enumerate(series.items()):
         step = plot_w / max(n_max - 1, 1)
-        points = " ".join(f"{MARGIN_L + i * step:.1f},{MARGIN_T + plot_h - plot_h * v / y_max:.1f}"
-                          for i, v in enumerate(values))
+        points = " ".join(
+            f"{MARGIN_L + i * step:.1f},{MARGIN_T + plot_h - plot_h * v / y_max:.1f}" for i, v in enumerate(values)
+        )
         color = PALETTE[index % len(PALETTE)]
-        body.append(f'<polyline fill="none" stroke="{color}" stroke-width="1.8" points="{points}">'
-                    f"<title>{escape(name)}</title></polyline>")
-        body.append(f'<text x="{WIDTH - MARGIN_R}" y="{MARGIN_T + 12 + 12 * index}" text-anchor="end" '
-                    f'font-size="10" fill="{color}">{escape(name)}</text>')
+        body.append(
+            f'<polyline fill="none" stroke="{color}" stroke-width="1.8" points="{points}">'
+            f"<title>{escape(name)}</title></polyline>"
+        )
+        body.append(
+            f'<text x="{WIDTH - MARGIN_R}" y="{MARGIN_T + 12 + 12 * index}" text-anchor="end" '
+            f'font-size="10" fill="{color}">{escape(name)}</text>'
+        )
     if hline is not None:
         y = MARGIN_T + plot_h - plot_h * hline / y_max
-        body.append(f'<line x1="{MARGIN_L}" x2="{WIDTH - MARGIN_R}" y1="{y:.1f}" y2="{y:.1f}" stroke="#111827" '
-                    f'stroke-dasharray="4 3"/>')
-    body.append(f'<text x="{MARGIN_L + plot_w / 2}" y="{HEIGHT - 8}" text-anchor="middle" '
-                f'font-size="10">{escape(x_label)}</text>')
+        body.append(
+            f'<line x1="{MARGIN_L}" x2="{WIDTH - MARGIN_R}" y1="{y:.1f}" y2="{y:.1f}" stroke="#111827" '
+            f'stroke-dasharray="4 3"/>'
+        )
+    body.append(
+        f'<text x="{MARGIN_L + plot_w / 2}" y="{HEIGHT - 8}" text-anchor="middle" '
+        f'font-size="10">{escape(x_label)}</text>'
+    )
     return _frame(title, body, y_max, y_label)

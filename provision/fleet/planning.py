@@ -55,20 +55,21 @@ def parse_assume(text: str) -> Assumed:
     if gpu and ":" in gpu:
         gpu, _, n = gpu.rpartition(":")
         if not n.isdigit():
-            raise BadInput(
-                f"--assume gpu count {n!r} is not a number", "write gpu=NAME:COUNT, e.g. gpu=H100-SXM:8"
-            )
+            raise BadInput(f"--assume gpu count {n!r} is not a number", "write gpu=NAME:COUNT, e.g. gpu=H100-SXM:8")
         count = int(n)
     nvswitch = values.get("nvswitch")
     if nvswitch is not None and not nvswitch.isdigit():
-        raise BadInput(
-            f"--assume nvswitch={nvswitch!r} is not a number", "give the NVSwitch count, e.g. nvswitch=4"
-        )
+        raise BadInput(f"--assume nvswitch={nvswitch!r} is not a number", "give the NVSwitch count, e.g. nvswitch=4")
     return Assumed(
-        os=values.get("os"), gpu=gpu, gpu_count=count, arch=values.get("arch"),
-        instance_type=values.get("instance_type"), nvswitch_count=int(nvswitch) if nvswitch else None,
-        python=values.get("python"), name=values.get("name", "assumed"),
-    )  # fmt: skip
+        os=values.get("os"),
+        gpu=gpu,
+        gpu_count=count,
+        arch=values.get("arch"),
+        instance_type=values.get("instance_type"),
+        nvswitch_count=int(nvswitch) if nvswitch else None,
+        python=values.get("python"),
+        name=values.get("name", "assumed"),
+    )
 
 
 @dataclass
@@ -162,31 +163,30 @@ def plan(
     from provision.stack.resolve import HostSpec, StackRequest, resolve
 
     if local and inventory:
-        raise BadInput(
-            "give --local or -i INVENTORY, not both", "plan the local machine or an inventory's hosts"
-        )
+        raise BadInput("give --local or -i INVENTORY, not both", "plan the local machine or an inventory's hosts")
     install = InstallSettings.from_config(config.install)
     install = InstallSettings(**{**install.__dict__, "reboot_controller": reboot_controller})
     check_out_dir(out)  # before any host is contacted: a user's folder is refused, nothing written
     targets = _targets(local, inventory, assume)
     if only is not None:  # `up --limit`: plan (and probe) only these hosts
         targets = [t for t in targets if t.name in set(only)]
-    check_inputs(config, overrides, [t.target for t in targets if t.target is not None and assume is None],
-                 ssh_config)  # fmt: skip
+    check_inputs(config, overrides, [t.target for t in targets if t.target is not None and assume is None], ssh_config)
     for t in targets:  # the apply's ssh trusts what the probe trusts (before any contact)
         if t.target is not None and not t.target.local and assume is None:
             from provision.hosts.transport import ssh_trust_args
 
             given = t.connection.get("ansible_ssh_common_args")
             t.connection["ansible_ssh_common_args"] = ssh_trust_args(t.target, ssh_config) + (
-                f" {given}" if given else "")  # fmt: skip
+                f" {given}" if given else ""
+            )
     unprobed: list[ProbeFailure] = []
     if assume is not None:
         for t in targets:
             t.target = None  # --assume: the facts are given, no host is contacted
     else:
-        unprobed = _probe(targets, config, skip_unprobed, accept_new_host_keys=accept_new_host_keys,
-                          ssh_config=ssh_config)  # fmt: skip
+        unprobed = _probe(
+            targets, config, skip_unprobed, accept_new_host_keys=accept_new_host_keys, ssh_config=ssh_config
+        )
         targets = [t for t in targets if t.facts is not None]
 
     request_args = config.request_args()
@@ -222,9 +222,7 @@ def plan(
             groups[key] = ([], resolution)
         groups[key][0].append(t.name)
 
-    lock_groups = [
-        LockGroup.from_resolution(_group_label(res.host), names, res) for names, res in groups.values()
-    ]
+    lock_groups = [LockGroup.from_resolution(_group_label(res.host), names, res) for names, res in groups.values()]
     _unique_names(lock_groups)
     lock = build_lock(lock_groups)
     text = dumps_lock(lock)
@@ -281,9 +279,7 @@ def _targets(local: bool, inventory: str | None, assume: Assumed | None) -> list
 
         return [_Target("localhost", _local_connection(), LOCALHOST)]
     if assume is None:
-        raise BadInput(
-            "nothing to plan for", "give --local, -i INVENTORY or --assume os=ubuntu-22.04,gpu=H100-SXM:8"
-        )
+        raise BadInput("nothing to plan for", "give --local, -i INVENTORY or --assume os=ubuntu-22.04,gpu=H100-SXM:8")
     return [_Target(check_host_name(assume.name), {})]
 
 
@@ -323,8 +319,10 @@ def _probe(targets: Sequence[_Target], config: Config, skip_unprobed: bool, **co
             raise f.error
     if failed and len(failed) == len(results):
         if len(failed) == 1:
-            raise Unreachable(f"cannot probe {failed[0].host}: {failed[0].error.message}",
-                              failed[0].error.hint or "check `provision probe` for this host")  # fmt: skip
+            raise Unreachable(
+                f"cannot probe {failed[0].host}: {failed[0].error.message}",
+                failed[0].error.hint or "check `provision probe` for this host",
+            )
         raise Unreachable(
             f"cannot probe any of the {len(failed)} hosts: " + "; ".join(f"{f.host}: {f.reason}" for f in failed),
             "check `provision probe` for these hosts",
@@ -408,8 +406,6 @@ def _host_plan(t: _Target, group: str, stack: Mapping[str, Any], reboot_setting:
             reboot = "if nouveau or another driver is loaded (not probed)"
         elif facts.nouveau_loaded or (facts.nvidia_module_loaded and have_driver):
             reboot = (
-                "yes"
-                if reboot_setting == "auto"
-                else "needed; install.reboot is never, the run stops and asks for one"
+                "yes" if reboot_setting == "auto" else "needed; install.reboot is never, the run stops and asks for one"
             )
     return HostPlan(t.name, group, facts is not None, present, changes, reboot)

@@ -35,8 +35,13 @@ def _bars(details: Iterable[Mapping[str, Any]], prefixes: tuple[str, ...]) -> li
             for c in _checks(d.get("verify"), prefix):
                 if isinstance(c.get("value"), int | float):
                     threshold = c.get("threshold")
-                    bars.append((f"{d['host']} {c['name']}", float(c["value"]),
-                                 float(threshold) if isinstance(threshold, int | float) else None))  # fmt: skip
+                    bars.append(
+                        (
+                            f"{d['host']} {c['name']}",
+                            float(c["value"]),
+                            float(threshold) if isinstance(threshold, int | float) else None,
+                        )
+                    )
     return bars
 
 
@@ -59,7 +64,7 @@ def render_html(doc: Mapping[str, Any]) -> str:
             note = ("no GPU on this host: the smoke job ran on the CPU. " + str(note)).strip()
         rows.append(
             f"<tr><td>{escape(str(d['host']))}</td><td>{escape(str(d.get('group')))}</td>"
-            f"<td class=\"{escape(verdict)}\">{escape(verdict)}</td><td>{d.get('changed')}</td>"
+            f'<td class="{escape(verdict)}">{escape(verdict)}</td><td>{d.get("changed")}</td>'
             f"<td>{escape(str(d.get('failed_task') or ''))}</td><td>{d.get('reboots')}</td>"
             f"<td>{d.get('duration_s')}</td><td>{escape(str(note))}</td></tr>"
         )
@@ -84,20 +89,22 @@ def render_html(doc: Mapping[str, Any]) -> str:
     mode = " (check mode: nothing was changed)" if doc.get("check") else ""
     verdict = "every host passed" if doc.get("ok") else "not every host passed"
     parts = [
-        "<!doctype html><html><head><meta charset=\"utf-8\">",
+        '<!doctype html><html><head><meta charset="utf-8">',
         f"<title>provision up {escape(str(doc.get('run')))}</title><style>{_STYLE}</style></head><body>",
         f"<h1>provision up, run {escape(str(doc.get('run')))}{mode}: {verdict}</h1>",
         _stopped(doc),
         "<h2>Verdict per host</h2><table><tr><th>host</th><th>group</th><th>verdict</th><th>changed</th>"
         "<th>failed task</th><th>reboots</th><th>seconds</th><th>note</th></tr>",
         *rows,
-        "</table><h2>Measurements</h2><div class=\"charts\">",
+        '</table><h2>Measurements</h2><div class="charts">',
         *(svg for svg in charts if svg),
         "</div>",
     ]
     if missing:
-        parts.append(f"<p class=\"note\">No data in this run for: {escape(', '.join(missing))} "
-                     "(no GPU, or the host was not applied or verified).</p>")  # fmt: skip
+        parts.append(
+            f'<p class="note">No data in this run for: {escape(", ".join(missing))} '
+            "(no GPU, or the host was not applied or verified).</p>"
+        )
     parts += _cache_section(doc.get("cache"))
     parts.append("</body></html>\n")
     return "".join(parts)
@@ -119,20 +126,24 @@ def _cache_section(cache: Mapping[str, Any] | None) -> list[str]:
         f"<td>{proxy.get('requests', 0)} / {proxy.get('hits', 0)}</td><td>{served / mib:.1f} MiB</td>"
         f"<td>{int(cache.get('upstream_bytes') or 0) / mib:.1f} MiB</td></tr></table>",
     ]
-    out += [f"<p class=\"note\">{escape(str(n))}</p>" for n in cache.get("notes") or []]
+    out += [f'<p class="note">{escape(str(n))}</p>' for n in cache.get("notes") or []]
     return out
 
 
 def _stopped(doc: Mapping[str, Any]) -> str:
     """A --serial stop or a Ctrl-C, said where a reader looks first."""
     if doc.get("interrupted"):
-        return ("<p class=\"fail\">Interrupted (Ctrl-C): hosts not verified show not-run; run the same "
-                "command again to complete them.</p>")  # fmt: skip
+        return (
+            '<p class="fail">Interrupted (Ctrl-C): hosts not verified show not-run; run the same '
+            "command again to complete them.</p>"
+        )
     batch = doc.get("stopped_after_batch")
     if batch is None:
         return ""
-    return (f"<p class=\"fail\">--serial stopped the run after batch {escape(str(batch))}: a host of it "
-            "did not pass, so the hosts of later batches were not run (verdict not-run).</p>")  # fmt: skip
+    return (
+        f'<p class="fail">--serial stopped the run after batch {escape(str(batch))}: a host of it '
+        "did not pass, so the hosts of later batches were not run (verdict not-run).</p>"
+    )
 
 
 def write_html(doc: Mapping[str, Any], path: Path) -> Path:

@@ -30,6 +30,7 @@ def state_path(override: Path | None, configured: str | None) -> Path:
         return Path(configured).expanduser()
     return DEFAULT_PATH
 
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS hosts (
     host TEXT PRIMARY KEY,
@@ -76,8 +77,10 @@ class State:
             self._db = sqlite3.connect(path, timeout=30)
             self._db.executescript(_SCHEMA)
         except (OSError, sqlite3.DatabaseError) as exc:
-            raise BadInput(f"cannot use the state database {path}: {exc}",
-                           "give --state FILE or set state.path in provision.yaml to a writable file") from exc
+            raise BadInput(
+                f"cannot use the state database {path}: {exc}",
+                "give --state FILE or set state.path in provision.yaml to a writable file",
+            ) from exc
 
     def close(self) -> None:
         self._db.close()
@@ -90,42 +93,55 @@ class State:
     def host(self, name: str) -> HostState | None:
         row = self._db.execute(
             "SELECT host, lock_hash, applied_at, verdict, verified_lock_hash, verified_at, last_run"
-            " FROM hosts WHERE host = ?", (name,)).fetchone()
+            " FROM hosts WHERE host = ?",
+            (name,),
+        ).fetchone()
         return HostState(*row) if row else None
 
     def hosts(self) -> list[HostState]:
         rows = self._db.execute(
             "SELECT host, lock_hash, applied_at, verdict, verified_lock_hash, verified_at, last_run"
-            " FROM hosts ORDER BY host").fetchall()
+            " FROM hosts ORDER BY host"
+        ).fetchall()
         return [HostState(*row) for row in rows]
 
     def record_applied(self, run: str, host: str, lock_hash: str, changed: int) -> None:
         now = time.time()
         with self._tx() as db:
-            db.execute("INSERT INTO hosts (host, lock_hash, applied_at, last_run) VALUES (?, ?, ?, ?)"
-                       " ON CONFLICT(host) DO UPDATE SET lock_hash = excluded.lock_hash,"
-                       " applied_at = excluded.applied_at, last_run = excluded.last_run",
-                       (host, lock_hash, now, run))
-            db.execute("INSERT INTO runs (run, host, started_at, changed) VALUES (?, ?, ?, ?)"
-                       " ON CONFLICT(run, host) DO UPDATE SET changed = excluded.changed",
-                       (run, host, now, changed))
+            db.execute(
+                "INSERT INTO hosts (host, lock_hash, applied_at, last_run) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT(host) DO UPDATE SET lock_hash = excluded.lock_hash,"
+                " applied_at = excluded.applied_at, last_run = excluded.last_run",
+                (host, lock_hash, now, run),
+            )
+            db.execute(
+                "INSERT INTO runs (run, host, started_at, changed) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT(run, host) DO UPDATE SET changed = excluded.changed",
+                (run, host, now, changed),
+            )
 
     def record_failed(self, run: str, host: str, failed_task: str | None) -> None:
         with self._tx() as db:
-            db.execute("INSERT INTO runs (run, host, started_at, failed_task, finished_at)"
-                       " VALUES (?, ?, ?, ?, ?) ON CONFLICT(run, host) DO UPDATE SET"
-                       " failed_task = excluded.failed_task, finished_at = excluded.finished_at",
-                       (run, host, time.time(), failed_task, time.time()))
+            db.execute(
+                "INSERT INTO runs (run, host, started_at, failed_task, finished_at)"
+                " VALUES (?, ?, ?, ?, ?) ON CONFLICT(run, host) DO UPDATE SET"
+                " failed_task = excluded.failed_task, finished_at = excluded.finished_at",
+                (run, host, time.time(), failed_task, time.time()),
+            )
 
     def record_verdict(self, run: str, host: str, lock_hash: str | None, verdict: str) -> None:
         now = time.time()
         with self._tx() as db:
-            db.execute("INSERT INTO hosts (host, verdict, verified_lock_hash, verified_at, last_run)"
-                       " VALUES (?, ?, ?, ?, ?) ON CONFLICT(host) DO UPDATE SET verdict = excluded.verdict,"
-                       " verified_lock_hash = excluded.verified_lock_hash,"
-                       " verified_at = excluded.verified_at, last_run = excluded.last_run",
-                       (host, verdict, lock_hash, now, run))
-            db.execute("INSERT INTO runs (run, host, started_at, verdict, finished_at) VALUES (?, ?, ?, ?, ?)"
-                       " ON CONFLICT(run, host) DO UPDATE SET verdict = excluded.verdict,"
-                       " finished_at = excluded.finished_at",
-                       (run, host, now, verdict, now))
+            db.execute(
+                "INSERT INTO hosts (host, verdict, verified_lock_hash, verified_at, last_run)"
+                " VALUES (?, ?, ?, ?, ?) ON CONFLICT(host) DO UPDATE SET verdict = excluded.verdict,"
+                " verified_lock_hash = excluded.verified_lock_hash,"
+                " verified_at = excluded.verified_at, last_run = excluded.last_run",
+                (host, verdict, lock_hash, now, run),
+            )
+            db.execute(
+                "INSERT INTO runs (run, host, started_at, verdict, finished_at) VALUES (?, ?, ?, ?, ?)"
+                " ON CONFLICT(run, host) DO UPDATE SET verdict = excluded.verdict,"
+                " finished_at = excluded.finished_at",
+                (run, host, now, verdict, now),
+            )

@@ -228,8 +228,7 @@ def up(
     from provision.ansible.render import private_umask
 
     with private_umask():  # every file of the run (reports, events, artifacts) is the user's only
-        return _up(config, options, confirm=confirm, on_progress=on_progress, on_phase=on_phase,
-                   on_total=on_total)  # fmt: skip
+        return _up(config, options, confirm=confirm, on_progress=on_progress, on_phase=on_phase, on_total=on_total)
 
 
 def _up(
@@ -259,17 +258,25 @@ def _up(
         private_dir(run_dir)  # 0700: the run's secrets.yml, inventory and artifacts are the user's only
     except OSError as exc:
         state.close()
-        raise BadInput(f"cannot make the run folder {run_dir}: {exc.strerror}",
-                       "run provision up from a writable directory") from None
+        raise BadInput(
+            f"cannot make the run folder {run_dir}: {exc.strerror}", "run provision up from a writable directory"
+        ) from None
     result = UpResult(run=run, run_dir=run_dir, check=options.check, hosts=[])
     say(f"run {run}: probing {len(selected)} host(s)")
     try:
         planned = plan(
-            config=config, local=options.local, inventory=options.inventory, out=run_dir / "ansible",
-            lock_path=run_dir / "provision.lock", overrides=options.overrides,
-            reboot_controller=options.reboot_controller, accept_new_host_keys=options.accept_new_host_keys,
-            ssh_config=options.ssh_config, only=selected, skip_unprobed=True,
-        )  # fmt: skip
+            config=config,
+            local=options.local,
+            inventory=options.inventory,
+            out=run_dir / "ansible",
+            lock_path=run_dir / "provision.lock",
+            overrides=options.overrides,
+            reboot_controller=options.reboot_controller,
+            accept_new_host_keys=options.accept_new_host_keys,
+            ssh_config=options.ssh_config,
+            only=selected,
+            skip_unprobed=True,
+        )
     except BaseException:
         state.close()
         shutil.rmtree(run_dir, ignore_errors=True)  # nothing was planned: leave no empty run behind
@@ -279,9 +286,7 @@ def _up(
     for hp in planned.hosts:
         hr = HostRun(host=hp.host, group=hp.group, lock_hash=hashes[hp.host], plan=hp)
         known = state.host(hp.host)
-        hr.converged = (
-            not options.force and not hp.changes and known is not None and known.converged(hr.lock_hash)
-        )
+        hr.converged = not options.force and not hp.changes and known is not None and known.converged(hr.lock_hash)
         result.hosts.append(hr)
     for failure in planned.unprobed:
         say(f"{failure.host}: cannot probe: {failure.reason}; the other hosts go on")
@@ -308,8 +313,21 @@ def _up(
         to_apply = [targets[h.host] for batch in batches for h in batch if not h.converged]
         cache = _start_cache(config, options, run_dir, lock, to_apply, say=say)
         for number in range(1, len(batches) + 1):
-            if not _run_batch(number, batches, run_dir, lock, targets, config, options, state, result, say,
-                              on_progress, on_total, locks):  # fmt: skip
+            if not _run_batch(
+                number,
+                batches,
+                run_dir,
+                lock,
+                targets,
+                config,
+                options,
+                state,
+                result,
+                say,
+                on_progress,
+                on_total,
+                locks,
+            ):
                 break
     except KeyboardInterrupt:
         # Ctrl-C: keep what is known (the state DB already has every finished host) and say
@@ -320,8 +338,10 @@ def _up(
                 h.message = "interrupted before this host was verified; run the same command again"
         from provision.errors import Interrupted
 
-        raise Interrupted(f"interrupted; what the run got to is in {run_dir / 'report.html'}",
-                          "run the same command again to complete the hosts not verified") from None
+        raise Interrupted(
+            f"interrupted; what the run got to is in {run_dir / 'report.html'}",
+            "run the same command again to complete the hosts not verified",
+        ) from None
     finally:
         if locks is not None:
             locks.release()
@@ -376,27 +396,33 @@ def _start_cache(
     inventory = yaml.safe_load((ansible / "inventory.yml").read_text())
     group_of = {h: g for g, body in inventory["all"]["children"].items() for h in (body.get("hosts") or {})}
     platform = {h: g.host for g in lock.groups for h in g.hosts}
-    group_vars = {g: yaml.safe_load((ansible / "group_vars" / f"{g}.yml").read_text()) or {}
-                  for g in {group_of[t.name] for t in targets}}  # fmt: skip
+    group_vars = {
+        g: yaml.safe_load((ansible / "group_vars" / f"{g}.yml").read_text()) or {}
+        for g in {group_of[t.name] for t in targets}
+    }
     secrets_path = ansible / "secrets.yml"  # render.SECRETS_FILE: index logins for the controller's pip
     secrets = (yaml.safe_load(secrets_path.read_text()) or {}) if secrets_path.exists() else {}
     netrc = "".join(f["content"] for f in secrets.get("provision_credential_files") or [] if f["name"] == "netrc")
-    wheel_sets = {t.name: WheelSet.from_group_vars(group_vars[group_of[t.name]], platform.get(t.name) or {},
-                                                   netrc=netrc)
-                  for t in targets}  # fmt: skip
+    wheel_sets = {
+        t.name: WheelSet.from_group_vars(group_vars[group_of[t.name]], platform.get(t.name) or {}, netrc=netrc)
+        for t in targets
+    }
     everyone = yaml.safe_load((ansible / "group_vars" / "all.yml").read_text()) or {}
     # squid fetches only from what these hosts' variables and roles name, and their OS archives
-    sources = RepoSources.for_run([everyone, *group_vars.values()],
-                                  [str((platform.get(t.name) or {}).get("os") or "") for t in targets],
-                                  role_defaults(Path(default_roles_path())))  # fmt: skip
+    sources = RepoSources.for_run(
+        [everyone, *group_vars.values()],
+        [str((platform.get(t.name) or {}).get("os") or "") for t in targets],
+        role_defaults(Path(default_roles_path())),
+    )
     root = Path(config.install.cache_dir).expanduser() if config.install.cache_dir else default_root()
     cache = FleetCache(root, run_dir, python_exe=sys.executable, say=say)
     connect = verify_api.default_connect(
         accept_new_host_keys=options.accept_new_host_keys, ssh_config=options.ssh_config
     )
     try:
-        per_host = cache.start(targets, wheel_sets, everyone.get("provision_environment") or {}, connect=connect,
-                               sources=sources)  # fmt: skip
+        per_host = cache.start(
+            targets, wheel_sets, everyone.get("provision_environment") or {}, connect=connect, sources=sources
+        )
     except BaseException:
         cache.close()
         raise
@@ -420,10 +446,20 @@ def _write_host_vars(ansible_dir: Path, per_host: dict[str, dict[str, Any]], why
 
 
 def _run_batch(  # noqa: PLR0917
-    number: int, batches: list[list[HostRun]], run_dir: Path, lock: Lock, targets: dict[str, HostTarget],
-    config: Config, options: UpOptions, state: State, result: UpResult, say: Callable[[str], None],
-    on_progress: Progress | None, on_total: Callable[[int | None], None] | None, locks: RunLocks | None = None,
-) -> bool:  # fmt: skip
+    number: int,
+    batches: list[list[HostRun]],
+    run_dir: Path,
+    lock: Lock,
+    targets: dict[str, HostTarget],
+    config: Config,
+    options: UpOptions,
+    state: State,
+    result: UpResult,
+    say: Callable[[str], None],
+    on_progress: Progress | None,
+    on_total: Callable[[int | None], None] | None,
+    locks: RunLocks | None = None,
+) -> bool:
     """Apply, verify and remember one batch; False when --serial must stop after it."""
     from provision.fleet import verify as verify_api
 
@@ -432,8 +468,10 @@ def _run_batch(  # noqa: PLR0917
         h.batch = number if options.serial else None
     to_apply = [h for h in batch if not h.converged]
     if to_apply:
-        say(f"batch {number}/{len(batches)}: applying {', '.join(h.host for h in to_apply)}"
-            + (" (check mode)" if options.check else ""))  # fmt: skip
+        say(
+            f"batch {number}/{len(batches)}: applying {', '.join(h.host for h in to_apply)}"
+            + (" (check mode)" if options.check else "")
+        )
         become = {n: t.become_password for n, t in targets.items() if t.become_password is not None}
         _apply(run_dir, to_apply, options, on_progress, on_total, become=become)
     for h in batch:
@@ -447,8 +485,7 @@ def _run_batch(  # noqa: PLR0917
     to_verify = [h for h in batch if h.failed_task is None]
     if to_verify:
         say(f"batch {number}/{len(batches)}: verifying {', '.join(h.host for h in to_verify)}")
-        _verify(verify_api, [targets[h.host] for h in to_verify], to_verify, lock, config.install.venv, config,
-                options)  # fmt: skip
+        _verify(verify_api, [targets[h.host] for h in to_verify], to_verify, lock, config.install.venv, config, options)
     for h in batch:
         if h.failed_task is not None:
             h.verdict = "fail"
@@ -479,8 +516,15 @@ def _unprobed(failure: ProbeFailure) -> HostRun:
     from provision.fleet.planning import HostPlan
 
     hp = HostPlan(failure.host, group="-", probed=False, present={}, changes=[], reboot="no")
-    return HostRun(host=failure.host, group="-", lock_hash="", plan=hp, failed_task=PROBE_TASK,
-                   message=failure.reason, verdict="fail")  # fmt: skip
+    return HostRun(
+        host=failure.host,
+        group="-",
+        lock_hash="",
+        plan=hp,
+        failed_task=PROBE_TASK,
+        message=failure.reason,
+        verdict="fail",
+    )
 
 
 def _batches(hosts: list[HostRun], serial: int | None) -> list[list[HostRun]]:
@@ -490,8 +534,13 @@ def _batches(hosts: list[HostRun], serial: int | None) -> list[list[HostRun]]:
 
 
 def _apply(
-    run_dir: Path, hosts: list[HostRun], options: UpOptions, on_progress: Progress | None,
-    on_total: Callable[[int | None], None] | None, *, become: dict[str, str] | None = None,
+    run_dir: Path,
+    hosts: list[HostRun],
+    options: UpOptions,
+    on_progress: Progress | None,
+    on_total: Callable[[int | None], None] | None,
+    *,
+    become: dict[str, str] | None = None,
 ) -> None:
     """Apply the run dir to ``hosts``; ``become`` ({host: sudo password}) answers the play's prompts."""
     from provision.ansible.apply import listed_tasks, run_playbook
@@ -504,10 +553,16 @@ def _apply(
     artifacts = run_dir / "apply" / "-".join(sorted(h.host for h in hosts))[:80]
     try:
         outcome = run_playbook(
-            ansible_dir, "site.yml", inventory=ansible_dir / "inventory.yml", artifacts=artifacts,
-            check=options.check, limit=limit, forks=max(5, min(50, len(hosts))), on_progress=on_progress,
+            ansible_dir,
+            "site.yml",
+            inventory=ansible_dir / "inventory.yml",
+            artifacts=artifacts,
+            check=options.check,
+            limit=limit,
+            forks=max(5, min(50, len(hosts))),
+            on_progress=on_progress,
             passwords=become_answers(become or {}),
-        )  # fmt: skip
+        )
     finally:  # also on Ctrl-C: the run's events.jsonl has whatever this apply got to
         _append_events(artifacts / "events.jsonl", run_dir / "events.jsonl")
     for h in hosts:

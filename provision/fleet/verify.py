@@ -137,9 +137,7 @@ def remote_python(transport: Transport, venv: str | None) -> str | None:
     return None
 
 
-def job_command(
-    python: str, workdir: str, host: str, allow_cpu: bool, extra: Sequence[str] = ()
-) -> list[str]:
+def job_command(python: str, workdir: str, host: str, allow_cpu: bool, extra: Sequence[str] = ()) -> list[str]:
     command = [
         python,
         f"{workdir}/smoke/job.py",
@@ -264,9 +262,7 @@ def verify_hosts(
     with ThreadPoolExecutor(max_workers=workers) as pool:
         prepared = list(pool.map(prepare, plans))
     missing = [
-        plan.target.name
-        for plan, (t, py, _) in zip(plans, prepared, strict=True)
-        if t is not None and py is None
+        plan.target.name for plan, (t, py, _) in zip(plans, prepared, strict=True) if t is not None and py is None
     ]
     if missing:
         for transport, _, _ in prepared:
@@ -345,9 +341,7 @@ def run_multihost(
         def launch(i: int) -> CommandResult:
             transport, workdir, python = transports[i], workdirs[i], pythons[i]
             assert python is not None
-            gpus = transport.run(
-                "nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true", timeout=60
-            ).stdout.strip()
+            gpus = transport.run("nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true", timeout=60).stdout.strip()
             nproc = int(gpus) if gpus.isdigit() and int(gpus) > 0 else 1
             env = ["PYTHONUNBUFFERED=1"]
             dev = _interface_towards(transport, peers[i])

@@ -29,9 +29,16 @@ from provision.hosts.transport import LocalTransport, SSHTransport, Transport, c
 SNIPPETS = Path(__file__).resolve().parents[1] / "remote" / "snippets"
 IMDS_DEFAULT = "http://169.254.169.254"
 _SECTION = re.compile(r"^@@provision-section (\S+)@@$", re.M)
-UPGRADE_UNITS = ("unattended-upgrades.service", "apt-daily.service", "apt-daily-upgrade.service",
-                 "apt-daily-upgrade.timer", "dnf-automatic.timer", "dnf-automatic-install.timer",
-                 "dnf-automatic.service", "dnf-automatic-install.service")
+UPGRADE_UNITS = (
+    "unattended-upgrades.service",
+    "apt-daily.service",
+    "apt-daily-upgrade.service",
+    "apt-daily-upgrade.timer",
+    "dnf-automatic.timer",
+    "dnf-automatic-install.timer",
+    "dnf-automatic.service",
+    "dnf-automatic-install.service",
+)
 # dpkg-query's format for the package sections (parse_dpkg_query reads exactly this).
 DPKG_FORMAT = r"${db:Status-Abbrev}\t${Package}\t${Version}\n"
 RUNTIMES = ("docker", "podman", "containerd", "nerdctl", "crictl", "nvidia-ctk", "nvidia-container-runtime")
@@ -156,8 +163,10 @@ sec locks
 [ -n "$PY" ] && @@LOCKS@@
 """
 
-_ON_EC2 = ("grep -qis -e amazon -e '^ec2' /sys/class/dmi/id/sys_vendor /sys/class/dmi/id/bios_vendor "
-           "/sys/hypervisor/uuid 2>/dev/null")
+_ON_EC2 = (
+    "grep -qis -e amazon -e '^ec2' /sys/class/dmi/id/sys_vendor /sys/class/dmi/id/bios_vendor "
+    "/sys/hypervisor/uuid 2>/dev/null"
+)
 
 
 def main_script(options: GatherOptions, with_root: bool) -> str:
@@ -174,12 +183,14 @@ def main_script(options: GatherOptions, with_root: bool) -> str:
     if options.venv:
         venv_python = shlex.quote(options.venv.rstrip("/") + "/bin/python")
         venv = f"[ -x {venv_python} ] && {_python_heredoc(venv_python, 'venv_packages')}"
-    body = (_MAIN.replace("@@NVML@@", _python_heredoc('"$PY"', "nvml_query"))
-            .replace("@@UNITS@@", " ".join(UPGRADE_UNITS))
-            .replace("@@RUNTIMES@@", " ".join(RUNTIMES))
-            .replace("@@DPKG_FORMAT@@", DPKG_FORMAT)
-            .replace("@@IMDS@@", imds)
-            .replace("@@VENV@@", venv))
+    body = (
+        _MAIN.replace("@@NVML@@", _python_heredoc('"$PY"', "nvml_query"))
+        .replace("@@UNITS@@", " ".join(UPGRADE_UNITS))
+        .replace("@@RUNTIMES@@", " ".join(RUNTIMES))
+        .replace("@@DPKG_FORMAT@@", DPKG_FORMAT)
+        .replace("@@IMDS@@", imds)
+        .replace("@@VENV@@", venv)
+    )
     return _HEADER + body + (root_body() if with_root else "")
 
 
@@ -225,8 +236,12 @@ def facts_from_sections(sections: dict[str, str], options: GatherOptions) -> p.H
 
     packages = {**p.parse_dpkg_query(s("dpkg", "")), **p.parse_rpm_query(s("rpm", ""))}
     facts.driver_packages = p.driver_packages(packages)
-    facts.driver = (p.parse_proc_driver_version(s("proc_driver", "")) or p.parse_modinfo(s("modinfo", ""))
-                    or p.driver_from_packages(packages) or p.DriverInfo(None, None))
+    facts.driver = (
+        p.parse_proc_driver_version(s("proc_driver", ""))
+        or p.parse_modinfo(s("modinfo", ""))
+        or p.driver_from_packages(packages)
+        or p.DriverInfo(None, None)
+    )
 
     if s("nvidia_smi"):
         try:
@@ -295,8 +310,11 @@ def _sysfs_rows(text: str) -> str:
         parts = path.split("/")
         if len(parts) >= 2 and value:
             fields.setdefault(parts[-2], {})[parts[-1]] = value.strip()
-    return "\n".join(f"{slot} {f['class']} {f['vendor']} {f['device']}" for slot, f in sorted(fields.items())
-                     if {"class", "vendor", "device"} <= set(f))
+    return "\n".join(
+        f"{slot} {f['class']} {f['vendor']} {f['device']}"
+        for slot, f in sorted(fields.items())
+        if {"class", "vendor", "device"} <= set(f)
+    )
 
 
 def _headers(sections: dict[str, str], packages: dict[str, str], kernel: str | None) -> p.KernelHeaders:
@@ -336,24 +354,26 @@ def gather(transport: Transport, options: GatherOptions | None = None) -> p.Host
     """All facts of one host. Raises OperationFailed when the host cannot run the script at all."""
     options = options or GatherOptions()
     root = _known_root(transport)
-    result = transport.run(shlex.join(["sh", "-c", main_script(options, with_root=bool(root))]),
-                           timeout=options.command_timeout)
+    result = transport.run(
+        shlex.join(["sh", "-c", main_script(options, with_root=bool(root))]), timeout=options.command_timeout
+    )
     sections = split_sections(result.stdout)
     if "id" not in sections:
         why = result.stderr.strip()[:200] or "no output"
-        raise OperationFailed(f"probe script failed on {transport.name}: {why}",
-                              "check that the host has a POSIX sh and coreutils")
+        raise OperationFailed(
+            f"probe script failed on {transport.name}: {why}", "check that the host has a POSIX sh and coreutils"
+        )
     warnings: list[str] = []
     if not root and sections["id"].split()[1:2] != ["0"]:
         # Not root: the root-only facts under sudo (never prompting), else as the user, marked.
-        privileged = transport.run(shlex.join(["sh", "-c", root_script()]), sudo=True,
-                                   timeout=options.command_timeout)
+        privileged = transport.run(shlex.join(["sh", "-c", root_script()]), sudo=True, timeout=options.command_timeout)
         if "locks" in split_sections(privileged.stdout):
             sections.update(split_sections(privileged.stdout))
         else:
             said = privileged.stderr.strip().splitlines()
-            warnings.append(f"sudo failed ({said[-1] if said else 'no output'}); "
-                            "facts that need root were read as the login user")
+            warnings.append(
+                f"sudo failed ({said[-1] if said else 'no output'}); facts that need root were read as the login user"
+            )
             plain = transport.run(shlex.join(["sh", "-c", root_script()]), timeout=options.command_timeout)
             sections.update(split_sections(plain.stdout))
     facts = facts_from_sections(sections, options)
@@ -395,8 +415,13 @@ def probe_one(
 ) -> ProbeResult:
     start = time.monotonic()
     try:
-        transport = connect(target, accept_new_host_keys=accept_new_host_keys,
-                            connect_timeout=connect_timeout, ssh_config=ssh_config, env=env)
+        transport = connect(
+            target,
+            accept_new_host_keys=accept_new_host_keys,
+            connect_timeout=connect_timeout,
+            ssh_config=ssh_config,
+            env=env,
+        )
         try:
             facts = gather(transport, options)
         finally:
@@ -418,6 +443,7 @@ def probe_hosts(
 
     A host that fails is reported in its result; the others still answer.
     """
+
     def one(target: HostTarget) -> ProbeResult:
         result = probe_one(target, options, **connect_kwargs)
         if on_done:

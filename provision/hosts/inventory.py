@@ -27,8 +27,14 @@ _USER = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}\$?$")
 _RANGE = re.compile(r"\[([0-9a-zA-Z]+):([0-9a-zA-Z]+)(?::([0-9]+))?\]")
 # Variables whose values must never be printed (sudo / SSH passwords).
 SECRET_VARS = frozenset(
-    {"ansible_become_password", "ansible_become_pass", "ansible_password", "ansible_ssh_pass",
-     "ansible_sudo_pass", "ansible_sudo_password"}
+    {
+        "ansible_become_password",
+        "ansible_become_pass",
+        "ansible_password",
+        "ansible_ssh_pass",
+        "ansible_sudo_pass",
+        "ansible_sudo_password",
+    }
 )
 
 
@@ -120,8 +126,7 @@ def parse_host(arg: str) -> HostTarget:
         try:
             ipaddress.IPv6Address(name)
         except ValueError:
-            raise BadInput(f"malformed host `{arg}`: `[...]` holds an IPv6 address",
-                           HOST_FORMAT_HINT) from None
+            raise BadInput(f"malformed host `{arg}`: `[...]` holds an IPv6 address", HOST_FORMAT_HINT) from None
     elif text.count(":") > 1:  # a bare IPv6 address, no port
         name = text
         try:
@@ -172,8 +177,9 @@ class _Inventory:
 
     def group(self, name: str) -> _Group:
         if not re.match(r"^[A-Za-z0-9_.-]+$", name):
-            raise BadInput(f"invalid group name `{name}` in {self.source}",
-                           "group names are letters, digits, `_`, `-` and `.`")
+            raise BadInput(
+                f"invalid group name `{name}` in {self.source}", "group names are letters, digits, `_`, `-` and `.`"
+            )
         return self.groups.setdefault(name, _Group(name))
 
     def add_host(self, group: str, pattern: str, host_vars: Mapping[str, Any]) -> None:
@@ -214,8 +220,7 @@ class _Inventory:
 
     def _depth(self, name: str, parents: dict[str, set[str]], path: tuple[str, ...]) -> int:
         if name in path:
-            raise BadInput(f"group `{name}` is its own ancestor in {self.source}",
-                           "remove the cycle of :children")
+            raise BadInput(f"group `{name}` is its own ancestor in {self.source}", "remove the cycle of :children")
         ups = parents.get(name, set()) - {"all"}
         return 1 + max((self._depth(p, parents, (*path, name)) for p in ups), default=0)
 
@@ -245,18 +250,16 @@ def expand_host_pattern(pattern: str, source: str) -> list[str]:
         return [_check_name(pattern, source, "host names are DNS names or IP addresses")]
     start, end, step_text = match.group(1), match.group(2), match.group(3)
     step = int(step_text) if step_text else 1
-    head, tail = pattern[: match.start()], pattern[match.end():]
+    head, tail = pattern[: match.start()], pattern[match.end() :]
     if start.isdigit() and end.isdigit():
         width = len(start) if start.startswith("0") else 0
         values = [str(i).zfill(width) for i in range(int(start), int(end) + 1, step)]
     elif len(start) == 1 and len(end) == 1 and start.isalpha() and end.isalpha():
         values = [chr(c) for c in range(ord(start), ord(end) + 1, step)]
     else:
-        raise BadInput(f"invalid host range `{match.group(0)}` in {source}",
-                       "write ranges as [01:08] or [a:f]")
+        raise BadInput(f"invalid host range `{match.group(0)}` in {source}", "write ranges as [01:08] or [a:f]")
     if not values:
-        raise BadInput(f"empty host range `{match.group(0)}` in {source}",
-                       "the range's start must not exceed its end")
+        raise BadInput(f"empty host range `{match.group(0)}` in {source}", "the range's start must not exceed its end")
     return [h for v in values for h in expand_host_pattern(head + v + tail, source)]
 
 
@@ -280,29 +283,30 @@ def _parse_ini(text: str, inv: _Inventory) -> None:
         if line.startswith("["):
             m = re.fullmatch(r"\[([^\]:\s]+)(?::(vars|children))?\]", line)
             if not m:
-                raise BadInput(f"inventory does not parse: bad section header `{line}` at {where}",
-                               "sections are [group], [group:vars] or [group:children]")
+                raise BadInput(
+                    f"inventory does not parse: bad section header `{line}` at {where}",
+                    "sections are [group], [group:vars] or [group:children]",
+                )
             section, kind = m.group(1), m.group(2) or "hosts"
             inv.group(section)
             continue
         try:
             words = shlex.split(line, comments=True)
         except ValueError as exc:
-            raise BadInput(f"inventory does not parse at {where}: {exc}",
-                           "check the quotes on that line") from None
+            raise BadInput(f"inventory does not parse at {where}: {exc}", "check the quotes on that line") from None
         if not words:
             continue
         if kind == "children":
             if len(words) != 1:
-                raise BadInput(f"inventory does not parse at {where}: `{line}`",
-                               "list one child group per line")
+                raise BadInput(f"inventory does not parse at {where}: `{line}`", "list one child group per line")
             inv.group(words[0])
             inv.group(section).children.append(words[0])
         elif kind == "vars":
             key, sep, value = line.partition("=")
             if not sep or not key.strip():
-                raise BadInput(f"inventory does not parse at {where}: `{line}` is not key=value",
-                               "write group vars as key=value")
+                raise BadInput(
+                    f"inventory does not parse at {where}: `{line}` is not key=value", "write group vars as key=value"
+                )
             value = value.strip()
             if value[:1] in ("'", '"'):
                 value = " ".join(shlex.split(value, comments=True))
@@ -312,8 +316,10 @@ def _parse_ini(text: str, inv: _Inventory) -> None:
             for word in words[1:]:
                 key, sep, value = word.partition("=")
                 if not sep or not key:
-                    raise BadInput(f"inventory does not parse at {where}: `{word}` is not key=value",
-                                   "write host vars as name key=value ...")
+                    raise BadInput(
+                        f"inventory does not parse at {where}: `{word}` is not key=value",
+                        "write host vars as name key=value ...",
+                    )
                 host_vars[key] = _ini_value(value)
             pattern = words[0]
             if pattern.count(":") == 1 and "[" not in pattern:
@@ -324,25 +330,32 @@ def _parse_ini(text: str, inv: _Inventory) -> None:
 
 def _parse_yaml(data: Any, inv: _Inventory) -> None:
     if not isinstance(data, dict):
-        raise BadInput(f"inventory does not parse: {inv.source} is not a mapping of groups",
-                       "a YAML inventory starts with `all:` (see Ansible's inventory docs)")
+        raise BadInput(
+            f"inventory does not parse: {inv.source} is not a mapping of groups",
+            "a YAML inventory starts with `all:` (see Ansible's inventory docs)",
+        )
 
     def walk(name: str, body: Any) -> None:
         group = inv.group(name)
         if body is None:
             return
         if not isinstance(body, dict) or set(body) - {"hosts", "vars", "children"}:
-            raise BadInput(f"inventory does not parse: group `{name}` in {inv.source} must be a mapping "
-                           "with hosts/vars/children", "indent hosts under `hosts:` and vars under `vars:`")
+            raise BadInput(
+                f"inventory does not parse: group `{name}` in {inv.source} must be a mapping with hosts/vars/children",
+                "indent hosts under `hosts:` and vars under `vars:`",
+            )
         for key in ("hosts", "vars", "children"):
             if body.get(key) is not None and not isinstance(body[key], dict):
-                raise BadInput(f"inventory does not parse: `{name}.{key}` in {inv.source} is not a mapping",
-                               f"write `{key}:` as a mapping of names")
+                raise BadInput(
+                    f"inventory does not parse: `{name}.{key}` in {inv.source} is not a mapping",
+                    f"write `{key}:` as a mapping of names",
+                )
         for host, host_vars in (body.get("hosts") or {}).items():
             if host_vars is not None and not isinstance(host_vars, dict):
-                raise BadInput(f"inventory does not parse: vars of host `{host}` in {inv.source} "
-                               "are not a mapping",
-                               "write `host: {ansible_host: ...}` or `host:` with nothing after it")
+                raise BadInput(
+                    f"inventory does not parse: vars of host `{host}` in {inv.source} are not a mapping",
+                    "write `host: {ansible_host: ...}` or `host:` with nothing after it",
+                )
             inv.add_host(name, str(host), host_vars or {})
         group.vars.update(body.get("vars") or {})
         for child, child_body in (body.get("children") or {}).items():
@@ -362,8 +375,9 @@ def load_inventory(path: Path | str) -> list[HostTarget]:
     except FileNotFoundError:
         raise BadInput(f"inventory not found: {source}", "give the path of an inventory file") from None
     except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
-        raise BadInput(f"cannot read inventory {source}: {exc.__class__.__name__}",
-                       "give a readable INI or YAML inventory file") from None
+        raise BadInput(
+            f"cannot read inventory {source}: {exc.__class__.__name__}", "give a readable INI or YAML inventory file"
+        ) from None
     inv = _Inventory(source)
     if path.suffix in (".yml", ".yaml") or text.lstrip().startswith(("all:", "---")):
         import yaml
@@ -373,8 +387,9 @@ def load_inventory(path: Path | str) -> list[HostTarget]:
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             at = f" at line {mark.line + 1}" if mark is not None else ""
-            raise BadInput(f"inventory does not parse: {source}{at} is not valid YAML",
-                           "fix the YAML (indentation, colons)") from None
+            raise BadInput(
+                f"inventory does not parse: {source}{at} is not valid YAML", "fix the YAML (indentation, colons)"
+            ) from None
         _parse_yaml(data or {}, inv)
     else:
         _parse_ini(text, inv)

@@ -260,12 +260,12 @@ class HostFacts:
             "venv": _venv_json(self.venv),
             "frameworks": self.frameworks(),
             "disk_free_gib": self.disk_free_gib,
-            "disks": {d.mount: {"free_gib": d.free_gib, "total_gib": round(d.total_bytes / 2**30, 1)}
-                      for d in self.disks},
+            "disks": {
+                d.mount: {"free_gib": d.free_gib, "total_gib": round(d.total_bytes / 2**30, 1)} for d in self.disks
+            },
             "memory_gib": round(self.memory_bytes / 2**30, 1) if self.memory_bytes is not None else None,
             "cpus": self.cpus,
-            "package_locks": [asdict(lock) for lock in self.package_locks]
-            if self.package_locks is not None else None,
+            "package_locks": [asdict(lock) for lock in self.package_locks] if self.package_locks is not None else None,
             "unattended_upgrades": _unattended_json(self.unattended_upgrades),
             "container_runtimes": list(self.container_runtimes),
             "ec2_instance_type": self.ec2_instance_type,
@@ -314,15 +314,27 @@ class HostDescription:
 
     def to_json(self) -> dict[str, Any]:
         """DESIGN.md's ``host`` object of ``provision resolve --json``."""
-        return {"gpu": self.gpu, "compute_capability": self.compute_capability, "gpu_count": self.gpu_count,
-                "os": self.os, "arch": self.arch, "python": self.python}
+        return {
+            "gpu": self.gpu,
+            "compute_capability": self.compute_capability,
+            "gpu_count": self.gpu_count,
+            "os": self.os,
+            "arch": self.arch,
+            "python": self.python,
+        }
 
     def resolver_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``provision.resolve.HostSpec.describe`` (python goes to the request)."""
         # A GPU the knowledge data does not name cannot be counted as a model: "any NVIDIA GPU".
         count = self.gpu_count if self.gpu and self.gpu_count else None
-        return {"gpu": self.gpu, "gpu_count": count, "instance_type": self.instance_type,
-                "os": self.os, "arch": self.arch, "nvswitch_count": self.nvswitch_count}
+        return {
+            "gpu": self.gpu,
+            "gpu_count": count,
+            "instance_type": self.instance_type,
+            "os": self.os,
+            "arch": self.arch,
+            "nvswitch_count": self.nvswitch_count,
+        }
 
 
 def host_description(facts: HostFacts) -> HostDescription:
@@ -385,8 +397,7 @@ def parse_lspci_nn(text: str) -> list[PciDevice]:
     for line in text.splitlines():
         m = _LSPCI_LINE.match(line.strip())
         if m:
-            devices.append(PciDevice(m["slot"], m["cls"].lower(), m["vendor"].lower(), m["device"].lower(),
-                                     m["desc"]))
+            devices.append(PciDevice(m["slot"], m["cls"].lower(), m["vendor"].lower(), m["device"].lower(), m["desc"]))
     return devices
 
 
@@ -401,8 +412,14 @@ def parse_sysfs_pci(text: str) -> list[PciDevice]:
         if len(parts) != 4:
             continue
         slot, cls, vendor, device = parts
-        devices.append(PciDevice(slot, cls.lower().removeprefix("0x")[:4], vendor.lower().removeprefix("0x"),
-                                 device.lower().removeprefix("0x")))
+        devices.append(
+            PciDevice(
+                slot,
+                cls.lower().removeprefix("0x")[:4],
+                vendor.lower().removeprefix("0x"),
+                device.lower().removeprefix("0x"),
+            )
+        )
     return devices
 
 
@@ -418,8 +435,15 @@ def classify_pci(devices: Iterable[PciDevice], lookup: GpuLookup = no_lookup) ->
             continue
         if dev.class_code.startswith(_DISPLAY_CLASS_PREFIX):
             model = lookup(dev.pci_id)
-            gpus.append(Gpu(dev.pci_id, dev.slot, model.name if model else None,
-                            model.compute_capability if model else None, dev.description))
+            gpus.append(
+                Gpu(
+                    dev.pci_id,
+                    dev.slot,
+                    model.name if model else None,
+                    model.compute_capability if model else None,
+                    dev.description,
+                )
+            )
         elif dev.class_code == _BRIDGE_OTHER_CLASS:
             nvswitches += 1
     return gpus, nvswitches
@@ -508,18 +532,19 @@ def parse_nvidia_smi_xml(text: str) -> NvmlInventory:
     gpus = []
     fabric = None
     for index, gpu in enumerate(root.findall("gpu")):
-        gpus.append(NvmlGpu(
-            index=index,
-            name=_text(gpu, "product_name") or "unknown",
-            uuid=_text(gpu, "uuid"),
-            memory_mib=_mib(_text(gpu, "fb_memory_usage/total")),
-            compute_capability=_text(gpu, "compute_cap"),
-            pci_bus_id=_text(gpu, "pci/pci_bus_id") or gpu.get("id"),
-            pci_id=_gpu_pci_id_from_smi(_text(gpu, "pci/pci_device_id")),
-        ))
+        gpus.append(
+            NvmlGpu(
+                index=index,
+                name=_text(gpu, "product_name") or "unknown",
+                uuid=_text(gpu, "uuid"),
+                memory_mib=_mib(_text(gpu, "fb_memory_usage/total")),
+                compute_capability=_text(gpu, "compute_cap"),
+                pci_bus_id=_text(gpu, "pci/pci_bus_id") or gpu.get("id"),
+                pci_id=_gpu_pci_id_from_smi(_text(gpu, "pci/pci_device_id")),
+            )
+        )
         fabric = fabric or _text(gpu, "fabric/state")
-    return NvmlInventory("nvidia-smi", _text(root, "driver_version"), _text(root, "cuda_version"),
-                         tuple(gpus), fabric)
+    return NvmlInventory("nvidia-smi", _text(root, "driver_version"), _text(root, "cuda_version"), tuple(gpus), fabric)
 
 
 def parse_nvml_json(text: str) -> tuple[NvmlInventory | None, str | None]:
@@ -535,13 +560,18 @@ def parse_nvml_json(text: str) -> tuple[NvmlInventory | None, str | None]:
     if not doc.get("available"):
         return None, None
     gpus = tuple(
-        NvmlGpu(index=int(g["index"]), name=str(g.get("name") or "unknown"), uuid=g.get("uuid"),
-                memory_mib=g.get("memory_mib"), compute_capability=g.get("compute_capability"),
-                pci_bus_id=g.get("pci_bus_id"), pci_id=g.get("pci_id"))
+        NvmlGpu(
+            index=int(g["index"]),
+            name=str(g.get("name") or "unknown"),
+            uuid=g.get("uuid"),
+            memory_mib=g.get("memory_mib"),
+            compute_capability=g.get("compute_capability"),
+            pci_bus_id=g.get("pci_bus_id"),
+            pci_id=g.get("pci_id"),
+        )
         for g in doc.get("gpus", [])
     )
-    return NvmlInventory(str(doc.get("via") or "nvml"), doc.get("driver_version"), doc.get("cuda_version"),
-                         gpus), None
+    return NvmlInventory(str(doc.get("via") or "nvml"), doc.get("driver_version"), doc.get("cuda_version"), gpus), None
 
 
 def parse_dpkg_query(text: str) -> dict[str, str]:
@@ -589,8 +619,7 @@ def driver_from_packages(packages: Mapping[str, str]) -> DriverInfo | None:
     candidates = {n: v for n, v in driver_packages(packages).items() if "fabricmanager" not in n}
     if not candidates:
         return None
-    kernel = [n for n in candidates
-              if "kernel" in n or "dkms" in n or n.startswith(("nvidia-driver", "nvidia-open"))]
+    kernel = [n for n in candidates if "kernel" in n or "dkms" in n or n.startswith(("nvidia-driver", "nvidia-open"))]
     name = sorted(kernel or candidates)[0]
     open_names = [n for n in candidates if "open" in n]
     flavor = "open" if open_names else ("proprietary" if kernel else None)
@@ -718,8 +747,12 @@ def parse_systemctl_states(text: str) -> dict[str, str]:
 # the unattended-upgrades package sets up) and RHEL/Amazon Linux's dnf-automatic.
 _APT_UPGRADE_TIMER = "apt-daily-upgrade.timer"
 _DNF_TIMERS = ("dnf-automatic.timer", "dnf-automatic-install.timer")
-_UPGRADE_RUNNING = ("apt-daily.service", "apt-daily-upgrade.service", "dnf-automatic.service",
-                    "dnf-automatic-install.service")
+_UPGRADE_RUNNING = (
+    "apt-daily.service",
+    "apt-daily-upgrade.service",
+    "dnf-automatic.service",
+    "dnf-automatic-install.service",
+)
 
 
 def parse_unattended(states_text: str, processes_text: str, apt_periodic: str = "") -> UnattendedUpgrades:
@@ -734,10 +767,12 @@ def parse_unattended(states_text: str, processes_text: str, apt_periodic: str = 
     periodic = re.findall(r'^\s*APT::Periodic::Unattended-Upgrade\s+"([^"]*)"', apt_periodic, re.M)
     apt_on = bool(periodic) and periodic[-1] not in ("", "0")
     enabled = (states.get(_APT_UPGRADE_TIMER) == "active" and apt_on) or any(
-        states.get(u) == "active" for u in _DNF_TIMERS)
+        states.get(u) == "active" for u in _DNF_TIMERS
+    )
     running = any(states.get(u) in ("active", "activating") for u in _UPGRADE_RUNNING)
-    running = running or bool(re.search(r"^(unattended-upgr\S*|apt\.systemd\.dai\S*|dnf-automatic)$",
-                                        processes_text, re.M))
+    running = running or bool(
+        re.search(r"^(unattended-upgr\S*|apt\.systemd\.dai\S*|dnf-automatic)$", processes_text, re.M)
+    )
     return UnattendedUpgrades(enabled=enabled, running=running, units=states)
 
 

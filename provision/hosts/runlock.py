@@ -135,8 +135,9 @@ def acquire(transport: Transport, holder: Holder, *, timeout: float = 60.0, stal
     if spawn is None:
         transport.close()
         raise OperationFailed(f"{transport.name}: this connection cannot hold a host lock", "use SSH or --local")
-    command = " ".join(["python3", "-c", shlex.quote(_HOLDER), shlex.quote(LOCK_PATH),
-                        shlex.quote(holder.line()), str(stale_s)])  # fmt: skip
+    command = " ".join(
+        ["python3", "-c", shlex.quote(_HOLDER), shlex.quote(LOCK_PATH), shlex.quote(holder.line()), str(stale_s)]
+    )
     process: Spawned | None = None
     try:
         process = spawn(command, sudo=True)
@@ -153,17 +154,28 @@ def acquire(transport: Transport, holder: Holder, *, timeout: float = 60.0, stal
     transport.close()
     if answer.startswith("busy "):
         other = Holder.parse(answer[5:])
-        raise HostBusy(f"{transport.name}: another provision up holds this host: {other.describe()}",
-                       f"wait for it to end, then run again; a controller that died lets go within {stale_s:.0f}s")
-    raise OperationFailed(f"{transport.name}: cannot take the host lock {LOCK_PATH}: {answer or 'no answer'}",
-                          "the lock needs python3 and root (sudo without a password prompt, or become_password)")
+        raise HostBusy(
+            f"{transport.name}: another provision up holds this host: {other.describe()}",
+            f"wait for it to end, then run again; a controller that died lets go within {stale_s:.0f}s",
+        )
+    raise OperationFailed(
+        f"{transport.name}: cannot take the host lock {LOCK_PATH}: {answer or 'no answer'}",
+        "the lock needs python3 and root (sudo without a password prompt, or become_password)",
+    )
 
 
 class RunLocks:
     """The locks of one run, heartbeats included; every method is safe to call from ``up``'s finally."""
 
-    def __init__(self, run: str, connect: Callable[[HostTarget], Transport], *, workers: int = 32,
-                 heartbeat_s: float = HEARTBEAT_S, stale_s: float = STALE_S) -> None:  # fmt: skip
+    def __init__(
+        self,
+        run: str,
+        connect: Callable[[HostTarget], Transport],
+        *,
+        workers: int = 32,
+        heartbeat_s: float = HEARTBEAT_S,
+        stale_s: float = STALE_S,
+    ) -> None:
         self.holder = Holder(run, time.time(), this_controller())
         self._heartbeat_s, self._stale_s = heartbeat_s, stale_s
         self._connect = connect
@@ -220,5 +232,3 @@ class RunLocks:
             held, self._held = list(self._held.values()), {}
         for lock in held:
             lock.release()
-
-

@@ -147,8 +147,9 @@ class Spawned:
         while b"\n" not in self._buf:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise CommandTimeout(f"no answer from {self.host} after {timeout:g}s",
-                                     "check the host and what the command waits for")  # fmt: skip
+                raise CommandTimeout(
+                    f"no answer from {self.host} after {timeout:g}s", "check the host and what the command waits for"
+                )
             if not self._waiter.select(min(left, 0.5)):
                 continue
             chunk = self._read()
@@ -183,8 +184,9 @@ class Spawned:
 class LocalTransport:
     """The machine provision runs on, through subprocess."""
 
-    def __init__(self, name: str = "localhost", env: Mapping[str, str] | None = None,
-                 sudo_password: str | None = None) -> None:
+    def __init__(
+        self, name: str = "localhost", env: Mapping[str, str] | None = None, sudo_password: str | None = None
+    ) -> None:
         self._name = name
         self._env = dict(env) if env is not None else None
         self._sudo_password = sudo_password
@@ -206,15 +208,23 @@ class LocalTransport:
             text = _sudo_wrap(text, self._sudo_password)
             stdin = _sudo_stdin(self._sudo_password, stdin)
         # A new session, so that a timeout stops the whole pipeline, not only the shell.
-        proc = subprocess.Popen(["/bin/sh", "-c", text], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, env=self._env, start_new_session=True)
+        proc = subprocess.Popen(
+            ["/bin/sh", "-c", text],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=self._env,
+            start_new_session=True,
+        )
         try:
             out, err = proc.communicate(stdin, timeout=timeout)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
-            raise CommandTimeout(f"command timed out after {timeout:g}s on {self._name}",
-                                 "raise the timeout or check what the command waits for") from None
+            raise CommandTimeout(
+                f"command timed out after {timeout:g}s on {self._name}",
+                "raise the timeout or check what the command waits for",
+            ) from None
         return CommandResult(proc.returncode, out.decode(errors="replace"), err.decode(errors="replace"))
 
     def spawn(self, command: str | Sequence[str], *, sudo: bool = False, stdin: bytes | None = None) -> Spawned:
@@ -223,8 +233,14 @@ class LocalTransport:
         if sudo and os.geteuid() != 0:
             text = _sudo_wrap(text, self._sudo_password)
             stdin = _sudo_stdin(self._sudo_password, stdin)
-        proc = subprocess.Popen(["/bin/sh", "-c", f"exec 2>&1; {text}"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL, env=self._env, start_new_session=True)  # fmt: skip
+        proc = subprocess.Popen(
+            ["/bin/sh", "-c", f"exec 2>&1; {text}"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=self._env,
+            start_new_session=True,
+        )
         assert proc.stdin is not None and proc.stdout is not None
         pin, pout = proc.stdin, proc.stdout
 
@@ -242,8 +258,14 @@ class LocalTransport:
                 proc.wait()
             pout.close()
 
-        spawned = Spawned(self._name, pout, read=lambda: os.read(pout.fileno(), 1 << 16), write=write,
-                          running=lambda: proc.poll() is None, close=close)  # fmt: skip
+        spawned = Spawned(
+            self._name,
+            pout,
+            read=lambda: os.read(pout.fileno(), 1 << 16),
+            write=write,
+            running=lambda: proc.poll() is None,
+            close=close,
+        )
         if stdin:
             spawned.write(stdin)
         return spawned
@@ -333,21 +355,23 @@ def resolve_settings(target: HostTarget, ssh_config: Path | None = None) -> SSHS
             try:
                 options.update(_ssh_args_options(str(target.vars[var])))
             except ValueError as exc:
-                raise BadInput(f"{var} of host `{target.name}` does not parse: {exc}",
-                               "check its quotes") from None
-    path = Path(options.pop("_configfile")).expanduser() if "_configfile" in options else (
-        ssh_config or default_ssh_config_path())
+                raise BadInput(f"{var} of host `{target.name}` does not parse: {exc}", "check its quotes") from None
+    path = (
+        Path(options.pop("_configfile")).expanduser()
+        if "_configfile" in options
+        else (ssh_config or default_ssh_config_path())
+    )
     looked: dict[str, Any] = {}
     if path.is_file():
         try:
             looked = dict(paramiko.SSHConfig.from_path(str(path)).lookup(target.address))
         except (paramiko.SSHException, ValueError, OSError) as exc:
-            raise BadInput(f"SSH config {path} does not parse: {exc}",
-                           "fix that file or pass another with -F") from None
+            raise BadInput(
+                f"SSH config {path} does not parse: {exc}", "fix that file or pass another with -F"
+            ) from None
     port_text = str(target.port or _pick_port(options, looked))
     if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
-        raise BadInput(f"invalid SSH port `{port_text}` for host `{target.name}`",
-                       "a port is a number from 1 to 65535")
+        raise BadInput(f"invalid SSH port `{port_text}` for host `{target.name}`", "a port is a number from 1 to 65535")
 
     def pick(key: str) -> Any:
         return options.get(key, looked.get(key))
@@ -368,8 +392,11 @@ def resolve_settings(target: HostTarget, ssh_config: Path | None = None) -> SSHS
         check_known_hosts_file(known_file)
     return SSHSettings(
         name=target.name,
-        hostname=str(options.get("hostname") or (looked.get("hostname") if target.address == target.name
-                                                 else target.address) or target.address),
+        hostname=str(
+            options.get("hostname")
+            or (looked.get("hostname") if target.address == target.name else target.address)
+            or target.address
+        ),
         port=port,
         user=target.user or str(pick("user") or getpass.getuser()),
         key_files=tuple(dict.fromkeys(os.path.expanduser(k) for k in key_files)),
@@ -398,12 +425,18 @@ def ssh_trust_args(target: HostTarget, ssh_config: Path | None = None) -> str:
         # ssh_config(5) splits the value on whitespace; a path with a space is double-quoted
         return " ".join(f'"{p}"' if any(c.isspace() for c in p) else p for p in paths)
 
-    return shlex.join([
-        "-F", settings.config_file or "/dev/null",
-        "-o", f"UserKnownHostsFile={files(settings.known_hosts_files)}",
-        "-o", f"GlobalKnownHostsFile={files(GLOBAL_KNOWN_HOSTS)}",
-        "-o", "StrictHostKeyChecking=yes",
-    ])  # fmt: skip
+    return shlex.join(
+        [
+            "-F",
+            settings.config_file or "/dev/null",
+            "-o",
+            f"UserKnownHostsFile={files(settings.known_hosts_files)}",
+            "-o",
+            f"GlobalKnownHostsFile={files(GLOBAL_KNOWN_HOSTS)}",
+            "-o",
+            "StrictHostKeyChecking=yes",
+        ]
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -481,8 +514,10 @@ def _known_hosts_entries(path: str) -> list[Any]:
                 except paramiko.SSHException:  # e.g. a key type paramiko lacks: ssh skips unknown ones
                     continue
                 except Exception:  # InvalidHostKey, and what a garbled key raises
-                    raise BadInput(f"known_hosts file {path} line {lineno}: the key does not decode",
-                                   f"fix or delete line {lineno} of {path}") from None
+                    raise BadInput(
+                        f"known_hosts file {path} line {lineno}: the key does not decode",
+                        f"fix or delete line {lineno} of {path}",
+                    ) from None
                 if entry is not None:  # None: fewer than three fields, skipped as load does
                     entries.append(entry)
     except OSError:  # unreadable: no keys from it, so its hosts are unknown
@@ -502,8 +537,9 @@ def check_known_hosts_file(path: str) -> None:
 class SSHTransport:
     """A paramiko connection to one host, opened by :func:`connect`."""
 
-    def __init__(self, settings: SSHSettings, client: paramiko.SSHClient,
-                 jumps: Sequence[paramiko.SSHClient] = ()) -> None:
+    def __init__(
+        self, settings: SSHSettings, client: paramiko.SSHClient, jumps: Sequence[paramiko.SSHClient] = ()
+    ) -> None:
         self.settings = settings
         self._client = client
         self._jumps = list(jumps)
@@ -534,11 +570,14 @@ class SSHTransport:
             return self._run(transport, text, timeout, stdin)
         except (OSError, EOFError, paramiko_errors()) as exc:  # the connection broke under us
             reason = str(exc) or type(exc).__name__
-            raise Unreachable(f"connection to {self.name} failed during a command: {reason}",
-                              "check the host and the network, then try again") from None
+            raise Unreachable(
+                f"connection to {self.name} failed during a command: {reason}",
+                "check the host and the network, then try again",
+            ) from None
 
-    def _prepare(self, command: str | Sequence[str], sudo: bool,
-                 stdin: bytes | None) -> tuple[str, bytes | None, paramiko.Transport]:  # fmt: skip
+    def _prepare(
+        self, command: str | Sequence[str], sudo: bool, stdin: bytes | None
+    ) -> tuple[str, bytes | None, paramiko.Transport]:
         """The shell text (sudo-wrapped for a non-root login), its stdin, and the live transport."""
         text = _shell(command)
         if sudo and self.settings.user != "root":
@@ -549,8 +588,7 @@ class SSHTransport:
             raise Unreachable(f"connection to {self.name} was lost", "check the host and try again")
         return text, stdin, transport
 
-    def _run(self, transport: paramiko.Transport, text: str, timeout: float,
-             stdin: bytes | None) -> CommandResult:
+    def _run(self, transport: paramiko.Transport, text: str, timeout: float, stdin: bytes | None) -> CommandResult:
         import selectors
 
         deadline = time.monotonic() + timeout
@@ -578,12 +616,13 @@ class SSHTransport:
                     break
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise CommandTimeout(f"command timed out after {timeout:g}s on {self.name}",
-                                         "raise the timeout or check what the command waits for")
+                    raise CommandTimeout(
+                        f"command timed out after {timeout:g}s on {self.name}",
+                        "raise the timeout or check what the command waits for",
+                    )
                 if not got:
                     waiter.select(min(left, 0.5))
-            return CommandResult(chan.recv_exit_status(), out.decode(errors="replace"),
-                                 err.decode(errors="replace"))
+            return CommandResult(chan.recv_exit_status(), out.decode(errors="replace"), err.decode(errors="replace"))
         finally:
             waiter.close()
             chan.close()
@@ -595,11 +634,18 @@ class SSHTransport:
             chan = transport.open_session(timeout=DEFAULT_CONNECT_TIMEOUT)
             chan.exec_command(f"exec 2>&1; {text}")
         except (OSError, EOFError, paramiko_errors()) as exc:
-            raise Unreachable(f"connection to {self.name} failed: {exc or type(exc).__name__}",
-                              "check the host and the network, then try again") from None  # fmt: skip
-        spawned = Spawned(self.name, chan, read=lambda: chan.recv(1 << 16), write=chan.sendall,
-                          running=lambda: not (chan.closed or chan.exit_status_ready()),
-                          close=chan.close)  # fmt: skip
+            raise Unreachable(
+                f"connection to {self.name} failed: {exc or type(exc).__name__}",
+                "check the host and the network, then try again",
+            ) from None
+        spawned = Spawned(
+            self.name,
+            chan,
+            read=lambda: chan.recv(1 << 16),
+            write=chan.sendall,
+            running=lambda: not (chan.closed or chan.exit_status_ready()),
+            close=chan.close,
+        )
         if stdin:
             spawned.write(stdin)
         return spawned
@@ -689,28 +735,34 @@ def _open_client(
         ) from None
     except TimeoutError:
         client.close()
-        raise Unreachable(f"cannot reach {where}: timed out after {connect_timeout:g}s",
-                          "check the address, the network path and that sshd runs there") from None
+        raise Unreachable(
+            f"cannot reach {where}: timed out after {connect_timeout:g}s",
+            "check the address, the network path and that sshd runs there",
+        ) from None
     except socket.gaierror as exc:
         client.close()
-        raise Unreachable(f"cannot resolve {settings.hostname} for {settings.name}: {exc.strerror}",
-                          "check the host name or set ansible_host") from None
+        raise Unreachable(
+            f"cannot resolve {settings.hostname} for {settings.name}: {exc.strerror}",
+            "check the host name or set ansible_host",
+        ) from None
     except (OSError, paramiko.SSHException, EOFError) as exc:
         client.close()
         reason = str(exc) or type(exc).__name__
         if "No authentication methods available" in reason:  # no key, agent or password to offer
-            raise Unreachable(f"authentication failed for {where}: no key, ssh-agent or password to offer",
-                              "give a key (IdentityFile, ansible_ssh_private_key_file) or load one into "
-                              "ssh-agent") from None
-        raise Unreachable(f"cannot reach {where}: {reason}",
-                          "check the address, the port and that sshd runs there") from None
+            raise Unreachable(
+                f"authentication failed for {where}: no key, ssh-agent or password to offer",
+                "give a key (IdentityFile, ansible_ssh_private_key_file) or load one into ssh-agent",
+            ) from None
+        raise Unreachable(
+            f"cannot reach {where}: {reason}", "check the address, the port and that sshd runs there"
+        ) from None
     return client
 
 
 def _parse_jump(spec: str) -> HostTarget:
     spec = spec.strip()
     if spec.startswith("ssh://"):
-        spec = spec[len("ssh://"):]
+        spec = spec[len("ssh://") :]
     return parse_host(spec)
 
 
@@ -741,20 +793,24 @@ def connect(
             chain = [resolve_settings(_parse_jump(hop), ssh_config) for hop in settings.proxy_jump.split(",")]
             chain.append(settings)
             for hop, following in itertools.pairwise(chain):
-                client = _open_client(hop, accept_new_host_keys=accept_new_host_keys,
-                                      connect_timeout=connect_timeout, sock=sock)
+                client = _open_client(
+                    hop, accept_new_host_keys=accept_new_host_keys, connect_timeout=connect_timeout, sock=sock
+                )
                 jumps.append(client)
                 hop_transport = client.get_transport()
                 assert hop_transport is not None
-                sock = hop_transport.open_channel("direct-tcpip", (following.hostname, following.port),
-                                                  ("127.0.0.1", 0), timeout=connect_timeout)
-        client = _open_client(settings, accept_new_host_keys=accept_new_host_keys,
-                              connect_timeout=connect_timeout, sock=sock)
+                sock = hop_transport.open_channel(
+                    "direct-tcpip", (following.hostname, following.port), ("127.0.0.1", 0), timeout=connect_timeout
+                )
+        client = _open_client(
+            settings, accept_new_host_keys=accept_new_host_keys, connect_timeout=connect_timeout, sock=sock
+        )
     except Exception as exc:
         for jump in jumps:
             jump.close()
         if isinstance(exc, (Unreachable, BadInput)):  # BadInput: e.g. a known_hosts line
             raise
-        raise Unreachable(f"cannot reach {settings.name} through {settings.proxy_jump}: {exc}",
-                          "check the ProxyJump host") from None
+        raise Unreachable(
+            f"cannot reach {settings.name} through {settings.proxy_jump}: {exc}", "check the ProxyJump host"
+        ) from None
     return SSHTransport(settings, client, jumps)

@@ -47,9 +47,7 @@ _PCI = re.compile(r"^\[?(?:0x)?(10de):(?:0x)?([0-9a-f]{4})\]?$", re.IGNORECASE)
 
 
 # Every torch release has CPU wheels (download.pytorch.org/whl/cpu, version tag +cpu) on both archs.
-_CPU_VARIANT = TorchVariant(
-    name="cpu", cuda=None, cudnn=None, arch_list=(), ptx=False, aarch64=True, confidence="high"
-)
+_CPU_VARIANT = TorchVariant(name="cpu", cuda=None, cudnn=None, arch_list=(), ptx=False, aarch64=True, confidence="high")
 
 
 class DataError(Exception):
@@ -275,9 +273,7 @@ def build_tables(d: dict[str, Any]) -> Tables:
         for size, count in fam["sizes"].items():
             p = (fam.get("prices") or {}).get(size)
             price = (
-                Price(float(p["usd_per_hour"]), str(p["read"]), _src(p), str(p.get("confidence", "low")))
-                if p
-                else None
+                Price(float(p["usd_per_hour"]), str(p["read"]), _src(p), str(p.get("confidence", "low"))) if p else None
             )
             t.instance_types[size] = InstanceType(
                 name=size,
@@ -347,9 +343,7 @@ def build_tables(d: dict[str, Any]) -> Tables:
                 version=str(r["version"]),
                 builds=tuple(CudnnBuild(int(b["cuda_major"]), str(b["min_driver"])) for b in r["builds"]),
                 min_cc=str(r["min_cc"]),
-                max_cuda_minor={
-                    int(b["cuda_major"]): str(b["max_cuda"]) for b in r["builds"] if "max_cuda" in b
-                },
+                max_cuda_minor={int(b["cuda_major"]): str(b["max_cuda"]) for b in r["builds"] if "max_cuda" in b},
                 source=_src(r),
                 confidence=str(r.get("confidence", "high")),
             )
@@ -437,9 +431,7 @@ def build_tables(d: dict[str, Any]) -> Tables:
                 m: {fam: {fl: tuple(names) for fl, names in fls.items()} for fam, fls in fams.items()}
                 for m, fams in p["driver"].items()
             },
-            fabric_manager={
-                m: {fam: tuple(n) for fam, n in fams.items()} for m, fams in p["fabric_manager"].items()
-            },
+            fabric_manager={m: {fam: tuple(n) for fam, n in fams.items()} for m, fams in p["fabric_manager"].items()},
             cuda_toolkit={fam: tuple(n) for fam, n in p["cuda_toolkit"].items()},
             cudnn={fam: tuple(n) for fam, n in p["cudnn"].items()},
             repo_url=str(p["repo_url"]),

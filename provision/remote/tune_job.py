@@ -144,9 +144,7 @@ def make_blobs(torch: Any, scale: Scale, count: int) -> list[bytes]:
         g = torch.Generator().manual_seed(k)
         yy = torch.linspace(0, 6.28, s).view(s, 1)
         xx = torch.linspace(0, 6.28, s).view(1, s)
-        img = torch.stack(
-            [torch.sin(yy * (c + 1 + k)) * torch.cos(xx * (c + 2)) * 100 + 128 for c in range(3)], -1
-        )
+        img = torch.stack([torch.sin(yy * (c + 1 + k)) * torch.cos(xx * (c + 2)) * 100 + 128 for c in range(3)], -1)
         img = img + torch.randint(0, 24, img.shape, generator=g)
         raw = bytes(img.clamp(0, 255).to(torch.uint8).flatten().tolist())
         out.append(zlib.compress(raw, 6))
@@ -429,9 +427,8 @@ def flags_and_advice(doc: dict[str, Any], on_gpu: bool) -> tuple[list[dict[str, 
         busy = u if u is not None else round(100 - w["data_wait_pct"], 1)
         if busy < LOW_UTIL_PCT:
             if w["data_wait_pct"] >= 100 - LOW_UTIL_PCT:
-                cause = (
-                    f"input pipeline: the step waits for the DataLoader {w['data_wait_pct']}% of the time"
-                    + (" (decoding in the training process)" if w["workers"] == 0 else "")
+                cause = f"input pipeline: the step waits for the DataLoader {w['data_wait_pct']}% of the time" + (
+                    " (decoding in the training process)" if w["workers"] == 0 else ""
                 )
             else:
                 cause = "host-side work between steps (copies, Python), not the data loader"
@@ -547,9 +544,7 @@ def pick_device(torch: Any, allow_cpu: bool) -> tuple[Any | None, str | None]:
     return None, why
 
 
-def run(
-    allow_cpu: bool, scale_name: str | None, time_limit: float | None = None
-) -> tuple[dict[str, Any], int]:
+def run(allow_cpu: bool, scale_name: str | None, time_limit: float | None = None) -> tuple[dict[str, Any], int]:
     import torch
 
     started = time.perf_counter()
@@ -623,9 +618,7 @@ def run(
         "gpu_util_source": "nvml" if sampler else None,
         "gpu_util_note": util_why,
         "scale": asdict(scale),
-        "batch_sizes": [
-            {k: r[k] for k in ("batch_size", "samples_per_s", "memory_gib", "gpu_util_pct")} for r in rows
-        ],
+        "batch_sizes": [{k: r[k] for k in ("batch_size", "samples_per_s", "memory_gib", "gpu_util_pct")} for r in rows],
         "batch_sweep_stopped": stopped,
         "best_batch_size": bs,
         "workers_batch_size": wbatch,

@@ -149,9 +149,7 @@ def read_lock(path: Path | str) -> Lock:
     except FileNotFoundError:
         raise BadInput(f"no lock file at {p}", "run `provision plan` first or pass --lock FILE") from None
     except OSError as exc:
-        raise BadInput(
-            f"cannot read lock file {p}: {exc.strerror}", "check the path and permissions"
-        ) from None
+        raise BadInput(f"cannot read lock file {p}: {exc.strerror}", "check the path and permissions") from None
     return parse_lock(text, str(p))
 
 
@@ -164,9 +162,7 @@ def parse_lock(text: str, where: str = "provision.lock") -> Lock:
         ) from None
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         found = doc.get("schema") if isinstance(doc, dict) else None
-        raise BadInput(
-            f"{where} is not a {SCHEMA} file (schema: {found!r})", "regenerate it with `provision plan`"
-        )
+        raise BadInput(f"{where} is not a {SCHEMA} file (schema: {found!r})", "regenerate it with `provision plan`")
     knowledge = doc.get("knowledge")
     groups = doc.get("groups")
     if not isinstance(knowledge, dict) or not isinstance(groups, list):
@@ -174,9 +170,7 @@ def parse_lock(text: str, where: str = "provision.lock") -> Lock:
     out: list[LockGroup] = []
     for i, g in enumerate(groups):
         if not isinstance(g, dict) or any(k not in g for k in ("name", "hosts", "host", "stack")):
-            raise BadInput(
-                f"{where}: group {i} lacks name/hosts/host/stack", "regenerate it with `provision plan`"
-            )
+            raise BadInput(f"{where}: group {i} lacks name/hosts/host/stack", "regenerate it with `provision plan`")
         out.append(
             LockGroup(
                 name=str(g["name"]),

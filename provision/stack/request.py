@@ -59,15 +59,11 @@ class FrameworkSpec:
                 suggestions=list(FRAMEWORKS),
             )
         if req.marker is not None or req.url:
-            raise BadInput(
-                f"framework spec `{text}` has a marker or URL", "give a name and a version specifier only"
-            )
+            raise BadInput(f"framework spec `{text}` has a marker or URL", "give a name and a version specifier only")
         unknown = set(req.extras) - EXTRAS[name]
         if unknown:
             allowed = ", ".join(sorted(EXTRAS[name])) or "none"
-            raise BadInput(
-                f"unknown extra `{sorted(unknown)[0]}` for {name}", f"extras {name} takes: {allowed}"
-            )
+            raise BadInput(f"unknown extra `{sorted(unknown)[0]}` for {name}", f"extras {name} takes: {allowed}")
         specs: list[str] = []
         for sp in req.specifier:
             m = _LOCAL_SPEC.match(str(sp))
@@ -144,9 +140,7 @@ class StackRequest:
                 raise BadInput(f"unknown driver branch `{m.group(1)}`", f"known branches: {known}, ...")
         km = (kernel_modules or "auto").lower()
         if km not in ("auto", "open", "proprietary"):
-            raise BadInput(
-                f"unknown kernel module flavour `{kernel_modules}`", "use auto, open or proprietary"
-            )
+            raise BadInput(f"unknown kernel module flavour `{kernel_modules}`", "use auto, open or proprietary")
         tk = _none_or(cuda_toolkit)
         if tk is not None:
             tk = k.toolkit(tk).version  # BadInput for versions that never existed (12.7)
@@ -231,9 +225,7 @@ class HostSpec:
             it = k.instance_type(instance_type)
             it_name = it.name
             if g is not None and g.name != it.gpu.name:
-                raise BadInput(
-                    f"{it.name} has {it.gpu.name} GPUs, not {g.name}", "drop --gpu or --instance-type"
-                )
+                raise BadInput(f"{it.name} has {it.gpu.name} GPUs, not {g.name}", "drop --gpu or --instance-type")
             if count is not None and count != it.gpu_count:
                 raise BadInput(
                     f"{it.name} has {it.gpu_count} GPU(s), not {count}", "drop --gpu-count or --instance-type"

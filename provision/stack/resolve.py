@@ -32,11 +32,28 @@ BRANCH_RANK = {"ltsb": 0, "production": 1, "new-feature": 2}
 RULE_ORDER = {
     rule: i
     for i, rule in enumerate(
-        ("gpu_host_arch", "os_arch", "install_method", "gpu_arch", "arch", "driver_gpu", "kernel_modules",
-         "driver_cuda", "toolkit_gpu", "toolkit_os", "cudnn_gpu", "cudnn_cuda", "cudnn_driver",
-         "tf_system_cuda", "env_conflict", "fabric_manager", "driver", "python")
+        (
+            "gpu_host_arch",
+            "os_arch",
+            "install_method",
+            "gpu_arch",
+            "arch",
+            "driver_gpu",
+            "kernel_modules",
+            "driver_cuda",
+            "toolkit_gpu",
+            "toolkit_os",
+            "cudnn_gpu",
+            "cudnn_cuda",
+            "cudnn_driver",
+            "tf_system_cuda",
+            "env_conflict",
+            "fabric_manager",
+            "driver",
+            "python",
+        )
     )
-}  # fmt: skip
+}
 
 
 # --- the result -------------------------------------------------------------------------------
@@ -276,9 +293,7 @@ class Resolver:
             return [v] if v else []
         cuda = [v for v in rel.variants if v.cuda is not None]
         default = [v for v in cuda if v.name == rel.pypi_default]
-        others = sorted(
-            (v for v in cuda if v.name != rel.pypi_default), key=lambda v: _v(v.cuda or "0"), reverse=True
-        )
+        others = sorted((v for v in cuda if v.name != rel.pypi_default), key=lambda v: _v(v.cuda or "0"), reverse=True)
         return default + others
 
     def _torch_index(self, rel: TorchRelease, variant: TorchVariant) -> str | None:
@@ -295,9 +310,17 @@ class Resolver:
             extras = ("and-cuda",) if rel.and_cuda else ()
             name = "tensorflow[and-cuda]" if extras else "tensorflow"
             yield FwChoice(
-                "tensorflow", rel.version, None, extras, rel.cuda, rel.cudnn, self.k.t.pypi_index,
-                f"{name}=={rel.version}", tf=rel, python=rel.python,
-            )  # fmt: skip
+                "tensorflow",
+                rel.version,
+                None,
+                extras,
+                rel.cuda,
+                rel.cudnn,
+                self.k.t.pypi_index,
+                f"{name}=={rel.version}",
+                tf=rel,
+                python=rel.python,
+            )
 
     def jax_candidates(self, spec: FrameworkSpec) -> Iterator[FwChoice]:
         asked = sorted(spec.extras)
@@ -309,10 +332,17 @@ class Resolver:
                 if asked and extra not in asked:
                     continue
                 yield FwChoice(
-                    "jax", rel.version, None, (extra,), str(major), f">={rel.cudnn_min.get(major, '9')}",
-                    self.k.t.pypi_index, f"jax[{extra}]=={rel.version}", jax=rel,
+                    "jax",
+                    rel.version,
+                    None,
+                    (extra,),
+                    str(major),
+                    f">={rel.cudnn_min.get(major, '9')}",
+                    self.k.t.pypi_index,
+                    f"jax[{extra}]=={rel.version}",
+                    jax=rel,
                     python=rel.python,
-                )  # fmt: skip
+                )
 
     def candidates(self, spec: FrameworkSpec) -> Iterator[FwChoice]:
         if spec.name == "torch":
@@ -372,8 +402,7 @@ class Resolver:
         if not rel.and_cuda and not system_ok:
             c.fail(
                 "tf_system_cuda",
-                f"{fw.label} has no [and-cuda] extra: it needs a system CUDA {rel.cuda} "
-                f"and cuDNN {rel.cudnn}",
+                f"{fw.label} has no [and-cuda] extra: it needs a system CUDA {rel.cuda} and cuDNN {rel.cudnn}",
             )
         gpu = host.gpu
         if gpu is None:
@@ -381,8 +410,7 @@ class Resolver:
         if gpu.cc < cc_tuple(rel.min_cc):
             c.fail(
                 "gpu_arch",
-                f"{fw.label} needs compute capability >= {rel.min_cc}; "
-                f"{gpu.name} is {gpu.compute_capability}",
+                f"{fw.label} needs compute capability >= {rel.min_cc}; {gpu.name} is {gpu.compute_capability}",
             )
             return False
         tk = self.k.toolkit(rel.cuda)
@@ -405,9 +433,7 @@ class Resolver:
             if driver is None:
                 c.warn("driver_unmanaged", f"jax[{line.extra}] needs a host driver >= {line.min_driver}")
             elif _v(driver) < _v(line.min_driver):
-                c.fail(
-                    "driver_cuda", f"jax[{line.extra}] needs driver >= {line.min_driver}; {driver} is older"
-                )
+                c.fail("driver_cuda", f"jax[{line.extra}] needs driver >= {line.min_driver}; {driver} is older")
             else:
                 c.reasons.append(f"driver {driver} >= {line.min_driver} needed by jax[{line.extra}]")
             return c
@@ -429,11 +455,7 @@ class Resolver:
             return None
         for known in self.k.t.conflicts:
             if _matches(known.first, a) and _matches(known.second, b):
-                return (
-                    None
-                    if known.ok
-                    else f"{a.requirement} and {b.requirement} in one environment: {known.why}"
-                )
+                return None if known.ok else f"{a.requirement} and {b.requirement} in one environment: {known.why}"
         a_major = (a.cuda or "").split(".")[0]
         b_major = (b.cuda or "").split(".")[0]
         if a_major != b_major:
@@ -547,9 +569,7 @@ class Resolver:
             return c
         if gpu is not None:
             if b.branch < gpu.min_driver_branch:
-                c.fail(
-                    "driver_gpu", f"{gpu.name} ({gpu.arch}) needs driver branch >= {gpu.min_driver_branch}"
-                )
+                c.fail("driver_gpu", f"{gpu.name} ({gpu.arch}) needs driver branch >= {gpu.min_driver_branch}")
             if gpu.last_driver_branch is not None and b.branch > gpu.last_driver_branch:
                 c.fail(
                     "driver_gpu",
@@ -574,8 +594,7 @@ class Resolver:
                 if sm > tk.sm_max:
                     c.fail(
                         "toolkit_gpu",
-                        f"CUDA {tk.version} cannot compile for {host.gpu.name} "
-                        f"(sm_{sm}; up to sm_{tk.sm_max})",
+                        f"CUDA {tk.version} cannot compile for {host.gpu.name} (sm_{sm}; up to sm_{tk.sm_max})",
                     )
                 if sm < tk.sm_min:
                     c.fail(
@@ -625,8 +644,7 @@ class Resolver:
         if self.req.python is not None:
             if self.req.python not in osr.pythons:
                 self.failures.append(
-                    f"python: Python {self.req.python} is not packaged for {osr.id} "
-                    f"(it has {', '.join(osr.pythons)})"
+                    f"python: Python {self.req.python} is not packaged for {osr.id} (it has {', '.join(osr.pythons)})"
                 )
                 return []
             return [self.req.python]
@@ -658,9 +676,7 @@ class Resolver:
         cand_lists = [list(self.candidates(s)) for s in specs]
         for spec, cands in zip(specs, cand_lists, strict=True):
             if not cands:
-                self.failures.append(
-                    f"{spec.name}: no known release matches `{spec.text}`" + self._index_note(spec)
-                )
+                self.failures.append(f"{spec.name}: no known release matches `{spec.text}`" + self._index_note(spec))
         if any(not c for c in cand_lists) or not pythons or not drivers:
             raise self._unsatisfiable(self.failures)
         for combo in _product(cand_lists):
@@ -686,8 +702,7 @@ class Resolver:
                     if fm_needed and d.method == "distro" and not self._fm_packages(d):
                         c.fail(
                             "fabric_manager",
-                            f"{self.host.os.id}'s own packages have no Fabric Manager; "
-                            "use the nvidia-repo method",
+                            f"{self.host.os.id}'s own packages have no Fabric Manager; use the nvidia-repo method",
                         )
                     if not c.ok:
                         self._closest(c.failures, stage=0)
@@ -749,8 +764,10 @@ class Resolver:
         if p is None:
             return []
         fam = self._family(d.method)
-        return [n.format(branch=d.branch.branch if d.branch else "", version=d.version or "")
-                for n in p.fabric_manager.get(d.method, {}).get(fam, ())]  # fmt: skip
+        return [
+            n.format(branch=d.branch.branch if d.branch else "", version=d.version or "")
+            for n in p.fabric_manager.get(d.method, {}).get(fam, ())
+        ]
 
     def _family(self, method: str) -> str:
         if method == "distro":
@@ -762,9 +779,7 @@ class Resolver:
         reasons: list[str] = []
         gpu = host.gpu
         if gpu is not None:
-            reasons.append(
-                f"{host.gpu_count} x {gpu.name}: {gpu.arch}, compute capability {gpu.compute_capability}"
-            )
+            reasons.append(f"{host.gpu_count} x {gpu.name}: {gpu.arch}, compute capability {gpu.compute_capability}")
         else:
             reasons.append("no GPU model given: rules that need one are skipped")
         driver_json: dict[str, Any] | None = None
@@ -843,9 +858,7 @@ class Resolver:
         }
         if host.instance_type:
             host_json["instance_type"] = host.instance_type
-        return Resolution(
-            host_json, stack, self.packages(d, combo, cudnn_major), list(c.warnings), _dedupe(reasons)
-        )
+        return Resolution(host_json, stack, self.packages(d, combo, cudnn_major), list(c.warnings), _dedupe(reasons))
 
     def packages(self, d: DriverChoice, combo: Sequence[FwChoice], cudnn_major: int | None) -> dict[str, Any]:
         """Package names per install method and OS, index URLs and pip requirement lines."""

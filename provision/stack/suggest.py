@@ -109,9 +109,7 @@ def suggest(request: StackRequest, host: HostSpec, k: Knowledge) -> list[dict[st
             if attempt(replace(request, frameworks=tuple(relaxed)), _fw_summary(spec.name)):
                 break
     if request.driver not in ("auto", "none"):
-        attempt(
-            replace(request, driver="auto"), "driver >= {stack[driver][branch]} ({stack[driver][version]})"
-        )
+        attempt(replace(request, driver="auto"), "driver >= {stack[driver][branch]} ({stack[driver][version]})")
     if request.torch_variant is not None:
         attempt(replace(request, torch_variant=None), "torch variant {stack[frameworks][torch][variant]}")
     if request.torch_index != "auto":
@@ -136,9 +134,7 @@ def suggest(request: StackRequest, host: HostSpec, k: Knowledge) -> list[dict[st
                 break
     if not out:
         for i, spec in enumerate(request.frameworks):
-            for other in (
-                f for f in FRAMEWORKS if f != spec.name and f not in {s.name for s in request.frameworks}
-            ):
+            for other in (f for f in FRAMEWORKS if f != spec.name and f not in {s.name for s in request.frameworks}):
                 swapped = list(request.frameworks)
                 swapped[i] = FrameworkSpec.parse(other)
                 if attempt(replace(request, frameworks=tuple(swapped)), f"{other} instead of {spec.name}"):

@@ -96,9 +96,27 @@ def fill_wheelhouse(directory: Path = WHEELHOUSE) -> Path:
     stamp = directory / f".{TORCH_CPU}.done"
     if not stamp.exists():
         subprocess.run(
-            [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "--python-version", "3.11",
-             "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux_2_17_x86_64",
-             "--platform", "manylinux2014_x86_64", "--platform", "any", "-d", str(directory), TORCH_CPU],
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "-q",
+                "--only-binary=:all:",
+                "--python-version",
+                "3.11",
+                "--platform",
+                "manylinux_2_28_x86_64",
+                "--platform",
+                "manylinux_2_17_x86_64",
+                "--platform",
+                "manylinux2014_x86_64",
+                "--platform",
+                "any",
+                "-d",
+                str(directory),
+                TORCH_CPU,
+            ],
             check=True,
         )
         stamp.touch()
@@ -124,8 +142,9 @@ def up(
     hostset = HostSet(directory=directory, prefix=prefix, net=net, bridge=bridge)
     _script(hostset, "down")  # whatever an interrupted earlier run left behind
     _script(hostset, "up", str(count), ro_binds=ro_binds)
-    hosts = [TestHost(h["name"], h["host"], h["port"], h["user"])
-             for h in json.loads((directory / "hosts.json").read_text())]
+    hosts = [
+        TestHost(h["name"], h["host"], h["port"], h["user"]) for h in json.loads((directory / "hosts.json").read_text())
+    ]
     return HostSet(directory=directory, prefix=prefix, net=net, bridge=bridge, hosts=hosts)
 
 
@@ -136,8 +155,12 @@ def down(hostset: HostSet) -> None:
 @contextmanager
 def running(count: int, directory: Path, **kwargs: object) -> Iterator[HostSet]:
     """Hosts for the duration of a ``with`` block, torn down whatever happens inside it."""
-    hostset = HostSet(directory=directory, prefix=str(kwargs.get("prefix", "th")),
-                      net=str(kwargs.get("net", "10.200.0")), bridge=str(kwargs.get("bridge", "thbr0")))
+    hostset = HostSet(
+        directory=directory,
+        prefix=str(kwargs.get("prefix", "th")),
+        net=str(kwargs.get("net", "10.200.0")),
+        bridge=str(kwargs.get("bridge", "thbr0")),
+    )
     try:
         hostset = up(count, directory, **kwargs)  # type: ignore[arg-type]
         yield hostset
@@ -148,7 +171,7 @@ def running(count: int, directory: Path, **kwargs: object) -> Iterator[HostSet]:
 # Why logins fail on a test host, asked as root: systemd's state, the files that make PAM refuse
 # every user but root (/run/nologin while booting or shutting down), and sshd's own refusals.
 _DESCRIBE = (
-    "echo \"state=$(systemctl is-system-running 2>&1) nologin=$(cat /run/nologin /etc/nologin 2>/dev/null"
+    'echo "state=$(systemctl is-system-running 2>&1) nologin=$(cat /run/nologin /etc/nologin 2>/dev/null'
     " | head -c 120 | tr '\\n' ' ')\"; journalctl -b -q --no-pager -u ssh 2>/dev/null"
     " | grep -E 'fatal|Access denied|Authentication refused' | tail -n 3;"
     # the account fields PAM's account check reads (ages and expiry; never field 2, the hash)
@@ -161,8 +184,22 @@ def describe(hostset: HostSet) -> str:
     lines = []
     for h in hostset.hosts:
         try:
-            r = subprocess.run(["ssh", "-F", str(hostset.ssh_config), "-o", "BatchMode=yes", "-o", "ConnectTimeout=5",
-                                h.name, _DESCRIBE], capture_output=True, text=True, timeout=20)  # fmt: skip
+            r = subprocess.run(
+                [
+                    "ssh",
+                    "-F",
+                    str(hostset.ssh_config),
+                    "-o",
+                    "BatchMode=yes",
+                    "-o",
+                    "ConnectTimeout=5",
+                    h.name,
+                    _DESCRIBE,
+                ],
+                capture_output=True,
+                text=True,
+                timeout=20,
+            )
             text = (r.stdout.strip() or r.stderr.strip() or f"rc={r.returncode}").replace("\n", "\n    ")
         except (OSError, subprocess.SubprocessError) as e:
             text = f"not reachable as root: {e}"
@@ -174,8 +211,11 @@ def leftovers(hostset: HostSet) -> list[str]:
     """Everything of a set that still exists: namespaces, links, mounts, processes, files."""
     found: list[str] = []
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    found += [f"netns {line.split()[0]}" for line in netns.splitlines()
-              if line.split() and line.split()[0].startswith(hostset.prefix)]
+    found += [
+        f"netns {line.split()[0]}"
+        for line in netns.splitlines()
+        if line.split() and line.split()[0].startswith(hostset.prefix)
+    ]
     links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
     for line in links.splitlines():
         name = line.split(":")[1].strip().split("@")[0]

@@ -27,8 +27,11 @@ from tests.hosts import harness
 BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parents[2]
 # The explicit test-only switches: no GPU on the test hosts, so no GPU check and no module load.
-TESTONLY = {"preflight_testonly_skip_gpu_check": True, "nvidia_driver_testonly_skip_module_load": True,
-            "verify_testonly_skip_gpu": True}  # fmt: skip
+TESTONLY = {
+    "preflight_testonly_skip_gpu_check": True,
+    "nvidia_driver_testonly_skip_module_load": True,
+    "verify_testonly_skip_gpu": True,
+}
 _RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
 
 
@@ -74,16 +77,33 @@ def render(
     group = {**group, "hosts": [host.name]}
     lock = build_lock([LockGroup(**group)])
     text = dumps_lock(lock)
-    write_run_dir(run, json.loads(text), text, {host.name: connection(hostset, host)}, install or InstallSettings(),
-                  overrides={**TESTONLY, **(overrides or {})})  # fmt: skip
+    write_run_dir(
+        run,
+        json.loads(text),
+        text,
+        {host.name: connection(hostset, host)},
+        install or InstallSettings(),
+        overrides={**TESTONLY, **(overrides or {})},
+    )
     return run
 
 
 def start(run: Path) -> subprocess.Popen[str]:
-    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0",
-           "ANSIBLE_SSH_CONTROL_PATH_DIR": str(run / ".cp")}  # fmt: skip
-    return subprocess.Popen([str(BIN / "ansible-playbook"), "site.yml"], cwd=run, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
+    env = {
+        **os.environ,
+        "PATH": f"{BIN}:{os.environ['PATH']}",
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_FORCE_COLOR": "0",
+        "ANSIBLE_SSH_CONTROL_PATH_DIR": str(run / ".cp"),
+    }
+    return subprocess.Popen(
+        [str(BIN / "ansible-playbook"), "site.yml"],
+        cwd=run,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
 
 
 def finish(proc: subprocess.Popen[str], host: str, timeout: float = 1200) -> Outcome:
@@ -115,7 +135,6 @@ def unprovision(hostset: harness.HostSet, hosts: list[harness.TestHost]) -> None
         ssh(hostset, h, "rm -rf /opt/provision /tmp/provision-verify.*")
 
 
-
 def _python_env_packages() -> list[str]:
     """Every package the python_env role installs on the Debian 12 test hosts: the venv packages the
     plan renders for Python 3.11 and the role's own module packages (from its defaults)."""
@@ -133,8 +152,9 @@ PURGE_PYTHON_ENV_PACKAGES = (
 
 
 def ssh(hostset: harness.HostSet, host: harness.TestHost, command: str, check: bool = True) -> str:
-    r = subprocess.run(["ssh", "-F", str(hostset.ssh_config), host.name, command], capture_output=True, text=True,
-                       timeout=600)  # fmt: skip
+    r = subprocess.run(
+        ["ssh", "-F", str(hostset.ssh_config), host.name, command], capture_output=True, text=True, timeout=600
+    )
     if check and r.returncode != 0:
         raise AssertionError(f"{host.name}: {command}: rc={r.returncode} {r.stderr.strip()}")
     return r.stdout
@@ -142,9 +162,14 @@ def ssh(hostset: harness.HostSet, host: harness.TestHost, command: str, check: b
 
 def host_snapshot(hostset: harness.HostSet, host: harness.TestHost) -> str:
     """What a refused run must not have touched: packages, apt sources and pins, modprobe config."""
-    return ssh(hostset, host, "dpkg-query -W -f '${Package} ${Version} ${Status}\\n' | sort | md5sum; "
-               "ls -la /etc/apt/sources.list.d /etc/apt/preferences.d /etc/modprobe.d /etc/kernel 2>&1; "
-               "ls /opt/provision 2>&1", check=False)  # fmt: skip
+    return ssh(
+        hostset,
+        host,
+        "dpkg-query -W -f '${Package} ${Version} ${Status}\\n' | sort | md5sum; "
+        "ls -la /etc/apt/sources.list.d /etc/apt/preferences.d /etc/modprobe.d /etc/kernel 2>&1; "
+        "ls /opt/provision 2>&1",
+        check=False,
+    )
 
 
 def quote(text: str) -> str:
@@ -155,5 +180,9 @@ def reach_bridge_directly(hostset: harness.HostSet, host: harness.TestHost) -> N
     """Let apt and Python on the host reach a server on the bridge address without the filtering proxy
     (the proxy passes only the Debian mirror and PyPI; the stand-in repository is on the bridge)."""
     gw = f"{hostset.net}.1"
-    ssh(hostset, host, f"printf 'Acquire::http::Proxy::{gw} \"DIRECT\";\\n' > /etc/apt/apt.conf.d/02direct-bridge; "
-                       f"grep -q '^no_proxy=.*{gw}' /etc/environment || sed -i 's/^no_proxy=.*/&,{gw}/' /etc/environment")
+    ssh(
+        hostset,
+        host,
+        f"printf 'Acquire::http::Proxy::{gw} \"DIRECT\";\\n' > /etc/apt/apt.conf.d/02direct-bridge; "
+        f"grep -q '^no_proxy=.*{gw}' /etc/environment || sed -i 's/^no_proxy=.*/&,{gw}/' /etc/environment",
+    )

@@ -23,15 +23,19 @@ def _inventory(testhosts: harness.HostSet, path: Path) -> Path:
     return path
 
 
-def test_apply_counts_changes_then_converges_and_isolates_a_failure(
-    testhosts: harness.HostSet, tmp_path: Path
-) -> None:
+def test_apply_counts_changes_then_converges_and_isolates_a_failure(testhosts: harness.HostSet, tmp_path: Path) -> None:
     inventory = _inventory(testhosts, tmp_path / "inventory.ini")
     names = [h.name for h in testhosts.hosts]
     seen: list[HostProgress] = []
     # the hosts are fresh clones each session, so nothing of an earlier run is there
-    first = run_playbook(PLAYBOOKS, "marker.yml", inventory=inventory, artifacts=tmp_path / "a1",
-                         extravars={"fail_hosts": [names[0]]}, on_progress=seen.append)
+    first = run_playbook(
+        PLAYBOOKS,
+        "marker.yml",
+        inventory=inventory,
+        artifacts=tmp_path / "a1",
+        extravars={"fail_hosts": [names[0]]},
+        on_progress=seen.append,
+    )
     assert not first.ok and first.status == "failed"
     broken = first.hosts[names[0]]
     assert not broken.ok and broken.failed_task == "Fail where asked" and broken.message == "broken on purpose"
@@ -42,8 +46,9 @@ def test_apply_counts_changes_then_converges_and_isolates_a_failure(
     events = [json.loads(line) for line in first.events.read_text().splitlines()]
     assert any(e["event"] == "runner_on_failed" and e["event_data"]["host"] == names[0] for e in events)
 
-    second = run_playbook(PLAYBOOKS, "marker.yml", inventory=inventory, artifacts=tmp_path / "a2",
-                          extravars={"fail_hosts": []})
+    second = run_playbook(
+        PLAYBOOKS, "marker.yml", inventory=inventory, artifacts=tmp_path / "a2", extravars={"fail_hosts": []}
+    )
     assert second.ok
     assert all(outcome.changed == 0 for outcome in second.hosts.values())
 
@@ -52,7 +57,8 @@ def test_check_mode_reports_changes_but_makes_none(testhosts: harness.HostSet, t
     inventory = _inventory(testhosts, tmp_path / "inventory.ini")
     extravars = {"fail_hosts": [], "marker_path": "/var/tmp/provision-check-mode"}
     for attempt in ("c1", "c2"):  # the second check run would see the file had the first made it
-        result = run_playbook(PLAYBOOKS, "marker.yml", inventory=inventory, artifacts=tmp_path / attempt,
-                              extravars=extravars, check=True)
+        result = run_playbook(
+            PLAYBOOKS, "marker.yml", inventory=inventory, artifacts=tmp_path / attempt, extravars=extravars, check=True
+        )
         assert result.ok
         assert all(outcome.changed == 1 for outcome in result.hosts.values())

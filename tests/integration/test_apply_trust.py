@@ -51,31 +51,60 @@ def _inventory(hostset: harness.HostSet, folder: Path, extra: str = "", only: st
     ``extra`` host vars for every host, or for host ``only``."""
     lines = [f"{h.name} {extra if only in (None, h.name) else ''}".rstrip() for h in hostset.hosts]
     path = folder / "hosts.ini"
-    path.write_text("[testhosts]\n" + "\n".join(lines) + "\n[testhosts:vars]\nansible_python_interpreter=/usr/bin/python3\n")
+    path.write_text(
+        "[testhosts]\n" + "\n".join(lines) + "\n[testhosts:vars]\nansible_python_interpreter=/usr/bin/python3\n"
+    )
     return path
 
 
 def _plan(folder: Path, inventory: Path, ssh_config: Path) -> Path:
     (folder / "p.yaml").write_text(f"stack: {{frameworks: ['{harness.TORCH_CPU}+cpu'], driver: none}}\n")
     r = subprocess.run(
-        [sys.executable, "-m", "provision", "plan", "-i", str(inventory), "-F", str(ssh_config), "-c", "p.yaml",
-         "--out", "run", "--lock", "run/provision.lock", "--json"],
-        cwd=folder, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "provision",
+            "plan",
+            "-i",
+            str(inventory),
+            "-F",
+            str(ssh_config),
+            "-c",
+            "p.yaml",
+            "--out",
+            "run",
+            "--lock",
+            "run/provision.lock",
+            "--json",
+        ],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=600,
         env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"},
-    )  # fmt: skip
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     run = folder / "run"
     [play] = yaml.safe_load((run / "site.yml").read_text())
     play["roles"] = []
-    play["tasks"] = [{"name": "Make the marker folder", "ansible.builtin.file": {"path": MARKER, "state": "directory",
-                                                                              "mode": "0755"}}]  # fmt: skip
+    play["tasks"] = [
+        {
+            "name": "Make the marker folder",
+            "ansible.builtin.file": {"path": MARKER, "state": "directory", "mode": "0755"},
+        }
+    ]
     (run / "marker.yml").write_text(yaml.safe_dump([play], sort_keys=False))
     return run
 
 
 def _apply(run: Path, artifacts: Path, passwords: dict[str, str] | None = None) -> ApplyResult:
-    return run_playbook(run, "marker.yml", inventory=run / "inventory.yml", artifacts=artifacts,
-                        passwords=become_answers(passwords or {}))  # fmt: skip
+    return run_playbook(
+        run,
+        "marker.yml",
+        inventory=run / "inventory.yml",
+        artifacts=artifacts,
+        passwords=become_answers(passwords or {}),
+    )
 
 
 def _has_marker(hostset: harness.HostSet, host: harness.TestHost) -> bool:
@@ -84,8 +113,9 @@ def _has_marker(hostset: harness.HostSet, host: harness.TestHost) -> bool:
 
 
 def _offered_key(host: harness.TestHost) -> str:
-    r = subprocess.run(["ssh-keyscan", "-T", "5", "-t", "ed25519", host.address], capture_output=True, text=True,
-                       timeout=30)  # fmt: skip
+    r = subprocess.run(
+        ["ssh-keyscan", "-T", "5", "-t", "ed25519", host.address], capture_output=True, text=True, timeout=30
+    )
     return r.stdout.split()[-1] if r.stdout.split() else ""
 
 
@@ -135,11 +165,14 @@ def test_a_host_whose_trust_changed_after_the_probe_is_refused_and_the_other_goe
     # the inventory asks for strict checking itself, as the test hosts' own inventory does: before
     # the fix ansible-runner's ANSIBLE_HOST_KEY_CHECKING=False put "=no" ahead of it
     inventory = tmp_path / "hosts.ini"
-    inventory.write_text("".join(
-        f"{h.name} ansible_host={h.address} ansible_user=root ansible_ssh_private_key_file={testhosts.key} "
-        f"ansible_python_interpreter=/usr/bin/python3 "
-        f"ansible_ssh_common_args='-o UserKnownHostsFile={known} -o StrictHostKeyChecking=yes'\n"
-        for h in testhosts.hosts))  # fmt: skip
+    inventory.write_text(
+        "".join(
+            f"{h.name} ansible_host={h.address} ansible_user=root ansible_ssh_private_key_file={testhosts.key} "
+            f"ansible_python_interpreter=/usr/bin/python3 "
+            f"ansible_ssh_common_args='-o UserKnownHostsFile={known} -o StrictHostKeyChecking=yes'\n"
+            for h in testhosts.hosts
+        )
+    )
     run = _plan(tmp_path, inventory, _ssh_config(testhosts, tmp_path, known))
 
     # between the probe and the apply
@@ -161,8 +194,10 @@ def test_a_host_whose_trust_changed_after_the_probe_is_refused_and_the_other_goe
     # With pipelining, ansible may be writing the module to ssh's stdin when ssh exits: it then
     # reports its own "[Errno 32] Broken pipe" without ssh's words (ansible's ssh plugin); the
     # refusal itself is what the assertions above and below check.
-    assert refused.message is not None and (refused.message.startswith(f"host key verification failed: {why}")
-                                            or refused.message.endswith("[Errno 32] Broken pipe")), refused
+    assert refused.message is not None and (
+        refused.message.startswith(f"host key verification failed: {why}")
+        or refused.message.endswith("[Errno 32] Broken pipe")
+    ), refused
     assert not _has_marker(testhosts, host)
     assert known.read_text() == before  # nothing was recorded in the known_hosts the probe used
     assert result.hosts[other.name].ok and result.hosts[other.name].changed == 1
@@ -180,9 +215,17 @@ def test_the_rendered_ssh_args_carry_the_probes_trust(testhosts: harness.HostSet
     for name, conn in group["hosts"].items():
         args = conn["ansible_ssh_common_args"]
         assert shlex.split(args) == [  # ours first: ssh takes an option's first value
-            "-F", str(config), "-o", f"UserKnownHostsFile={known}",
-            "-o", "GlobalKnownHostsFile=/etc/ssh/ssh_known_hosts /etc/ssh/ssh_known_hosts2",
-            "-o", "StrictHostKeyChecking=yes", "-o", "StrictHostKeyChecking=no"], (name, args)  # fmt: skip
+            "-F",
+            str(config),
+            "-o",
+            f"UserKnownHostsFile={known}",
+            "-o",
+            "GlobalKnownHostsFile=/etc/ssh/ssh_known_hosts /etc/ssh/ssh_known_hosts2",
+            "-o",
+            "StrictHostKeyChecking=yes",
+            "-o",
+            "StrictHostKeyChecking=no",
+        ], (name, args)
     assert "StrictHostKeyChecking=yes" in (run / "ansible.cfg").read_text()
 
 
@@ -191,15 +234,19 @@ def sudo_user(testhosts: harness.HostSet) -> Iterator[tuple[str, str]]:
     """A login user on the second host whose sudo asks for a password (removed afterwards)."""
     host = testhosts.hosts[1]
     user, password = "trustpw", "Tr0st-s3cret-w0rd"
-    rh.ssh(testhosts, host,
-           f"id {user} >/dev/null 2>&1 || useradd -m -s /bin/bash {user}; echo {user}:{password} | chpasswd; "
-           f"echo '{user} ALL=(ALL) ALL' > /etc/sudoers.d/{user}; chmod 440 /etc/sudoers.d/{user}; "
-           f"mkdir -p ~{user}/.ssh && cp /root/.ssh/authorized_keys ~{user}/.ssh/ && chown -R {user}: ~{user}/.ssh")
+    rh.ssh(
+        testhosts,
+        host,
+        f"id {user} >/dev/null 2>&1 || useradd -m -s /bin/bash {user}; echo {user}:{password} | chpasswd; "
+        f"echo '{user} ALL=(ALL) ALL' > /etc/sudoers.d/{user}; chmod 440 /etc/sudoers.d/{user}; "
+        f"mkdir -p ~{user}/.ssh && cp /root/.ssh/authorized_keys ~{user}/.ssh/ && chown -R {user}: ~{user}/.ssh",
+    )
     try:
         yield user, password
     finally:
-        rh.ssh(testhosts, host, f"rm -f /etc/sudoers.d/{user}; userdel -r {user} 2>/dev/null; rm -rf {MARKER}",
-               check=False)  # fmt: skip
+        rh.ssh(
+            testhosts, host, f"rm -f /etc/sudoers.d/{user}; userdel -r {user} 2>/dev/null; rm -rf {MARKER}", check=False
+        )
 
 
 def test_a_sudo_password_reaches_the_apply_and_no_file(
@@ -221,8 +268,9 @@ def test_a_sudo_password_reaches_the_apply_and_no_file(
     assert _has_marker(testhosts, other)
     rh.ssh(testhosts, other, f"rm -rf {MARKER}")
 
-    leaks = [str(p) for p in tmp_path.rglob("*") if p.is_file() and password.encode() in p.read_bytes()
-             and p != inventory]  # fmt: skip
+    leaks = [
+        str(p) for p in tmp_path.rglob("*") if p.is_file() and password.encode() in p.read_bytes() and p != inventory
+    ]
     assert leaks == []
     command = json.loads(next((tmp_path / "artifacts" / "runner" / "artifacts").glob("*/command")).read_text())
     assert password not in json.dumps(command)
@@ -243,18 +291,40 @@ def test_up_takes_the_sudo_password_to_the_apply(
     settings = rh.cpu_torch_config(tmp_path, testhosts, wheelhouse)
     try:
         r = subprocess.run(
-            [sys.executable, "-m", "provision", "up", "-i", str(inventory), "-F", str(config), "-c", str(settings),
-             "--set", "frameworks_no_index=true", "--limit", host.name, "--yes", "--json"],
-            cwd=tmp_path, capture_output=True, text=True, timeout=1500,
+            [
+                sys.executable,
+                "-m",
+                "provision",
+                "up",
+                "-i",
+                str(inventory),
+                "-F",
+                str(config),
+                "-c",
+                str(settings),
+                "--set",
+                "frameworks_no_index=true",
+                "--limit",
+                host.name,
+                "--yes",
+                "--json",
+            ],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=1500,
             env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"},
-        )  # fmt: skip
+        )
         doc = json.loads(r.stdout)
         [got] = doc["hosts"]
         assert got["host"] == host.name and got["failed_task"] is None and got["verdict"] == "pass", (
-            doc, r.stderr[-2000:])
+            doc,
+            r.stderr[-2000:],
+        )
         assert got["changed"] > 0
     finally:
         rh.unprovision(testhosts, [host])
-    leaks = [str(p) for p in tmp_path.rglob("*") if p.is_file() and password.encode() in p.read_bytes()
-             and p != inventory]  # fmt: skip
+    leaks = [
+        str(p) for p in tmp_path.rglob("*") if p.is_file() and password.encode() in p.read_bytes() and p != inventory
+    ]
     assert leaks == [] and password not in r.stdout + r.stderr

@@ -46,8 +46,11 @@ def cut_off_hosts(testhosts: harness.HostSet) -> Iterator[list[harness.TestHost]
     """Hosts with no apt route of their own and nothing of the stack installed."""
     hosts = testhosts.hosts[:HOSTS]
     for h in hosts:
-        rh.ssh(testhosts, h, f"mv {APT_PROXY_FILE} /root/apt-proxy.saved; rm -rf /opt/provision; "
-               f"{rh.PURGE_PYTHON_ENV_PACKAGES}")  # fmt: skip
+        rh.ssh(
+            testhosts,
+            h,
+            f"mv {APT_PROXY_FILE} /root/apt-proxy.saved; rm -rf /opt/provision; {rh.PURGE_PYTHON_ENV_PACKAGES}",
+        )
     yield hosts
     for h in hosts:
         rh.ssh(testhosts, h, f"mv /root/apt-proxy.saved {APT_PROXY_FILE}")
@@ -55,9 +58,12 @@ def cut_off_hosts(testhosts: harness.HostSet) -> Iterator[list[harness.TestHost]
 
 
 def test_every_host_fetches_through_the_cache_and_upstream_is_fetched_once(
-    testhosts: harness.HostSet, cut_off_hosts: list[harness.TestHost], wheelhouse: Path, cache_dir: Path,
+    testhosts: harness.HostSet,
+    cut_off_hosts: list[harness.TestHost],
+    wheelhouse: Path,
+    cache_dir: Path,
     tmp_path: Path,
-) -> None:  # fmt: skip
+) -> None:
     config = tmp_path / "provision.yaml"
     config.write_text(
         "stack: {frameworks: ['torch==2.13.0+cpu'], driver: none}\n"
@@ -65,8 +71,24 @@ def test_every_host_fetches_through_the_cache_and_upstream_is_fetched_once(
         "verify: {allow_cpu: true}\n"
     )
     names = [h.name for h in cut_off_hosts]
-    args = [sys.executable, "-m", "provision", "up", "-i", str(testhosts.inventory), "-F", str(testhosts.ssh_config),
-            "-c", str(config), "--limit", ",".join(names), "--set", "frameworks_no_index=true", "--yes", "--json"]  # fmt: skip
+    args = [
+        sys.executable,
+        "-m",
+        "provision",
+        "up",
+        "-i",
+        str(testhosts.inventory),
+        "-F",
+        str(testhosts.ssh_config),
+        "-c",
+        str(config),
+        "--limit",
+        ",".join(names),
+        "--set",
+        "frameworks_no_index=true",
+        "--yes",
+        "--json",
+    ]
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     r = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, env=env, timeout=1500)
     doc = json.loads(r.stdout)
@@ -104,8 +126,9 @@ def test_every_host_fetches_through_the_cache_and_upstream_is_fetched_once(
         assert proxy_url.startswith("http://127.0.0.1:"), host_vars
         ports = {proxy_url.rsplit(":", 1)[1], host_vars["frameworks_find_links"][0].split(":")[2].split("/")[0]}
         listening = rh.ssh(testhosts, h, "cat /proc/net/tcp")
-        open_ports = {int(line.split()[1].split(":")[1], 16) for line in listening.splitlines()[1:]
-                      if line.split()[3] == "0A"}  # fmt: skip
+        open_ports = {
+            int(line.split()[1].split(":")[1], 16) for line in listening.splitlines()[1:] if line.split()[3] == "0A"
+        }
         assert not {int(p) for p in ports} & open_ports, (ports, open_ports)
         assert not rh.ssh(testhosts, h, "grep -rl 127.0.0.1 /etc/apt /etc/pip.conf || true").strip()
 
@@ -145,8 +168,9 @@ def bridge_repo(testhosts: harness.HostSet) -> Iterator[str]:
     shutil.rmtree(root)
 
 
-def _cache_for(testhosts: harness.HostSet, hosts: list[harness.TestHost], cache_dir: Path, run_dir: Path,
-               repo: str) -> tuple[Any, dict[str, dict[str, Any]]]:  # fmt: skip
+def _cache_for(
+    testhosts: harness.HostSet, hosts: list[harness.TestHost], cache_dir: Path, run_dir: Path, repo: str
+) -> tuple[Any, dict[str, dict[str, Any]]]:
     from provision.fleet.cache import FleetCache, Origin, RepoSources
     from provision.fleet.verify import default_connect
     from provision.hosts.inventory import HostTarget
@@ -154,18 +178,26 @@ def _cache_for(testhosts: harness.HostSet, hosts: list[harness.TestHost], cache_
     origin = Origin.of(repo)
     assert origin is not None
     sources = RepoSources(lock=frozenset({origin}), public=RepoSources.for_run([], ["debian-12"]).public)
-    targets = [HostTarget(h.name, h.address, user="root", key_file=str(testhosts.key),
-                          vars={"ansible_ssh_common_args": f"-o UserKnownHostsFile={testhosts.known_hosts}"})
-               for h in hosts]  # fmt: skip
+    targets = [
+        HostTarget(
+            h.name,
+            h.address,
+            user="root",
+            key_file=str(testhosts.key),
+            vars={"ansible_ssh_common_args": f"-o UserKnownHostsFile={testhosts.known_hosts}"},
+        )
+        for h in hosts
+    ]
     cache = FleetCache(cache_dir, run_dir, python_exe=sys.executable)
-    per_host = cache.start(targets, dict.fromkeys([h.name for h in hosts]), {}, connect=default_connect(),
-                           sources=sources)  # fmt: skip
+    per_host = cache.start(
+        targets, dict.fromkeys([h.name for h in hosts]), {}, connect=default_connect(), sources=sources
+    )
     return cache, per_host
 
 
 def test_through_the_tunnel_a_host_reaches_the_run_s_repositories_and_nothing_else(
     testhosts: harness.HostSet, bridge_repo: str, cache_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:  # fmt: skip
+) -> None:
     """From a test host, through its real reverse forward: the lock's repository on the bridge and
     Debian's real mirror are served; the controller's own sshd, its LAN's other services (the test
     set's tinyproxy on the bridge) and unlisted hosts get 403; CONNECT to an unlisted host too."""
@@ -191,11 +223,17 @@ def test_through_the_tunnel_a_host_reaches_the_run_s_repositories_and_nothing_el
             ("connect controller sshd", "connect", "127.0.0.1:22"),
             ("connect listed, not 443", "connect", f"{testhosts.net}.1:{bridge_repo.rsplit(':', 1)[1]}"),
         ]
-        got = json.loads(rh.ssh(testhosts, host, f"python3 -c {shlex.quote(PROBE)} {port} {shlex.quote(json.dumps(cases))}"))
+        got = json.loads(
+            rh.ssh(testhosts, host, f"python3 -c {shlex.quote(PROBE)} {port} {shlex.quote(json.dumps(cases))}")
+        )
         # the forward is on the host's loopback only: not on its bridge address, from anywhere
         listening = listening_addresses(rh.ssh(testhosts, host, "cat /proc/net/tcp /proc/net/tcp6"), port)
-        from_host = rh.ssh(testhosts, host, f"python3 -c 'import socket; socket.create_connection((\"{host.address}\", "
-                           f"{port}), timeout=5)' 2>&1 || true")  # fmt: skip
+        from_host = rh.ssh(
+            testhosts,
+            host,
+            f'python3 -c \'import socket; socket.create_connection(("{host.address}", '
+            f"{port}), timeout=5)' 2>&1 || true",
+        )
         import socket
 
         with pytest.raises(OSError):
@@ -220,9 +258,12 @@ def gateway_ports_host(testhosts: harness.HostSet) -> Iterator[harness.TestHost]
 
 
 def test_a_host_whose_sshd_would_expose_the_forward_gets_no_tunnel(
-    testhosts: harness.HostSet, gateway_ports_host: harness.TestHost, bridge_repo: str, cache_dir: Path,
+    testhosts: harness.HostSet,
+    gateway_ports_host: harness.TestHost,
+    bridge_repo: str,
+    cache_dir: Path,
     tmp_path: Path,
-) -> None:  # fmt: skip
+) -> None:
     """`GatewayPorts yes` binds the forward on 0.0.0.0 whatever paramiko asks for: squid would be on
     the host's network. That host fetches itself, with a note; the port it got is closed again."""
     host = gateway_ports_host
@@ -239,7 +280,7 @@ def test_a_host_whose_sshd_would_expose_the_forward_gets_no_tunnel(
     def listens(text: str) -> set[str]:
         return {ln.split()[1] for ln in text.splitlines()[1:] if len(ln.split()) > 3 and ln.split()[3] == "0A"}
 
-    assert listens(after) <= listens(before), (listens(after) - listens(before))  # cancelled, nothing left open
+    assert listens(after) <= listens(before), listens(after) - listens(before)  # cancelled, nothing left open
 
 
 @pytest.fixture
@@ -252,14 +293,19 @@ def host_with_a_site_mirror(testhosts: harness.HostSet) -> Iterator[harness.Test
 
 
 def test_a_host_with_a_source_squid_would_refuse_fetches_its_packages_itself(
-    testhosts: harness.HostSet, host_with_a_site_mirror: harness.TestHost, bridge_repo: str, cache_dir: Path,
+    testhosts: harness.HostSet,
+    host_with_a_site_mirror: harness.TestHost,
+    bridge_repo: str,
+    cache_dir: Path,
     tmp_path: Path,
-) -> None:  # fmt: skip
+) -> None:
     """Its apt would get 403 for that mirror and fail the package step: no proxy for it, a note."""
     host = host_with_a_site_mirror
     cache, per_host = _cache_for(testhosts, [host], cache_dir, tmp_path / "run-mirror", bridge_repo)
     report = cache.close()
     assert per_host == {} and report.apt == "on", (per_host, report)
-    assert report.notes == [f"{host.name}: its package source http://mirror.site.example/debian is not one of this "
-                            "run's repositories: the host fetches its packages itself (name the mirror in "
-                            "install.apt.mirror to cache it)"]  # fmt: skip
+    assert report.notes == [
+        f"{host.name}: its package source http://mirror.site.example/debian is not one of this "
+        "run's repositories: the host fetches its packages itself (name the mirror in "
+        "install.apt.mirror to cache it)"
+    ]

@@ -72,10 +72,12 @@ def test_launched_hosts_are_probed_through_the_generated_inventory(
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(aws.workdir / "forged")], check=True)
     kind, blob = (aws.workdir / "forged.pub").read_text().split()[:2]
     first = order[next(iter(order))]
-    known.write_text("".join(
-        f"{line.split()[0]} {kind} {blob}\n" if line.split()[0] == first.address else line + "\n"
-        for line in real.splitlines()
-    ))
+    known.write_text(
+        "".join(
+            f"{line.split()[0]} {kind} {blob}\n" if line.split()[0] == first.address else line + "\n"
+            for line in real.splitlines()
+        )
+    )
     code, out, err = run_cli(["probe", "-i", str(res.inventory), "--json"], capsys)
     assert code == 1
     refused = {h["host"]: h for h in json.loads(out)["hosts"]}

@@ -21,9 +21,11 @@ from provision.cloud.hostttl import user_data
 from tests.hosts import harness
 from tests.integration import roles_harness as rh
 
-UNDO = ("shutdown -c 2>/dev/null; systemctl disable provision-ttl.service 2>/dev/null; "
-        "rm -f /etc/systemd/system/provision-ttl.service /usr/local/sbin/provision-ttl /tmp/provision-ud.sh; "
-        "rm -rf /tmp/stand-in-shutdown; systemctl daemon-reload")  # fmt: skip
+UNDO = (
+    "shutdown -c 2>/dev/null; systemctl disable provision-ttl.service 2>/dev/null; "
+    "rm -f /etc/systemd/system/provision-ttl.service /usr/local/sbin/provision-ttl /tmp/provision-ud.sh; "
+    "rm -rf /tmp/stand-in-shutdown; systemctl daemon-reload"
+)
 
 
 @pytest.fixture
@@ -35,8 +37,12 @@ def host(testhosts: harness.HostSet) -> Iterator[tuple[harness.HostSet, harness.
 
 
 def run_user_data(hs: harness.HostSet, h: harness.TestHost, script: str, env: str = "") -> None:
-    rh.ssh(hs, h, f"printf %s {shlex.quote(script)} > /tmp/provision-ud.sh && chmod 0755 /tmp/provision-ud.sh && "
-                  f"{env} /tmp/provision-ud.sh")  # fmt: skip
+    rh.ssh(
+        hs,
+        h,
+        f"printf %s {shlex.quote(script)} > /tmp/provision-ud.sh && chmod 0755 /tmp/provision-ud.sh && "
+        f"{env} /tmp/provision-ud.sh",
+    )
 
 
 def scheduled(hs: harness.HostSet, h: harness.TestHost) -> dict[str, str]:
@@ -68,11 +74,19 @@ def test_an_expiry_already_past_powers_off_at_once(host: tuple[harness.HostSet, 
     the test host); everything else (dash, date, systemctl) is the host's own.
     """
     hs, h = host
-    rh.ssh(hs, h, "mkdir -p /tmp/stand-in-shutdown && printf '#!/bin/sh\\necho \"$@\" >> /tmp/stand-in-shutdown/calls\\n' "
-                  "> /tmp/stand-in-shutdown/shutdown && chmod 0755 /tmp/stand-in-shutdown/shutdown")  # fmt: skip
+    rh.ssh(
+        hs,
+        h,
+        "mkdir -p /tmp/stand-in-shutdown && printf '#!/bin/sh\\necho \"$@\" >> /tmp/stand-in-shutdown/calls\\n' "
+        "> /tmp/stand-in-shutdown/shutdown && chmod 0755 /tmp/stand-in-shutdown/shutdown",
+    )
     run = new_run_id()
-    run_user_data(hs, h, user_data(run, datetime.now(timezone.utc) - timedelta(minutes=5)),
-                  env="PATH=/tmp/stand-in-shutdown:$PATH")  # fmt: skip
+    run_user_data(
+        hs,
+        h,
+        user_data(run, datetime.now(timezone.utc) - timedelta(minutes=5)),
+        env="PATH=/tmp/stand-in-shutdown:$PATH",
+    )
     (call,) = rh.ssh(hs, h, "cat /tmp/stand-in-shutdown/calls").splitlines()
     assert call.startswith("-P now provision: run " + run + " expired at ")
     assert scheduled(hs, h) == {}  # nothing real was scheduled

@@ -40,8 +40,14 @@ class Injector:
         self.subnet_zone = subnet_zone
         client.meta.events.register("before-call.ec2.*", self._hook)
 
-    def fail(self, op: str, code: str, when: Callable[[dict[str, Any]], bool] = lambda b: True,
-             status: int = 400, times: int = 10**6) -> None:
+    def fail(
+        self,
+        op: str,
+        code: str,
+        when: Callable[[dict[str, Any]], bool] = lambda b: True,
+        status: int = 400,
+        times: int = 10**6,
+    ) -> None:
         self.rules.append((op, when, code, status, times))
 
     def _hook(self, model: Any, params: dict[str, Any], **_: Any) -> Any:
@@ -56,8 +62,11 @@ class Injector:
         return None
 
     def launches(self) -> list[tuple[str, str, str]]:
-        return [(b["InstanceType"], b["zone"], "spot" if "InstanceMarketOptions.MarketType" in b else "on-demand")
-                for op, b in self.seen if op == "RunInstances"]
+        return [
+            (b["InstanceType"], b["zone"], "spot" if "InstanceMarketOptions.MarketType" in b else "on-demand")
+            for op, b in self.seen
+            if op == "RunInstances"
+        ]
 
 
 @pytest.fixture
@@ -72,9 +81,16 @@ def cloud(aws: Aws) -> Iterator[tuple[Ec2, Injector]]:
 
 def request(aws: Aws, types: list[str], **kw: Any) -> LaunchRequest:
     base: dict[str, Any] = {
-        "run": new_run_id(), "region": REGION, "types": tuple(describe_type(t) for t in types), "count": 1,
-        "ttl": timedelta(hours=8), "ssh_cidr": "198.51.100.0/24", "image": None, "ami": aws.ami(),
-        "wait_ssh": False, "os_id": "ubuntu-22.04",
+        "run": new_run_id(),
+        "region": REGION,
+        "types": tuple(describe_type(t) for t in types),
+        "count": 1,
+        "ttl": timedelta(hours=8),
+        "ssh_cidr": "198.51.100.0/24",
+        "image": None,
+        "ami": aws.ami(),
+        "wait_ssh": False,
+        "os_id": "ubuntu-22.04",
     }
     base.update(kw)
     return LaunchRequest(**base)
@@ -88,9 +104,13 @@ def test_capacity_fails_over_zone_then_type(aws: Aws, cloud: tuple[Ec2, Injector
     res = ec2.launch(request(aws, ["g5.xlarge", "g6.xlarge"]), ami_lookup=None, workdir=aws.workdir)
     g5_zones = ec2.zones_offering("g5.xlarge")
     assert inj.launches() == [("g5.xlarge", z, "on-demand") for z in g5_zones] + [
-        ("g6.xlarge", "us-east-1a", "on-demand"), ("g6.xlarge", "us-east-1b", "on-demand")]
+        ("g6.xlarge", "us-east-1a", "on-demand"),
+        ("g6.xlarge", "us-east-1b", "on-demand"),
+    ]
     assert [(a.instance_type, a.zone, a.outcome) for a in res.attempts][-2:] == [
-        ("g6.xlarge", "us-east-1a", "Unsupported"), ("g6.xlarge", "us-east-1b", "launched")]
+        ("g6.xlarge", "us-east-1a", "Unsupported"),
+        ("g6.xlarge", "us-east-1b", "launched"),
+    ]
     (inst,) = aws.live()
     assert inst["InstanceType"] == "g6.xlarge" and inst["Placement"]["AvailabilityZone"] == "us-east-1b"
 
@@ -126,7 +146,9 @@ def test_quota_stops_names_the_quota_and_cleans_up(aws: Aws, cloud: tuple[Ec2, I
     assert nothing_left(aws)
 
 
-@pytest.mark.parametrize("code, kind", [("UnauthorizedOperation", BadInput), ("InvalidAMIID.NotFound", cerr.CloudError)])
+@pytest.mark.parametrize(
+    "code, kind", [("UnauthorizedOperation", BadInput), ("InvalidAMIID.NotFound", cerr.CloudError)]
+)
 def test_auth_and_bad_image_stop_at_once(aws: Aws, cloud: tuple[Ec2, Injector], code: str, kind: type) -> None:
     ec2, inj = cloud
     inj.fail("RunInstances", code)
@@ -178,8 +200,9 @@ def test_interrupt_mid_launch_cleans_up(aws: Aws, cloud: tuple[Ec2, Injector]) -
 def test_spot_capacity_falls_back_to_on_demand(aws: Aws, cloud: tuple[Ec2, Injector]) -> None:
     ec2, inj = cloud
     inj.fail("RunInstances", "InsufficientInstanceCapacity", lambda b: "InstanceMarketOptions.MarketType" in b)
-    res = ec2.launch(request(aws, ["g5.xlarge"], spot=True, on_demand_fallback=True),
-                     ami_lookup=None, workdir=aws.workdir)
+    res = ec2.launch(
+        request(aws, ["g5.xlarge"], spot=True, on_demand_fallback=True), ami_lookup=None, workdir=aws.workdir
+    )
     markets = [m for _, _, m in inj.launches()]
     assert set(markets[:-1]) == {"spot"} and markets[-1] == "on-demand"
     assert [i.market for i in res.instances] == ["on-demand"]
@@ -190,8 +213,11 @@ def test_spot_capacity_falls_back_to_on_demand(aws: Aws, cloud: tuple[Ec2, Injec
 def test_spot_quota_with_fallback_goes_on_demand(aws: Aws, cloud: tuple[Ec2, Injector]) -> None:
     ec2, inj = cloud
     inj.fail("RunInstances", "MaxSpotInstanceCountExceeded", lambda b: "InstanceMarketOptions.MarketType" in b)
-    res = ec2.launch(request(aws, ["g5.xlarge", "g6.xlarge"], spot=True, on_demand_fallback=True),
-                     ami_lookup=None, workdir=aws.workdir)
+    res = ec2.launch(
+        request(aws, ["g5.xlarge", "g6.xlarge"], spot=True, on_demand_fallback=True),
+        ami_lookup=None,
+        workdir=aws.workdir,
+    )
     # one spot try (a quota is not a zone problem), then on-demand in the first type's first zone
     assert [(t, m) for t, _, m in inj.launches()] == [("g5.xlarge", "spot"), ("g5.xlarge", "on-demand")]
     assert [i.market for i in res.instances] == ["on-demand"]
@@ -211,8 +237,13 @@ def test_ami_lookup_through_ssm_per_architecture(aws: Aws, cloud: tuple[Ec2, Inj
     """moto carries Amazon's al2023 SSM parameters: the real look-up path runs against it."""
     ec2, _ = cloud
     lookup = aws_lookup(aws.session(), REGION, ec2.call)
-    expected = aws.session().client("ssm").get_parameter(
-        Name="/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-x86_64")["Parameter"]["Value"]
+    expected = (
+        aws.session()
+        .client("ssm")
+        .get_parameter(Name="/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-x86_64")["Parameter"][
+            "Value"
+        ]
+    )
     assert lookup(ImageQuery(os="amzn-2023", arch="x86_64", base="os")) == expected
     req = request(aws, ["g5.xlarge"], ami=None, image=ImageQuery("amzn-2023", "x86_64", "os"), os_id="amzn-2023")
     res = ec2.launch(req, ami_lookup=lookup, workdir=aws.workdir)
@@ -327,8 +358,9 @@ def test_ssh_that_never_answers_fails_and_cleans_up(aws: Aws, cloud: tuple[Ec2, 
     closed.close()  # nothing listens there now
     req = request(aws, ["g5.xlarge"], wait_ssh=True)
     with pytest.raises(cerr.CloudError, match="SSH not answering"):
-        ec2.launch(req, ami_lookup=None, workdir=aws.workdir, address_map=lambda i, a: ("127.0.0.1", port),
-                   ssh_timeout_s=0.5)
+        ec2.launch(
+            req, ami_lookup=None, workdir=aws.workdir, address_map=lambda i, a: ("127.0.0.1", port), ssh_timeout_s=0.5
+        )
     assert nothing_left(aws)
 
 

@@ -25,8 +25,19 @@ CIDR = "203.0.113.7/32"
 
 
 def up(aws: Aws, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, dict, str]:
-    args = ["cloud", "up", "--ssh-cidr", CIDR, "--ami", aws.ami(), "--os", "ubuntu-22.04",
-            "--no-wait-ssh", "--json", *extra]
+    args = [
+        "cloud",
+        "up",
+        "--ssh-cidr",
+        CIDR,
+        "--ami",
+        aws.ami(),
+        "--os",
+        "ubuntu-22.04",
+        "--no-wait-ssh",
+        "--json",
+        *extra,
+    ]
     code, out, err = run_cli(args, capsys)
     return code, (json.loads(out) if out.strip() else {}), err
 
@@ -38,7 +49,8 @@ def test_up_ls_down_lifecycle(aws: Aws, capsys: pytest.CaptureFixture[str]) -> N
     assert doc["ok"] is True
     run = doc["run"]
     assert [sorted(i) for i in doc["instances"]] == [
-        ["id", "market", "private_ip", "public_ip", "state", "type", "zone"]] * 2
+        ["id", "market", "private_ip", "public_ip", "state", "type", "zone"]
+    ] * 2
     assert {i["type"] for i in doc["instances"]} == {"g5.xlarge"}
     assert all(i["state"] == "running" and i["public_ip"] for i in doc["instances"])
 
@@ -49,9 +61,15 @@ def test_up_ls_down_lifecycle(aws: Aws, capsys: pytest.CaptureFixture[str]) -> N
         assert t["provision:run"] == run
         expires = datetime.fromisoformat(t["provision:expires-at"].replace("Z", "+00:00"))
         # the default TTL is 8h
-        assert before + timedelta(hours=8) - timedelta(seconds=5) <= expires <= datetime.now(timezone.utc) + timedelta(hours=8)
+        assert (
+            before + timedelta(hours=8) - timedelta(seconds=5)
+            <= expires
+            <= datetime.now(timezone.utc) + timedelta(hours=8)
+        )
         assert inst["MetadataOptions"]["HttpTokens"] == "required"
-        vols = aws.ec2.describe_volumes(Filters=[{"Name": "attachment.instance-id", "Values": [inst["InstanceId"]]}])["Volumes"]
+        vols = aws.ec2.describe_volumes(Filters=[{"Name": "attachment.instance-id", "Values": [inst["InstanceId"]]}])[
+            "Volumes"
+        ]
         assert len(vols) == 1
         assert vols[0]["VolumeType"] == "gp3" and vols[0]["Encrypted"] is True and vols[0]["Size"] >= 100
         assert tags(vols[0])["provision:run"] == run
@@ -59,8 +77,10 @@ def test_up_ls_down_lifecycle(aws: Aws, capsys: pytest.CaptureFixture[str]) -> N
     # one security group for the run: port 22 from the given CIDR and nothing else
     (group,) = aws.groups()
     assert tags(group)["provision:run"] == run
-    assert [(p["IpProtocol"], p["FromPort"], p["ToPort"], [r["CidrIp"] for r in p["IpRanges"]])
-            for p in group["IpPermissions"]] == [("tcp", 22, 22, [CIDR])]
+    assert [
+        (p["IpProtocol"], p["FromPort"], p["ToPort"], [r["CidrIp"] for r in p["IpRanges"]])
+        for p in group["IpPermissions"]
+    ] == [("tcp", 22, 22, [CIDR])]
     assert {g["GroupId"] for i in live for n in i["NetworkInterfaces"] for g in n["Groups"]} == {group["GroupId"]}
 
     # a new key pair: tagged in AWS, private key 0600 in the run dir, never printed
@@ -125,8 +145,23 @@ def test_ls_prices_on_demand_from_the_data_and_cost_so_far(aws: Aws, capsys: pyt
 
 
 def test_max_hourly_usd_refuses_before_any_call(aws: Aws, capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = run_cli(["cloud", "up", "--gpu", "H100-SXM", "--gpus", "8", "--ssh-cidr", CIDR,
-                            "--max-hourly-usd", "10", "--ami", aws.ami()], capsys)
+    code, _, err = run_cli(
+        [
+            "cloud",
+            "up",
+            "--gpu",
+            "H100-SXM",
+            "--gpus",
+            "8",
+            "--ssh-cidr",
+            CIDR,
+            "--max-hourly-usd",
+            "10",
+            "--ami",
+            aws.ami(),
+        ],
+        capsys,
+    )
     assert code == 2
     assert err.startswith("error: every candidate costs more than --max-hourly-usd 10") and err.count("\n") == 1
     assert aws.live() == [] and aws.groups() == [] and aws.key_pairs() == []
@@ -176,8 +211,21 @@ def test_spot_launch_and_imported_key(aws: Aws, capsys: pytest.CaptureFixture[st
 
 
 def test_human_output(aws: Aws, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = run_cli(["cloud", "up", "--instance-type", "g5.xlarge", "--ssh-cidr", CIDR, "--ami", aws.ami(),
-                              "--no-wait-ssh", "--new-key"], capsys)
+    code, out, err = run_cli(
+        [
+            "cloud",
+            "up",
+            "--instance-type",
+            "g5.xlarge",
+            "--ssh-cidr",
+            CIDR,
+            "--ami",
+            aws.ami(),
+            "--no-wait-ssh",
+            "--new-key",
+        ],
+        capsys,
+    )
     assert code == 0, err
     assert "next: provision probe -i" in out and "cloud: run " in err
     code, out, _ = run_cli(["cloud", "ls"], capsys)
@@ -189,10 +237,19 @@ def test_human_output(aws: Aws, capsys: pytest.CaptureFixture[str]) -> None:
 def _foreign_tagged_instance(aws: Aws, run_tag: str) -> str:
     """An instance someone else tagged with `provision:run` (already expired), made straight on moto."""
     res = aws.ec2.run_instances(
-        ImageId=aws.ami(), InstanceType="g5.xlarge", MinCount=1, MaxCount=1,
-        TagSpecifications=[{"ResourceType": "instance", "Tags": [
-            {"Key": "provision:run", "Value": run_tag},
-            {"Key": "provision:expires-at", "Value": "2020-01-01T00:00:00Z"}]}],
+        ImageId=aws.ami(),
+        InstanceType="g5.xlarge",
+        MinCount=1,
+        MaxCount=1,
+        TagSpecifications=[
+            {
+                "ResourceType": "instance",
+                "Tags": [
+                    {"Key": "provision:run", "Value": run_tag},
+                    {"Key": "provision:expires-at", "Value": "2020-01-01T00:00:00Z"},
+                ],
+            }
+        ],
     )
     return str(res["Instances"][0]["InstanceId"])
 
@@ -220,8 +277,7 @@ def test_down_never_follows_a_run_tag_out_of_the_run_dirs(
     doc = json.loads(out)
     assert victim.read_text() == "someone else's key\n"
     assert doc["runs"] == [ours["run"]] and doc["terminated"] == [ours["instances"][0]["id"]]
-    assert doc["skipped"] == [{"resource": foreign, "run": "'../../../victim'",
-                               "reason": "not a provision run id"}]
+    assert doc["skipped"] == [{"resource": foreign, "run": "'../../../victim'", "reason": "not a provision run id"}]
     assert [i["InstanceId"] for i in aws.live()] == [foreign]  # not ours to end
     assert not any(str(tmp_path / "victim") in f for f in doc["local_files"])
 
@@ -243,13 +299,17 @@ def test_down_run_takes_only_a_provision_run_id(aws: Aws, capsys: pytest.Capture
 
 
 @pytest.mark.parametrize("market", [[], ["--spot"]])
-def test_the_ttl_is_armed_on_the_host_at_launch(aws: Aws, capsys: pytest.CaptureFixture[str], market: list[str]) -> None:
+def test_the_ttl_is_armed_on_the_host_at_launch(
+    aws: Aws, capsys: pytest.CaptureFixture[str], market: list[str]
+) -> None:
     """The request carries terminate-on-shutdown and the user data that powers off at the expiry.
 
     moto keeps both attributes as EC2 does (DescribeInstanceAttribute); what the script does on
     a booted host is tested on an SSH test host (test_cloud_host_ttl.py).
     """
-    code, doc, err = up(aws, capsys, "--instance-type", "g5.xlarge", "--count", "2", "--ttl", "2h", "--new-key", *market)
+    code, doc, err = up(
+        aws, capsys, "--instance-type", "g5.xlarge", "--count", "2", "--ttl", "2h", "--new-key", *market
+    )
     assert code == 0, err
     for inst in aws.live():
         iid = inst["InstanceId"]
@@ -275,10 +335,19 @@ def test_the_ttl_is_armed_on_the_host_at_launch(aws: Aws, capsys: pytest.Capture
 def test_ls_says_when_an_instance_has_no_ttl_on_the_host(aws: Aws, capsys: pytest.CaptureFixture[str]) -> None:
     """One launched by an older provision (tags only): `ls` shows that its TTL needs `down --expired`."""
     aws.ec2.run_instances(
-        ImageId=aws.ami(), InstanceType="g5.xlarge", MinCount=1, MaxCount=1,
-        TagSpecifications=[{"ResourceType": "instance", "Tags": [
-            {"Key": "provision:run", "Value": "20261130-020846-fc86"},
-            {"Key": "provision:expires-at", "Value": "2099-01-01T00:00:00Z"}]}],
+        ImageId=aws.ami(),
+        InstanceType="g5.xlarge",
+        MinCount=1,
+        MaxCount=1,
+        TagSpecifications=[
+            {
+                "ResourceType": "instance",
+                "Tags": [
+                    {"Key": "provision:run", "Value": "20261130-020846-fc86"},
+                    {"Key": "provision:expires-at", "Value": "2099-01-01T00:00:00Z"},
+                ],
+            }
+        ],
     )
     code, out, _ = run_cli(["cloud", "ls", "--json"], capsys)
     assert code == 0 and [i["ttl_on_host"] for i in json.loads(out)["instances"]] == [False]
@@ -286,13 +355,31 @@ def test_ls_says_when_an_instance_has_no_ttl_on_the_host(aws: Aws, capsys: pytes
     assert code == 0 and out.splitlines()[1].split()[-1] == "no"
 
 
-@pytest.mark.parametrize(("cidr", "world", "ranges"), [("0.0.0.0/0", "the whole internet", "IpRanges"),
-                                                      ("::/0", "the whole IPv6 internet", "Ipv6Ranges")])
+@pytest.mark.parametrize(
+    ("cidr", "world", "ranges"),
+    [("0.0.0.0/0", "the whole internet", "IpRanges"), ("::/0", "the whole IPv6 internet", "Ipv6Ranges")],
+)
 def test_ssh_to_the_world_is_allowed_only_with_a_warning(
     aws: Aws, capsys: pytest.CaptureFixture[str], cidr: str, world: str, ranges: str
 ) -> None:
-    code, out, err = run_cli(["cloud", "up", "--instance-type", "g5.xlarge", "--ssh-cidr", cidr, "--ami", aws.ami(),
-                              "--os", "ubuntu-22.04", "--no-wait-ssh", "--new-key", "--json"], capsys)  # fmt: skip
+    code, out, err = run_cli(
+        [
+            "cloud",
+            "up",
+            "--instance-type",
+            "g5.xlarge",
+            "--ssh-cidr",
+            cidr,
+            "--ami",
+            aws.ami(),
+            "--os",
+            "ubuntu-22.04",
+            "--no-wait-ssh",
+            "--new-key",
+            "--json",
+        ],
+        capsys,
+    )
     assert code == 0, err
     said = f"--ssh-cidr {cidr} opens port 22 (SSH) of every instance of this run to {world}"
     (line,) = [x for x in err.splitlines() if x.startswith("warning: ")]
@@ -301,8 +388,9 @@ def test_ssh_to_the_world_is_allowed_only_with_a_warning(
     doc = json.loads(out)
     assert len(doc["warnings"]) == 1 and doc["warnings"][0].startswith(said)
     (group,) = aws.groups()
-    assert [[next(v for k, v in r.items() if k.startswith("Cidr")) for r in p[ranges]]
-            for p in group["IpPermissions"]] == [[cidr]]
+    assert [
+        [next(v for k, v in r.items() if k.startswith("Cidr")) for r in p[ranges]] for p in group["IpPermissions"]
+    ] == [[cidr]]
 
 
 def test_no_warning_for_a_narrow_ssh_cidr(aws: Aws, capsys: pytest.CaptureFixture[str]) -> None:

@@ -25,8 +25,18 @@ from tests.integration.cloud_fixtures import Aws, HoldingProxy, aws, moto_url, n
 __all__ = ["aws", "moto_url"]
 
 PROVISION = str(Path(sys.executable).with_name("provision"))
-LAUNCH = ["--instance-type", "g5.xlarge", "--count", "2", "--ssh-cidr", "203.0.113.7/32", "--os", "ubuntu-22.04",
-          "--new-key", "--json"]  # fmt: skip
+LAUNCH = [
+    "--instance-type",
+    "g5.xlarge",
+    "--count",
+    "2",
+    "--ssh-cidr",
+    "203.0.113.7/32",
+    "--os",
+    "ubuntu-22.04",
+    "--new-key",
+    "--json",
+]
 
 
 @pytest.fixture
@@ -39,8 +49,9 @@ def proxy(aws: Aws) -> Iterator[HoldingProxy]:
 def interrupted(aws: Aws, proxy: HoldingProxy, args: list[str], sig: signal.Signals) -> tuple[int, str, str]:
     """Start ``provision ARGS``, send ``sig`` while its RunInstances is held; (exit code, stdout, stderr)."""
     env = dict(os.environ, AWS_ENDPOINT_URL=proxy.url, AWS_EC2_METADATA_DISABLED="true")
-    proc = subprocess.Popen([PROVISION, *args], cwd=aws.workdir, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    proc = subprocess.Popen(
+        [PROVISION, *args], cwd=aws.workdir, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     try:
         assert proxy.held.wait(60), "the launch never reached RunInstances"
         assert len(aws.live()) == 2  # moto made them; the process has not heard back
@@ -73,8 +84,9 @@ def test_cloud_up_interrupted_during_run_instances_removes_the_run(
 def test_up_cloud_interrupted_during_run_instances_removes_the_run(
     aws: Aws, proxy: HoldingProxy, sig: signal.Signals
 ) -> None:
-    code, out, err = interrupted(aws, proxy, ["up", "--cloud", *LAUNCH, "--ami", aws.ami(), "--yes", "--down-after"],
-                                 sig)  # fmt: skip
+    code, out, err = interrupted(
+        aws, proxy, ["up", "--cloud", *LAUNCH, "--ami", aws.ami(), "--yes", "--down-after"], sig
+    )
     assert code == 130, err[-3000:]
     assert json.loads(out)["error"]["code"] == "interrupted"
     assert "found by the run tag" in err and "Traceback" not in err
@@ -87,8 +99,14 @@ def test_a_second_sigterm_does_not_cut_the_cleanup_short(aws: Aws) -> None:
     terminating = HoldingProxy(aws.url, "TerminateInstances")  # holds the cleanup's first call
     env = dict(os.environ, AWS_ENDPOINT_URL=terminating.url, AWS_EC2_METADATA_DISABLED="true")
     try:
-        proc = subprocess.Popen([PROVISION, "cloud", "up", *LAUNCH, "--ami", aws.ami()], cwd=aws.workdir, env=env,
-                                text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+        proc = subprocess.Popen(
+            [PROVISION, "cloud", "up", *LAUNCH, "--ami", aws.ami()],
+            cwd=aws.workdir,
+            env=env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         try:
             # No RunInstances hold here: the first SIGTERM comes once moto has the instances.
             start = time.monotonic()

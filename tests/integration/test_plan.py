@@ -18,11 +18,26 @@ def test_plan_probes_inventory_hosts_and_changes_nothing(testhosts: harness.Host
     before = {h.name: rh.host_snapshot(testhosts, h) for h in testhosts.hosts}
     (tmp_path / "p.yaml").write_text("stack: {frameworks: ['torch==2.13.0+cpu']}\n")
     r = subprocess.run(
-        [sys.executable, "-m", "provision", "plan", "-i", str(testhosts.inventory), "-F", str(testhosts.ssh_config),
-         "-c", "p.yaml", "--out", "run", "--json"],
-        cwd=tmp_path, capture_output=True, text=True,
+        [
+            sys.executable,
+            "-m",
+            "provision",
+            "plan",
+            "-i",
+            str(testhosts.inventory),
+            "-F",
+            str(testhosts.ssh_config),
+            "-c",
+            "p.yaml",
+            "--out",
+            "run",
+            "--json",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
         env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"},
-    )  # fmt: skip
+    )
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     hosts = {h["host"]: h for h in doc["hosts"]}
@@ -30,8 +45,9 @@ def test_plan_probes_inventory_hosts_and_changes_nothing(testhosts: harness.Host
     for host in testhosts.hosts:
         h = hosts[host.name]
         assert h["probed"] is True and h["present"]["os"] == "debian-12" and h["reboot"] == "no"
-        torch = rh.ssh(testhosts, host, "/opt/provision/venv/bin/python -c 'import torch; print(torch.__version__)'",
-                       check=False).strip()  # fmt: skip
+        torch = rh.ssh(
+            testhosts, host, "/opt/provision/venv/bin/python -c 'import torch; print(torch.__version__)'", check=False
+        ).strip()
         assert h["present"]["frameworks"].get("torch") == (torch or None)
         assert h["changes"] == ([] if torch == "2.13.0+cpu" else ["torch 2.13.0 (cpu)"])
     [group] = doc["groups"]  # same facts, same stack: one group

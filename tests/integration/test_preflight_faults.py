@@ -59,20 +59,30 @@ def test_a_dpkg_run_killed_half_way_is_finished_before_anything_installs(
         apt = rh.ssh(testhosts, host, "apt-get install -s -y hello 2>&1; true")
         audit = rh.ssh(testhosts, host, "dpkg --audit 2>&1; true")
         assert "dpkg was interrupted, you must manually run 'dpkg --configure -a'" in apt or PACKAGE in audit, apt
-        outcome = rh.apply(rh.render(tmp_path / "run", testhosts, host, _group(host), overrides=ONLY_PREFLIGHT),
-                           host.name)  # fmt: skip
+        outcome = rh.apply(
+            rh.render(tmp_path / "run", testhosts, host, _group(host), overrides=ONLY_PREFLIGHT), host.name
+        )
         assert outcome.rc == 0 and outcome.failed == 0, outcome.output[-3000:]
         assert REPAIRED.search(outcome.output), outcome.output[-3000:]
-        after = rh.ssh(testhosts, host, f"dpkg-query -W -f '${{Status}}' {PACKAGE}; echo; dpkg --audit; "
-                       "find /var/lib/dpkg/updates -mindepth 1 -regex '.*/[0-9]+'; apt-get check -q 2>&1 | tail -n 1")  # fmt: skip
+        after = rh.ssh(
+            testhosts,
+            host,
+            f"dpkg-query -W -f '${{Status}}' {PACKAGE}; echo; dpkg --audit; "
+            "find /var/lib/dpkg/updates -mindepth 1 -regex '.*/[0-9]+'; apt-get check -q 2>&1 | tail -n 1",
+        )
         assert after.splitlines()[0] == "install ok installed", after
         assert "interrupted" not in after and len(after.splitlines()) == 2, after
         # a second run finds nothing to repair: the repair is not a change every run reports
         again = rh.apply(tmp_path / "run", host.name)
         assert again.rc == 0 and not REPAIRED.search(again.output), again.output[-3000:]
     finally:
-        rh.ssh(testhosts, host, f"rm -f /tmp/pv-hang; dpkg --configure -a >/dev/null 2>&1; dpkg --purge {PACKAGE} "
-               ">/dev/null 2>&1; rm -rf /tmp/pv-deb /tmp/pv.deb", check=False)  # fmt: skip
+        rh.ssh(
+            testhosts,
+            host,
+            f"rm -f /tmp/pv-hang; dpkg --configure -a >/dev/null 2>&1; dpkg --purge {PACKAGE} "
+            ">/dev/null 2>&1; rm -rf /tmp/pv-deb /tmp/pv.deb",
+            check=False,
+        )
 
 
 @pytest.mark.parametrize(("skew_s", "words"), [(900, "ahead of"), (-900, "behind")])

@@ -100,9 +100,7 @@ def test_probe_hosts_through_ssh_config(testhosts: harness.HostSet, tmp_path: Pa
     assert "debian-12" in result.stdout
 
 
-def test_unknown_host_key_is_refused_then_recorded_when_accepted(
-    testhosts: harness.HostSet, tmp_path: Path
-) -> None:
+def test_unknown_host_key_is_refused_then_recorded_when_accepted(testhosts: harness.HostSet, tmp_path: Path) -> None:
     known = tmp_path / "known_hosts"
     config = ssh_config(testhosts, tmp_path / "config", known)
     host = testhosts.hosts[0]
@@ -117,9 +115,7 @@ def test_unknown_host_key_is_refused_then_recorded_when_accepted(
     assert accepted.returncode == 0, accepted.stderr
     assert json.loads(accepted.stdout)["hosts"][0]["facts"]["hostname"] == host.name
     recorded = paramiko.HostKeys(str(known)).lookup(host.address)
-    assert recorded is not None and fingerprint(recorded["ssh-ed25519"]) == host_fingerprint(
-        testhosts, host.name
-    )
+    assert recorded is not None and fingerprint(recorded["ssh-ed25519"]) == host_fingerprint(testhosts, host.name)
 
     again = run("-F", str(config), host.name)  # now known: no flag needed
     assert again.returncode == 0, again.stderr
@@ -190,9 +186,7 @@ def dpkg_lock_held(testhosts: harness.HostSet) -> Iterator[str]:
         root_run(testhosts, name, "pkill -f 'python3 /tmp/hol[d].py' || true")
 
 
-def test_deploy_user_needs_sudo_for_the_package_locks(
-    testhosts: harness.HostSet, dpkg_lock_held: str
-) -> None:
+def test_deploy_user_needs_sudo_for_the_package_locks(testhosts: harness.HostSet, dpkg_lock_held: str) -> None:
     """The dpkg lock files are root-only: only the sudo'ed part of the probe can see the holder."""
     host = next(h for h in testhosts.hosts if h.name == dpkg_lock_held)
     as_deploy = target_for(testhosts, host, "deploy")
@@ -226,9 +220,7 @@ def test_user_without_sudo_gets_a_warning_not_a_guess(testhosts: harness.HostSet
     assert any("needs root" in w for w in result.facts.warnings)
 
 
-def test_sudo_password_from_inventory_is_used_and_never_printed(
-    testhosts: harness.HostSet, tmp_path: Path
-) -> None:
+def test_sudo_password_from_inventory_is_used_and_never_printed(testhosts: harness.HostSet, tmp_path: Path) -> None:
     host = testhosts.hosts[-1]
     password = "Pr0be-s3cret-word"
     root_run(

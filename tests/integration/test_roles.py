@@ -29,9 +29,7 @@ NO_FRAMEWORKS = {"frameworks_enabled": False, "verify_frameworks": {}, "python_e
 
 
 @pytest.fixture(scope="module")
-def distro_run(
-    testhosts: harness.HostSet, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, Any]]:
+def distro_run(testhosts: harness.HostSet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """Starts the `distro` install on host 1 at once; the test that needs it waits for it.
 
     Debian's nvidia-driver from non-free with DKMS building the module against the kernel
@@ -43,22 +41,43 @@ def distro_run(
     kernel = kernel.split()[0]
     # Debian's point releases move the driver's version (the knowledge data may lag behind the
     # mirror): the lock pins what the mirror has, as `provision plan --driver <version>` would.
-    rh.ssh(testhosts, host, "sed -i 's/ main$/ main non-free non-free-firmware/' /etc/apt/sources.list.d/*.list "
-           "/etc/apt/sources.list 2>/dev/null; apt-get update -qq")  # fmt: skip
+    rh.ssh(
+        testhosts,
+        host,
+        "sed -i 's/ main$/ main non-free non-free-firmware/' /etc/apt/sources.list.d/*.list "
+        "/etc/apt/sources.list 2>/dev/null; apt-get update -qq",
+    )
     candidate = rh.ssh(testhosts, host, "apt-cache policy nvidia-driver | sed -n 's/ *Candidate: //p'").strip()
-    rh.ssh(testhosts, host, "sed -i 's/ main non-free non-free-firmware$/ main/' /etc/apt/sources.list; "
-           "apt-get update -qq")  # the role must add non-free itself  # fmt: skip
+    rh.ssh(
+        testhosts, host, "sed -i 's/ main non-free non-free-firmware$/ main/' /etc/apt/sources.list; apt-get update -qq"
+    )  # the role must add non-free itself
     version = candidate.split("-")[0]
-    group = rh.lock_group("debian_distro", [host.name], gpu="L4", gpu_count=1, os="debian-12",
-                          install_method="distro", cuda_toolkit="11.8", frameworks=[])  # fmt: skip
+    group = rh.lock_group(
+        "debian_distro",
+        [host.name],
+        gpu="L4",
+        gpu_count=1,
+        os="debian-12",
+        install_method="distro",
+        cuda_toolkit="11.8",
+        frameworks=[],
+    )
     group["stack"]["driver"].update(version=version, branch=version.split(".")[0])
     tmp = tmp_path_factory.mktemp("distro")
     overrides = {"nvidia_driver_kernel": kernel, "preflight_kernel": kernel, **NO_FRAMEWORKS}
     run1 = rh.render(tmp / "run1", testhosts, host, group, overrides=overrides)
     started = time.monotonic()
     proc = rh.start(run1)
-    yield {"host": host, "group": group, "kernel": kernel, "version": version, "proc": proc, "started": started,
-           "tmp": tmp, "overrides": overrides}  # fmt: skip
+    yield {
+        "host": host,
+        "group": group,
+        "kernel": kernel,
+        "version": version,
+        "proc": proc,
+        "started": started,
+        "tmp": tmp,
+        "overrides": overrides,
+    }
     if proc.poll() is None:
         proc.kill()
 
@@ -68,26 +87,39 @@ def standin(testhosts: harness.HostSet, tmp_path_factory: pytest.TempPathFactory
     """The stand-in NVIDIA repository (see standin_repo) served on the bridge for host 2."""
     host = testhosts.hosts[1]
     folder = tmp_path_factory.mktemp("standin") / "repo"
-    debs = (sr.driver_debs("570.124.06") + sr.driver_debs("580.82.07") + sr.driver_debs("580.95.05")
-            + sr.toolkit_debs("12.8", "12.8.93", "9.10.2.21"))  # fmt: skip
+    debs = (
+        sr.driver_debs("570.124.06")
+        + sr.driver_debs("580.82.07")
+        + sr.driver_debs("580.95.05")
+        + sr.toolkit_debs("12.8", "12.8.93", "9.10.2.21")
+    )
     repo = sr.build_repo(folder, debs)
     rh.reach_bridge_directly(testhosts, host)
     # the stand-in kernel's headers are installed (as a real kernel's would be)
     rh.ssh(testhosts, host, f"mkdir -p /lib/modules/{sr.STANDIN_KERNEL}/build")
     with sr.serve(repo.path, f"{testhosts.net}.1") as url:
-        yield {"host": host, "url": url, "repo": repo,
-               "overrides": {"nvidia_driver_repo_url": url, "nvidia_driver_repo_key_url": f"{url}/standin-key.asc",
-                             "nvidia_driver_repo_key_fingerprint": repo.fingerprint,
-                             "nvidia_driver_kernel": sr.STANDIN_KERNEL, "preflight_kernel": sr.STANDIN_KERNEL,
-                             **NO_FRAMEWORKS}}  # fmt: skip
+        yield {
+            "host": host,
+            "url": url,
+            "repo": repo,
+            "overrides": {
+                "nvidia_driver_repo_url": url,
+                "nvidia_driver_repo_key_url": f"{url}/standin-key.asc",
+                "nvidia_driver_repo_key_fingerprint": repo.fingerprint,
+                "nvidia_driver_kernel": sr.STANDIN_KERNEL,
+                "preflight_kernel": sr.STANDIN_KERNEL,
+                **NO_FRAMEWORKS,
+            },
+        }
 
 
 # --- preflight: refused before any change, one clear line ---------------------------------------
 
 
 def _distro_group(host: harness.TestHost) -> dict[str, Any]:
-    return rh.lock_group("refused", [host.name], gpu="L4", gpu_count=1, os="debian-12", install_method="distro",
-                         frameworks=[])  # fmt: skip
+    return rh.lock_group(
+        "refused", [host.name], gpu="L4", gpu_count=1, os="debian-12", install_method="distro", frameworks=[]
+    )
 
 
 @pytest.mark.parametrize("case", ["unsupported_os", "secure_boot", "no_headers", "disk", "package_lock"])
@@ -101,15 +133,23 @@ def test_preflight_refuses_before_any_change(
     restore = ""
     if case == "unsupported_os":
         # the host claims Debian 11, a release the roles do not support
-        rh.ssh(testhosts, host, "cp /etc/os-release /tmp/os-release.keep; cp /etc/debian_version /tmp/dv.keep; "
-               "sed -i 's/VERSION_ID=\"12\"/VERSION_ID=\"11\"/; s/bookworm/bullseye/' /usr/lib/os-release; "
-               "echo 11.9 > /etc/debian_version")  # fmt: skip
+        rh.ssh(
+            testhosts,
+            host,
+            "cp /etc/os-release /tmp/os-release.keep; cp /etc/debian_version /tmp/dv.keep; "
+            'sed -i \'s/VERSION_ID="12"/VERSION_ID="11"/; s/bookworm/bullseye/\' /usr/lib/os-release; '
+            "echo 11.9 > /etc/debian_version",
+        )
         restore = "cp /tmp/os-release.keep /usr/lib/os-release; cp /tmp/dv.keep /etc/debian_version"
         expected = "preflight: debian-11 is not supported"
     elif case == "secure_boot":
         # STAND-IN EFI variable: attributes (4 bytes) + 1 = Secure Boot on; no MOK pair configured
-        rh.ssh(testhosts, host, "mkdir -p /tmp/efivars && printf '\\006\\000\\000\\000\\001' > "
-               "/tmp/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c")  # fmt: skip
+        rh.ssh(
+            testhosts,
+            host,
+            "mkdir -p /tmp/efivars && printf '\\006\\000\\000\\000\\001' > "
+            "/tmp/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c",
+        )
         overrides["preflight_efivars_dir"] = "/tmp/efivars"
         expected = "preflight: Secure Boot is on and the NVIDIA module would be built by DKMS unsigned"
     elif case == "no_headers":
@@ -122,8 +162,12 @@ def test_preflight_refuses_before_any_change(
         # another process (as unattended-upgrades would) holds dpkg's lock for longer than the wait;
         # a CPU-only stack, so that no driver check comes first
         group = rh.lock_group("refused", [host.name], os="debian-12", frameworks=[TORCH_CPU])
-        rh.ssh(testhosts, host, "nohup python3 -c \"import fcntl, time; f = open('/var/lib/dpkg/lock-frontend', 'w'); "
-               "fcntl.lockf(f, fcntl.LOCK_EX); time.sleep(60)\" >/dev/null 2>&1 & echo $! > /tmp/lock-holder.pid; sleep 1")  # fmt: skip
+        rh.ssh(
+            testhosts,
+            host,
+            "nohup python3 -c \"import fcntl, time; f = open('/var/lib/dpkg/lock-frontend', 'w'); "
+            'fcntl.lockf(f, fcntl.LOCK_EX); time.sleep(60)" >/dev/null 2>&1 & echo $! > /tmp/lock-holder.pid; sleep 1',
+        )
         restore = "kill $(cat /tmp/lock-holder.pid)"
         overrides["preflight_package_lock_timeout"] = 4
         expected = "preflight: the package manager lock /var/lib/dpkg/lock-frontend is still held after 4s"
@@ -149,15 +193,22 @@ def test_frameworks_install_cpu_torch_from_find_links_and_converge(
     group = rh.lock_group("cpu", [host.name], os="debian-12", frameworks=[TORCH_CPU])
     assert group["stack"]["driver"] is None
     install = InstallSettings(venv="/opt/provision/venv", pip=PipSettings(find_links=(str(wheelhouse),)))
-    first = rh.apply(rh.render(tmp_path / "run1", testhosts, host, group, install=install,
-                               overrides={"frameworks_no_index": True}), host.name)  # fmt: skip
+    first = rh.apply(
+        rh.render(tmp_path / "run1", testhosts, host, group, install=install, overrides={"frameworks_no_index": True}),
+        host.name,
+    )
     assert first.rc == 0 and first.changed > 0, first.output[-3000:]
-    out = rh.ssh(testhosts, host, "/opt/provision/venv/bin/python -c 'import torch; print(torch.__version__, "
-                 "torch.ones(3).sum().item())'")  # fmt: skip
+    out = rh.ssh(
+        testhosts,
+        host,
+        "/opt/provision/venv/bin/python -c 'import torch; print(torch.__version__, torch.ones(3).sum().item())'",
+    )
     assert out.split() == ["2.13.0+cpu", "3.0"]
     assert '"torch"' in rh.ssh(testhosts, host, "cat /var/lib/provision/stack.json")
-    second = rh.apply(rh.render(tmp_path / "run2", testhosts, host, group, install=install,
-                                overrides={"frameworks_no_index": True}), host.name)  # fmt: skip
+    second = rh.apply(
+        rh.render(tmp_path / "run2", testhosts, host, group, install=install, overrides={"frameworks_no_index": True}),
+        host.name,
+    )
     assert second.rc == 0 and second.changed == 0, second.output[-3000:]
 
 
@@ -166,8 +217,17 @@ def test_frameworks_install_cpu_torch_from_find_links_and_converge(
 
 def _repo_run(standin: dict[str, Any], testhosts: harness.HostSet, run: Path, driver: str, **extra: Any) -> rh.Outcome:
     host = standin["host"]
-    group = rh.lock_group("hgx", [host.name], gpu="H100-SXM", gpu_count=8, os="debian-12", driver=driver,
-                          install_method="nvidia-repo", frameworks=[], **extra)  # fmt: skip
+    group = rh.lock_group(
+        "hgx",
+        [host.name],
+        gpu="H100-SXM",
+        gpu_count=8,
+        os="debian-12",
+        driver=driver,
+        install_method="nvidia-repo",
+        frameworks=[],
+        **extra,
+    )
     assert group["stack"]["fabric_manager"] == {"version": driver}  # 8 x H100-SXM: NVSwitch board
     return rh.apply(rh.render(run, testhosts, host, group, overrides=standin["overrides"]), host.name)
 
@@ -195,7 +255,9 @@ def test_nvidia_repo_pins_holds_fabric_manager_and_changes_branch(
     assert upgrade.rc == 0, upgrade.output[-3000:]
     have = _installed(testhosts, host)
     assert "nvidia-open-570" not in have and "nvidia-fabricmanager-570" not in have
-    assert have["nvidia-open-580"] == have["nvidia-kernel-open-dkms"] == have["nvidia-fabricmanager-580"] == "580.82.07-1"
+    assert (
+        have["nvidia-open-580"] == have["nvidia-kernel-open-dkms"] == have["nvidia-fabricmanager-580"] == "580.82.07-1"
+    )
     assert have["cuda-toolkit-12-8"] == "12.8.93-1" and have["cudnn9-cuda-12"] == "9.10.2.21-1"
     held = set(rh.ssh(testhosts, host, "apt-mark showhold").split())
     assert held == {"nvidia-open-580", "nvidia-fabricmanager-580", "cuda-toolkit-12-8", "cudnn9-cuda-12"}
@@ -213,8 +275,16 @@ def test_nvidia_repo_refuses_a_key_without_the_pinned_fingerprint(
     distro_run: dict[str, Any], standin: dict[str, Any], testhosts: harness.HostSet, tmp_path: Path
 ) -> None:
     host = standin["host"]
-    group = rh.lock_group("hgx", [host.name], gpu="H100-SXM", gpu_count=8, os="debian-12", driver="570.124.06",
-                          install_method="nvidia-repo", frameworks=[])  # fmt: skip
+    group = rh.lock_group(
+        "hgx",
+        [host.name],
+        gpu="H100-SXM",
+        gpu_count=8,
+        os="debian-12",
+        driver="570.124.06",
+        install_method="nvidia-repo",
+        frameworks=[],
+    )
     overrides = {**standin["overrides"], "nvidia_driver_repo_key_fingerprint": "0" * 40}
     outcome = rh.apply(rh.render(tmp_path / "run", testhosts, host, group, overrides=overrides), host.name)
     assert outcome.rc != 0
@@ -226,8 +296,9 @@ def test_nvidia_repo_refuses_a_key_without_the_pinned_fingerprint(
 
 
 @pytest.fixture(scope="module")
-def rogue(standin: dict[str, Any], testhosts: harness.HostSet, tmp_path_factory: pytest.TempPathFactory
-          ) -> Iterator[dict[str, Any]]:  # fmt: skip
+def rogue(
+    standin: dict[str, Any], testhosts: harness.HostSet, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Any]]:
     """A second stand-in repository with the same package names, signed by a second throwaway key, and
     a key file that carries the pinned key AND that second key (as a tampered mirror would serve)."""
     folder = tmp_path_factory.mktemp("rogue") / "repo"
@@ -247,8 +318,13 @@ def _keyring_primaries(testhosts: harness.HostSet, host: harness.TestHost, path:
 
 
 def _repo_files(testhosts: harness.HostSet, host: harness.TestHost) -> str:
-    return rh.ssh(testhosts, host, "sha256sum /usr/share/keyrings/provision-cuda.asc "
-                  "/etc/apt/sources.list.d/provision-cuda.list 2>&1; ls /usr/share/keyrings", check=False)  # fmt: skip
+    return rh.ssh(
+        testhosts,
+        host,
+        "sha256sum /usr/share/keyrings/provision-cuda.asc "
+        "/etc/apt/sources.list.d/provision-cuda.list 2>&1; ls /usr/share/keyrings",
+        check=False,
+    )
 
 
 def test_nvidia_repo_refuses_a_repository_signed_by_another_key_in_the_key_file(
@@ -259,23 +335,37 @@ def test_nvidia_repo_refuses_a_repository_signed_by_another_key_in_the_key_file(
     trusted the second key and installed its packages). Now the play fails with one line, installs
     nothing, and leaves no keyring or sources entry trusting the second key."""
     host = standin["host"]
-    group = rh.lock_group("hgx", [host.name], gpu="H100-SXM", gpu_count=8, os="debian-12", driver="570.124.06",
-                          install_method="nvidia-repo", frameworks=[])  # fmt: skip
-    overrides = {**standin["overrides"], "nvidia_driver_repo_url": rogue["url"],
-                 "nvidia_driver_repo_key_url": f"{rogue['url']}/pinned-and-other.asc"}  # fmt: skip
+    group = rh.lock_group(
+        "hgx",
+        [host.name],
+        gpu="H100-SXM",
+        gpu_count=8,
+        os="debian-12",
+        driver="570.124.06",
+        install_method="nvidia-repo",
+        frameworks=[],
+    )
+    overrides = {
+        **standin["overrides"],
+        "nvidia_driver_repo_url": rogue["url"],
+        "nvidia_driver_repo_key_url": f"{rogue['url']}/pinned-and-other.asc",
+    }
     assert overrides["nvidia_driver_repo_key_fingerprint"] == standin["repo"].fingerprint != rogue["repo"].fingerprint
     before, files = rh.host_snapshot(testhosts, host), _repo_files(testhosts, host)
     outcome = rh.apply(rh.render(tmp_path / "run", testhosts, host, group, overrides=overrides), host.name)
     assert outcome.rc != 0 and outcome.failed == 1, outcome.output[-3000:]
     [line] = outcome.error_lines()
-    assert (f"nvidia_driver: the repository {rogue['url']}/ / cannot be used with only the pinned key "
-            f"{standin['repo'].fingerprint} trusted") in line, line  # fmt: skip
+    assert (
+        f"nvidia_driver: the repository {rogue['url']}/ / cannot be used with only the pinned key "
+        f"{standin['repo'].fingerprint} trusted"
+    ) in line, line
     assert "NO_PUBKEY" in line and line.endswith("check the mirror and the key"), line
     assert rh.host_snapshot(testhosts, host) == before  # no package, no sources entry, no pin
     assert _repo_files(testhosts, host) == files
     assert rogue["url"] not in rh.ssh(testhosts, host, "cat /etc/apt/sources.list.d/*.list 2>/dev/null", check=False)
-    leftovers = rh.ssh(testhosts, host, "ls -d /tmp/provision-repo-* /tmp/ansible.*provision-repo-* 2>/dev/null",
-                       check=False)  # fmt: skip
+    leftovers = rh.ssh(
+        testhosts, host, "ls -d /tmp/provision-repo-* /tmp/ansible.*provision-repo-* 2>/dev/null", check=False
+    )
     assert leftovers.strip() == ""  # the scratch directory went with the refusal
 
 
@@ -285,15 +375,25 @@ def test_nvidia_repo_installs_with_a_keyring_that_holds_only_the_pinned_key(
     """The normal case still installs, from a key file that also carries a second key: the keyring
     signed-by names holds exactly the pinned key (with the old tasks it held both)."""
     host = standin["host"]
-    group = rh.lock_group("hgx", [host.name], gpu="H100-SXM", gpu_count=8, os="debian-12", driver="570.124.06",
-                          install_method="nvidia-repo", frameworks=[])  # fmt: skip
+    group = rh.lock_group(
+        "hgx",
+        [host.name],
+        gpu="H100-SXM",
+        gpu_count=8,
+        os="debian-12",
+        driver="570.124.06",
+        install_method="nvidia-repo",
+        frameworks=[],
+    )
     overrides = {**standin["overrides"], "nvidia_driver_repo_key_url": f"{standin['url']}/pinned-and-other.asc"}
     outcome = rh.apply(rh.render(tmp_path / "run", testhosts, host, group, overrides=overrides), host.name)
     assert outcome.rc == 0, outcome.output[-3000:]
     assert _installed(testhosts, host)["nvidia-open-570"] == "570.124.06-1"
     sources = rh.ssh(testhosts, host, "cat /etc/apt/sources.list.d/provision-cuda.list")
     assert f"deb [signed-by=/usr/share/keyrings/provision-cuda.asc] {standin['url']}/ /" in sources
-    assert _keyring_primaries(testhosts, host, "/usr/share/keyrings/provision-cuda.asc") == [standin["repo"].fingerprint]
+    assert _keyring_primaries(testhosts, host, "/usr/share/keyrings/provision-cuda.asc") == [
+        standin["repo"].fingerprint
+    ]
     again = rh.apply(rh.render(tmp_path / "run2", testhosts, host, group, overrides=overrides), host.name)
     assert again.rc == 0 and again.changed == 0, again.output[-3000:]
 
@@ -308,19 +408,34 @@ def test_distro_driver_builds_with_dkms_then_converges(distro_run: dict[str, Any
     took = time.monotonic() - distro_run["started"]
     print(f"\ndistro install (driver {version} with DKMS for {kernel} + nvidia-cuda-toolkit): {took:.0f} s")
     assert first.rc == 0 and first.changed > 0, first.output[-4000:]
-    module = "nvidia-current-open" if distro_run["group"]["stack"]["driver"]["kernel_modules"] == "open" else "nvidia-current"
+    module = (
+        "nvidia-current-open"
+        if distro_run["group"]["stack"]["driver"]["kernel_modules"] == "open"
+        else "nvidia-current"
+    )
     assert rh.ssh(testhosts, host, f"modinfo -k {kernel} -F version {module}").strip() == version
     assert "release 11.8" in rh.ssh(testhosts, host, "nvcc --version")
     assert {"nvidia-driver", "nvidia-cuda-toolkit"} <= set(rh.ssh(testhosts, host, "apt-mark showhold").split())
     assert "blacklist nouveau" in rh.ssh(testhosts, host, "cat /etc/modprobe.d/provision-blacklist-nouveau.conf")
     # the kernel-update guard: fine for the kernel DKMS built for, loud for one without a module
     rh.ssh(testhosts, host, f"/etc/kernel/postinst.d/zz-provision-nvidia {kernel}")
-    guard = subprocess.run(["ssh", "-F", str(testhosts.ssh_config), host.name,
-                            "/etc/kernel/postinst.d/zz-provision-nvidia 6.1.0-999-amd64"], capture_output=True, text=True)  # fmt: skip
+    guard = subprocess.run(
+        [
+            "ssh",
+            "-F",
+            str(testhosts.ssh_config),
+            host.name,
+            "/etc/kernel/postinst.d/zz-provision-nvidia 6.1.0-999-amd64",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert guard.returncode == 1 and "no NVIDIA kernel module for kernel 6.1.0-999-amd64" in guard.stderr
 
     started = time.monotonic()
-    second = rh.apply(rh.render(distro_run["tmp"] / "run2", testhosts, host, distro_run["group"],
-                                overrides=distro_run["overrides"]), host.name)  # fmt: skip
+    second = rh.apply(
+        rh.render(distro_run["tmp"] / "run2", testhosts, host, distro_run["group"], overrides=distro_run["overrides"]),
+        host.name,
+    )
     print(f"second run (converged): {time.monotonic() - started:.0f} s")
     assert second.rc == 0 and second.changed == 0, second.output[-4000:]

@@ -45,11 +45,25 @@ time.sleep(600)
 """
 
 
-def _other_controller(hostset: harness.HostSet, host: harness.TestHost, heartbeat_s: float = 10,
-                      stale_s: float = 90) -> subprocess.Popen[str]:  # fmt: skip
-    proc = subprocess.Popen([sys.executable, "-c", OTHER, host.name, host.address, str(hostset.key),
-                             str(hostset.known_hosts), str(heartbeat_s), str(stale_s)],
-                            stdout=subprocess.PIPE, text=True, env=uh.up_env())  # fmt: skip
+def _other_controller(
+    hostset: harness.HostSet, host: harness.TestHost, heartbeat_s: float = 10, stale_s: float = 90
+) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            OTHER,
+            host.name,
+            host.address,
+            str(hostset.key),
+            str(hostset.known_hosts),
+            str(heartbeat_s),
+            str(stale_s),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=uh.up_env(),
+    )
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "held"
     return proc
@@ -91,7 +105,9 @@ def test_a_second_run_is_refused_naming_the_first_and_a_killed_controller_lets_g
         assert name == host.name and isinstance(error, HostBusy)
         line = error.reason()
         assert "\n" not in line
-        assert line.startswith(f"{host.name}: another provision up holds this host: run 20261201-070000-0ther (since 20")
+        assert line.startswith(
+            f"{host.name}: another provision up holds this host: run 20261201-070000-0ther (since 20"
+        )
         assert f" UTC, controller {getpass.getuser()}@{socket.gethostname()} pid {proc.pid})" in line, line
         # the holder's file names the run (what an operator finds on the host)
         assert json.loads(rh.ssh(testhosts, host, f"cat {LOCK_PATH}"))["run"] == "20261201-070000-0ther"

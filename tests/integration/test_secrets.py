@@ -106,13 +106,17 @@ def login_proxy(hostset: harness.HostSet, folder: Path, user: str, password: str
     port = _free_port(gw)
     folder.mkdir(parents=True, exist_ok=True)
     filt = folder / "filter"
-    filt.write_text("^deb\\.debian\\.org$\n^security\\.debian\\.org$\n^pypi\\.org$\n^files\\.pythonhosted\\.org$\n"
-                    f"^{re.escape(gw)}$\n")  # fmt: skip
+    filt.write_text(
+        "^deb\\.debian\\.org$\n^security\\.debian\\.org$\n^pypi\\.org$\n^files\\.pythonhosted\\.org$\n"
+        f"^{re.escape(gw)}$\n"
+    )
     conf = folder / "tinyproxy.conf"
     pid, log = folder / "tinyproxy.pid", folder / "tinyproxy.log"
-    conf.write_text(f"Port {port}\nListen {gw}\nTimeout 600\nMaxClients 50\nAllow {hostset.net}.0/24\n"
-                    f'BasicAuth {user} {password}\nFilter "{filt}"\nFilterDefaultDeny Yes\nConnectPort 443\n'
-                    f'LogLevel Info\nPidFile "{pid}"\nLogFile "{log}"\n')  # fmt: skip
+    conf.write_text(
+        f"Port {port}\nListen {gw}\nTimeout 600\nMaxClients 50\nAllow {hostset.net}.0/24\n"
+        f'BasicAuth {user} {password}\nFilter "{filt}"\nFilterDefaultDeny Yes\nConnectPort 443\n'
+        f'LogLevel Info\nPidFile "{pid}"\nLogFile "{log}"\n'
+    )
     subprocess.run(["tinyproxy", "-c", str(conf)], check=True, timeout=30)
     for _ in range(100):
         if pid.exists() and pid.read_text().strip():
@@ -142,16 +146,24 @@ def ps_samples(hostset: harness.HostSet, hosts: list[harness.TestHost]) -> Itera
     thread = threading.Thread(target=controller, daemon=True)
     thread.start()
     for h in hosts:
-        rh.ssh(hostset, h, "rm -f /root/ps.samples; nohup sh -c 'while :; do ps -eww -o args= >> /root/ps.samples; "
-                           "sleep 0.2; done' >/dev/null 2>&1 & echo $! > /root/ps.sampler")  # fmt: skip
+        rh.ssh(
+            hostset,
+            h,
+            "rm -f /root/ps.samples; nohup sh -c 'while :; do ps -eww -o args= >> /root/ps.samples; "
+            "sleep 0.2; done' >/dev/null 2>&1 & echo $! > /root/ps.sampler",
+        )
     try:
         yield out
     finally:
         stop.set()
         thread.join()
         for h in hosts:
-            text = rh.ssh(hostset, h, "kill $(cat /root/ps.sampler); cat /root/ps.samples; "
-                                      "rm -f /root/ps.samples /root/ps.sampler", check=False)  # fmt: skip
+            text = rh.ssh(
+                hostset,
+                h,
+                "kill $(cat /root/ps.sampler); cat /root/ps.samples; rm -f /root/ps.samples /root/ps.sampler",
+                check=False,
+            )
             out[h.name] = text.splitlines()
 
 
@@ -168,11 +180,18 @@ def test_credentials_stay_out_of_ps_and_of_files_others_can_read(
     gw = f"{testhosts.net}.1"
     host = testhosts.hosts[0]
     installs = "[{packages: ['" + harness.TORCH_CPU + "+cpu'], index_url: ''}]"  # the login index, not PyTorch's
-    with login_index(gw, wheelhouse, f"alice:{INDEX_TOKEN}") as (index, seen), \
-            login_proxy(testhosts, tmp_path / "proxy", "carol", PROXY_TOKEN) as (proxy, proxy_log):  # fmt: skip
+    with (
+        login_index(gw, wheelhouse, f"alice:{INDEX_TOKEN}") as (index, seen),
+        login_proxy(testhosts, tmp_path / "proxy", "carol", PROXY_TOKEN) as (proxy, proxy_log),
+    ):
         # the proxy really wants its login: a request without it is refused
-        refused = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-x", proxy, f"{index}/"],
-                                 capture_output=True, text=True, timeout=30, check=False)  # fmt: skip
+        refused = subprocess.run(
+            ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-x", proxy, f"{index}/"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
         assert refused.stdout == "407", refused
         config = tmp_path / "provision.yaml"
         index_with_login = index.replace("http://", f"http://alice:{INDEX_TOKEN}@")
@@ -191,18 +210,38 @@ def test_credentials_stay_out_of_ps_and_of_files_others_can_read(
 
         # plan --out: a private run dir; the credentials only in its 0600 secrets.yml
         out = tmp_path / "planned"
-        planned = subprocess.run([sys.executable, "-m", "provision", "plan", *common, "--out", str(out)],
-                                 cwd=tmp_path, capture_output=True, text=True, env=env, timeout=600)  # fmt: skip
+        planned = subprocess.run(
+            [sys.executable, "-m", "provision", "plan", *common, "--out", str(out)],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=600,
+        )
         assert planned.returncode == 0, planned.stderr
         leaks += _open_to_others(out)
-        leaks += [f"plan --out: {p.relative_to(out)} holds a secret" for p in _walk(out) if p.is_file()
-                  and p.name != "secrets.yml" and any(s in p.read_text(errors="replace") for s in SECRETS)]  # fmt: skip
+        leaks += [
+            f"plan --out: {p.relative_to(out)} holds a secret"
+            for p in _walk(out)
+            if p.is_file() and p.name != "secrets.yml" and any(s in p.read_text(errors="replace") for s in SECRETS)
+        ]
 
         # up on one host (the lock's group has every host: --limit it), sampled by ps throughout.
         # The host's own apt proxy (the test proxy, which would win over install.apt.proxy) is
         # set aside: apt's only way out is the login proxy.
-        args = [sys.executable, "-m", "provision", "up", *common, "--limit", host.name, "--set",
-                f"frameworks_installs={installs}", "--yes", "--json"]  # fmt: skip
+        args = [
+            sys.executable,
+            "-m",
+            "provision",
+            "up",
+            *common,
+            "--limit",
+            host.name,
+            "--set",
+            f"frameworks_installs={installs}",
+            "--yes",
+            "--json",
+        ]
         own = "/etc/apt/apt.conf.d/01testhost-proxy"
         # apt must fetch something for the proxy to be seen
         rh.ssh(testhosts, host, f"mv {own} /root/01testhost-proxy.aside; {rh.PURGE_PYTHON_ENV_PACKAGES}")
@@ -244,13 +283,18 @@ def test_credentials_stay_out_of_ps_and_of_files_others_can_read(
         # the runner's own record of the run keeps no environment
         commands = list(run_dir.rglob("artifacts/*/command"))
         assert commands, "no runner artifacts"
-        leaks += [f"{c.relative_to(run_dir)} keeps the environment" for c in commands
-                  if "env" in json.loads(c.read_text())]  # fmt: skip
+        leaks += [
+            f"{c.relative_to(run_dir)} keeps the environment" for c in commands if "env" in json.loads(c.read_text())
+        ]
 
         # the host keeps no credential: the folder is gone, and no file holds the tokens
-        left = rh.ssh(testhosts, host, "ls -d /root/.provision-credentials 2>/dev/null; grep -rlF -e "
-                      f"{INDEX_TOKEN} -e {PROXY_TOKEN} /etc /opt/provision /tmp /root /var/log 2>/dev/null",
-                      check=False)  # fmt: skip
+        left = rh.ssh(
+            testhosts,
+            host,
+            "ls -d /root/.provision-credentials 2>/dev/null; grep -rlF -e "
+            f"{INDEX_TOKEN} -e {PROXY_TOKEN} /etc /opt/provision /tmp /root /var/log 2>/dev/null",
+            check=False,
+        )
         leaks += [f"{host.name}: {line}" for line in left.split()]
         assert not leaks, "\n".join(leaks)
     finally:

@@ -27,8 +27,15 @@ def _client(hostset: harness.HostSet, known_hosts: Path | None) -> paramiko.SSHC
 def test_paramiko_reaches_every_host_with_verified_key(testhosts: harness.HostSet) -> None:
     for host in testhosts.hosts:
         client = _client(testhosts, testhosts.known_hosts)
-        client.connect(host.address, port=host.port, username=host.user, key_filename=str(testhosts.key),
-                       allow_agent=False, look_for_keys=False, timeout=10)
+        client.connect(
+            host.address,
+            port=host.port,
+            username=host.user,
+            key_filename=str(testhosts.key),
+            allow_agent=False,
+            look_for_keys=False,
+            timeout=10,
+        )
         try:
             _, out, _ = client.exec_command("hostname && . /etc/os-release && echo $ID-$VERSION_ID")
             assert out.read().decode().split() == [host.name, "debian-12"]
@@ -40,8 +47,14 @@ def test_paramiko_refuses_a_host_whose_key_is_unknown(testhosts: harness.HostSet
     host = testhosts.hosts[0]
     client = _client(testhosts, known_hosts=None)
     with pytest.raises(paramiko.SSHException, match="not found in known_hosts"):
-        client.connect(host.address, username=host.user, key_filename=str(testhosts.key),
-                       allow_agent=False, look_for_keys=False, timeout=10)
+        client.connect(
+            host.address,
+            username=host.user,
+            key_filename=str(testhosts.key),
+            allow_agent=False,
+            look_for_keys=False,
+            timeout=10,
+        )
 
 
 def test_paramiko_refuses_a_changed_host_key(testhosts: harness.HostSet, tmp_path: Path) -> None:
@@ -51,8 +64,14 @@ def test_paramiko_refuses_a_changed_host_key(testhosts: harness.HostSet, tmp_pat
     forged.write_text(f"{host.address} {other.get_name()} {other.get_base64()}\n")
     client = _client(testhosts, forged)
     with pytest.raises(paramiko.BadHostKeyException):
-        client.connect(host.address, username=host.user, key_filename=str(testhosts.key),
-                       allow_agent=False, look_for_keys=False, timeout=10)
+        client.connect(
+            host.address,
+            username=host.user,
+            key_filename=str(testhosts.key),
+            allow_agent=False,
+            look_for_keys=False,
+            timeout=10,
+        )
 
 
 def _ping(testhosts: harness.HostSet, tmp_path: Path, known_hosts: Path) -> dict[str, dict[str, int]]:
@@ -74,24 +93,23 @@ def _ping(testhosts: harness.HostSet, tmp_path: Path, known_hosts: Path) -> dict
         # the venv need not be activated: ansible-playbook is found beside this Python
         # own ControlPersist sockets: a master connection left by another run would skip the
         # host-key check this test is about
-        envvars={"ANSIBLE_HOST_KEY_CHECKING": "True", "ANSIBLE_SSH_CONTROL_PATH_DIR": str(tmp_path / "cp"),
-                 "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"},
+        envvars={
+            "ANSIBLE_HOST_KEY_CHECKING": "True",
+            "ANSIBLE_SSH_CONTROL_PATH_DIR": str(tmp_path / "cp"),
+            "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
+        },
     )
     stats = result.stats or {}
     return {key: dict(stats.get(key, {})) for key in ("ok", "failures", "dark")}
 
 
-def test_ansible_runner_reaches_every_host_with_verified_key(
-    testhosts: harness.HostSet, tmp_path: Path
-) -> None:
+def test_ansible_runner_reaches_every_host_with_verified_key(testhosts: harness.HostSet, tmp_path: Path) -> None:
     stats = _ping(testhosts, tmp_path, testhosts.known_hosts)
     assert set(stats["ok"]) == {h.name for h in testhosts.hosts}
     assert stats["failures"] == {} and stats["dark"] == {}
 
 
-def test_ansible_runner_refuses_hosts_whose_keys_are_unknown(
-    testhosts: harness.HostSet, tmp_path: Path
-) -> None:
+def test_ansible_runner_refuses_hosts_whose_keys_are_unknown(testhosts: harness.HostSet, tmp_path: Path) -> None:
     empty = tmp_path / "empty_known_hosts"
     empty.write_text("")
     stats = _ping(testhosts, tmp_path, empty)

@@ -22,6 +22,7 @@ from tests.hosts.venv import install_cpu_torch
 
 pytestmark = pytest.mark.slow  # installs torch on the host
 
+
 def tune(*args: str) -> subprocess.CompletedProcess[str]:
     cmd = [sys.executable, "-m", "provision", "tune", *args, "--allow-cpu", "--scale", "test", "--json"]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600)

@@ -61,9 +61,24 @@ def test_fleet_one_broken_host_fails_alone_then_everything_converges(
     rc, doc = run_up(tmp_path, up_args(testhosts, config, "--force"))
     assert rc == 0 and all(h["changed"] == 0 and h["verdict"] == "pass" for h in doc["hosts"]), doc
 
-    status = subprocess.run([sys.executable, "-m", "provision", "status", "--json", "--check-drift", "-i",
-                             str(testhosts.inventory), "-F", str(testhosts.ssh_config)],
-                            cwd=tmp_path, capture_output=True, text=True, env=up_env())  # fmt: skip
+    status = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "provision",
+            "status",
+            "--json",
+            "--check-drift",
+            "-i",
+            str(testhosts.inventory),
+            "-F",
+            str(testhosts.ssh_config),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=up_env(),
+    )
     assert status.returncode == 0, status.stdout + status.stderr
     listed = json.loads(status.stdout)["hosts"]
     assert {h["host"] for h in listed} == {h.name for h in testhosts.hosts}
@@ -72,9 +87,24 @@ def test_fleet_one_broken_host_fails_alone_then_everything_converges(
     # drift: a different torch in one host's venv is named by status --check-drift
     moved = testhosts.hosts[1]
     rh.ssh(testhosts, moved, "/opt/provision/venv/bin/pip uninstall -q -y torch")
-    status = subprocess.run([sys.executable, "-m", "provision", "status", "--json", "--check-drift", "-i",
-                             str(testhosts.inventory), "-F", str(testhosts.ssh_config)],
-                            cwd=tmp_path, capture_output=True, text=True, env=up_env())  # fmt: skip
+    status = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "provision",
+            "status",
+            "--json",
+            "--check-drift",
+            "-i",
+            str(testhosts.inventory),
+            "-F",
+            str(testhosts.ssh_config),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=up_env(),
+    )
     assert status.returncode == 1
     drifted = {h["host"]: h for h in json.loads(status.stdout)["hosts"]}[moved.name]
     assert [(d["item"], d["observed"]) for d in drifted["drift"]] == [("torch", None)], drifted

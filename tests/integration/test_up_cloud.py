@@ -56,9 +56,24 @@ class OneShot:
     clients: list[MappedEc2]  # every client `up --cloud` built
 
     def args(self, *extra: str) -> list[str]:
-        return ["up", "--cloud", *LAUNCH, "--count", str(len(self.hostset.hosts)), "--ami", self.aws.ami(),
-                "--ssh-key", str(self.hostset.key.with_suffix(".pub")), "-c", str(self.config),
-                "--set", "frameworks_no_index=true", "--yes", "--json", *extra]  # fmt: skip
+        return [
+            "up",
+            "--cloud",
+            *LAUNCH,
+            "--count",
+            str(len(self.hostset.hosts)),
+            "--ami",
+            self.aws.ami(),
+            "--ssh-key",
+            str(self.hostset.key.with_suffix(".pub")),
+            "-c",
+            str(self.config),
+            "--set",
+            "frameworks_no_index=true",
+            "--yes",
+            "--json",
+            *extra,
+        ]
 
 
 @pytest.fixture
@@ -160,19 +175,38 @@ def test_ssh_to_the_world_is_warned_about_before_the_launch_is_confirmed(
 ) -> None:
     """The same terminal stand-in answering `n`: the warning comes before the question."""
     monkeypatch.setattr(sys, "stdin", _Terminal("n\n"))
-    args = ["up", "--cloud", "--instance-type", "g5.xlarge", "--ssh-cidr", "0.0.0.0/0", "--os", "debian-12",
-            "--ami", "ami-0abc1234"]  # fmt: skip
+    args = [
+        "up",
+        "--cloud",
+        "--instance-type",
+        "g5.xlarge",
+        "--ssh-cidr",
+        "0.0.0.0/0",
+        "--os",
+        "debian-12",
+        "--ami",
+        "ami-0abc1234",
+    ]
     code, out, err = run_cli(args, capsys)
     assert code == 130 and "launch these instances" in out and nothing_left(aws)
-    assert "warning: --ssh-cidr 0.0.0.0/0 opens port 22 (SSH) of every instance of this run to the whole internet" in err
+    assert (
+        "warning: --ssh-cidr 0.0.0.0/0 opens port 22 (SSH) of every instance of this run to the whole internet" in err
+    )
 
 
 def test_the_run_in_up_json_carries_the_ssh_cidr_warning(aws: Aws) -> None:
     args = LaunchArgs(instance_type="g5.xlarge", ssh_cidr="0.0.0.0/0", ami=aws.ami(), os_name="debian-12")
     prepared = launcher.prepare(args, wait_ssh=False)
     ec2 = Ec2(prepared.session, REGION, sleep=lambda _s: None, poll_s=0.01)
-    _, run = up_on_cloud(prepared, lambda inv: _passed(["i-1"]), ec2=ec2, down_after=True, keep_on_failure=False,
-                         say=lambda _m: None, workdir=aws.workdir)  # fmt: skip
+    _, run = up_on_cloud(
+        prepared,
+        lambda inv: _passed(["i-1"]),
+        ec2=ec2,
+        down_after=True,
+        keep_on_failure=False,
+        say=lambda _m: None,
+        workdir=aws.workdir,
+    )
     (warning,) = run.to_json()["warnings"]
     assert warning.startswith("--ssh-cidr 0.0.0.0/0 opens port 22 (SSH)") and nothing_left(aws)
 
@@ -202,8 +236,15 @@ def test_a_passed_run_that_cannot_be_ended_is_exit_1_naming_the_command(
     prepared, ec2 = no_terminate
     said: list[str] = []
     with pytest.raises(CloudError) as caught:
-        up_on_cloud(prepared, lambda inv: _passed(["i-1"]), ec2=ec2, down_after=True, keep_on_failure=False,
-                    say=said.append, workdir=aws.workdir)  # fmt: skip
+        up_on_cloud(
+            prepared,
+            lambda inv: _passed(["i-1"]),
+            ec2=ec2,
+            down_after=True,
+            keep_on_failure=False,
+            say=said.append,
+            workdir=aws.workdir,
+        )
     err = caught.value
     assert "could not be ended" in err.message and f"cloud down --run {prepared.run}" in err.hint
     assert err.details["up"]["ok"] is True and err.details["cloud"]["ended"] is False
@@ -225,8 +266,9 @@ def test_a_failed_run_that_cannot_be_ended_reports_the_first_failure(
         raise OperationFailed("cannot probe i-1", "check SSH")
 
     with pytest.raises(OperationFailed) as caught:
-        up_on_cloud(prepared, unreachable, ec2=ec2, down_after=True, keep_on_failure=False, say=said.append,
-                    workdir=aws.workdir)  # fmt: skip
+        up_on_cloud(
+            prepared, unreachable, ec2=ec2, down_after=True, keep_on_failure=False, say=said.append, workdir=aws.workdir
+        )
     assert caught.value.message == "cannot probe i-1"
     assert caught.value.details["cloud"]["down_command"] == f"provision cloud down --run {prepared.run}"
     assert any("could not end run" in m and "may still cost money" in m for m in said)

@@ -53,19 +53,22 @@ def _inventory(testhosts: harness.HostSet, path: Path, names: list[str], extra: 
     return path
 
 
-def test_hosts_that_cannot_be_probed_fail_alone(
-    testhosts: harness.HostSet, wheelhouse: Path, tmp_path: Path
-) -> None:
+def test_hosts_that_cannot_be_probed_fail_alone(testhosts: harness.HostSet, wheelhouse: Path, tmp_path: Path) -> None:
     good = _hosts(testhosts, 3)[:2]
     third = testhosts.hosts[2]
     ghost_address = f"{testhosts.net}.99"  # in the test net, no host there
-    inventory = _inventory(testhosts, tmp_path / "inventory.ini", [h.name for h in good], [
-        f"ghost ansible_host={ghost_address}",
-        f"refused ansible_host={third.address} ansible_port=2222",  # a real host, nothing listens there
-        # a real host whose key this client does not know: refused without --accept-new-host-keys
-        f"stranger ansible_host={third.address} "
-        "ansible_ssh_common_args='-o UserKnownHostsFile=/dev/null -o StrictHostKeyChecking=yes'",
-    ])  # fmt: skip
+    inventory = _inventory(
+        testhosts,
+        tmp_path / "inventory.ini",
+        [h.name for h in good],
+        [
+            f"ghost ansible_host={ghost_address}",
+            f"refused ansible_host={third.address} ansible_port=2222",  # a real host, nothing listens there
+            # a real host whose key this client does not know: refused without --accept-new-host-keys
+            f"stranger ansible_host={third.address} "
+            "ansible_ssh_common_args='-o UserKnownHostsFile=/dev/null -o StrictHostKeyChecking=yes'",
+        ],
+    )
     config = rh.cpu_torch_config(tmp_path, testhosts, wheelhouse)
 
     try:
@@ -133,8 +136,9 @@ def test_serial_stops_after_the_batch_that_fails_verification(
 
     # the later batch's host was not touched: same packages, no venv, no smoke job files
     assert rh.host_snapshot(testhosts, later) == before
-    assert rh.ssh(testhosts, later, "ls -d /opt/provision /tmp/provision-verify.* 2>&1 || true").count(
-        "No such file") == 2  # fmt: skip
+    assert (
+        rh.ssh(testhosts, later, "ls -d /opt/provision /tmp/provision-verify.* 2>&1 || true").count("No such file") == 2
+    )
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
     in_events = {str((e.get("event_data") or {}).get("host")) for e in events}
     assert {first.name, broken.name} <= in_events and later.name not in in_events

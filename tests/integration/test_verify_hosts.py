@@ -23,7 +23,6 @@ from tests.hosts.venv import install_cpu_torch
 pytestmark = pytest.mark.slow  # installs torch on every host
 
 
-
 @pytest.fixture(scope="module")
 def hosts(testhosts: harness.HostSet, wheelhouse: Path) -> harness.HostSet:
     install_cpu_torch(testhosts, wheelhouse)
@@ -71,9 +70,7 @@ def test_without_allow_cpu_both_hosts_are_no_gpu_in_the_table(hosts: harness.Hos
     assert all(f"{h.name}: no usable GPU" in proc.stdout for h in hosts.hosts)
 
 
-def test_drift_against_a_lock_fails_each_host_naming_both_versions(
-    hosts: harness.HostSet, tmp_path: Path
-) -> None:
+def test_drift_against_a_lock_fails_each_host_naming_both_versions(hosts: harness.HostSet, tmp_path: Path) -> None:
     lock = tmp_path / "provision.lock"
     stack = {
         "driver": None,
@@ -85,9 +82,7 @@ def test_drift_against_a_lock_fails_each_host_naming_both_versions(
             {
                 "schema": "provision.lock/1",
                 "knowledge": {},
-                "groups": [
-                    {"name": "cpu", "hosts": [h.name for h in hosts.hosts], "host": {}, "stack": stack}
-                ],
+                "groups": [{"name": "cpu", "hosts": [h.name for h in hosts.hosts], "host": {}, "stack": stack}],
             }
         )
     )
@@ -114,9 +109,7 @@ def test_an_unreachable_host_fails_alone(hosts: harness.HostSet, tmp_path: Path)
     inventory = tmp_path / "inventory.ini"
     # an address on the test bridge where no host answers
     inventory.write_text(
-        hosts.inventory.read_text().replace(
-            "[testhosts]\n", f"[testhosts]\nghost ansible_host={hosts.net}.250\n"
-        )
+        hosts.inventory.read_text().replace("[testhosts]\n", f"[testhosts]\nghost ansible_host={hosts.net}.250\n")
     )
     proc = verify("-i", str(inventory), "--allow-cpu", "--json", "--connect-timeout", "3")
     assert proc.returncode == 1

@@ -17,8 +17,23 @@ from tests.hosts import harness
 
 def up_args(hostset: harness.HostSet, config: Path, *extra: str, inventory: Path | None = None) -> list[str]:
     inv = inventory or hostset.inventory
-    return [sys.executable, "-m", "provision", "up", "-i", str(inv), "-F", str(hostset.ssh_config),
-            "-c", str(config), "--set", "frameworks_no_index=true", "--yes", "--json", *extra]  # fmt: skip
+    return [
+        sys.executable,
+        "-m",
+        "provision",
+        "up",
+        "-i",
+        str(inv),
+        "-F",
+        str(hostset.ssh_config),
+        "-c",
+        str(config),
+        "--set",
+        "frameworks_no_index=true",
+        "--yes",
+        "--json",
+        *extra,
+    ]
 
 
 def up_env() -> dict[str, str]:
@@ -31,13 +46,15 @@ def run_up(cwd: Path, args: list[str]) -> tuple[int, dict[str, Any]]:
     return r.returncode, json.loads(r.stdout)
 
 
-def up_until(cwd: Path, args: list[str], marker: str, sig: signal.Signals, wait_s: float) -> tuple[
-        subprocess.Popen[str], list[str]]:  # fmt: skip
+def up_until(
+    cwd: Path, args: list[str], marker: str, sig: signal.Signals, wait_s: float
+) -> tuple[subprocess.Popen[str], list[str]]:
     """Start `up` (plain progress lines: stdout is not a terminal) in its own process group and
     send ``sig`` to the whole group once a line holding ``marker`` appears (or after ``wait_s``),
     as a terminal's Ctrl-C or a kill of everything would. Returns the process and the lines seen."""
-    proc = subprocess.Popen(args, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=up_env(), start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        args, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=up_env(), start_new_session=True
+    )
     assert proc.stdout is not None
     seen = []
     deadline = time.monotonic() + wait_s

@@ -135,9 +135,7 @@ def test_never_breaks_even_json_is_null() -> None:
 def test_instance_type_price_comes_from_the_knowledge_with_its_date() -> None:
     priced = next(it for it in load().instance_types if it.price is not None)
     assert priced.price is not None
-    res = invoke(
-        "--instance-type", priced.name.upper(), "--hours-per-day", "12", "--server-price", "250000", "--json"
-    )
+    res = invoke("--instance-type", priced.name.upper(), "--hours-per-day", "12", "--server-price", "250000", "--json")
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     p = doc["cloud_price"]
@@ -210,9 +208,7 @@ def test_bad_input_is_one_line_exit_2(args: list[str], needle: str) -> None:
 
 def test_spot_without_spot_data_is_a_clear_bad_input_line() -> None:
     priced = next(it for it in load().instance_types if it.price is not None)
-    res = invoke(
-        "--instance-type", priced.name, "--spot", "--hours-per-day", "4", "--server-price", "1", "--json"
-    )
+    res = invoke("--instance-type", priced.name, "--spot", "--hours-per-day", "4", "--server-price", "1", "--json")
     assert res.exit_code == 2
     doc = json.loads(res.stdout)
     assert doc["error"]["code"] == "bad_input"
@@ -230,18 +226,14 @@ def test_unpriced_instance_type_asks_for_the_price() -> None:
 def test_plot_writes_a_png(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     out = tmp_path / "cost.png"
-    res = invoke(
-        "--cloud-price", "2", "--hours-per-day", "8", "--server-price", "30000", "--plot", str(out), "--json"
-    )
+    res = invoke("--cloud-price", "2", "--hours-per-day", "8", "--server-price", "30000", "--plot", str(out), "--json")
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["plot"] == str(out)
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert out.stat().st_size > 5000  # lines, axes and labels, not an empty canvas
 
 
-def test_plot_without_matplotlib_is_one_line_naming_the_extra(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_plot_without_matplotlib_is_one_line_naming_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # None in sys.modules makes `import matplotlib` raise ImportError, as on a host without it.
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     out = tmp_path / "cost.png"

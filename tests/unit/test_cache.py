@@ -98,8 +98,13 @@ def test_host_vars_point_apt_and_pip_at_the_hosts_own_loopback() -> None:
 
 
 def test_squid_conf_listens_on_loopback_only_and_chains_to_the_controllers_proxy(tmp_path: Path) -> None:
-    conf = squid_conf(port=3999, store=tmp_path / "s", run=tmp_path / "r", parent="http://user:pw@proxy.corp:8080",
-                      sources=RepoSources())  # fmt: skip
+    conf = squid_conf(
+        port=3999,
+        store=tmp_path / "s",
+        run=tmp_path / "r",
+        parent="http://user:pw@proxy.corp:8080",
+        sources=RepoSources(),
+    )
     assert "http_port 127.0.0.1:3999\n" in conf
     assert "http_access allow loopback" not in conf  # every tunnelled request comes from loopback
     assert conf.count("http_access allow") == 0 and "http_access deny all\n" in conf  # no sources: nothing
@@ -121,14 +126,20 @@ def test_the_run_s_sources_are_its_group_vars_urls_the_roles_defaults_and_the_os
     }
     got = RepoSources.for_run([group_vars], ["ubuntu-22.04", "debian-12"], role_defaults(Path(default_roles_path())))
     assert got.lock == {
-        Origin("https", "developer.download.nvidia.com", 443), Origin("https", "download.pytorch.org", 443),
-        Origin("https", "mirror.example", 443), Origin("https", "pypi.org", 443),
-        Origin("http", "10.1.2.3", 8080), Origin("http", "fd00::5", 80),
-    }  # fmt: skip
-    assert {Origin("http", ".archive.ubuntu.com", 80), Origin("http", "security.ubuntu.com", 80),
-            Origin("http", ".deb.debian.org", 80),  # the OS archives ...
-            Origin("http", "deb.debian.org", 80), Origin("https", "nvidia.github.io", 443),  # ... the roles' defaults
-            } <= got.public  # fmt: skip
+        Origin("https", "developer.download.nvidia.com", 443),
+        Origin("https", "download.pytorch.org", 443),
+        Origin("https", "mirror.example", 443),
+        Origin("https", "pypi.org", 443),
+        Origin("http", "10.1.2.3", 8080),
+        Origin("http", "fd00::5", 80),
+    }
+    assert {
+        Origin("http", ".archive.ubuntu.com", 80),
+        Origin("http", "security.ubuntu.com", 80),
+        Origin("http", ".deb.debian.org", 80),  # the OS archives ...
+        Origin("http", "deb.debian.org", 80),
+        Origin("https", "nvidia.github.io", 443),  # ... the roles' defaults
+    } <= got.public
     assert not any("{{" in o.host or o.host == "proxy.corp" for o in got.lock | got.public)
     assert got.allows("http://us-east-1.ec2.archive.ubuntu.com/ubuntu/") and got.allows("http://10.1.2.3:8080/x")
     assert not got.allows("http://10.1.2.3/x") and not got.allows("http://evilarchive.ubuntu.com/")
@@ -136,10 +147,23 @@ def test_the_run_s_sources_are_its_group_vars_urls_the_roles_defaults_and_the_os
 
 
 def test_squid_allows_the_lock_s_origins_before_the_address_checks_and_public_names_after(tmp_path: Path) -> None:
-    sources = RepoSources(lock=frozenset({Origin("http", "10.1.2.3", 8080), Origin("http", "mirror.corp", 80),
-                                          Origin("https", "pypi.org", 443), Origin("https", "odd.example", 8443)}),
-                          public=frozenset({Origin("http", ".deb.debian.org", 80), Origin("http", "deb.debian.org", 80),
-                                            Origin("https", ".deb.debian.org", 443)}))  # fmt: skip
+    sources = RepoSources(
+        lock=frozenset(
+            {
+                Origin("http", "10.1.2.3", 8080),
+                Origin("http", "mirror.corp", 80),
+                Origin("https", "pypi.org", 443),
+                Origin("https", "odd.example", 8443),
+            }
+        ),
+        public=frozenset(
+            {
+                Origin("http", ".deb.debian.org", 80),
+                Origin("http", "deb.debian.org", 80),
+                Origin("https", ".deb.debian.org", 443),
+            }
+        ),
+    )
     conf = squid_conf(port=3999, store=tmp_path, run=tmp_path, parent=None, sources=sources)
     rules = [ln for ln in conf.splitlines() if ln.startswith("http_access")]
     assert rules == [
@@ -157,7 +181,10 @@ def test_squid_allows_the_lock_s_origins_before_the_address_checks_and_public_na
         "http_access allow CONNECT public_https_443_name",
         "http_access deny all",
     ]
-    assert "acl lock_http_8080_addr dst -n 10.1.2.3\n" in conf and "acl lock_https_443_name dstdomain -n pypi.org\n" in conf
+    assert (
+        "acl lock_http_8080_addr dst -n 10.1.2.3\n" in conf
+        and "acl lock_https_443_name dstdomain -n pypi.org\n" in conf
+    )
     assert "acl public_http_80_name dstdomain -n .deb.debian.org\n" in conf  # deb.debian.org is inside it
     assert "acl public_any dstdomain -n .deb.debian.org\n" in conf
     assert "odd.example" not in conf  # CONNECT goes to 443 only
@@ -334,16 +361,24 @@ def test_a_host_whose_tunnel_cannot_open_fetches_itself(cache_root: Path, tmp_pa
 
     house = cache_root / "wheels" / "cp311-x86_64"
     house.mkdir(parents=True)
-    ws = WheelSet.from_group_vars({**GROUP_VARS, "frameworks_no_index": True, "frameworks_find_links": [str(tmp_path)],
-                                   "frameworks_installs": [{"packages": ["demo==1.0"], "index_url": ""}]},
-                                  {"python": "3.11", "arch": "x86_64"})  # fmt: skip
+    ws = WheelSet.from_group_vars(
+        {
+            **GROUP_VARS,
+            "frameworks_no_index": True,
+            "frameworks_find_links": [str(tmp_path)],
+            "frameworks_installs": [{"packages": ["demo==1.0"], "index_url": ""}],
+        },
+        {"python": "3.11", "arch": "x86_64"},
+    )
     (tmp_path / "demo-1.0-py3-none-any.whl").write_bytes(_wheel("demo", "1.0"))
     cache = FleetCache(cache_root, tmp_path / "run-y", python_exe=sys.executable)
     cache._start_squid = lambda _sources: None  # type: ignore[method-assign]  # the apt part is the other test's
     assert cache.start([HostTarget("th1", "10.0.0.1")], {"th1": ws}, {}, connect=connect) == {}
     report = cache.close().to_json()
     assert report["wheels"] == {"cp311-x86_64": "on"} and (house / "demo-1.0-py3-none-any.whl").is_file()
-    assert report["hosts"] == [] and report["notes"] == ["th1: no tunnel (cannot reach th1 (check the host)): the host fetches itself"]
+    assert report["hosts"] == [] and report["notes"] == [
+        "th1: no tunnel (cannot reach th1 (check the host)): the host fetches itself"
+    ]
 
 
 def _wheel(name: str, version: str) -> bytes:
@@ -429,8 +464,16 @@ def test_the_wheel_server_serves_the_wheelhouse_and_nothing_else(tmp_path: Path)
     base = f"http://127.0.0.1:{port}"
     try:
         assert urllib.request.urlopen(f"{base}/cp311-x86_64/demo-1.0-py3-none-any.whl", timeout=5).read() == b"w"
-        for path in ("/../secret.txt", "/%2e%2e/secret.txt", "/cp311-x86_64/..%2f..%2fsecret.txt",
-                     "//etc/hostname", "/cp311-x86_64/leak.whl", "/etc/hostname", "/etc/", "/cp311-x86_64/fifo.whl"):  # fmt: skip
+        for path in (
+            "/../secret.txt",
+            "/%2e%2e/secret.txt",
+            "/cp311-x86_64/..%2f..%2fsecret.txt",
+            "//etc/hostname",
+            "/cp311-x86_64/leak.whl",
+            "/etc/hostname",
+            "/etc/",
+            "/cp311-x86_64/fifo.whl",
+        ):
             with pytest.raises(urllib.error.HTTPError) as exc:
                 urllib.request.urlopen(base + path, timeout=5)
             assert exc.value.code == 404, path
@@ -441,42 +484,48 @@ def test_the_wheel_server_serves_the_wheelhouse_and_nothing_else(tmp_path: Path)
 def test_a_host_s_plain_http_sources_are_read_from_apt_and_dnf_files() -> None:
     from provision.fleet.cache import host_sources
 
-    text = "\n".join([
-        "deb http://deb.debian.org/debian bookworm main  # the archive",
-        "deb [arch=amd64 signed-by=/usr/share/keyrings/x.gpg] http://mirror.site:8080/debian bookworm main",
-        "# deb http://commented.example/debian bookworm main",
-        "deb https://tls.example/debian bookworm main",  # through the host's own https_proxy, not squid
-        "",
-        "Types: deb",
-        "URIs: http://archive.ubuntu.com/ubuntu/ http://us-east-1.ec2.archive.ubuntu.com/ubuntu/",
-        "Suites: noble",
-        "",
-        "Types: deb",
-        "URIs: http://disabled.example/ubuntu/",
-        "Enabled: no",
-        "",
-        "[baseos]",
-        "name=BaseOS",
-        "baseurl=http://dl.rockylinux.org/pub/rocky/9/BaseOS/x86_64/os/",
-        "        http://second.example/rocky/",
-        "enabled=1",
-        "[appstream]",
-        "mirrorlist=https://mirrors.rockylinux.org/mirrorlist?repo=AppStream-9",
-        "[off]",
-        "baseurl=http://off.example/",
-        "enabled=0",
-    ])  # fmt: skip
+    text = "\n".join(
+        [
+            "deb http://deb.debian.org/debian bookworm main  # the archive",
+            "deb [arch=amd64 signed-by=/usr/share/keyrings/x.gpg] http://mirror.site:8080/debian bookworm main",
+            "# deb http://commented.example/debian bookworm main",
+            "deb https://tls.example/debian bookworm main",  # through the host's own https_proxy, not squid
+            "",
+            "Types: deb",
+            "URIs: http://archive.ubuntu.com/ubuntu/ http://us-east-1.ec2.archive.ubuntu.com/ubuntu/",
+            "Suites: noble",
+            "",
+            "Types: deb",
+            "URIs: http://disabled.example/ubuntu/",
+            "Enabled: no",
+            "",
+            "[baseos]",
+            "name=BaseOS",
+            "baseurl=http://dl.rockylinux.org/pub/rocky/9/BaseOS/x86_64/os/",
+            "        http://second.example/rocky/",
+            "enabled=1",
+            "[appstream]",
+            "mirrorlist=https://mirrors.rockylinux.org/mirrorlist?repo=AppStream-9",
+            "[off]",
+            "baseurl=http://off.example/",
+            "enabled=0",
+        ]
+    )
     assert host_sources(text) == [
-        "http://deb.debian.org/debian", "http://mirror.site:8080/debian",
-        "http://archive.ubuntu.com/ubuntu/", "http://us-east-1.ec2.archive.ubuntu.com/ubuntu/",
-        "http://dl.rockylinux.org/pub/rocky/9/BaseOS/x86_64/os/", "http://second.example/rocky/",
+        "http://deb.debian.org/debian",
+        "http://mirror.site:8080/debian",
+        "http://archive.ubuntu.com/ubuntu/",
+        "http://us-east-1.ec2.archive.ubuntu.com/ubuntu/",
+        "http://dl.rockylinux.org/pub/rocky/9/BaseOS/x86_64/os/",
+        "http://second.example/rocky/",
         "mirrorlist:https://mirrors.rockylinux.org/mirrorlist?repo=AppStream-9",
-    ]  # fmt: skip
+    ]
     sources = RepoSources.for_run([], ["debian-12", "ubuntu-24.04", "rocky-9"])
     assert [u for u in host_sources(text) if not sources.allows(u)] == [
-        "http://mirror.site:8080/debian", "http://second.example/rocky/",
+        "http://mirror.site:8080/debian",
+        "http://second.example/rocky/",
         "mirrorlist:https://mirrors.rockylinux.org/mirrorlist?repo=AppStream-9",  # its mirrors are unknown here
-    ]  # fmt: skip
+    ]
 
 
 def test_the_listening_addresses_of_a_port_come_from_the_kernel_s_tables() -> None:
@@ -506,6 +555,7 @@ def test_tunnel_pump_carries_bytes_with_descriptors_above_1024() -> None:
 
     server = socket.create_server(("127.0.0.1", 0))
     try:
+
         def echo() -> None:
             conn, _ = server.accept()
             with conn:

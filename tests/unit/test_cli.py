@@ -54,7 +54,9 @@ def test_unknown_command_is_bad_input_with_a_suggestion() -> None:
     result = run("resolv")
     assert result.returncode == ExitCode.BAD_INPUT
     assert result.stdout == ""
-    assert result.stderr.splitlines() == ["error: unknown command `resolv` (did you mean `resolve`? see 'provision --help')"]
+    assert result.stderr.splitlines() == [
+        "error: unknown command `resolv` (did you mean `resolve`? see 'provision --help')"
+    ]
 
 
 def test_usage_error_is_one_line_and_exit_2() -> None:
@@ -75,13 +77,24 @@ def test_json_error_object_goes_to_stdout() -> None:
 
 
 def test_error_line_and_json_from_error_types() -> None:
-    err = Unsatisfiable("torch 2.8.0 needs driver >= 525.60.13", "use driver 580",
-                        conflicts=["driver 470 < 525.60.13"], suggestions=[{"driver": "580"}])
+    err = Unsatisfiable(
+        "torch 2.8.0 needs driver >= 525.60.13",
+        "use driver 580",
+        conflicts=["driver 470 < 525.60.13"],
+        suggestions=[{"driver": "580"}],
+    )
     assert err.one_line() == "error: torch 2.8.0 needs driver >= 525.60.13 (use driver 580)"
     assert err.exit_code == ExitCode.UNSATISFIABLE
-    assert err.to_json() == {"ok": False, "error": {
-        "code": "unsatisfiable", "message": "torch 2.8.0 needs driver >= 525.60.13", "hint": "use driver 580",
-        "suggestions": [{"driver": "580"}], "conflicts": ["driver 470 < 525.60.13"]}}
+    assert err.to_json() == {
+        "ok": False,
+        "error": {
+            "code": "unsatisfiable",
+            "message": "torch 2.8.0 needs driver >= 525.60.13",
+            "hint": "use driver 580",
+            "suggestions": [{"driver": "580"}],
+            "conflicts": ["driver 470 < 525.60.13"],
+        },
+    }
     # a message with line breaks still makes exactly one line
     assert BadInput("two\nlines", "fix\nit").one_line() == "error: two lines (fix it)"
     assert OperationFailed("x").exit_code == ExitCode.FAILED
@@ -117,7 +130,9 @@ def test_internal_error_is_one_line_and_traceback_only_with_debug(
 ) -> None:
     code, _, err = _main(["boom"], capsys)
     assert code == ExitCode.FAILED
-    assert err.splitlines() == ["error: internal error: RuntimeError: kaput (rerun with --debug for the traceback and report it)"]
+    assert err.splitlines() == [
+        "error: internal error: RuntimeError: kaput (rerun with --debug for the traceback and report it)"
+    ]
     code, _, err = _main(["boom", "--debug"], capsys)
     assert code == ExitCode.FAILED
     assert "Traceback (most recent call last)" in err and "RuntimeError: kaput" in err

@@ -100,8 +100,9 @@ def test_missing_ssh_cidr_never_defaults_to_the_world(offline_aws: None, capsys:
     assert code == 2 and err.startswith("error: --ssh-cidr is required")
 
 
-def test_missing_credentials_exit_2(offline_aws: None, monkeypatch: pytest.MonkeyPatch,
-                                    capsys: pytest.CaptureFixture[str]) -> None:
+def test_missing_credentials_exit_2(
+    offline_aws: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.delenv("AWS_ACCESS_KEY_ID")
     monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
     for args in (GOOD, ["cloud", "ls"], ["cloud", "down", "--all"]):
@@ -111,8 +112,9 @@ def test_missing_credentials_exit_2(offline_aws: None, monkeypatch: pytest.Monke
         assert json.loads(out)["error"]["code"] == "bad_input"
 
 
-def test_missing_region_exit_2(offline_aws: None, monkeypatch: pytest.MonkeyPatch,
-                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_missing_region_exit_2(
+    offline_aws: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.delenv("AWS_DEFAULT_REGION")
     monkeypatch.delenv("AWS_REGION", raising=False)
     code, _, err = run_cli(["cloud", "ls"], capsys)
@@ -125,8 +127,9 @@ def test_down_needs_exactly_one_selector(offline_aws: None, capsys: pytest.Captu
         assert code == 2 and err.startswith("error: say what to end")
 
 
-def test_unreachable_endpoint_is_exit_1_not_a_traceback(offline_aws: None, capsys: pytest.CaptureFixture[str],
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unreachable_endpoint_is_exit_1_not_a_traceback(
+    offline_aws: None, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The other side of the proof above: a command that does call AWS here fails to connect."""
     monkeypatch.setattr(cerr, "call", _no_retry_call(cerr.call))
     code, _, err = run_cli(["cloud", "ls"], capsys)
@@ -142,6 +145,7 @@ def _no_retry_call(real: Any) -> Any:
 
 
 # --- parsing and choosing -----------------------------------------------------------------------
+
 
 def test_parse_ttl() -> None:
     assert parse_ttl("8h") == timedelta(hours=8)
@@ -191,11 +195,13 @@ def test_budget_uses_count_times_price() -> None:
 
 # --- errors ---------------------------------------------------------------------------------------
 
+
 def client_error(code: str, status: int = 400) -> Exception:
     from botocore.exceptions import ClientError
 
-    return ClientError({"Error": {"Code": code, "Message": "m"}, "ResponseMetadata": {"HTTPStatusCode": status}},
-                       "RunInstances")
+    return ClientError(
+        {"Error": {"Code": code, "Message": "m"}, "ResponseMetadata": {"HTTPStatusCode": status}}, "RunInstances"
+    )
 
 
 @pytest.mark.parametrize(
@@ -269,18 +275,26 @@ def test_quota_names() -> None:
 
 # --- images ----------------------------------------------------------------------------------------
 
+
 def test_image_parameters_and_users() -> None:
     assert parameter_name(ImageQuery("ubuntu-24.04", "arm64", "os")) == (
-        "/aws/service/canonical/ubuntu/server/24.04/stable/current/arm64/hvm/ebs-gp3/ami-id")
+        "/aws/service/canonical/ubuntu/server/24.04/stable/current/arm64/hvm/ebs-gp3/ami-id"
+    )
     assert parameter_name(ImageQuery("ubuntu-22.04", "x86_64", "dlami")) == (
-        "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id")
+        "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
+    )
     assert parameter_name(ImageQuery("rhel-9", "x86_64", "os")) is None  # found by owner + name
     assert [ssh_user(o) for o in ("ubuntu-22.04", "debian-12", "amzn-2023", "rhel-9")] == [
-        "ubuntu", "admin", "ec2-user", "ec2-user"]
+        "ubuntu",
+        "admin",
+        "ec2-user",
+        "ec2-user",
+    ]
     assert normalize_os("AmazonLinux-2023") == "amzn-2023"
 
 
 # --- host keys and inventory ----------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def host_pubkeys(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[str, str]]:
@@ -295,9 +309,11 @@ def host_pubkeys(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[str, st
 
 def test_host_keys_from_cloud_init_console(host_pubkeys: list[tuple[str, str]]) -> None:
     body = "".join(f"ec2: {k} {b} root@ip-172-31-0-1\n" for k, b in host_pubkeys)
-    text = ("[    5.0] Linux version 6.8\n-----BEGIN SSH HOST KEY FINGERPRINTS-----\n256 SHA256:x root (ED25519)\n"
-            "-----END SSH HOST KEY FINGERPRINTS-----\n"
-            f"-----BEGIN SSH HOST KEY KEYS-----\n{body}-----END SSH HOST KEY KEYS-----\nlogin:")
+    text = (
+        "[    5.0] Linux version 6.8\n-----BEGIN SSH HOST KEY FINGERPRINTS-----\n256 SHA256:x root (ED25519)\n"
+        "-----END SSH HOST KEY FINGERPRINTS-----\n"
+        f"-----BEGIN SSH HOST KEY KEYS-----\n{body}-----END SSH HOST KEY KEYS-----\nlogin:"
+    )
     assert host_keys_from_console(text) == host_pubkeys
 
 
@@ -311,17 +327,31 @@ def test_host_keys_refuses_garbage_and_partial_blocks(host_pubkeys: list[tuple[s
 
 
 def test_inventory_and_known_hosts(tmp_path: Path, host_pubkeys: list[tuple[str, str]]) -> None:
-    hosts = [Host("i-1", "198.51.100.1", 22, "ubuntu", "g5.xlarge", "us-east-1a", tuple(host_pubkeys[:1])),
-             Host("i-2", "10.0.0.2", 2222, "ubuntu", "g5.xlarge", "us-east-1b", tuple(host_pubkeys[1:2]))]
+    hosts = [
+        Host("i-1", "198.51.100.1", 22, "ubuntu", "g5.xlarge", "us-east-1a", tuple(host_pubkeys[:1])),
+        Host("i-2", "10.0.0.2", 2222, "ubuntu", "g5.xlarge", "us-east-1b", tuple(host_pubkeys[1:2])),
+    ]
     known = tmp_path / "known_hosts"
     assert write_known_hosts(known, hosts) == 2
     lines = known.read_text().splitlines()
     assert lines[0].startswith("198.51.100.1 ssh-ed25519 ") and lines[1].startswith("[10.0.0.2]:2222 ecdsa-sha2-")
-    doc = inventory_doc(run="r1", region="us-east-1", hosts=hosts, private_key=tmp_path / "k", known_hosts=known,
-                        base="os", os_id="ubuntu-24.04")
+    doc = inventory_doc(
+        run="r1",
+        region="us-east-1",
+        hosts=hosts,
+        private_key=tmp_path / "k",
+        known_hosts=known,
+        base="os",
+        os_id="ubuntu-24.04",
+    )
     again = yaml.safe_load(yaml.safe_dump(doc))
-    assert again["all"]["hosts"]["i-2"] == {"ansible_host": "10.0.0.2", "ansible_port": 2222, "ansible_user": "ubuntu",
-                                           "ec2_instance_type": "g5.xlarge", "ec2_zone": "us-east-1b"}
+    assert again["all"]["hosts"]["i-2"] == {
+        "ansible_host": "10.0.0.2",
+        "ansible_port": 2222,
+        "ansible_user": "ubuntu",
+        "ec2_instance_type": "g5.xlarge",
+        "ec2_zone": "us-east-1b",
+    }
     assert again["all"]["vars"]["provision_known_hosts"] == str(known)
 
 
@@ -355,8 +385,9 @@ def test_public_keys_ec2_can_import_and_the_ones_it_cannot(tmp_path: Path) -> No
 
     keys = {}
     for kind in ("ed25519", "rsa", "ecdsa"):
-        subprocess.run(["ssh-keygen", "-q", "-t", kind, "-N", "", "-C", "me@laptop", "-f", str(tmp_path / kind)],
-                       check=True)  # fmt: skip
+        subprocess.run(
+            ["ssh-keygen", "-q", "-t", kind, "-N", "", "-C", "me@laptop", "-f", str(tmp_path / kind)], check=True
+        )
         keys[kind] = (tmp_path / f"{kind}.pub").read_text()
     assert public_key_problem(keys["ed25519"]) is None
     assert public_key_problem("# my key\n" + keys["rsa"]) is None
@@ -375,15 +406,28 @@ def test_run_ids_are_only_the_form_provision_makes() -> None:
     made = new_run_id(datetime(2026, 11, 30, 2, 8, 46, tzinfo=timezone.utc))
     assert made.startswith("20261130-020846-") and is_run_id(made)
     assert all(is_run_id(new_run_id()) for _ in range(50))
-    for bad in ["", "../../../victim", f"{made}/..", f"{made}\n", f"../{made}", made.upper() + "A", "20261130-020846-fc8",
-                "20261130-020846-fc86-", "2026113-020846-fc86", " 20261130-020846-fc86", "20261130_020846-fc86"]:
+    for bad in [
+        "",
+        "../../../victim",
+        f"{made}/..",
+        f"{made}\n",
+        f"../{made}",
+        made.upper() + "A",
+        "20261130-020846-fc8",
+        "20261130-020846-fc86-",
+        "2026113-020846-fc86",
+        " 20261130-020846-fc86",
+        "20261130_020846-fc86",
+    ]:
         assert not is_run_id(bad), bad
         with pytest.raises(BadInput, match="is not a provision run id"):
             check_run_id(bad)
         with pytest.raises(ValueError):
             local_files(Path("/w"), bad)
-    assert local_files(Path("/w"), made) == (Path(f"/w/.provision/runs/{made}/id_ed25519"),
-                                             Path(f"/w/inventory/ec2-{made}.yml"))
+    assert local_files(Path("/w"), made) == (
+        Path(f"/w/.provision/runs/{made}/id_ed25519"),
+        Path(f"/w/inventory/ec2-{made}.yml"),
+    )
 
 
 def test_cidr_warnings_only_for_the_whole_internet() -> None:

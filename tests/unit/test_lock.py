@@ -53,7 +53,9 @@ def test_lock_file_format(tmp_path: Path) -> None:
     assert g["packages"]["driver"]["names"] == ["nvidia-open-580"]
 
 
-def test_lock_is_fsynced_before_the_rename_and_its_folder_after(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_lock_is_fsynced_before_the_rename_and_its_folder_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A power loss right after `plan` must not leave a zero-length lock: the data reaches the disk
     before the rename, and the rename (an entry in the folder) before write_lock returns."""
     import os
@@ -117,9 +119,7 @@ def test_missing_or_unparsable_lock_is_bad_input(tmp_path: Path) -> None:
         read_lock(bad)
 
 
-@pytest.mark.parametrize(
-    ("version", "number"), [("9.10.2.21", "91002"), ("9.1.0.70", "90100"), ("8.9.2.26", "8902")]
-)
+@pytest.mark.parametrize(("version", "number"), [("9.10.2.21", "91002"), ("9.1.0.70", "90100"), ("8.9.2.26", "8902")])
 def test_cudnn_number_matches_torch_backends(version: str, number: str) -> None:
     assert cudnn_number(version) == number
 
@@ -130,9 +130,8 @@ def test_drift_against_observed_versions() -> None:
     assert drift(group, same) == []
     found = drift(
         group,
-        {"driver": "575.57.08", "torch": "2.7.1+cu126", "torch_cuda": "12.6", "cudnn": "90501",
-         "fabric_manager": None},
-    )  # fmt: skip
+        {"driver": "575.57.08", "torch": "2.7.1+cu126", "torch_cuda": "12.6", "cudnn": "90501", "fabric_manager": None},
+    )
     items = {d.item: (d.expected, d.observed) for d in found}
     assert items["driver"] == ("580.95.05", "575.57.08")
     assert items["torch"] == ("2.8.0", "2.7.1+cu126")

@@ -19,15 +19,50 @@ from provision.matrix import load
 from provision.matrix.knowledge import build_tables
 
 DESIGN_GPUS = [
-    "K80", "P100", "V100", "T4", "A10", "A10G", "A30", "A40", "A100-40GB", "A100-80GB", "L4", "L40",
-    "L40S", "H100-PCIe", "H100-SXM", "H100-NVL", "H200", "B200", "B300", "GB200", "RTX-3090",
-    "RTX-4090", "RTX-5090", "RTX-A6000", "RTX-6000-Ada", "RTX-PRO-6000-Blackwell",
-]  # fmt: skip
+    "K80",
+    "P100",
+    "V100",
+    "T4",
+    "A10",
+    "A10G",
+    "A30",
+    "A40",
+    "A100-40GB",
+    "A100-80GB",
+    "L4",
+    "L40",
+    "L40S",
+    "H100-PCIe",
+    "H100-SXM",
+    "H100-NVL",
+    "H200",
+    "B200",
+    "B300",
+    "GB200",
+    "RTX-3090",
+    "RTX-4090",
+    "RTX-5090",
+    "RTX-A6000",
+    "RTX-6000-Ada",
+    "RTX-PRO-6000-Blackwell",
+]
 
 # Sections whose list entries are facts that need a source; sections of plain settings do not.
-SOURCED = ("architectures", "gpus", "instance_families", "os_releases", "minor_version_compatibility",
-           "cuda_toolkits", "driver_branches", "cudnn", "pytorch", "tensorflow", "jax", "jax_cuda_lines",
-           "environment_conflicts")  # fmt: skip
+SOURCED = (
+    "architectures",
+    "gpus",
+    "instance_families",
+    "os_releases",
+    "minor_version_compatibility",
+    "cuda_toolkits",
+    "driver_branches",
+    "cudnn",
+    "pytorch",
+    "tensorflow",
+    "jax",
+    "jax_cuda_lines",
+    "environment_conflicts",
+)
 
 
 def raw() -> dict[str, Any]:
@@ -79,8 +114,16 @@ def test_every_source_is_used_and_has_an_url() -> None:
 
 def test_entries_that_are_not_first_hand_record_confidence() -> None:
     data = raw()
-    for section in ("gpus", "instance_families", "cuda_toolkits", "driver_branches", "cudnn", "pytorch",
-                    "tensorflow", "jax"):  # fmt: skip
+    for section in (
+        "gpus",
+        "instance_families",
+        "cuda_toolkits",
+        "driver_branches",
+        "cudnn",
+        "pytorch",
+        "tensorflow",
+        "jax",
+    ):
         for entry in data[section]:
             assert entry.get("confidence") in ("high", "medium", "low"), (section, entry)
 

@@ -113,7 +113,9 @@ def test_an_unwritable_out_dir_is_bad_input_and_writes_no_lock(tmp_path: Path) -
     blocker.write_text("")
     proc = _plan("--assume", "os=ubuntu-22.04,gpu=H100-SXM:8", "--out", str(blocker / "run"), cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
-    assert proc.stderr.splitlines() == [f"error: cannot write to {blocker / 'run'}: Not a directory (give --out a writable folder)"]
+    assert proc.stderr.splitlines() == [
+        f"error: cannot write to {blocker / 'run'}: Not a directory (give --out a writable folder)"
+    ]
     assert not (tmp_path / "provision.lock").exists()
 
 

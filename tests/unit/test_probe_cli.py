@@ -96,9 +96,7 @@ def test_malformed_host_is_exit_2_and_nothing_contacted(listener: tuple[int, lis
     assert accepted == []
 
 
-def test_bad_inventory_is_exit_2_and_nothing_contacted(
-    listener: tuple[int, list[int]], tmp_path: Path
-) -> None:
+def test_bad_inventory_is_exit_2_and_nothing_contacted(listener: tuple[int, list[int]], tmp_path: Path) -> None:
     port, accepted = listener
     inventory = tmp_path / "hosts.ini"
     inventory.write_text(f"[gpus]\nok ansible_host=127.0.0.1 ansible_port={port}\nbad ansible_port=x\n")
@@ -151,14 +149,10 @@ def test_a_port_that_is_not_sshd_is_one_error_line(tmp_path: Path) -> None:
     assert result.stderr.count("\n") == 1 and result.stderr.startswith("error: cannot reach 127.0.0.1")
 
 
-def test_ssh_settings_that_do_not_parse_are_bad_input(
-    listener: tuple[int, list[int]], tmp_path: Path
-) -> None:
+def test_ssh_settings_that_do_not_parse_are_bad_input(listener: tuple[int, list[int]], tmp_path: Path) -> None:
     port, accepted = listener
     inventory = tmp_path / "hosts.ini"
-    inventory.write_text(
-        f"h1 ansible_host=127.0.0.1 ansible_port={port} ansible_ssh_common_args='-o \"Unclosed'\n"
-    )
+    inventory.write_text(f"h1 ansible_host=127.0.0.1 ansible_port={port} ansible_ssh_common_args='-o \"Unclosed'\n")
     result = run("-i", str(inventory))
     assert result.returncode == 2 and "ansible_ssh_common_args of host `h1` does not parse" in result.stderr
     config = tmp_path / "ssh_config"

@@ -34,8 +34,7 @@ def hgx_ubuntu_2204() -> dict[str, str]:
         "nvidia_smi": fixture("nvidia-smi/hgx-h100-8gpu.xml"),
         "cuda_dirs": "@@file /usr/local/cuda-12.8\n" + fixture("cuda/version-12.8.json"),
         "nvcc": "/usr/local/cuda/bin/nvcc\n" + fixture("cuda/nvcc-12.8.txt"),
-        "cudnn_header": "@@file /usr/include/x86_64-linux-gnu/cudnn_version_v9.h\n"
-        + fixture("cuda/cudnn_version.h"),
+        "cudnn_header": "@@file /usr/include/x86_64-linux-gnu/cudnn_version_v9.h\n" + fixture("cuda/cudnn_version.h"),
         "python": "Python 3.10.12",
         "pythons": "python3.10\n",
         "df": fixture("df/hgx.txt"),
@@ -121,9 +120,7 @@ def test_workstation_ubuntu_2404_nouveau_secure_boot_no_driver() -> None:
         "installable": True,
         "package": "linux-headers-6.8.0-85-generic",
     }
-    assert doc["package_locks"] == [
-        {"path": "/var/lib/dpkg/lock-frontend", "pid": 1312, "process": "unattended-upgr"}
-    ]
+    assert doc["package_locks"] == [{"path": "/var/lib/dpkg/lock-frontend", "pid": 1312, "process": "unattended-upgr"}]
     assert doc["unattended_upgrades"] == {
         "active": True,
         "enabled": True,
@@ -279,9 +276,7 @@ def test_venv_frameworks() -> None:
 
 
 def test_split_sections_round_trip() -> None:
-    text = (
-        "\n@@provision-section id@@\nroot\n0\n\n@@provision-section lspci@@\n\n@@provision-section df@@\nx\n"
-    )
+    text = "\n@@provision-section id@@\nroot\n0\n\n@@provision-section lspci@@\n\n@@provision-section df@@\nx\n"
     assert gather.split_sections(text) == {"id": "root\n0", "lspci": "", "df": "x"}
 
 
@@ -311,9 +306,7 @@ def test_pci_from_sysfs_where_lspci_is_missing_and_headers_from_the_apt_lists() 
         "apt_headers": "@@lists yes\n@@listed yes",
     }
     doc = gather.facts_from_sections(sections, OPTIONS).to_json()
-    assert [(g["slot"], g["pci_id"], g["model"]) for g in doc["gpus"]] == [
-        ("0000:00:1e.0", "10de:27b8", "L4")
-    ]
+    assert [(g["slot"], g["pci_id"], g["model"]) for g in doc["gpus"]] == [("0000:00:1e.0", "10de:27b8", "L4")]
     assert doc["kernel_headers"] == {
         "installed": False,
         "installable": True,

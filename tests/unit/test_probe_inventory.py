@@ -162,9 +162,7 @@ def test_yaml_inventory(tmp_path: Path) -> None:
         ("bad9.ini", "[g]\nh1 ansible_host='bad host'\n", "invalid host name"),
     ],
 )
-def test_inventories_that_do_not_parse_are_bad_input(
-    tmp_path: Path, name: str, text: str, match: str
-) -> None:
+def test_inventories_that_do_not_parse_are_bad_input(tmp_path: Path, name: str, text: str, match: str) -> None:
     path = tmp_path / name
     path.write_text(text)
     with pytest.raises(BadInput, match=match) as info:

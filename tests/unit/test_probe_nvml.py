@@ -45,9 +45,7 @@ def _query(env: dict[str, str]) -> tuple[p.NvmlInventory | None, str | None]:
 
 
 def test_nvml_through_pynvml(fake_lib: Path) -> None:
-    inv, error = _query(
-        _env(fake_lib, FAKE_NVML_GPUS="NVIDIA A10G:24;NVIDIA A10G:24", FAKE_NVML_DRIVER="550.127.05")
-    )
+    inv, error = _query(_env(fake_lib, FAKE_NVML_GPUS="NVIDIA A10G:24;NVIDIA A10G:24", FAKE_NVML_DRIVER="550.127.05"))
     assert error is None and inv is not None
     assert inv.source == "pynvml"
     assert (inv.driver_version, inv.cuda_version) == ("550.127.05", "12.4")
@@ -60,9 +58,7 @@ def test_nvml_through_pynvml(fake_lib: Path) -> None:
 
 
 def test_nvml_through_ctypes(fake_lib: Path) -> None:
-    inv, error = _query(
-        _env(fake_lib, FAKE_NVML_GPUS="NVIDIA H100 80GB HBM3:80", PROVISION_NVML_VIA="ctypes")
-    )
+    inv, error = _query(_env(fake_lib, FAKE_NVML_GPUS="NVIDIA H100 80GB HBM3:80", PROVISION_NVML_VIA="ctypes"))
     assert error is None and inv is not None
     assert inv.source == "nvml"
     assert [(g.name, g.memory_mib) for g in inv.gpus] == [("NVIDIA H100 80GB HBM3", 80 * 1024)]
@@ -84,8 +80,6 @@ def test_full_local_probe_reports_the_stand_in_gpus(fake_lib: Path) -> None:
     if shutil.which("nvidia-smi"):
         pytest.skip("a real nvidia-smi is here; the probe asks it instead of NVML")
     env = _env(fake_lib, FAKE_NVML_GPUS="NVIDIA L4:24")
-    facts = gather.gather(
-        LocalTransport(env=env), gather.GatherOptions(lookup=table_lookup, imds_disabled=True)
-    )
+    facts = gather.gather(LocalTransport(env=env), gather.GatherOptions(lookup=table_lookup, imds_disabled=True))
     assert facts.nvml is not None and [g.name for g in facts.nvml.gpus] == ["NVIDIA L4"]
     assert facts.to_json()["nvml"]["gpus"][0]["memory_mib"] == 24 * 1024

@@ -47,9 +47,7 @@ def test_lspci_aspeed_vga_is_not_a_gpu() -> None:
 
 
 def test_lspci_consumer_card_audio_function_is_not_a_gpu() -> None:
-    gpus, nvswitches = p.classify_pci(
-        p.parse_lspci_nn(fixture("lspci/workstation-rtx4090.txt")), table_lookup
-    )
+    gpus, nvswitches = p.classify_pci(p.parse_lspci_nn(fixture("lspci/workstation-rtx4090.txt")), table_lookup)
     assert [(g.pci_id, g.model) for g in gpus] == [("10de:2684", "RTX-4090")]
     assert nvswitches == 0
 
@@ -92,9 +90,7 @@ def test_real_knowledge_data_names_the_hgx_gpus() -> None:
     ],
 )
 def test_proc_driver_version(name: str, version: str, flavor: str) -> None:
-    assert p.parse_proc_driver_version(fixture(f"proc-driver-version/{name}")) == p.DriverInfo(
-        version, flavor
-    )
+    assert p.parse_proc_driver_version(fixture(f"proc-driver-version/{name}")) == p.DriverInfo(version, flavor)
 
 
 def test_proc_driver_version_absent() -> None:
@@ -185,12 +181,12 @@ def test_no_driver_packages() -> None:
 
 
 def test_cuda_version_files_and_nvcc() -> None:
-    assert p.parse_cuda_version_file(
-        "/usr/local/cuda-12.8", fixture("cuda/version-12.8.json")
-    ) == p.CudaToolkit("12.8", "/usr/local/cuda-12.8")
-    assert p.parse_cuda_version_file(
-        "/usr/local/cuda-10.2", fixture("cuda/version-10.2.txt")
-    ) == p.CudaToolkit("10.2", "/usr/local/cuda-10.2")
+    assert p.parse_cuda_version_file("/usr/local/cuda-12.8", fixture("cuda/version-12.8.json")) == p.CudaToolkit(
+        "12.8", "/usr/local/cuda-12.8"
+    )
+    assert p.parse_cuda_version_file("/usr/local/cuda-10.2", fixture("cuda/version-10.2.txt")) == p.CudaToolkit(
+        "10.2", "/usr/local/cuda-10.2"
+    )
     assert p.parse_cuda_version_file("/x", "garbage") is None
     assert p.parse_nvcc_version(fixture("cuda/nvcc-12.8.txt")) == "12.8"
     assert p.parse_nvcc_version(fixture("cuda/nvcc-debian-11.8.txt")) == "11.8"
@@ -253,8 +249,7 @@ def test_unattended_upgrades() -> None:
 
 def test_locks_json() -> None:
     locks, why = p.parse_locks_json(
-        '{"held": [{"path": "/var/lib/dpkg/lock-frontend", "pid": 812, '
-        '"process": "unattended-upgr"}], "denied": []}'
+        '{"held": [{"path": "/var/lib/dpkg/lock-frontend", "pid": 812, "process": "unattended-upgr"}], "denied": []}'
     )
     assert why is None and locks == [p.PackageLock("/var/lib/dpkg/lock-frontend", 812, "unattended-upgr")]
     locks, why = p.parse_locks_json('{"held": [], "denied": ["/var/lib/dpkg/lock"]}')

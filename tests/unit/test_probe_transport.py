@@ -103,9 +103,7 @@ def test_record_host_key_is_readable_by_ssh_tools(tmp_path: Path) -> None:
     keys = paramiko.HostKeys(str(known))
     assert keys.lookup("10.0.0.1")["ssh-ed25519"] == key
     assert keys.lookup("[10.0.0.2]:2222")["ssh-ed25519"] == key
-    found = subprocess.run(
-        ["ssh-keygen", "-F", "[10.0.0.2]:2222", "-f", str(known)], capture_output=True, text=True
-    )
+    found = subprocess.run(["ssh-keygen", "-F", "[10.0.0.2]:2222", "-f", str(known)], capture_output=True, text=True)
     assert found.returncode == 0
 
 
@@ -158,13 +156,13 @@ def test_connect_to_localhost_is_local() -> None:
     transport.close()
 
 
-
 def _bad_known_hosts(tmp_path: Path) -> Path:
     good = paramiko.ECDSAKey.generate()
     known = tmp_path / "known_hosts"
     # line 3: a key whose base64 does not decode (a truncated paste); line 2 is a good one
-    known.write_text(f"# comment\n10.9.0.9 {good.get_name()} {good.get_base64()}\n"
-                     "10.9.0.1 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI\n")
+    known.write_text(
+        f"# comment\n10.9.0.9 {good.get_name()} {good.get_base64()}\n10.9.0.1 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI\n"
+    )
     return known
 
 
@@ -180,15 +178,24 @@ def test_a_known_hosts_line_that_does_not_decode_is_bad_input_naming_file_and_li
     # the CLI: one line, exit 2 (bad input), before any host is contacted (10.9.0.1 does not exist)
     probed = run_probe("-F", str(config), "gpu1")
     assert probed.returncode == 2, probed.stderr
-    assert probed.stderr == f"error: known_hosts file {known} line 3: the key does not decode " \
-                            f"(fix or delete line 3 of {known})\n"
+    assert (
+        probed.stderr == f"error: known_hosts file {known} line 3: the key does not decode "
+        f"(fix or delete line 3 of {known})\n"
+    )
 
 
 def test_ssh_trust_args_name_the_probes_files(tmp_path: Path, ssh_config: Path) -> None:
     args = shlex.split(t.ssh_trust_args(parse_host("gpu1"), ssh_config))
-    assert args == ["-F", str(ssh_config), "-o", "UserKnownHostsFile=/etc/provision/known_hosts /tmp/second_known_hosts",
-                    "-o", "GlobalKnownHostsFile=/etc/ssh/ssh_known_hosts /etc/ssh/ssh_known_hosts2",
-                    "-o", "StrictHostKeyChecking=yes"]  # fmt: skip
+    assert args == [
+        "-F",
+        str(ssh_config),
+        "-o",
+        "UserKnownHostsFile=/etc/provision/known_hosts /tmp/second_known_hosts",
+        "-o",
+        "GlobalKnownHostsFile=/etc/ssh/ssh_known_hosts /etc/ssh/ssh_known_hosts2",
+        "-o",
+        "StrictHostKeyChecking=yes",
+    ]
     # no config file: ssh must not read the passwd home's ~/.ssh/config that the probe never read
     spaced = tmp_path / "my keys" / "known_hosts"
     target = HostTarget("n1", "10.0.0.5", vars={"ansible_ssh_common_args": f"""-o 'UserKnownHostsFile="{spaced}"'"""})
@@ -201,9 +208,11 @@ def test_ssh_trust_args_name_the_probes_files(tmp_path: Path, ssh_config: Path) 
 def test_known_hosts_markers_and_unknown_types_are_skipped_not_fatal(tmp_path: Path) -> None:
     key = paramiko.ECDSAKey.generate()
     known = tmp_path / "known_hosts"
-    known.write_text(f"@cert-authority *.example {key.get_name()} {key.get_base64()}\n"
-                     "10.9.0.2 ssh-unknowntype AAAA\n"
-                     f"10.9.0.3 {key.get_name()} {key.get_base64()}\n")  # fmt: skip
+    known.write_text(
+        f"@cert-authority *.example {key.get_name()} {key.get_base64()}\n"
+        "10.9.0.2 ssh-unknowntype AAAA\n"
+        f"10.9.0.3 {key.get_name()} {key.get_base64()}\n"
+    )
     t.check_known_hosts_file(str(known))  # no BadInput: ssh reads such files
     client = paramiko.SSHClient()
     t._load_known_hosts(client, [str(known)])

@@ -25,8 +25,10 @@ from provision.errors import BadInput
 
 GOLDEN = Path(__file__).parent / "golden" / "render"
 OS_RELEASES = ["ubuntu-22.04", "ubuntu-24.04", "debian-12", "rhel-8", "rhel-9", "rocky-8", "rocky-9", "amzn-2023"]
-HOSTS = {"gpu-1.example": {"ansible_host": "10.0.0.1", "ansible_user": "ubuntu", "ansible_port": "2222"},
-         "gpu-2.example": {"ansible_host": "10.0.0.2", "ansible_password": "never-copied"}}
+HOSTS = {
+    "gpu-1.example": {"ansible_host": "10.0.0.1", "ansible_user": "ubuntu", "ansible_port": "2222"},
+    "gpu-2.example": {"ansible_host": "10.0.0.2", "ansible_password": "never-copied"},
+}
 INSTALL = InstallSettings(pip=PipSettings(find_links=("/srv/wheels",)), apt_proxy="http://proxy.example:3128")
 UPDATE = os.environ.get("PROVISION_UPDATE_GOLDEN") == "1"
 
@@ -54,12 +56,23 @@ def test_rendered_run_dir_passes_ansible_syntax_check(os_id: str, tmp_path: Path
     run = write_run_dir(tmp_path / "run", lock, json.dumps(lock), HOSTS, INSTALL)
     assert set(run.files) >= {"site.yml", "inventory.yml", "ansible.cfg", "group_vars/all.yml", "provision.lock"}
     bindir = Path(sys.executable).parent
-    result = subprocess.run([str(bindir / "ansible-playbook"), "--syntax-check", "site.yml"], cwd=run.path,
-                            capture_output=True, text=True, env={**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"})
+    result = subprocess.run(
+        [str(bindir / "ansible-playbook"), "--syntax-check", "site.yml"],
+        cwd=run.path,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"},
+    )
     assert result.returncode == 0, result.stderr
     # the inventory Ansible sees is the one we meant: every host in its group, secrets not copied
-    inv = subprocess.run([str(bindir / "ansible-inventory"), "--list"], cwd=run.path, capture_output=True, text=True,
-                         env={**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"}, check=True)
+    inv = subprocess.run(
+        [str(bindir / "ansible-inventory"), "--list"],
+        cwd=run.path,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"},
+        check=True,
+    )
     listed = json.loads(inv.stdout)
     group = lock["groups"][0]["name"].lower().replace("-", "_").replace(".", "_")
     assert sorted(listed[group]["hosts"]) == ["gpu-1.example", "gpu-2.example"]
@@ -93,23 +106,29 @@ def test_strings_that_ansible_would_template_are_refused() -> None:
         render_files(lock, HOSTS, INSTALL, roles_path="/r")
 
 
-@pytest.mark.parametrize("install, what", [
-    (InstallSettings(venv="relative/venv"), "install.venv"),
-    (InstallSettings(venv="/opt/{{ evil }}"), "install.venv"),
-    (InstallSettings(pip=PipSettings(index_url="http://x/\n- hosts: all")), "URL"),
-    (InstallSettings(pip=PipSettings(trusted_hosts=("a b",))), "trusted_hosts"),
-    (InstallSettings(apt_proxy="http://proxy:3128 -o x"), "URL"),
-    (InstallSettings(reboot="sometimes"), "install.reboot"),
-])
+@pytest.mark.parametrize(
+    "install, what",
+    [
+        (InstallSettings(venv="relative/venv"), "install.venv"),
+        (InstallSettings(venv="/opt/{{ evil }}"), "install.venv"),
+        (InstallSettings(pip=PipSettings(index_url="http://x/\n- hosts: all")), "URL"),
+        (InstallSettings(pip=PipSettings(trusted_hosts=("a b",))), "trusted_hosts"),
+        (InstallSettings(apt_proxy="http://proxy:3128 -o x"), "URL"),
+        (InstallSettings(reboot="sometimes"), "install.reboot"),
+    ],
+)
 def test_user_values_are_validated(install: InstallSettings, what: str) -> None:
     with pytest.raises(BadInput, match=what.replace(".", r"\.")):
         render_files(_lock("debian-12"), HOSTS, install, roles_path="/r")
 
 
-@pytest.mark.parametrize("hosts", [
-    {"bad host;rm -rf /": {}},
-    {"gpu-1.example": {"ansible_host": "10.0.0.1\n[evil]"}},
-])
+@pytest.mark.parametrize(
+    "hosts",
+    [
+        {"bad host;rm -rf /": {}},
+        {"gpu-1.example": {"ansible_host": "10.0.0.1\n[evil]"}},
+    ],
+)
 def test_host_names_and_connection_values_are_validated(hosts: dict) -> None:
     lock = _lock("debian-12")
     lock["groups"][0]["hosts"] = list(hosts)
@@ -118,8 +137,13 @@ def test_host_names_and_connection_values_are_validated(hosts: dict) -> None:
 
 
 def test_overrides_only_name_role_variables() -> None:
-    files = render_files(_lock("debian-12"), HOSTS, INSTALL, roles_path="/r",
-                         overrides={"nvidia_driver_repo_base_url": "http://mirror/cuda"})
+    files = render_files(
+        _lock("debian-12"),
+        HOSTS,
+        INSTALL,
+        roles_path="/r",
+        overrides={"nvidia_driver_repo_base_url": "http://mirror/cuda"},
+    )
     assert "nvidia_driver_repo_base_url: http://mirror/cuda" in "".join(files.values())
     with pytest.raises(BadInput, match="not a role variable"):
         render_files(_lock("debian-12"), HOSTS, INSTALL, roles_path="/r", overrides={"ansible_become_exe": "sh"})
@@ -134,7 +158,10 @@ def test_overrides_only_name_role_variables() -> None:
         ({"verify_frameworks": ["torch"]}, "--set verify_frameworks: ['torch'] is not a mapping"),
         ({"frameworks_find_links": {"a": 1}}, "--set frameworks_find_links: {'a': 1} is not a list"),
         ({"nvidia_driver_kernel": ["6.1"]}, "--set nvidia_driver_kernel: ['6.1'] is not a string"),
-        ({"frameworks_no_indx": True}, "'frameworks_no_indx' is not a role variable (did you mean frameworks_no_index?)"),
+        (
+            {"frameworks_no_indx": True},
+            "'frameworks_no_indx' is not a role variable (did you mean frameworks_no_index?)",
+        ),
     ],
 )
 def test_overrides_are_checked_against_the_roles_argument_specs(overrides: dict[str, Any], message: str) -> None:
@@ -145,9 +172,17 @@ def test_overrides_are_checked_against_the_roles_argument_specs(overrides: dict[
 
 def test_overrides_take_what_ansible_converts() -> None:
     """The spellings Ansible's argument spec validation accepts pass here too."""
-    ok = {"frameworks_no_index": "yes", "python_env_enabled": 0, "preflight_min_free_gib": "50",
-          "nvidia_driver_reboot_timeout": 900, "frameworks_find_links": "/a,/b", "nvidia_driver_kernel": 6.1,
-          "container_toolkit_runtime": "", "verify_frameworks": {}, "cudnn_package_lock_timeout": None}  # fmt: skip
+    ok = {
+        "frameworks_no_index": "yes",
+        "python_env_enabled": 0,
+        "preflight_min_free_gib": "50",
+        "nvidia_driver_reboot_timeout": 900,
+        "frameworks_find_links": "/a,/b",
+        "nvidia_driver_kernel": 6.1,
+        "container_toolkit_runtime": "",
+        "verify_frameworks": {},
+        "cudnn_package_lock_timeout": None,
+    }
     files = render_files(_lock("debian-12"), HOSTS, INSTALL, roles_path="/r", overrides=ok)
     assert "preflight_min_free_gib: '50'" in "".join(files.values())
 
@@ -170,8 +205,14 @@ def test_a_sudo_password_is_a_prompt_of_the_play_never_a_value_in_a_file() -> No
     assert "ansible_become_password" not in group["hosts"]["gpu-2.example"]
     [play] = yaml.safe_load(files["site.yml"])
     # unsafe: the answer is never templated (a password may hold "{{")
-    assert play["vars_prompt"] == [{"name": "provision_become_password_1", "prompt": "sudo password for gpu-1.example",
-                                    "private": True, "unsafe": True}]  # fmt: skip
+    assert play["vars_prompt"] == [
+        {
+            "name": "provision_become_password_1",
+            "prompt": "sudo password for gpu-1.example",
+            "private": True,
+            "unsafe": True,
+        }
+    ]
     [(pattern, answer)] = become_answers({"gpu-1.example": "s3cret{{x}}"}).items()
     assert answer == "s3cret{{x}}"
     assert re.search(pattern, "sudo password for gpu-1.example: ", re.M)

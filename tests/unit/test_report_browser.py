@@ -17,20 +17,50 @@ import pytest
 from provision.fleet.report import write_html
 
 DOC = {
-    "ok": False, "run": "20261130-030000-beef", "check": False,
+    "ok": False,
+    "run": "20261130-030000-beef",
+    "check": False,
     "details": [
-        {"host": "gpu1", "group": "h100_sxm_x8_ubuntu_22_04", "verdict": "pass", "changed": 31, "failed_task": None,
-         "reboots": 1, "duration_s": 412.0, "role_seconds": {"preflight": 6.0, "nvidia_driver": 210.0,
-                                                            "python_env": 12.0, "frameworks": 140.0, "verify": 3.0},
-         "verify": {"checks": [{"name": "gemm_bf16", "value": 742.0, "threshold": 592.0},
-                               {"name": "hbm_bandwidth", "value": 2900.0, "threshold": 2500.0}],
-                    "training": {"loss_curve": [2.31, 1.9, 1.4, 1.0, 0.7, 0.5, 0.42],
-                                 "gpu_util_series": [40, 95, 97, 98, 97, 99]}}},
-        {"host": "gpu2", "group": "h100_sxm_x8_ubuntu_22_04", "verdict": "fail", "changed": 4,
-         "failed_task": "Install the pinned wheels", "reboots": 0, "duration_s": 80.0,
-         "message": "Read-only file system: '/opt/provision/venv'", "role_seconds": {"preflight": 7.0}, "verify": None},
+        {
+            "host": "gpu1",
+            "group": "h100_sxm_x8_ubuntu_22_04",
+            "verdict": "pass",
+            "changed": 31,
+            "failed_task": None,
+            "reboots": 1,
+            "duration_s": 412.0,
+            "role_seconds": {
+                "preflight": 6.0,
+                "nvidia_driver": 210.0,
+                "python_env": 12.0,
+                "frameworks": 140.0,
+                "verify": 3.0,
+            },
+            "verify": {
+                "checks": [
+                    {"name": "gemm_bf16", "value": 742.0, "threshold": 592.0},
+                    {"name": "hbm_bandwidth", "value": 2900.0, "threshold": 2500.0},
+                ],
+                "training": {
+                    "loss_curve": [2.31, 1.9, 1.4, 1.0, 0.7, 0.5, 0.42],
+                    "gpu_util_series": [40, 95, 97, 98, 97, 99],
+                },
+            },
+        },
+        {
+            "host": "gpu2",
+            "group": "h100_sxm_x8_ubuntu_22_04",
+            "verdict": "fail",
+            "changed": 4,
+            "failed_task": "Install the pinned wheels",
+            "reboots": 0,
+            "duration_s": 80.0,
+            "message": "Read-only file system: '/opt/provision/venv'",
+            "role_seconds": {"preflight": 7.0},
+            "verify": None,
+        },
     ],
-}  # fmt: skip
+}
 
 
 def _png_pixels(path: Path) -> tuple[int, int, set[bytes]]:
@@ -82,12 +112,26 @@ def test_chromium_renders_report_html_to_a_non_trivial_png(tmp_path: Path) -> No
     page = write_html(DOC, tmp_path / "report.html")
     shot = tmp_path / "report.png"
     subprocess.run(
-        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         f"--user-data-dir={tmp_path / 'profile'}", "--hide-scrollbars", "--window-size=1400,1600",
-         f"--screenshot={shot}", page.as_uri()],
-        check=True, capture_output=True, timeout=120,
-    )  # fmt: skip
+        [
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--hide-scrollbars",
+            "--window-size=1400,1600",
+            f"--screenshot={shot}",
+            page.as_uri(),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     width, height, colours = _png_pixels(shot)
     assert (width, height) == (1400, 1600)
     # a blank or error page has a handful of colours; text, bars, lines and anti-aliasing give many

@@ -61,9 +61,7 @@ def test_human_output_has_a_table_and_the_reasons(capsys: pytest.CaptureFixture[
 
 
 def test_unsatisfiable_is_exit_3_with_conflicts_and_suggestions(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = run_cli(
-        ["resolve", "--gpu", "RTX-5090", "--framework", "torch==2.6.0", "--json"], capsys
-    )
+    code, out, err = run_cli(["resolve", "--gpu", "RTX-5090", "--framework", "torch==2.6.0", "--json"], capsys)
     assert code == 3
     doc = json.loads(out)
     assert doc["ok"] is False and doc["error"]["code"] == "unsatisfiable"
@@ -100,9 +98,7 @@ BAD_INPUTS: list[tuple[list[str], str, str | None]] = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("args", "message", "suggestion"), BAD_INPUTS, ids=[" ".join(a) for a, _, _ in BAD_INPUTS]
-)
+@pytest.mark.parametrize(("args", "message", "suggestion"), BAD_INPUTS, ids=[" ".join(a) for a, _, _ in BAD_INPUTS])
 def test_bad_input_is_exit_2_one_line(
     args: list[str], message: str, suggestion: str | None, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -169,13 +165,14 @@ def test_config_stack_feeds_the_request(tmp_path: Path, capsys: pytest.CaptureFi
     doc = json.loads(out)
     assert doc["stack"]["driver"] is None
     assert doc["stack"]["frameworks"]["torch"] == {
-        "version": "2.13.0", "variant": "cpu", "index_url": "https://download.pytorch.org/whl/cpu",
-        "cuda": None, "cudnn": None,
-    }  # fmt: skip
+        "version": "2.13.0",
+        "variant": "cpu",
+        "index_url": "https://download.pytorch.org/whl/cpu",
+        "cuda": None,
+        "cudnn": None,
+    }
     # a flag beats the config
-    code, out, _ = run_cli(
-        ["resolve", "-c", str(cfg), "--framework", "torch==2.8.0", "--gpu", "L4", "--json"], capsys
-    )
+    code, out, _ = run_cli(["resolve", "-c", str(cfg), "--framework", "torch==2.8.0", "--gpu", "L4", "--json"], capsys)
     assert code == 0 and json.loads(out)["stack"]["frameworks"]["torch"]["variant"] == "cu128"
 
 
@@ -220,14 +217,10 @@ def test_matrix_unknown_gpu_is_bad_input(capsys: pytest.CaptureFixture[str]) -> 
     assert code == 2 and "H100-SXM" in err
 
 
-def test_config_install_method_reaches_the_resolver(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_config_install_method_reaches_the_resolver(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cfg = tmp_path / "provision.yaml"
     cfg.write_text("install:\n  method: distro\n")
-    code, out, err = run_cli(
-        ["resolve", "-c", str(cfg), "--gpu", "T4", "--os", "debian-12", "--json"], capsys
-    )
+    code, out, err = run_cli(["resolve", "-c", str(cfg), "--gpu", "T4", "--os", "debian-12", "--json"], capsys)
     assert code == 0, err
     assert json.loads(out)["stack"]["driver"]["install_method"] == "distro"
     code, _, err = run_cli(["resolve", "-c", str(tmp_path / "missing.yaml")], capsys)

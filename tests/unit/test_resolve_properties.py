@@ -32,11 +32,9 @@ framework_sets = st.one_of(
     st.sampled_from(TORCH).map(lambda v: [f"torch=={v}+cpu"]),
     st.sampled_from(TF).map(lambda v: [f"tensorflow[and-cuda]=={v}"]),
     st.sampled_from(["jax", "jax[cuda12]", "jax[cuda13]"]).map(lambda j: [j]),
-    st.tuples(st.sampled_from(TORCH), st.sampled_from(TF)).map(
-        lambda p: [f"torch=={p[0]}", f"tensorflow=={p[1]}"]
-    ),
+    st.tuples(st.sampled_from(TORCH), st.sampled_from(TF)).map(lambda p: [f"torch=={p[0]}", f"tensorflow=={p[1]}"]),
     st.just(["torch", "jax"]),
-)  # fmt: skip
+)
 
 requests = st.fixed_dictionaries(
     {

@@ -41,9 +41,7 @@ def test_roles_pass_ansible_lint_production_profile() -> None:
 def test_every_role_documents_and_validates_its_interface(role: str) -> None:
     root = playbooks_dir() / "roles" / role
     defaults = yaml.safe_load((root / "defaults" / "main.yml").read_text())
-    spec = yaml.safe_load((root / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"][
-        "options"
-    ]
+    spec = yaml.safe_load((root / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"]["options"]
     assert all(name.startswith(f"{role}_") for name in defaults), "defaults are prefixed by the role"
     assert set(defaults) == set(spec), "argument_specs validates exactly the documented defaults"
     assert (root / "tasks" / "main.yml").is_file() and (root / "handlers" / "main.yml").is_file()
@@ -53,9 +51,7 @@ def test_every_role_documents_and_validates_its_interface(role: str) -> None:
 def test_no_role_writes_a_version(role: str) -> None:
     """Versions come from the lock: no driver/CUDA/cuDNN/framework version literal in a role."""
     root = playbooks_dir() / "roles" / role
-    version = re.compile(
-        r"(?<![\w.])(\d{3}\.\d{2,3}\.\d{2}|1[0-3]\.\d\.\d+|\d\.\d+\.\d+\.\d+|2\.\d+\.\d+\+)(?![\w.])"
-    )
+    version = re.compile(r"(?<![\w.])(\d{3}\.\d{2,3}\.\d{2}|1[0-3]\.\d\.\d+|\d\.\d+\.\d+\.\d+|2\.\d+\.\d+\+)(?![\w.])")
     for path in root.rglob("*"):
         if path.is_file():
             assert not version.search(path.read_text()), f"{path} names a version"

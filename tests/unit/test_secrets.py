@@ -26,10 +26,12 @@ GOLDEN = Path(__file__).parent / "golden" / "render"
 HOSTS = {"gpu-1.example": {"ansible_host": "10.0.0.1"}}
 TOKENS = ("s3cr3t-index", "s3cr3t-extra", "s3cr3t-proxy")
 INSTALL = InstallSettings(
-    pip=PipSettings(index_url="https://alice:s3cr3t-index@mirror.example/simple",
-                    extra_index_urls=("https://bob:s3cr3t-extra@extra.example:8443/simple", "https://plain.example/")),
+    pip=PipSettings(
+        index_url="https://alice:s3cr3t-index@mirror.example/simple",
+        extra_index_urls=("https://bob:s3cr3t-extra@extra.example:8443/simple", "https://plain.example/"),
+    ),
     apt_proxy="http://carol:s3cr3t-proxy@proxy.example:3128",
-)  # fmt: skip
+)
 
 
 def _lock() -> dict:
@@ -38,7 +40,9 @@ def _lock() -> dict:
 
 def test_split_credential_keeps_the_url_and_decodes_the_login() -> None:
     assert split_credential("https://u%40corp:p%2Fw@h.example:8443/simple/") == (
-        "https://h.example:8443/simple/", ("u@corp", "p/w"))  # fmt: skip
+        "https://h.example:8443/simple/",
+        ("u@corp", "p/w"),
+    )
     assert split_credential("https://h.example/simple") == ("https://h.example/simple", None)
     assert split_credential("http://[::1]:3128") == ("http://[::1]:3128", None)
     assert split_credential("http://u:p@[::1]:3128")[0] == "http://[::1]:3128"
@@ -55,10 +59,15 @@ def test_credentials_are_only_in_secrets_yml_and_the_play_env_only_names_files()
     env = yaml.safe_load(files["group_vars/all.yml"])["provision_environment"]
     assert env["http_proxy"] == env["https_proxy"] == "http://proxy.example:3128"
     assert {k: v.rsplit("/", 1)[-1] for k, v in env.items() if not k.endswith("_proxy")} == {
-        "NETRC": "netrc", "PIP_CONFIG_FILE": "pip.conf", "APT_CONFIG": "apt.conf"}  # fmt: skip
+        "NETRC": "netrc",
+        "PIP_CONFIG_FILE": "pip.conf",
+        "APT_CONFIG": "apt.conf",
+    }
     secret_files = {f["name"]: f["content"] for f in yaml.safe_load(files["secrets.yml"])["provision_credential_files"]}
-    assert secret_files["netrc"] == ("machine mirror.example login alice password s3cr3t-index\n"
-                                     "machine extra.example login bob password s3cr3t-extra\n")  # fmt: skip
+    assert secret_files["netrc"] == (
+        "machine mirror.example login alice password s3cr3t-index\n"
+        "machine extra.example login bob password s3cr3t-extra\n"
+    )
     assert "proxy = http://carol:s3cr3t-proxy@proxy.example:3128" in secret_files["pip.conf"]
     assert 'Acquire::http::Proxy "http://carol:s3cr3t-proxy@proxy.example:3128";' in secret_files["apt.conf"]
     # the credential tasks never log their content
@@ -76,12 +85,19 @@ def test_a_run_without_credentials_renders_as_before() -> None:
     assert "roles" in yaml.safe_load(files["site.yml"])[0]
 
 
-@pytest.mark.parametrize(("install", "message"), [
-    (InstallSettings(pip=PipSettings(index_url="https://a:x@h.example/s", extra_index_urls=("https://b:y@h.example/t",))),
-     "two different credentials for the index host h.example"),
-    (InstallSettings(pip=PipSettings(index_url="https://a:x%20y@h.example/s")), "cannot go into a netrc file"),
-    (InstallSettings(pip=PipSettings(index_url="https://:tok@h.example/s")), "cannot go into a netrc file"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("install", "message"),
+    [
+        (
+            InstallSettings(
+                pip=PipSettings(index_url="https://a:x@h.example/s", extra_index_urls=("https://b:y@h.example/t",))
+            ),
+            "two different credentials for the index host h.example",
+        ),
+        (InstallSettings(pip=PipSettings(index_url="https://a:x%20y@h.example/s")), "cannot go into a netrc file"),
+        (InstallSettings(pip=PipSettings(index_url="https://:tok@h.example/s")), "cannot go into a netrc file"),
+    ],
+)
 def test_credentials_pip_cannot_look_up_are_bad_input(install: InstallSettings, message: str) -> None:
     with pytest.raises(BadInput, match=message):
         render_files(_lock(), HOSTS, install, roles_path="/usr/share/provision/roles")
@@ -97,8 +113,13 @@ def test_the_run_dir_is_private_and_passes_ansible_syntax_check(tmp_path: Path) 
         mode = path.stat().st_mode
         assert not mode & 0o077, f"{path} is {stat.filemode(mode)}"
     bindir = Path(sys.executable).parent
-    result = subprocess.run([str(bindir / "ansible-playbook"), "--syntax-check", "site.yml"], cwd=out,
-                            capture_output=True, text=True, env={**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"})  # fmt: skip
+    result = subprocess.run(
+        [str(bindir / "ansible-playbook"), "--syntax-check", "site.yml"],
+        cwd=out,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"},
+    )
     assert result.returncode == 0, result.stderr
     # planned again without credentials: the old secrets.yml does not stay behind
     write_run_dir(out, lock, json.dumps(lock), HOSTS, InstallSettings())
@@ -106,8 +127,16 @@ def test_the_run_dir_is_private_and_passes_ansible_syntax_check(tmp_path: Path) 
 
 
 def test_ansible_playbook_gets_only_the_allow_listed_environment() -> None:
-    parent = {"PATH": "/usr/bin", "HOME": "/home/u", "SSH_AUTH_SOCK": "/tmp/agent", "LANG": "C.UTF-8",
-              "AWS_SECRET_ACCESS_KEY": "x", "GITHUB_TOKEN": "y", "ANSIBLE_BECOME_PASS": "z", "http_proxy": "p"}  # fmt: skip
+    parent = {
+        "PATH": "/usr/bin",
+        "HOME": "/home/u",
+        "SSH_AUTH_SOCK": "/tmp/agent",
+        "LANG": "C.UTF-8",
+        "AWS_SECRET_ACCESS_KEY": "x",
+        "GITHUB_TOKEN": "y",
+        "ANSIBLE_BECOME_PASS": "z",
+        "http_proxy": "p",
+    }
     env = runner_environment({"ANSIBLE_CONFIG": "/run/ansible.cfg"}, parent=parent)
     assert set(env) == {"PATH", "HOME", "SSH_AUTH_SOCK", "LANG", "ANSIBLE_CONFIG"}
     assert env["PATH"].endswith(":/usr/bin")
@@ -126,8 +155,12 @@ def test_the_runners_command_artifact_loses_its_environment(tmp_path: Path) -> N
 
 
 def test_the_fleet_cache_tunnels_drop_the_credential_proxies() -> None:
-    env = {"http_proxy": "http://proxy.example:3128", "APT_CONFIG": "/r/apt.conf", "PIP_CONFIG_FILE": "/r/pip.conf",
-           "NETRC": "/r/netrc"}  # fmt: skip
+    env = {
+        "http_proxy": "http://proxy.example:3128",
+        "APT_CONFIG": "/r/apt.conf",
+        "PIP_CONFIG_FILE": "/r/pip.conf",
+        "NETRC": "/r/netrc",
+    }
     both = host_vars(4000, 4001, "cp311-x86_64", env)["provision_environment"]
     assert "APT_CONFIG" not in both and "PIP_CONFIG_FILE" not in both and both["http_proxy"] == "http://127.0.0.1:4000"
     wheels_only = host_vars(None, 4001, "cp311-x86_64", env)["provision_environment"]
@@ -135,8 +168,12 @@ def test_the_fleet_cache_tunnels_drop_the_credential_proxies() -> None:
 
 
 def test_the_controllers_pip_download_reads_logins_from_a_private_netrc() -> None:
-    ws = WheelSet(python="3.11", arch="x86_64", installs=((("torch==2.13.0",), "https://mirror.example/simple"),),
-                  netrc="machine mirror.example login alice password s3cr3t-index\n")  # fmt: skip
+    ws = WheelSet(
+        python="3.11",
+        arch="x86_64",
+        installs=((("torch==2.13.0",), "https://mirror.example/simple"),),
+        netrc="machine mirror.example login alice password s3cr3t-index\n",
+    )
     for cmd in ws.download_commands(sys.executable, Path("/tmp/w")):
         assert not any("s3cr3t" in a for a in cmd)
     with _netrc_env(ws.netrc) as env:
@@ -151,14 +188,34 @@ def test_the_controllers_pip_download_reads_logins_from_a_private_netrc() -> Non
 
 def test_a_credential_pip_cannot_use_is_one_line_exit_2_and_nothing_written(tmp_path: Path) -> None:
     config = tmp_path / "provision.yaml"
-    config.write_text("stack: {frameworks: ['torch==2.13.0+cpu'], driver: none}\n"
-                      "install: {pip: {index_url: 'https://a:tok-aaa@h.example/s', extra_index_urls: ['https://b:tok-bbb@h.example/t']}}\n")  # fmt: skip
+    config.write_text(
+        "stack: {frameworks: ['torch==2.13.0+cpu'], driver: none}\n"
+        "install: {pip: {index_url: 'https://a:tok-aaa@h.example/s', extra_index_urls: ['https://b:tok-bbb@h.example/t']}}\n"
+    )
     bindir = Path(sys.executable).parent
-    r = subprocess.run([sys.executable, "-m", "provision", "plan", "--assume", "os=debian-12,gpu=T4", "-c", str(config),
-                        "--out", str(tmp_path / "run")], cwd=tmp_path, capture_output=True, text=True,
-                       env={**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"})  # fmt: skip
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "provision",
+            "plan",
+            "--assume",
+            "os=debian-12,gpu=T4",
+            "-c",
+            str(config),
+            "--out",
+            str(tmp_path / "run"),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"},
+    )
     assert r.returncode == 2, r.stderr
-    assert r.stderr.startswith("error: install.pip.extra_index_urls: two different credentials") and r.stderr.count("\n") == 1
+    assert (
+        r.stderr.startswith("error: install.pip.extra_index_urls: two different credentials")
+        and r.stderr.count("\n") == 1
+    )
     assert "tok-aaa" not in r.stderr and "tok-bbb" not in r.stderr  # names the host, never a token
     assert sorted(p.name for p in tmp_path.iterdir()) == ["provision.yaml"]
 

@@ -33,13 +33,19 @@ def _new_key(home: Path, name: str, *, with_subkey: bool = False) -> tuple[str, 
     """A throwaway key in ``home``: (primary fingerprint, armored public key, subkey fingerprint)."""
     home.mkdir(mode=0o700, exist_ok=True)
     _gpg(home, "--quick-gen-key", f"{name} <{name}@provision.invalid>", "ed25519", "sign", "never")
-    fpr = next(line.split(":")[9] for line in _gpg(home, "--with-colons", "--list-keys", name).decode().splitlines()
-               if line.startswith("fpr:"))  # fmt: skip
+    fpr = next(
+        line.split(":")[9]
+        for line in _gpg(home, "--with-colons", "--list-keys", name).decode().splitlines()
+        if line.startswith("fpr:")
+    )
     sub = ""
     if with_subkey:
         _gpg(home, "--quick-add-key", fpr, "ed25519", "sign", "never")
-        sub = [line.split(":")[9] for line in _gpg(home, "--with-colons", "--list-keys", fpr).decode().splitlines()
-               if line.startswith("fpr:")][1]  # fmt: skip
+        sub = [
+            line.split(":")[9]
+            for line in _gpg(home, "--with-colons", "--list-keys", fpr).decode().splitlines()
+            if line.startswith("fpr:")
+        ][1]
     return fpr, _gpg(home, "--armor", "--export", fpr), sub
 
 
@@ -50,14 +56,23 @@ def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     other, other_pub, _ = _new_key(tmp / "b", "other")
     for home in ("a", "b"):
         subprocess.run(["gpgconf", "--homedir", str(tmp / home), "--kill", "gpg-agent"], capture_output=True)
-    return {"pinned": pinned, "pinned_pub": pinned_pub, "pinned_sub": pinned_sub, "other": other,
-            "other_pub": other_pub}  # fmt: skip
+    return {
+        "pinned": pinned,
+        "pinned_pub": pinned_pub,
+        "pinned_sub": pinned_sub,
+        "other": other,
+        "other_pub": other_pub,
+    }
 
 
 def _primaries(keyring: Path, tmp: Path) -> list[str]:
     """Primary fingerprints in a keyring, as a fresh gpg reads it (what apt's gpgv would trust)."""
-    out = subprocess.run(["gpg", "--homedir", str(tmp), "--batch", "--with-colons", "--show-keys", str(keyring)],
-                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    out = subprocess.run(
+        ["gpg", "--homedir", str(tmp), "--batch", "--with-colons", "--show-keys", str(keyring)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     lines = out.splitlines()
     return [lines[i + 1].split(":")[9] for i, line in enumerate(lines) if line.startswith("pub:")]
 
@@ -65,13 +80,22 @@ def _primaries(keyring: Path, tmp: Path) -> list[str]:
 def _run_module(tmp: Path, src: bytes, fingerprint: str, *, check_mode: bool = False) -> dict[str, Any]:
     """The module as Ansible runs it: its file executed by python with the arguments as JSON."""
     (tmp / "download").write_bytes(src)
-    args = {"src": str(tmp / "download"), "dest": str(tmp / "key.asc"), "fingerprint": fingerprint,
-            "label": "nvidia_driver: the key at http://mirror/key.pub", "_ansible_check_mode": check_mode}  # fmt: skip
+    args = {
+        "src": str(tmp / "download"),
+        "dest": str(tmp / "key.asc"),
+        "fingerprint": fingerprint,
+        "label": "nvidia_driver: the key at http://mirror/key.pub",
+        "_ansible_check_mode": check_mode,
+    }
     (tmp / "args.json").write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
     home = tmp / "home"
     home.mkdir(exist_ok=True)
-    r = subprocess.run([sys.executable, str(MODULE), str(tmp / "args.json")], capture_output=True, text=True,
-                       env={**os.environ, "GNUPGHOME": str(home)})  # fmt: skip
+    r = subprocess.run(
+        [sys.executable, str(MODULE), str(tmp / "args.json")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "GNUPGHOME": str(home)},
+    )
     return dict(json.loads(r.stdout))
 
 
@@ -88,8 +112,20 @@ def test_a_file_with_the_pinned_key_and_another_gives_a_keyring_with_the_pinned_
         assert result["changed"] and result["dropped"] == [keys["other"]]
         assert _primaries(tmp_path / "key.asc", tmp_path / "home") == [keys["pinned"]]
     # the pinned key keeps its own subkey (a repository may be signed by one)
-    listing = subprocess.run(["gpg", "--homedir", str(tmp_path / "home"), "--batch", "--with-colons", "--show-keys",
-                              str(tmp_path / "key.asc")], capture_output=True, text=True, check=True).stdout  # fmt: skip
+    listing = subprocess.run(
+        [
+            "gpg",
+            "--homedir",
+            str(tmp_path / "home"),
+            "--batch",
+            "--with-colons",
+            "--show-keys",
+            str(tmp_path / "key.asc"),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert keys["pinned_sub"] in listing
     assert oct((tmp_path / "key.asc").stat().st_mode & 0o777) == "0o644"
 
@@ -113,7 +149,9 @@ def test_the_same_key_again_changes_nothing_and_check_mode_writes_nothing(keys: 
         ("short_pin", "cannot be checked: the pinned fingerprint '3BF863CC' is not a full one"),
     ],
 )
-def test_refusals_are_one_line_and_write_nothing(keys: dict[str, Any], tmp_path: Path, case: str, expected: str) -> None:
+def test_refusals_are_one_line_and_write_nothing(
+    keys: dict[str, Any], tmp_path: Path, case: str, expected: str
+) -> None:
     src, pin = {
         "other_only": (keys["other_pub"], keys["pinned"]),
         "pin_is_a_subkey": (keys["pinned_pub"], keys["pinned_sub"]),
@@ -169,11 +207,15 @@ def test_dnf_repositories_name_the_checked_local_key_not_the_remote_one(role: st
     variables["signed_repo_key_result"] = {"fingerprint": "F" * 40}
     templar = _templar(variables)
     dnf = _tasks("signed_repo", "dnf.yml")
-    variables.update(templar.template(next(t for t in dnf if "ansible.builtin.set_fact" in t)["ansible.builtin.set_fact"]))
+    variables.update(
+        templar.template(next(t for t in dnf if "ansible.builtin.set_fact" in t)["ansible.builtin.set_fact"])
+    )
     templar = _templar(variables)
     copy = templar.template(next(t for t in dnf if "ansible.builtin.copy" in t)["ansible.builtin.copy"])
     rpm_key = templar.template(next(t for t in dnf if "ansible.builtin.rpm_key" in t)["ansible.builtin.rpm_key"])
-    repo = templar.template(next(t for t in dnf if "ansible.builtin.yum_repository" in t)["ansible.builtin.yum_repository"])
+    repo = templar.template(
+        next(t for t in dnf if "ansible.builtin.yum_repository" in t)["ansible.builtin.yum_repository"]
+    )
     key_url = templar.template(variables["signed_repo_key_url"])
     assert key_url.startswith(("https://", "http://"))  # the remote key, fetched and checked once
     assert copy["src"] == "/tmp/provision-repo-x/key.asc" and copy["dest"].startswith("/etc/pki/rpm-gpg/RPM-GPG-KEY-")
@@ -189,5 +231,13 @@ def test_no_role_trusts_a_key_it_did_not_check() -> None:
         if path.parts[-3] == "signed_repo":
             continue
         text = path.read_text()
-        for word in ("rpm_key:", "yum_repository:", "signed-by", "gpgkey:", "apt_key:", "apt_repository:", "deb822_repository:"):
+        for word in (
+            "rpm_key:",
+            "yum_repository:",
+            "signed-by",
+            "gpgkey:",
+            "apt_key:",
+            "apt_repository:",
+            "deb822_repository:",
+        ):
             assert word not in text, f"{path} has {word}: use the signed_repo role"

@@ -97,11 +97,7 @@ def test_ddp_runs_across_two_cpu_ranks_with_gloo(cpu_run: tuple[Any, dict[str, A
 
 def test_the_job_never_imports_the_rest_of_provision(cpu_run: tuple[Any, dict[str, Any]]) -> None:
     proc, _ = cpu_run
-    imported = [
-        line.rsplit("|", 1)[-1].strip()
-        for line in proc.stderr.splitlines()
-        if line.startswith("import time:")
-    ]
+    imported = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")]
     assert "smoke.verdict" in imported and "torch" in imported
     assert [name for name in imported if name == "provision" or name.startswith("provision.")] == []
 
@@ -122,9 +118,7 @@ def test_a_recorded_report_decides_the_same_again(cpu_run: tuple[Any, dict[str, 
 
 
 def test_without_allow_cpu_a_host_without_gpu_is_no_gpu(job: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, str(job), "--json", *QUICK], capture_output=True, text=True, timeout=120
-    )
+    proc = subprocess.run([sys.executable, str(job), "--json", *QUICK], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1
     report = json.loads(proc.stdout)  # --json: the report alone on stdout
     assert report["verdict"] == "no-gpu" and report["ok"] is False and report["training"] is None
@@ -138,13 +132,8 @@ def test_versions_that_differ_from_the_expectations_are_drift(job: Path, tmp_pat
     assert proc.returncode == 1 and report is not None and report["verdict"] == "fail"
     found = checks(report)
     torch_version = report["versions"]["torch"]
-    assert (
-        found["version_torch"]["message"] == f"drift: torch is {torch_version} on this host, expected 2.8.0"
-    )
-    assert (
-        found["version_torch_cuda"]["message"]
-        == "drift: torch_cuda is not installed on this host, expected 12.8"
-    )
+    assert found["version_torch"]["message"] == f"drift: torch is {torch_version} on this host, expected 2.8.0"
+    assert found["version_torch_cuda"]["message"] == "drift: torch_cuda is not installed on this host, expected 12.8"
     assert f"FAIL version_torch: drift: torch is {torch_version}" in proc.stderr
 
 
@@ -169,9 +158,7 @@ def fake_nvml(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return fakenvml.build(tmp_path_factory.mktemp("fakenvml"))
 
 
-def test_nvml_health_and_versions_through_a_stand_in_driver(
-    job: Path, fake_nvml: Path, tmp_path: Path
-) -> None:
+def test_nvml_health_and_versions_through_a_stand_in_driver(job: Path, fake_nvml: Path, tmp_path: Path) -> None:
     """Stand-in NVML: two H200s, the second with ECC errors, a x8 link and persistence off."""
     env = fakenvml.env(
         fake_nvml,
@@ -205,17 +192,12 @@ def test_a_driver_that_drifted_is_named_from_nvml(job: Path, fake_nvml: Path, tm
     env = fakenvml.env(fake_nvml, gpus="NVIDIA L4:22")
     _, report = run(job, "--allow-cpu", "--expect", str(expect), *QUICK, env=env)
     assert report is not None
-    assert (
-        checks(report)["version_driver"]["message"]
-        == "drift: driver is 550.127.05 on this host, expected 580.95.05"
-    )
+    assert checks(report)["version_driver"]["message"] == "drift: driver is 550.127.05 on this host, expected 580.95.05"
 
 
 def test_an_nvml_that_does_not_start_leaves_the_job_running(job: Path, fake_nvml: Path) -> None:
     """Stand-in NVML whose init fails with 'Driver Not Loaded'."""
-    proc, report = run(
-        job, "--allow-cpu", *QUICK, env=fakenvml.env(fake_nvml, fail="1", gpus="NVIDIA H200:141")
-    )
+    proc, report = run(job, "--allow-cpu", *QUICK, env=fakenvml.env(fake_nvml, fail="1", gpus="NVIDIA H200:141"))
     assert proc.returncode == 0 and report is not None
     assert report["counts"]["nvml"] is None and report["gpus"] == []
 
@@ -241,9 +223,7 @@ def test_the_sampler_reads_utilization_throttling_and_the_link_every_100_ms(fake
         throttle="0x4;0x44",
         pcie="5x16/5x16;4x16/5x16",
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", SAMPLER], capture_output=True, text=True, env=env, timeout=60
-    )
+    proc = subprocess.run([sys.executable, "-c", SAMPLER], capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode == 0, proc.stderr
     got = json.loads(proc.stdout)
     assert 3 <= got["n"] <= 6 and got["mean0"] == 55

@@ -257,9 +257,7 @@ def test_pcie_threshold_follows_the_link_and_a_narrow_link_fails() -> None:
     m["gpus"][0]["health"]["pcie"].update(cur_width=8)
     check = failed(decide(m, REFS, {}, allow_cpu=False))["pcie_link"]
     assert "gen5 x8 under load" in check["message"] and "gen5 x16" in check["message"]
-    h2d = next(
-        c for c in decide(h200_record(), REFS, {}, allow_cpu=False)["checks"] if c["name"] == "copy_h2d"
-    )
+    h2d = next(c for c in decide(h200_record(), REFS, {}, allow_cpu=False)["checks"] if c["name"] == "copy_h2d")
     assert h2d["threshold"] == pytest.approx(0.75 * 0.8 * 3.938 * 16, abs=0.1)
 
 
@@ -342,9 +340,7 @@ def test_no_gpu_without_allow_cpu_and_pass_with_it() -> None:
 def test_gpus_that_torch_cannot_use_fail_even_with_allow_cpu() -> None:
     result = decide(cpu_record(nvml=8), REFS, {}, allow_cpu=True)
     assert result["verdict"] == "fail"
-    assert failed(result)["gpu_count"]["message"].startswith(
-        "GPU counts disagree (nvml 8, torch 0): torch 2.13.0+cpu"
-    )
+    assert failed(result)["gpu_count"]["message"].startswith("GPU counts disagree (nvml 8, torch 0): torch 2.13.0+cpu")
 
 
 def test_counts_that_disagree_fail() -> None:

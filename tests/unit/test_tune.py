@@ -93,9 +93,7 @@ def test_tune_over_an_inventory_runs_the_copied_job(tmp_path: Path) -> None:
     inv = tmp_path / "hosts.ini"
     inv.write_text("[gpu]\nbox ansible_connection=local\n")
     before = set(Path("/tmp").glob("provision-tune-*.py"))
-    res = provision(
-        "tune", "-i", str(inv), "--allow-cpu", "--scale", "test", "--python", sys.executable, "--json"
-    )
+    res = provision("tune", "-i", str(inv), "--allow-cpu", "--scale", "test", "--python", sys.executable, "--json")
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
     check_document(doc)
@@ -108,8 +106,7 @@ def test_tune_fleet_reports_each_host_and_fails_for_the_unreachable_one(tmp_path
     document has both, the good one measured and plotted, the other with its error; exit 1."""
     inv = tmp_path / "hosts.yml"
     inv.write_text(
-        "all:\n  hosts:\n    box: {ansible_connection: local}\n"
-        "    gone: {ansible_host: 127.0.0.1, ansible_port: 1}\n"
+        "all:\n  hosts:\n    box: {ansible_connection: local}\n    gone: {ansible_host: 127.0.0.1, ansible_port: 1}\n"
     )
     png = tmp_path / "tune.png"
     res = provision(

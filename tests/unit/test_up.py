@@ -18,8 +18,14 @@ from provision.stack.lock import LockGroup
 
 
 def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "provision", *args], cwd=cwd, capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL, timeout=120)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "provision", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=120,
+    )
 
 
 def test_limit_patterns_and_globs() -> None:
@@ -86,17 +92,41 @@ def test_status_lists_the_state_db(tmp_path: Path) -> None:
 
 def test_report_html_is_self_contained_with_the_verdicts_and_plots() -> None:
     doc = {
-        "ok": False, "run": "r1", "check": False,
+        "ok": False,
+        "run": "r1",
+        "check": False,
         "details": [
-            {"host": "th1", "group": "g", "verdict": "pass", "changed": 3, "failed_task": None, "reboots": 0,
-             "duration_s": 12.0, "role_seconds": {"preflight": 2.0, "frameworks": 8.5},
-             "verify": {"checks": [{"name": "gemm_bf16", "value": 700.0, "threshold": 592.0},
-                                   {"name": "hbm_bandwidth", "value": 3900.0, "threshold": 3000.0}],
-                        "training": {"loss_curve": [2.3, 1.2, 0.5], "gpu_util_series": [90, 97, 99]}}},
-            {"host": "th2", "group": "g", "verdict": "fail", "changed": 1, "failed_task": "Install the pinned wheels",
-             "reboots": 0, "duration_s": 3.0, "message": "pip <exploded>", "role_seconds": {}, "verify": None},
+            {
+                "host": "th1",
+                "group": "g",
+                "verdict": "pass",
+                "changed": 3,
+                "failed_task": None,
+                "reboots": 0,
+                "duration_s": 12.0,
+                "role_seconds": {"preflight": 2.0, "frameworks": 8.5},
+                "verify": {
+                    "checks": [
+                        {"name": "gemm_bf16", "value": 700.0, "threshold": 592.0},
+                        {"name": "hbm_bandwidth", "value": 3900.0, "threshold": 3000.0},
+                    ],
+                    "training": {"loss_curve": [2.3, 1.2, 0.5], "gpu_util_series": [90, 97, 99]},
+                },
+            },
+            {
+                "host": "th2",
+                "group": "g",
+                "verdict": "fail",
+                "changed": 1,
+                "failed_task": "Install the pinned wheels",
+                "reboots": 0,
+                "duration_s": 3.0,
+                "message": "pip <exploded>",
+                "role_seconds": {},
+                "verify": None,
+            },
         ],
-    }  # fmt: skip
+    }
     page = render_html(doc)
     assert page.startswith("<!doctype html>") and "<script" not in page and "<link" not in page
     assert "src=" not in page and "href=" not in page  # nothing to fetch: one self-contained page
@@ -105,9 +135,15 @@ def test_report_html_is_self_contained_with_the_verdicts_and_plots() -> None:
     assert 'class="fail"' in page and 'class="pass"' in page
     assert "Fleet cache" not in page  # no cache in this run: no section
 
-    doc["cache"] = {"apt": "on", "wheels": {"cp311-x86_64": "on"}, "hosts": ["th1", "th2"],
-                    "proxy": {"requests": 40, "hits": 28, "served_bytes": 3 * 2**20}, "wheels_served_bytes": 2**20,
-                    "upstream_bytes": 2**20, "notes": ["th3: no tunnel (<refused>): the host fetches itself"]}  # fmt: skip
+    doc["cache"] = {
+        "apt": "on",
+        "wheels": {"cp311-x86_64": "on"},
+        "hosts": ["th1", "th2"],
+        "proxy": {"requests": 40, "hits": 28, "served_bytes": 3 * 2**20},
+        "wheels_served_bytes": 2**20,
+        "upstream_bytes": 2**20,
+        "notes": ["th3: no tunnel (<refused>): the host fetches itself"],
+    }
     page = render_html(doc)
     assert "<h2>Fleet cache</h2>" in page and "40 / 28" in page and "4.0 MiB" in page and "1.0 MiB" in page
     assert "no tunnel (&lt;refused&gt;)" in page
@@ -148,6 +184,8 @@ def test_a_report_that_cannot_be_written_never_hides_the_error_that_stopped_the_
             raise Interrupted("interrupted; what the run got to is in report.html", "run the same command again")
         finally:
             finish_reports(result, notes.append)
-    assert notes == [f"note: the report of run 20261201-080000-abcd was not written (No space left on device: "
-                     f"{tmp_path / 'report.html'}); the outcome above stands, and `provision status` has it"]
+    assert notes == [
+        f"note: the report of run 20261201-080000-abcd was not written (No space left on device: "
+        f"{tmp_path / 'report.html'}); the outcome above stands, and `provision status` has it"
+    ]
     assert result.report_error is not None and (tmp_path / "report.json").exists()

@@ -52,7 +52,11 @@ def test_launch_args_record_what_was_typed() -> None:
 
 @pytest.mark.parametrize(
     ("extra", "named"),
-    [(["--ttl", "8h"], "--ttl"), (["--os", "debian-12", "--spot"], "--os, --spot"), (["--keep-on-failure"], "--keep-on-failure")],
+    [
+        (["--ttl", "8h"], "--ttl"),
+        (["--os", "debian-12", "--spot"], "--os, --spot"),
+        (["--keep-on-failure"], "--keep-on-failure"),
+    ],
 )
 def test_a_launch_option_without_cloud_is_bad_input(
     offline_aws: None, capsys: pytest.CaptureFixture[str], extra: list[str], named: str

@@ -21,8 +21,14 @@ from provision.fleet.up import NOT_RUN, PROBE_TASK, HostRun, UpResult, _unprobed
 
 
 def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "provision", *args], cwd=cwd, capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL, timeout=120)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "provision", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=120,
+    )
 
 
 def closed_port() -> int:
@@ -147,8 +153,15 @@ def test_up_where_no_host_can_be_probed_fails_with_each_reason_and_applies_nothi
 def test_an_unprobed_host_fails_alone_in_the_report() -> None:
     error = Unreachable("cannot reach root@10.200.30.99:22: timed out after 10s", "check the address")
     host = _unprobed(ProbeFailure("ghost", error))
-    assert host.to_json() == {"host": "ghost", "ok": False, "changed": 0, "failed_task": PROBE_TASK,
-                              "reboots": 0, "verdict": "fail", "duration_s": 0.0}  # fmt: skip
+    assert host.to_json() == {
+        "host": "ghost",
+        "ok": False,
+        "changed": 0,
+        "failed_task": PROBE_TASK,
+        "reboots": 0,
+        "verdict": "fail",
+        "duration_s": 0.0,
+    }
     assert host.message == "cannot reach root@10.200.30.99:22: timed out after 10s (check the address)"
     page = render_html(UpResult(run="r1", run_dir=Path("r1"), check=False, hosts=[host]).report_json())
     assert "(probe)" in page and "timed out after 10s" in page
@@ -162,14 +175,24 @@ def test_a_serial_stop_is_in_report_json_and_html() -> None:
         plan = HostPlan(name, "g", probed=True, present={}, changes=[], reboot="no")
         return HostRun(name, "g", "h", plan, verdict=verdict, batch=batch, message=message)
 
-    result = UpResult(run="r1", run_dir=Path("r1"), check=False, stopped_after_batch=2, hosts=[
-        host("th1", "pass", 1), host("th2", "fail", 2, "training: loss did not fall"),
-        host("th3", NOT_RUN, 3, "not run: batch 2 did not pass (th2); --serial stopped here"),
-    ])  # fmt: skip
+    result = UpResult(
+        run="r1",
+        run_dir=Path("r1"),
+        check=False,
+        stopped_after_batch=2,
+        hosts=[
+            host("th1", "pass", 1),
+            host("th2", "fail", 2, "training: loss did not fall"),
+            host("th3", NOT_RUN, 3, "not run: batch 2 did not pass (th2); --serial stopped here"),
+        ],
+    )
     doc = result.report_json()
     assert doc["ok"] is False and doc["stopped_after_batch"] == 2
     assert [(d["host"], d["batch"], d["verdict"]) for d in doc["details"]] == [
-        ("th1", 1, "pass"), ("th2", 2, "fail"), ("th3", 3, NOT_RUN)]  # fmt: skip
+        ("th1", 1, "pass"),
+        ("th2", 2, "fail"),
+        ("th3", 3, NOT_RUN),
+    ]
     page = render_html(doc)
     assert "stopped the run after batch 2" in page and 'class="not-run"' in page
     assert "batch 2 did not pass (th2)" in page
@@ -193,7 +216,7 @@ def test_up_bad_input_touches_no_host(tmp_path: Path, args: list[str], needle: s
     """The inventory's one host is an address nobody may contact (TEST-NET-1): the run must
     stop before trying, with exit 2 and one line, and leave no run folder."""
     (tmp_path / "inv.ini").write_text("a ansible_host=192.0.2.1\n")
-    (tmp_path / "badargs.ini").write_text("a ansible_host=192.0.2.1 ansible_ssh_common_args=\"-o 'open\"\n")
+    (tmp_path / "badargs.ini").write_text('a ansible_host=192.0.2.1 ansible_ssh_common_args="-o \'open"\n')
     (tmp_path / "bad-install.yaml").write_text("install: {method: apt-get}\n")
     r = run("up", "--yes", *args, cwd=tmp_path)
     assert r.returncode == 2 and r.stderr.startswith("error: ") and r.stderr.count("\n") == 1, r.stderr
@@ -206,18 +229,30 @@ def test_a_broken_stage_leads_the_reasons_a_host_failed() -> None:
     check fails because of the import, so the import comes first in `up`'s one-line message."""
     from provision.fleet.verify import HostResult, failures
 
-    report = {"ok": False, "verdict": "fail", "checks": [
-        {"name": "version_python", "ok": False, "message": "drift: python is not installed on this host, expected 3.11"},
-        {"name": "cpu_matmul", "ok": True},
-        {"name": "stage_import", "ok": False, "code": "error", "message": "import: torch is not importable: boom"},
-    ]}  # fmt: skip
+    report = {
+        "ok": False,
+        "verdict": "fail",
+        "checks": [
+            {
+                "name": "version_python",
+                "ok": False,
+                "message": "drift: python is not installed on this host, expected 3.11",
+            },
+            {"name": "cpu_matmul", "ok": True},
+            {"name": "stage_import", "ok": False, "code": "error", "message": "import: torch is not importable: boom"},
+        ],
+    }
     assert failures(HostResult("th1", report=report)) == [
-        "import: torch is not importable: boom", "drift: python is not installed on this host, expected 3.11"]
+        "import: torch is not importable: boom",
+        "drift: python is not installed on this host, expected 3.11",
+    ]
 
 
 def test_an_interrupted_run_says_so_in_the_report() -> None:
     plan = HostPlan("th1", "g", probed=True, present={}, changes=[], reboot="no")
-    host = HostRun("th1", "g", "h", plan, message="interrupted before this host was verified; run the same command again")
+    host = HostRun(
+        "th1", "g", "h", plan, message="interrupted before this host was verified; run the same command again"
+    )
     doc = UpResult(run="r1", run_dir=Path("r1"), check=False, hosts=[host], interrupted=True).report_json()
     assert doc["interrupted"] is True and doc["ok"] is False and doc["details"][0]["verdict"] == NOT_RUN
     assert "Interrupted (Ctrl-C)" in render_html(doc)

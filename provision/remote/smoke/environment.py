@@ -100,9 +100,7 @@ def torch_gpus(torch: Any, count: int) -> list[dict[str, Any]]:
             {
                 "index": i,
                 "name": props.name,
-                "uuid": None
-                if uuid is None
-                else (str(uuid) if str(uuid).startswith("GPU-") else f"GPU-{uuid}"),
+                "uuid": None if uuid is None else (str(uuid) if str(uuid).startswith("GPU-") else f"GPU-{uuid}"),
                 "compute_capability": f"{props.major}.{props.minor}",
                 "memory_gib": round(props.total_memory / 2**30),
             }

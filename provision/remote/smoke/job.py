@@ -63,13 +63,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "(driver, cuda_driver, torch, torch_cuda, cudnn, nccl, python, tensorflow, jax); "
         "missing keys are not checked",
     )
-    p.add_argument(
-        "--allow-cpu", action="store_true", help="with no usable GPU, verify on the CPU and let it pass"
-    )
+    p.add_argument("--allow-cpu", action="store_true", help="with no usable GPU, verify on the CPU and let it pass")
     p.add_argument("--json-out", metavar="FILE", help="write the JSON report here")
-    p.add_argument(
-        "--json", action="store_true", help="print the JSON report on stdout (the summary stays on stderr)"
-    )
+    p.add_argument("--json", action="store_true", help="print the JSON report on stdout (the summary stays on stderr)")
     p.add_argument("--quiet", action="store_true", help="no summary on stderr")
     p.add_argument("--host", default=None, help="the host's name in the report (default: hostname)")
     p.add_argument(
@@ -78,21 +74,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default=os.path.join(HERE, "references.json"),
         help="reference figures per GPU model (default: references.json beside this file)",
     )
-    p.add_argument(
-        "--quick", action="store_true", help="small sizes everywhere (a dry run of every code path)"
-    )
-    p.add_argument(
-        "--gemm-size", type=int, default=None, help="GEMM n (default 8192 on a GPU, 256 on the CPU)"
-    )
-    p.add_argument(
-        "--copy-mib", type=int, default=None, help="copy buffer MiB (default 512 on a GPU, 16 on the CPU)"
-    )
-    p.add_argument(
-        "--steps", type=int, default=None, help="training steps (default 200 on a GPU, 30 on the CPU)"
-    )
-    p.add_argument(
-        "--skip", action="append", default=[], choices=STAGES, help="leave out a stage (repeatable)"
-    )
+    p.add_argument("--quick", action="store_true", help="small sizes everywhere (a dry run of every code path)")
+    p.add_argument("--gemm-size", type=int, default=None, help="GEMM n (default 8192 on a GPU, 256 on the CPU)")
+    p.add_argument("--copy-mib", type=int, default=None, help="copy buffer MiB (default 512 on a GPU, 16 on the CPU)")
+    p.add_argument("--steps", type=int, default=None, help="training steps (default 200 on a GPU, 30 on the CPU)")
+    p.add_argument("--skip", action="append", default=[], choices=STAGES, help="leave out a stage (repeatable)")
     p.add_argument(
         "--cpu-ranks",
         type=int,
@@ -162,9 +148,7 @@ def collect_environment(torch: Any, nvml: Nvml | None, m: dict[str, Any]) -> Non
         gpu["health"] = nvml.health(index) if nvml is not None and index is not None else None
     m["gpus"] = gpus
     if nvml is None and (on_gpu or m["counts"]["lspci"]):
-        m["warnings"].append(
-            {"code": "no_nvml", "message": f"GPU health and utilization not read: {Nvml.why}"}
-        )
+        m["warnings"].append({"code": "no_nvml", "message": f"GPU health and utilization not read: {Nvml.why}"})
 
 
 def measure(args: argparse.Namespace, torch: Any, nvml: Nvml | None, m: dict[str, Any]) -> None:
@@ -198,9 +182,7 @@ def measure(args: argparse.Namespace, torch: Any, nvml: Nvml | None, m: dict[str
             runnable.append(gpu)
             if "speed" not in args.skip:
                 with stages.stage(f"speed_gpu{gpu['index']}"):
-                    gpu["speed"] = speed.measure(
-                        torch, device, gemm_n=gemm_n, copy_bytes=copy_bytes, trials=trials
-                    )
+                    gpu["speed"] = speed.measure(torch, device, gemm_n=gemm_n, copy_bytes=copy_bytes, trials=trials)
         if not on_gpu and "speed" not in args.skip:
             with stages.stage("speed_cpu"):
                 m["cpu_speed"] = speed.measure(
@@ -292,9 +274,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             cfg = TrainConfig.for_gpu(steps=10) if on_gpu else TrainConfig.for_cpu(steps=8)
             nbytes = 256 * 2**20 if on_gpu else 2**20
             with Stages(m).stage("multihost"):
-                m["multihost"] = dist.run_rank(
-                    int(os.environ.get("LOCAL_RANK", "0")), world, None, nbytes, cfg
-                )
+                m["multihost"] = dist.run_rank(int(os.environ.get("LOCAL_RANK", "0")), world, None, nbytes, cfg)
         elif on_gpu or args.allow_cpu:
             measure(args, torch, nvml, m)
         m["memory"] = memory_used(torch, on_gpu)
@@ -357,11 +337,7 @@ def summary(report: dict[str, Any]) -> str:
     v = report["versions"]
     lines = [f"provision verify: {report['host']}: {report['verdict'].upper()} ({report['duration_s']} s)"]
     names = [g.get("name") for g in report["gpus"]]
-    gpus = (
-        f"{len(names)} x {names[0]}"
-        if names and len(set(names)) == 1
-        else (", ".join(map(str, names)) or "none")
-    )
+    gpus = f"{len(names)} x {names[0]}" if names and len(set(names)) == 1 else (", ".join(map(str, names)) or "none")
     cudnn = verdict.cudnn_dotted(str(v["cudnn"])) if v.get("cudnn") else None
     lines.append(
         f"  GPUs: {gpus}; driver {v.get('driver')}, torch {v.get('torch')}, CUDA {v.get('torch_cuda')}, "

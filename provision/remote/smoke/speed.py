@@ -45,9 +45,7 @@ class Timer:
         end.synchronize()
         return float(start.elapsed_time(end)) / 1000.0
 
-    def best(
-        self, fn: Callable[[], Any], *, trial_s: float, trials: int, warmup: int = 3
-    ) -> tuple[float, int]:
+    def best(self, fn: Callable[[], Any], *, trial_s: float, trials: int, warmup: int = 3) -> tuple[float, int]:
         """Best seconds per call over ``trials`` trials of about ``trial_s`` each, and reps/trial."""
         for _ in range(warmup):
             fn()
@@ -115,9 +113,7 @@ def measure(torch: Any, device: Any, *, gemm_n: int, copy_bytes: int, trials: in
     if device.type == "cuda":
         bf16 = torch.cuda.is_bf16_supported()
         half = torch.bfloat16 if bf16 else torch.float16
-        figures["gemm_bf16" if bf16 else "gemm_fp16"] = gemm_tflops(
-            torch, device, gemm_n, half, trials=trials
-        )
+        figures["gemm_bf16" if bf16 else "gemm_fp16"] = gemm_tflops(torch, device, gemm_n, half, trials=trials)
         figures["gemm_tf32"] = gemm_tflops(torch, device, gemm_n, torch.float32, tf32=True, trials=trials)
     else:
         # CPU: fp32 only (bf16 GEMM on a CPU says little about the host); informational figures

@@ -189,9 +189,7 @@ def version_checks(versions: dict[str, Any], expect: dict[str, str]) -> list[Che
     return checks
 
 
-def health_checks(
-    health: dict[str, Any], label: str, idx: int, warnings: list[dict[str, str]]
-) -> list[Check]:
+def health_checks(health: dict[str, Any], label: str, idx: int, warnings: list[dict[str, str]]) -> list[Check]:
     """NVML's view of one GPU: memory errors, throttling, the PCIe link, temperature."""
     checks: list[Check] = []
     if health.get("ecc_uncorrected") is not None:
@@ -225,11 +223,7 @@ def health_checks(
         )
     remap = health.get("row_remap")
     if remap is not None:
-        what = (
-            "failed (the GPU needs service)"
-            if remap.get("failure")
-            else "is pending (reset the GPU to apply it)"
-        )
+        what = "failed (the GPU needs service)" if remap.get("failure") else "is pending (reset the GPU to apply it)"
         checks.append(
             check(
                 "row_remap",
@@ -299,9 +293,7 @@ def health_checks(
                 "C",
                 limit,
                 gpu=idx,
-                message=(
-                    f"{label}: {temp} C reaches the slowdown temperature {limit} C (check airflow and fans)"
-                ),
+                message=(f"{label}: {temp} C reaches the slowdown temperature {limit} C (check airflow and fans)"),
             )
         )
     return checks
@@ -415,9 +407,7 @@ def training_checks(training: dict[str, Any], warnings: list[dict[str, str]]) ->
     if training.get("device") == "cuda":
         util = training.get("gpu_util_mean_pct")
         if util is None:
-            warnings.append(
-                {"code": "no_utilization", "message": "GPU utilization was not sampled (no NVML)"}
-            )
+            warnings.append({"code": "no_utilization", "message": "GPU utilization was not sampled (no NVML)"})
         else:
             checks.append(
                 check(
@@ -454,10 +444,7 @@ def distributed_checks(prefix: str, dist: dict[str, Any]) -> list[Check]:
             dist.get("allreduce_busbw_gbps"),
             "GB/s",
             code="distributed",
-            message=(
-                f"{prefix}: all-reduce over {world} ranks returned a "
-                f"wrong sum ({dist.get('allreduce_detail')})"
-            ),
+            message=(f"{prefix}: all-reduce over {world} ranks returned a wrong sum ({dist.get('allreduce_detail')})"),
         )
     ]
     if dist.get("ddp_loss_first") is not None:
@@ -504,23 +491,18 @@ def count_check(m: Measurements, allow_cpu: bool) -> Check:
         "GPUs",
         code="no_gpu",
         message=(
-            f"no usable GPU ({m.get('torch_error') or 'torch sees none'}); "
-            "pass --allow-cpu to verify a CPU-only host"
+            f"no usable GPU ({m.get('torch_error') or 'torch sees none'}); pass --allow-cpu to verify a CPU-only host"
         ),
     )
 
 
-def decide(
-    m: Measurements, references: dict[str, Any], expect: dict[str, str], allow_cpu: bool
-) -> dict[str, Any]:
+def decide(m: Measurements, references: dict[str, Any], expect: dict[str, str], allow_cpu: bool) -> dict[str, Any]:
     """checks, warnings and the verdict for one host's measurements."""
     warnings: list[dict[str, str]] = list(m.get("warnings", []))
     on_gpu = int(m.get("counts", {}).get("torch") or 0) > 0
     checks = [count_check(m, allow_cpu)]
     if not on_gpu and allow_cpu:
-        warnings.append(
-            {"code": "cpu_only", "message": "no usable GPU: the job ran on the CPU (--allow-cpu)"}
-        )
+        warnings.append({"code": "cpu_only", "message": "no usable GPU: the job ran on the CPU (--allow-cpu)"})
     checks += version_checks(m.get("versions", {}), expect)
     for gpu in m.get("gpus", []):
         checks += gpu_checks(gpu, m.get("arch_list", []), references, warnings, on_gpu)
@@ -534,9 +516,7 @@ def decide(
         checks.append(check(f"cpu_{metric}", True, round(float(value), 6), SPEED_UNITS.get(metric, "GB/s")))
     checks += framework_checks(m.get("frameworks", {}), on_gpu)
     for err in m.get("errors", []):
-        checks.append(
-            check(f"stage_{err['stage']}", False, code="error", message=f"{err['stage']}: {err['message']}")
-        )
+        checks.append(check(f"stage_{err['stage']}", False, code="error", message=f"{err['stage']}: {err['message']}"))
 
     if not on_gpu and not allow_cpu:
         verdict = "no-gpu"

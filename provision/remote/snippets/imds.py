@@ -19,10 +19,12 @@ def main() -> None:
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
         token_request = urllib.request.Request(
-            f"{base}/latest/api/token", method="PUT", headers={"X-aws-ec2-metadata-token-ttl-seconds": "60"})
+            f"{base}/latest/api/token", method="PUT", headers={"X-aws-ec2-metadata-token-ttl-seconds": "60"}
+        )
         token = opener.open(token_request, timeout=TIMEOUT).read().decode()
         request = urllib.request.Request(
-            f"{base}/latest/meta-data/instance-type", headers={"X-aws-ec2-metadata-token": token})
+            f"{base}/latest/meta-data/instance-type", headers={"X-aws-ec2-metadata-token": token}
+        )
         print(opener.open(request, timeout=TIMEOUT).read().decode().strip())
     except (OSError, ValueError):
         return

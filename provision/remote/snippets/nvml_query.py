@@ -53,9 +53,13 @@ def via_pynvml() -> dict[str, Any]:
                 pass
             gpus.append(gpu)
         driver = pynvml.nvmlSystemGetDriverVersion()
-        return {"available": True, "via": "pynvml",
-                "driver_version": driver.decode() if isinstance(driver, bytes) else driver,
-                "cuda_version": _cuda(pynvml.nvmlSystemGetCudaDriverVersion()), "gpus": gpus}
+        return {
+            "available": True,
+            "via": "pynvml",
+            "driver_version": driver.decode() if isinstance(driver, bytes) else driver,
+            "cuda_version": _cuda(pynvml.nvmlSystemGetCudaDriverVersion()),
+            "gpus": gpus,
+        }
     finally:
         pynvml.nvmlShutdown()
 
@@ -65,9 +69,15 @@ class _Memory(ctypes.Structure):
 
 
 class _Pci(ctypes.Structure):
-    _fields_ = [("busIdLegacy", ctypes.c_char * 16), ("domain", ctypes.c_uint), ("bus", ctypes.c_uint),
-                ("device", ctypes.c_uint), ("pciDeviceId", ctypes.c_uint), ("pciSubSystemId", ctypes.c_uint),
-                ("busId", ctypes.c_char * 32)]
+    _fields_ = [
+        ("busIdLegacy", ctypes.c_char * 16),
+        ("domain", ctypes.c_uint),
+        ("bus", ctypes.c_uint),
+        ("device", ctypes.c_uint),
+        ("pciDeviceId", ctypes.c_uint),
+        ("pciSubSystemId", ctypes.c_uint),
+        ("busId", ctypes.c_char * 32),
+    ]
 
 
 def via_ctypes() -> dict[str, Any]:
@@ -98,9 +108,13 @@ def via_ctypes() -> dict[str, Any]:
             lib.nvmlDeviceGetMemoryInfo(h, ctypes.byref(mem))
             major, minor = ctypes.c_int(), ctypes.c_int()
             lib.nvmlDeviceGetCudaComputeCapability(h, ctypes.byref(major), ctypes.byref(minor))
-            gpu: dict[str, Any] = {"index": i, "name": name.value.decode(), "uuid": uuid.value.decode(),
-                                   "memory_mib": mem.total >> 20,
-                                   "compute_capability": f"{major.value}.{minor.value}"}
+            gpu: dict[str, Any] = {
+                "index": i,
+                "name": name.value.decode(),
+                "uuid": uuid.value.decode(),
+                "memory_mib": mem.total >> 20,
+                "compute_capability": f"{major.value}.{minor.value}",
+            }
             pci = _Pci()
             get_pci = getattr(lib, "nvmlDeviceGetPciInfo_v3", None)
             if get_pci is not None and get_pci(h, ctypes.byref(pci)) == 0:
@@ -111,8 +125,13 @@ def via_ctypes() -> dict[str, Any]:
         lib.nvmlSystemGetDriverVersion(driver, 96)
         cuda = ctypes.c_int()
         lib.nvmlSystemGetCudaDriverVersion(ctypes.byref(cuda))
-        return {"available": True, "via": "nvml", "driver_version": driver.value.decode(),
-                "cuda_version": _cuda(cuda.value), "gpus": gpus}
+        return {
+            "available": True,
+            "via": "nvml",
+            "driver_version": driver.value.decode(),
+            "cuda_version": _cuda(cuda.value),
+            "gpus": gpus,
+        }
     finally:
         lib.nvmlShutdown()
 

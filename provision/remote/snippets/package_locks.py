@@ -13,8 +13,13 @@ import os
 import struct
 from typing import Any
 
-FCNTL_LOCKS = ("/var/lib/dpkg/lock-frontend", "/var/lib/dpkg/lock", "/var/lib/apt/lists/lock",
-               "/var/cache/apt/archives/lock", "/var/lib/rpm/.rpm.lock")
+FCNTL_LOCKS = (
+    "/var/lib/dpkg/lock-frontend",
+    "/var/lib/dpkg/lock",
+    "/var/lib/apt/lists/lock",
+    "/var/cache/apt/archives/lock",
+    "/var/lib/rpm/.rpm.lock",
+)
 PID_FILES = ("/var/run/dnf.pid", "/var/cache/dnf/metadata_lock.pid", "/var/lib/dnf/rpmdb_lock.pid")
 # struct flock on 64-bit Linux: short l_type, short l_whence, off_t l_start, off_t l_len, pid_t l_pid
 FLOCK = "hhqqi4x"

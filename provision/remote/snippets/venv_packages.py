@@ -13,10 +13,25 @@ import re
 import sys
 from pathlib import Path
 
-DISTRIBUTIONS = ("torch", "torchvision", "torchaudio", "tensorflow", "tensorflow-cpu", "jax", "jaxlib",
-                 "jax-cuda12-plugin", "jax-cuda12-pjrt", "jax-cuda13-plugin", "jax-cuda13-pjrt",
-                 "nvidia-cudnn-cu12", "nvidia-cudnn-cu13", "nvidia-cuda-runtime-cu12",
-                 "nvidia-cuda-runtime", "nvidia-ml-py", "triton")
+DISTRIBUTIONS = (
+    "torch",
+    "torchvision",
+    "torchaudio",
+    "tensorflow",
+    "tensorflow-cpu",
+    "jax",
+    "jaxlib",
+    "jax-cuda12-plugin",
+    "jax-cuda12-pjrt",
+    "jax-cuda13-plugin",
+    "jax-cuda13-pjrt",
+    "nvidia-cudnn-cu12",
+    "nvidia-cudnn-cu13",
+    "nvidia-cuda-runtime-cu12",
+    "nvidia-cuda-runtime",
+    "nvidia-ml-py",
+    "triton",
+)
 
 
 def torch_cuda() -> str | None:
@@ -38,8 +53,15 @@ def main() -> None:
             packages[name] = md.version(name)
         except md.PackageNotFoundError:
             continue
-    print(json.dumps({"python": "{}.{}".format(*sys.version_info[:2]), "packages": packages,
-                      "torch_cuda": torch_cuda() if "torch" in packages else None}))
+    print(
+        json.dumps(
+            {
+                "python": "{}.{}".format(*sys.version_info[:2]),
+                "packages": packages,
+                "torch_cuda": torch_cuda() if "torch" in packages else None,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -115,8 +115,10 @@ def extract(src: str, fingerprint: str) -> Extracted:
         again, _ = _primaries(homes[1])
         if again != [pinned]:
             # another key that carries the pinned key's material as a subkey matches the pin too
-            result.error = (f"gives {', '.join(again) or 'nothing'} when {pinned} alone is exported from it "
-                            "(another key carries the pinned key's material)")
+            result.error = (
+                f"gives {', '.join(again) or 'nothing'} when {pinned} alone is exported from it "
+                "(another key carries the pinned key's material)"
+            )
             return result
         result.keyring = exported
         return result
