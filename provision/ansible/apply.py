@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from provision.ansible.render import private_umask
+from provision.ansible.rundir import private_umask
 from provision.errors import OperationFailed
 
 # Events that end a task on one host; the key is the runner's event name.

@@ -158,7 +158,8 @@ def plan(
     it alone). When no host at all can be probed there is nothing to plan: that raises with
     every host's reason either way.
     """
-    from provision.ansible.render import InstallSettings, check_out_dir, ensure_dir, write_run_dir
+    from provision.ansible.rundir import check_out_dir, ensure_dir, write_run_dir
+    from provision.ansible.settings import InstallSettings
     from provision.stack.lock import LockGroup, build_lock, dumps_lock, write_lock
     from provision.stack.resolve import HostSpec, StackRequest, resolve
 
@@ -250,7 +251,8 @@ def check_inputs(
     """Everything `plan` and `up` take that can be wrong, as BadInput before any host is contacted:
     the install settings, ``--set`` names, the ``-F`` file, and each host's SSH settings (port,
     ssh args, the SSH config it names), read from files only."""
-    from provision.ansible.render import InstallSettings, check_overrides, check_settings
+    from provision.ansible.roles import check_overrides
+    from provision.ansible.settings import InstallSettings, check_settings
     from provision.hosts.transport import resolve_settings
 
     check_settings(InstallSettings.from_config(config.install))
@@ -268,7 +270,7 @@ def check_ssh_config(ssh_config: Path | None) -> None:
 
 
 def _targets(local: bool, inventory: str | None, assume: Assumed | None) -> list[_Target]:
-    from provision.ansible.render import check_host_name
+    from provision.ansible.checks import check_host_name
 
     if inventory:
         from provision.hosts.inventory import load_inventory

@@ -225,7 +225,7 @@ def up(
     on_total: Callable[[int | None], None] | None = None,
 ) -> UpResult:
     """Run `provision up`; host failures are in the result, input problems raise BadInput first."""
-    from provision.ansible.render import private_umask
+    from provision.ansible.rundir import private_umask
 
     with private_umask():  # every file of the run (reports, events, artifacts) is the user's only
         return _up(config, options, confirm=confirm, on_progress=on_progress, on_phase=on_phase, on_total=on_total)
@@ -240,7 +240,7 @@ def _up(
     on_phase: Callable[[str], None] | None,
     on_total: Callable[[int | None], None] | None,
 ) -> UpResult:
-    from provision.ansible.render import private_dir
+    from provision.ansible.rundir import private_dir
     from provision.fleet.planning import check_inputs, plan
     from provision.fleet.state import State, state_path
     from provision.stack.lock import read_lock
@@ -388,7 +388,7 @@ def _start_cache(
 
     import yaml
 
-    from provision.ansible.render import default_roles_path
+    from provision.ansible.roles import default_roles_path
     from provision.fleet import verify as verify_api
     from provision.fleet.cache import FleetCache, RepoSources, WheelSet, default_root, role_defaults
 

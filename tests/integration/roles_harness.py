@@ -19,7 +19,8 @@ from typing import Any
 
 import yaml
 
-from provision.ansible.render import InstallSettings, write_run_dir
+from provision.ansible.rundir import write_run_dir
+from provision.ansible.settings import InstallSettings
 from provision.stack.lock import LockGroup, build_lock, dumps_lock
 from provision.stack.resolve import HostSpec, StackRequest, resolve
 from tests.hosts import harness

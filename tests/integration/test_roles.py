@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from provision.ansible.render import InstallSettings, PipSettings
+from provision.ansible.settings import InstallSettings, PipSettings
 from tests.hosts import harness
 from tests.integration import roles_harness as rh
 from tests.integration import standin_repo as sr

@@ -114,7 +114,7 @@ def test_squid_conf_listens_on_loopback_only_and_chains_to_the_controllers_proxy
 
 
 def test_the_run_s_sources_are_its_group_vars_urls_the_roles_defaults_and_the_os_archives() -> None:
-    from provision.ansible.render import default_roles_path
+    from provision.ansible.roles import default_roles_path
     from provision.fleet.cache import role_defaults
 
     group_vars = {
@@ -582,7 +582,7 @@ def test_tunnel_pump_carries_bytes_with_descriptors_above_1024() -> None:
 def test_real_squid_starts_under_ups_private_umask(cache_root: Path) -> None:
     """`up` runs under umask 077 (its run dirs are private); the folders made for squid must still
     let squid's user through: squid-runs/ made 0700 stopped squid at start ('Removing PID file')."""
-    from provision.ansible.render import private_umask
+    from provision.ansible.rundir import private_umask
 
     root = cache_root / "made-by-provision"  # as /var/cache/provision is on a first run
     with private_umask():

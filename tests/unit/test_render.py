@@ -20,7 +20,10 @@ from typing import Any
 import pytest
 import yaml
 
-from provision.ansible.render import InstallSettings, PipSettings, become_answers, dump, render_files, write_run_dir
+from provision.ansible.checks import dump
+from provision.ansible.render import become_answers, render_files
+from provision.ansible.rundir import write_run_dir
+from provision.ansible.settings import InstallSettings, PipSettings
 from provision.errors import BadInput
 
 GOLDEN = Path(__file__).parent / "golden" / "render"

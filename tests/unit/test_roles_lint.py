@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from provision.ansible.render import ROLES
+from provision.ansible.roles import ROLES
 from provision.resources import playbooks_dir
 
 REPO = Path(__file__).resolve().parents[2]

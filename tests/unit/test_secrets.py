@@ -18,7 +18,9 @@ import pytest
 import yaml
 
 from provision.ansible.apply import RUNNER_ENV_ALLOW, _forget_environment, _without_inherited, runner_environment
-from provision.ansible.render import InstallSettings, PipSettings, render_files, split_credential, write_run_dir
+from provision.ansible.render import render_files
+from provision.ansible.rundir import write_run_dir
+from provision.ansible.settings import InstallSettings, PipSettings, split_credential
 from provision.errors import BadInput
 from provision.fleet.cache import WheelSet, _netrc_env, host_vars
 

@@ -1,0 +1,106 @@
+"""The roles' interface: which roles site.yml runs and in what order, where they live, their
+argument specs (meta/argument_specs.yml), and the check of role-variable overrides (``--set``)
+against those specs.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from provision.errors import BadInput
+
+# The roles in the order site.yml runs them (DESIGN.md).
+ROLES: tuple[str, ...] = (
+    "preflight",
+    "nvidia_driver",
+    "fabric_manager",
+    "cuda_toolkit",
+    "cudnn",
+    "python_env",
+    "frameworks",
+    "container_toolkit",
+    "dcgm",
+    "verify",
+)
+
+
+def default_roles_path() -> str:
+    from provision.resources import playbooks_dir
+
+    return str(playbooks_dir() / "roles")
+
+
+TESTONLY_VARS = (
+    "preflight_testonly_skip_gpu_check",
+    "nvidia_driver_testonly_skip_module_load",
+    "verify_testonly_skip_gpu",
+)
+
+
+def check_overrides(overrides: Mapping[str, Any]) -> None:
+    """Role variables set on top of the rendered ones (air-gapped mirrors, tests).
+
+    Checked against the roles' argument specs, their documented interface, before any host is
+    touched: Ansible would check the same types, but only when the play reaches the role, after
+    the roles before it have changed the host.
+    """
+    specs = role_argument_specs()
+    for name, value in overrides.items():
+        spec = specs.get(name)
+        if spec is None:
+            close = difflib.get_close_matches(name, list(specs), n=3, cutoff=0.85)
+            hint = f"did you mean {', '.join(close)}?" if close else "use a name from a role's defaults/main.yml"
+            raise BadInput(f"{name!r} is not a role variable", hint)
+        problem = _spec_problem(value, spec)
+        if problem:
+            raise BadInput(f"--set {name}: {problem}", "see the role's variables in the README")
+
+
+_KIND_NAMES = {
+    "bool": "a boolean",
+    "int": "an integer",
+    "list": "a list",
+    "dict": "a mapping",
+    "str": "a string",
+    "path": "a path",
+}
+# The strings Ansible's argument spec validation takes as booleans (module_utils.parsing.convert_bool).
+_BOOL_STRINGS = {"y", "yes", "on", "1", "true", "t", "n", "no", "off", "0", "false", "f"}
+
+
+def _spec_problem(value: Any, spec: Mapping[str, Any]) -> str | None:
+    """Why ``value`` would fail the role's argument spec (the checks Ansible makes), or None."""
+    kind = spec.get("type", "str")
+    if value is None or kind == "raw":
+        return None
+    scalar = isinstance(value, (str, int, float, bool))
+    ok = {
+        "bool": isinstance(value, bool) or (isinstance(value, (str, int)) and str(value).lower() in _BOOL_STRINGS),
+        "int": (isinstance(value, int) and not isinstance(value, bool))
+        or (isinstance(value, str) and re.fullmatch(r"-?\d+", value) is not None),
+        "list": isinstance(value, (list, str)),
+        "dict": isinstance(value, dict),
+    }.get(kind, scalar)  # str, path: any scalar (Ansible converts it)
+    if not ok:
+        return f"{value!r} is not {_KIND_NAMES.get(kind, kind)}"
+    choices = spec.get("choices")
+    if choices and value not in choices:
+        return f"{value!r} is not one of {', '.join(map(str, choices))}"
+    return None
+
+
+@functools.cache
+def role_argument_specs() -> dict[str, dict[str, Any]]:
+    """Every role variable's argument spec (meta/argument_specs.yml), by variable name."""
+    out: dict[str, dict[str, Any]] = {}
+    for role in ROLES:
+        path = Path(default_roles_path()) / role / "meta" / "argument_specs.yml"
+        out.update(yaml.safe_load(path.read_text())["argument_specs"]["main"]["options"])
+    return out

@@ -1,0 +1,135 @@
+"""Writing a run dir on disk: the folder checks (``--out`` must be new, empty or plan's own run
+dir), the marker, replacing the files render owns, and the private file, folder and umask helpers
+(a run dir holds credentials and the runner's artifacts: its owner's only).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from provision.ansible.render import SECRETS_FILE, render_files
+from provision.ansible.roles import default_roles_path
+from provision.ansible.settings import InstallSettings
+from provision.errors import BadInput
+from provision.stack.lock import write_durably
+
+
+@dataclass(frozen=True)
+class RunDir:
+    path: Path
+    files: tuple[str, ...]
+
+
+def ensure_dir(path: Path, option: str) -> None:
+    """Create ``path`` or say, as bad input, why it cannot be (before anything is written)."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".provision-write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise BadInput(f"cannot write to {path}: {exc.strerror or exc}", f"give {option} a writable folder") from exc
+
+
+# Written by `plan` into every run dir it makes: how a later `plan --out` tells its own run dir
+# (re-rendered in place, stale group_vars/*.yml removed) from a folder of the user's (refused).
+RUN_DIR_MARKER = ".provision-run-dir"
+_MARKER_TEXT = (
+    "# This folder is a provision run dir: `provision plan --out` re-renders it in place and removes\n"
+    "# group_vars/*.yml it did not write. Delete this file and plan will refuse to write here.\n"
+)
+# What every run dir from before the marker held (render_files always writes these three).
+_UNMARKED_RUN_DIR = ("provision.lock", "ansible.cfg", "site.yml")
+
+
+def is_run_dir(path: Path) -> bool:
+    """Whether ``path`` is a run dir `plan` wrote (marked, or from a release before the marker)."""
+    return (path / RUN_DIR_MARKER).is_file() or all((path / name).is_file() for name in _UNMARKED_RUN_DIR)
+
+
+def check_out_dir(out: Path, option: str = "--out") -> None:
+    """``out`` may be missing, empty, or one of plan's run dirs; anything else is the user's folder.
+
+    Writing a run dir replaces its group_vars/*.yml, so a folder that merely exists (an Ansible
+    project, a home directory) is refused before any host is contacted or any file written.
+    """
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise BadInput(f"{option} {out} is a file, not a folder", f"give {option} a new or empty folder")
+    try:
+        empty = next(out.iterdir(), None) is None
+    except OSError as exc:
+        raise BadInput(
+            f"cannot read {option} {out}: {exc.strerror or exc}", f"give {option} a readable folder"
+        ) from None
+    if not empty and not is_run_dir(out):
+        raise BadInput(
+            f"{option} {out} is a non-empty folder that is not a provision run dir (plan would replace its files)",
+            f"give {option} a new or empty folder, or a run dir an earlier `provision plan` wrote",
+        )
+
+
+def write_run_dir(
+    out: Path,
+    lock: Mapping[str, Any],
+    lock_text: str,
+    hosts: Mapping[str, Mapping[str, Any]],
+    install: InstallSettings,
+    *,
+    overrides: Mapping[str, Any] | None = None,
+    roles_path: str | None = None,
+) -> RunDir:
+    """Render and write the run dir (replacing the files it owns, keeping anything else there)."""
+    files = render_files(lock, hosts, install, roles_path=roles_path or default_roles_path(), overrides=overrides)
+    check_out_dir(out)
+    ensure_dir(out, "--out")
+    private_dir(out)
+    write_private(out / RUN_DIR_MARKER, _MARKER_TEXT)
+    stale = out / "group_vars"
+    if stale.is_dir():
+        for old in stale.glob("*.yml"):
+            old.unlink()
+    (out / SECRETS_FILE).unlink(missing_ok=True)  # a run without credentials keeps none from before
+    for rel, text in files.items():
+        target = out / rel
+        private_dir(target.parent)
+        write_private(target, text)
+    write_durably(out / "provision.lock", lock_text)  # the run dir's copy: as durable as --lock's (0600)
+    return RunDir(out, tuple(sorted([*files, "provision.lock"])))
+
+
+def private_dir(path: Path) -> None:
+    """Make ``path`` (and the folders it needs) and close it to group and others (0700 at most).
+
+    A run dir holds the credentials' secrets.yml, the inventory and the runner's artifacts: only
+    the user running provision (and root) may enter it.
+    """
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    mode = path.stat().st_mode & 0o777
+    if mode & 0o077:
+        path.chmod(mode & 0o700)
+
+
+@contextmanager
+def private_umask() -> Iterator[None]:
+    """Files and folders made meanwhile (by this process and by the programs it starts, which
+    inherit the umask: ansible-playbook writing the runner's artifacts) are their owner's only."""
+    previous = os.umask(0o077)
+    try:
+        yield
+    finally:
+        os.umask(previous)
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write ``path`` readable by its owner only (0600), created so: never readable in between."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        os.fchmod(fd, 0o600)  # an existing file keeps its mode through O_CREAT: set it
+        f.write(text)
