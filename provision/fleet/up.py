@@ -390,7 +390,10 @@ def _start_cache(
 
     from provision.ansible.roles import default_roles_path
     from provision.fleet import verify as verify_api
-    from provision.fleet.cache import FleetCache, RepoSources, WheelSet, default_root, role_defaults
+    from provision.fleet.cache.config import default_root
+    from provision.fleet.cache.run import FleetCache
+    from provision.fleet.cache.sources import RepoSources, role_defaults
+    from provision.fleet.cache.wheels import WheelSet
 
     ansible = run_dir / "ansible"
     inventory = yaml.safe_load((ansible / "inventory.yml").read_text())

@@ -171,7 +171,8 @@ def bridge_repo(testhosts: harness.HostSet) -> Iterator[str]:
 def _cache_for(
     testhosts: harness.HostSet, hosts: list[harness.TestHost], cache_dir: Path, run_dir: Path, repo: str
 ) -> tuple[Any, dict[str, dict[str, Any]]]:
-    from provision.fleet.cache import FleetCache, Origin, RepoSources
+    from provision.fleet.cache.run import FleetCache
+    from provision.fleet.cache.sources import Origin, RepoSources
     from provision.fleet.verify import default_connect
     from provision.hosts.inventory import HostTarget
 
@@ -201,7 +202,7 @@ def test_through_the_tunnel_a_host_reaches_the_run_s_repositories_and_nothing_el
     """From a test host, through its real reverse forward: the lock's repository on the bridge and
     Debian's real mirror are served; the controller's own sshd, its LAN's other services (the test
     set's tinyproxy on the bridge) and unlisted hosts get 403; CONNECT to an unlisted host too."""
-    from provision.fleet.cache import listening_addresses
+    from provision.fleet.cache.tunnel import listening_addresses
 
     monkeypatch.delenv("http_proxy", raising=False)
     host = testhosts.hosts[0]

@@ -22,18 +22,11 @@ import pytest
 
 from provision.config import parse_config
 from provision.errors import BadInput
-from provision.fleet.cache import (
-    FleetCache,
-    Origin,
-    RepoSources,
-    Squid,
-    WheelServer,
-    WheelSet,
-    host_vars,
-    squid_conf,
-    squid_stats,
-    wheel_platforms,
-)
+from provision.fleet.cache.run import FleetCache
+from provision.fleet.cache.sources import Origin, RepoSources
+from provision.fleet.cache.squid import Squid, squid_conf, squid_stats
+from provision.fleet.cache.tunnel import host_vars
+from provision.fleet.cache.wheels import WheelServer, WheelSet, wheel_platforms
 
 GROUP_VARS = {
     "frameworks_enabled": True,
@@ -115,7 +108,7 @@ def test_squid_conf_listens_on_loopback_only_and_chains_to_the_controllers_proxy
 
 def test_the_run_s_sources_are_its_group_vars_urls_the_roles_defaults_and_the_os_archives() -> None:
     from provision.ansible.roles import default_roles_path
-    from provision.fleet.cache import role_defaults
+    from provision.fleet.cache.sources import role_defaults
 
     group_vars = {
         **GROUP_VARS,
@@ -328,7 +321,7 @@ def test_auto_without_squid_goes_on_without_the_apt_cache(
     cache_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))  # no squid anywhere on it ...
-    monkeypatch.setattr("provision.fleet.cache.shutil.which", lambda *_a, **_k: None)  # ... nor in /usr/sbin
+    monkeypatch.setattr("provision.fleet.cache.squid.shutil.which", lambda *_a, **_k: None)  # ... nor in /usr/sbin
     from provision.hosts.inventory import HostTarget
 
     def connect(_t: HostTarget) -> None:
@@ -413,7 +406,7 @@ def test_config_takes_cache_auto_off_and_a_folder() -> None:
 def test_a_machine_without_squids_user_is_a_reason_not_a_traceback() -> None:
     """RHEL's squid runs as `squid`, not `proxy`: the start fails with a RuntimeError, which `auto`
     turns into a note (a KeyError from the user lookup went past that and out of `up`)."""
-    from provision.fleet.cache import _user_ids
+    from provision.fleet.cache.squid import _user_ids
 
     assert _user_ids("root") == (0, 0)
     with pytest.raises(RuntimeError, match="squid's user no-such-user-here does not exist"):
@@ -423,7 +416,7 @@ def test_a_machine_without_squids_user_is_a_reason_not_a_traceback() -> None:
 @pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root (the cache chowns only as root)")
 def test_the_stores_chown_does_not_follow_a_symlink_planted_in_it(tmp_path: Path) -> None:
     """squid's user owns the store: a link it left there must not make root give it the target."""
-    from provision.fleet.cache import _chown_tree
+    from provision.fleet.cache.squid import _chown_tree
 
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -482,7 +475,7 @@ def test_the_wheel_server_serves_the_wheelhouse_and_nothing_else(tmp_path: Path)
 
 
 def test_a_host_s_plain_http_sources_are_read_from_apt_and_dnf_files() -> None:
-    from provision.fleet.cache import host_sources
+    from provision.fleet.cache.sources import host_sources
 
     text = "\n".join(
         [
@@ -529,7 +522,7 @@ def test_a_host_s_plain_http_sources_are_read_from_apt_and_dnf_files() -> None:
 
 
 def test_the_listening_addresses_of_a_port_come_from_the_kernel_s_tables() -> None:
-    from provision.fleet.cache import listening_addresses
+    from provision.fleet.cache.tunnel import listening_addresses
 
     tcp = (
         "  sl  local_address rem_address   st tx_queue rx_queue\n"
@@ -551,7 +544,7 @@ def test_tunnel_pump_carries_bytes_with_descriptors_above_1024() -> None:
     """
     import socket
 
-    from provision.fleet.cache import _pump
+    from provision.fleet.cache.tunnel import _pump
 
     server = socket.create_server(("127.0.0.1", 0))
     try:

@@ -22,7 +22,8 @@ from provision.ansible.render import render_files
 from provision.ansible.rundir import write_run_dir
 from provision.ansible.settings import InstallSettings, PipSettings, split_credential
 from provision.errors import BadInput
-from provision.fleet.cache import WheelSet, _netrc_env, host_vars
+from provision.fleet.cache.tunnel import host_vars
+from provision.fleet.cache.wheels import WheelSet, _netrc_env
 
 GOLDEN = Path(__file__).parent / "golden" / "render"
 HOSTS = {"gpu-1.example": {"ansible_host": "10.0.0.1"}}

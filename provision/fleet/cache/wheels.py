@@ -1,0 +1,186 @@
+"""The wheelhouse: which wheels one host group's frameworks role installs (:class:`WheelSet`, its
+``pip download`` commands for the hosts' platform), the controller's netrc for them, and the
+read-only HTTP server the hosts fetch them from.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from http.server import ThreadingHTTPServer
+
+
+# Wheels for the hosts' platform: manylinux up to the oldest glibc among the OS releases the
+# tool supports (RHEL 8's 2.28), so a wheel taken here installs on every one of them.
+MANYLINUX_MAX_MINOR = 28
+MANYLINUX_MIN_MINOR = 17
+
+
+def wheel_platforms(arch: str) -> list[str]:
+    """``pip download --platform`` values for a glibc Linux host of ``arch``."""
+    tags = [f"manylinux_2_{m}_{arch}" for m in range(MANYLINUX_MAX_MINOR, MANYLINUX_MIN_MINOR - 1, -1)]
+    return [*tags, f"manylinux2014_{arch}"]
+
+
+@dataclass(frozen=True)
+class WheelSet:
+    """What one host group's frameworks role installs, as the rendered group_vars say."""
+
+    python: str  # "3.11"
+    arch: str  # "x86_64"
+    installs: tuple[tuple[tuple[str, ...], str], ...]  # (packages, index_url or "")
+    index_url: str = ""
+    extra_index_urls: tuple[str, ...] = ()
+    find_links: tuple[str, ...] = ()
+    trusted_hosts: tuple[str, ...] = ()
+    no_index: bool = False
+    # the indexes' logins (netrc text; render keeps them out of the URLs): pip reads them from
+    # the file NETRC names, never from its command line, which `ps` shows to everyone
+    netrc: str = field(default="", repr=False)
+
+    @property
+    def key(self) -> str:
+        """The wheelhouse folder: one per interpreter and platform, shared by every run."""
+        return f"cp{self.python.replace('.', '')}-{self.arch}"
+
+    @classmethod
+    def from_group_vars(cls, data: Mapping[str, Any], host: Mapping[str, Any], *, netrc: str = "") -> WheelSet | None:
+        """None where the group installs no frameworks or its platform is unknown."""
+        installs = data.get("frameworks_installs") or []
+        if not data.get("frameworks_enabled", True) or not installs:
+            return None
+        python, arch = host.get("python"), host.get("arch")
+        if not python or not arch:
+            return None
+        return cls(
+            python=str(python),
+            arch=str(arch),
+            installs=tuple((tuple(str(p) for p in e["packages"]), str(e.get("index_url") or "")) for e in installs),
+            index_url=str(data.get("frameworks_index_url") or ""),
+            extra_index_urls=tuple(data.get("frameworks_extra_index_urls") or ()),
+            find_links=tuple(data.get("frameworks_find_links") or ()),
+            trusted_hosts=tuple(data.get("frameworks_trusted_hosts") or ()),
+            no_index=bool(data.get("frameworks_no_index")),
+            netrc=netrc,
+        )
+
+    def download_commands(self, python_exe: str, dest: Path) -> list[list[str]]:
+        """One ``pip download`` per role install entry, with the options the role would pass."""
+        abi = f"cp{self.python.replace('.', '')}"
+        common = [
+            "--only-binary=:all:",
+            f"--python-version={self.python}",
+            "--implementation=cp",
+            f"--abi={abi}",
+            *(f"--platform={p}" for p in wheel_platforms(self.arch)),
+        ]
+        sources = ["--no-index"] if self.no_index else [f"--extra-index-url={u}" for u in self.extra_index_urls]
+        sources += [f"--find-links={u}" for u in self.find_links]
+        sources += [f"--trusted-host={h}" for h in self.trusted_hosts]
+        out = []
+        for packages, index_url in self.installs:
+            index = index_url or self.index_url
+            index_args = [f"--index-url={index}"] if index and not self.no_index else []
+            out.append(
+                [
+                    python_exe,
+                    "-m",
+                    "pip",
+                    "download",
+                    "--disable-pip-version-check",
+                    "--quiet",
+                    f"--dest={dest}",
+                    *common,
+                    *index_args,
+                    *sources,
+                    *packages,
+                ]
+            )
+        return out
+
+
+class WheelServer:
+    """The wheelhouse over HTTP on 127.0.0.1 (read-only files, a directory listing for pip)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.server: ThreadingHTTPServer | None = None
+        self.served = 0
+        self._lock = threading.Lock()
+
+    def start(self) -> int:
+        import functools
+        from http import HTTPStatus
+        from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+        outer = self
+
+        class Handler(SimpleHTTPRequestHandler):
+            def send_head(self) -> Any:
+                # The wheelhouse and nothing else: the base class already drops `..` from the
+                # path, but it follows symlinks, so a link in the wheelhouse could serve any file
+                # the controller's user can read. Whatever resolves outside the folder, or is not a
+                # plain file or folder (a FIFO would hang this thread), is not found.
+                if not outer.serves(self.translate_path(self.path)):
+                    self.send_error(HTTPStatus.NOT_FOUND, "File not found")
+                    return None
+                return super().send_head()
+
+            def copyfile(self, source: Any, outputfile: Any) -> None:
+                before = source.tell()
+                super().copyfile(source, outputfile)
+                with outer._lock:
+                    outer.served += source.tell() - before
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return  # the run's report says what was served; no per-request noise on stderr
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Handler, directory=str(self.directory)))
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, name="provision-wheels", daemon=True).start()
+        return int(self.server.server_address[1])
+
+    def serves(self, local: str) -> bool:
+        """Whether ``local`` (a request's path on disk) is a file or folder inside the wheelhouse."""
+        root = os.path.realpath(self.directory)
+        real = os.path.realpath(local)
+        inside = real == root or real.startswith(root + os.sep)
+        return inside and (os.path.isfile(real) or os.path.isdir(real))
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+
+
+@contextlib.contextmanager
+def _netrc_env(netrc: str) -> Iterator[dict[str, str] | None]:
+    """The environment of the controller's ``pip download``: NETRC names a 0600 file with the
+    indexes' logins for as long as the downloads run (None: no logins, this process's environment)."""
+    if not netrc:
+        yield None
+        return
+    with tempfile.TemporaryDirectory(prefix="provision-netrc-") as folder:  # 0700
+        path = Path(folder) / "netrc"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(netrc)
+        yield {**os.environ, "NETRC": str(path)}
+
+
+def _folder_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.iterdir() if p.is_file())
+
+
+def _last_error(stderr: str) -> str:
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ln.startswith("ERROR")]
+    return (errors or lines or ["pip download failed"])[-1][:200]
