@@ -133,3 +133,16 @@ def write_private(path: Path, text: str) -> None:
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         os.fchmod(fd, 0o600)  # an existing file keeps its mode through O_CREAT: set it
         f.write(text)
+
+
+def _write_host_vars(ansible_dir: Path, per_host: dict[str, dict[str, Any]], why: str) -> None:
+    """Add variables to this run's host_vars/<host>.yml (never to the lock: they are this run's)."""
+    import yaml
+
+    for host, values in per_host.items():
+        if not values:
+            continue
+        path = ansible_dir / "host_vars" / f"{host}.yml"
+        path.parent.mkdir(exist_ok=True)
+        old = (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
+        path.write_text(f"# {why}\n" + yaml.safe_dump({**old, **values}, sort_keys=True))

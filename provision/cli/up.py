@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from provision.cloud.launcher import LaunchArgs
     from provision.cloud.oneshot import CloudRun
     from provision.fleet.planning import PlanResult
-    from provision.fleet.up import HostRun, UpResult
+    from provision.fleet.records import HostRun, UpResult
 
 
 @click.command(name="up")
@@ -95,7 +95,8 @@ def up(
     """
     from provision.cli.plan import _overrides
     from provision.config import Config, load_config
-    from provision.fleet.up import UpOptions, check_options
+    from provision.fleet.records import UpOptions
+    from provision.fleet.up import check_options
     from provision.fleet.up import up as run_up
 
     _check_targets(

@@ -20,7 +20,7 @@ from provision.errors import ProvisionError
 if TYPE_CHECKING:
     from provision.cloud.ec2 import DownResult, Ec2, LaunchResult, Say
     from provision.cloud.launcher import Prepared
-    from provision.fleet.up import UpResult
+    from provision.fleet.records import UpResult
 
 
 @dataclass

@@ -4,16 +4,23 @@ The page is built from ``report.json`` (the run's document with each host's veri
 the run's ``events.jsonl``: a verdict table per host, GEMM and bandwidth against their pass
 lines, training loss curves, GPU utilization over time, and time per role. No scripts, no
 external files: it opens the same from a mail attachment as from the run dir.
+
+:func:`finish_reports` writes a run's reports (report.json, verify-<host>.json, report.html) at
+the end of `up`, a failure to write them being a note, never the run's outcome.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from html import escape
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from provision.fleet.charts import bar_chart, line_chart
+
+if TYPE_CHECKING:
+    from provision.fleet.records import UpResult
 
 _STYLE = """
 body{font-family:system-ui,sans-serif;margin:24px;color:#111827;background:#fff}
@@ -149,3 +156,34 @@ def _stopped(doc: Mapping[str, Any]) -> str:
 def write_html(doc: Mapping[str, Any], path: Path) -> Path:
     path.write_text(render_html(doc), encoding="utf-8")
     return path
+
+
+def finish_reports(result: UpResult, note: Callable[[str], None] | None = None) -> None:
+    """Write the run's reports; a failure to write them is a note, never an exception.
+
+    This runs in ``up``'s ``finally``: an exception raised here would replace the one that
+    stopped the run (Python drops it for the new one), and the user would read "No space left"
+    instead of the host that failed. The run's outcome is already in the state DB and in what
+    ``up`` returns or raises; the report is a copy of it for people.
+    """
+    try:
+        write_reports(result)
+    except Exception as exc:  # any failure: a full disk, a removed run dir, a value json refuses
+        reason = f"{exc.strerror}: {exc.filename}" if isinstance(exc, OSError) and exc.strerror else str(exc)
+        result.report_error = f"the report of run {result.run} was not written ({reason or type(exc).__name__})"
+        (note or _note)(f"note: {result.report_error}; the outcome above stands, and `provision status` has it")
+
+
+def _note(text: str) -> None:
+    import sys
+
+    print(text, file=sys.stderr, flush=True)
+
+
+def write_reports(result: UpResult) -> None:
+    doc = result.report_json()
+    (result.run_dir / "report.json").write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    for h in result.hosts:
+        if h.verify is not None:
+            (result.run_dir / f"verify-{h.host}.json").write_text(json.dumps(h.verify, indent=2) + "\n")
+    write_html(doc, result.run_dir / "report.html")

@@ -28,7 +28,7 @@ from provision.cloud.errors import CloudError
 from provision.cloud.launcher import LaunchArgs, Prepared
 from provision.cloud.oneshot import up_on_cloud
 from provision.errors import OperationFailed
-from provision.fleet.up import HostRun, UpResult
+from provision.fleet.records import HostRun, UpResult
 from tests.hosts import harness
 from tests.integration import roles_harness as rh
 from tests.integration.cloud_fixtures import (

@@ -171,7 +171,8 @@ def test_a_report_that_cannot_be_written_never_hides_the_error_that_stopped_the_
 
     from provision.errors import Interrupted
     from provision.fleet import report
-    from provision.fleet.up import UpResult, finish_reports
+    from provision.fleet.records import UpResult
+    from provision.fleet.report import finish_reports
 
     def full_disk(doc: object, path: Path) -> None:
         raise OSError(errno.ENOSPC, "No space left on device", str(path))

@@ -14,10 +14,11 @@ import pytest
 
 from provision.config import parse_config
 from provision.errors import BadInput, Unreachable
+from provision.fleet.batch import _unprobed
 from provision.fleet.planning import HostPlan, ProbeFailure
+from provision.fleet.records import NOT_RUN, PROBE_TASK, HostRun, UpResult
 from provision.fleet.report import render_html
 from provision.fleet.state import DEFAULT_PATH, State, state_path
-from provision.fleet.up import NOT_RUN, PROBE_TASK, HostRun, UpResult, _unprobed
 
 
 def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -5,9 +5,16 @@ part which cannot start is off with a one-line reason, never a failed run.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+from provision.ansible.rundir import _write_host_vars
 from provision.errors import ProvisionError
+
+if TYPE_CHECKING:
+    from provision.config import Config
+    from provision.fleet.records import UpOptions
 
 
 def default_root() -> Path:
@@ -21,3 +28,60 @@ def default_root() -> Path:
 def _one_line(exc: BaseException) -> str:
     text = exc.reason() if isinstance(exc, ProvisionError) else str(exc)
     return (text.splitlines() or [type(exc).__name__])[0][:200]
+
+
+def _start_cache(
+    config: Config, options: UpOptions, run_dir: Path, lock: Any, targets: list[Any], *, say: Callable[[str], None]
+) -> Any:
+    """The fleet cache for the hosts this run applies to (None: off, check mode or no SSH host)."""
+    if config.install.cache == "off" or options.check or not any(not t.local for t in targets):
+        return None
+    import sys
+
+    import yaml
+
+    from provision.ansible.roles import default_roles_path
+    from provision.fleet import verify as verify_api
+    from provision.fleet.cache.config import default_root
+    from provision.fleet.cache.run import FleetCache
+    from provision.fleet.cache.sources import RepoSources, role_defaults
+    from provision.fleet.cache.wheels import WheelSet
+
+    ansible = run_dir / "ansible"
+    inventory = yaml.safe_load((ansible / "inventory.yml").read_text())
+    group_of = {h: g for g, body in inventory["all"]["children"].items() for h in (body.get("hosts") or {})}
+    platform = {h: g.host for g in lock.groups for h in g.hosts}
+    group_vars = {
+        g: yaml.safe_load((ansible / "group_vars" / f"{g}.yml").read_text()) or {}
+        for g in {group_of[t.name] for t in targets}
+    }
+    secrets_path = ansible / "secrets.yml"  # render.SECRETS_FILE: index logins for the controller's pip
+    secrets = (yaml.safe_load(secrets_path.read_text()) or {}) if secrets_path.exists() else {}
+    netrc = "".join(f["content"] for f in secrets.get("provision_credential_files") or [] if f["name"] == "netrc")
+    wheel_sets = {
+        t.name: WheelSet.from_group_vars(group_vars[group_of[t.name]], platform.get(t.name) or {}, netrc=netrc)
+        for t in targets
+    }
+    everyone = yaml.safe_load((ansible / "group_vars" / "all.yml").read_text()) or {}
+    # squid fetches only from what these hosts' variables and roles name, and their OS archives
+    sources = RepoSources.for_run(
+        [everyone, *group_vars.values()],
+        [str((platform.get(t.name) or {}).get("os") or "") for t in targets],
+        role_defaults(Path(default_roles_path())),
+    )
+    root = Path(config.install.cache_dir).expanduser() if config.install.cache_dir else default_root()
+    cache = FleetCache(root, run_dir, python_exe=sys.executable, say=say)
+    connect = verify_api.default_connect(
+        accept_new_host_keys=options.accept_new_host_keys, ssh_config=options.ssh_config
+    )
+    try:
+        per_host = cache.start(
+            targets, wheel_sets, everyone.get("provision_environment") or {}, connect=connect, sources=sources
+        )
+    except BaseException:
+        cache.close()
+        raise
+    for note in cache.report.notes:
+        say(f"fleet cache: {note}")
+    _write_host_vars(ansible, per_host, "the fleet cache's tunnels for this run (provision/cache.py)")
+    return cache

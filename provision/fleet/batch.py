@@ -1,0 +1,248 @@
+"""One batch of `up`: apply the run dir to its hosts (ansible-runner), verify them with the smoke
+job, remember each host's outcome in the state DB, and stop `--serial` after a batch that did not
+pass. Also the per-host steps around it: a host the probe could not reach, a host whose run lock
+another run holds, and `--check` on a host without a GPU.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from provision.ansible.rundir import _write_host_vars
+from provision.fleet.records import LOCK_TASK, PROBE_TASK, HostRun
+
+if TYPE_CHECKING:
+    from provision.config import Config
+    from provision.fleet.planning import ProbeFailure
+    from provision.fleet.records import Progress, UpOptions, UpResult
+    from provision.fleet.state import State
+    from provision.fleet.verify import HostResult
+    from provision.hosts.inventory import HostTarget
+    from provision.hosts.runlock import RunLocks
+    from provision.stack.lock import Lock
+
+
+def _lock_failed(h: HostRun, line: str, say: Callable[[str], None]) -> None:
+    # Not recorded in the state DB: the host is the other run's, and what it does there is its record.
+    h.failed_task, h.message, h.verdict = LOCK_TASK, line, "fail"
+    say(f"{line}; the other hosts go on")
+
+
+def _run_batch(  # noqa: PLR0917
+    number: int,
+    batches: list[list[HostRun]],
+    run_dir: Path,
+    lock: Lock,
+    targets: dict[str, HostTarget],
+    config: Config,
+    options: UpOptions,
+    state: State,
+    result: UpResult,
+    say: Callable[[str], None],
+    on_progress: Progress | None,
+    on_total: Callable[[int | None], None] | None,
+    locks: RunLocks | None = None,
+) -> bool:
+    """Apply, verify and remember one batch; False when --serial must stop after it."""
+    from provision.fleet import verify as verify_api
+
+    batch = batches[number - 1]
+    for h in batch:
+        h.batch = number if options.serial else None
+    to_apply = [h for h in batch if not h.converged]
+    if to_apply:
+        say(
+            f"batch {number}/{len(batches)}: applying {', '.join(h.host for h in to_apply)}"
+            + (" (check mode)" if options.check else "")
+        )
+        become = {n: t.become_password for n, t in targets.items() if t.become_password is not None}
+        _apply(run_dir, to_apply, options, on_progress, on_total, become=become)
+    for h in batch:
+        if h.converged:
+            say(f"{h.host}: converged with this lock; only verifying (--force re-applies)")
+    if locks is not None:  # a reboot in the apply ended the host's lock holder: take it again first
+        lost = locks.still_held([targets[h.host] for h in batch if h.failed_task is None])
+        for h in batch:
+            if h.host in lost:
+                _lock_failed(h, lost[h.host].reason(), say)
+    to_verify = [h for h in batch if h.failed_task is None]
+    if to_verify:
+        say(f"batch {number}/{len(batches)}: verifying {', '.join(h.host for h in to_verify)}")
+        _verify(verify_api, [targets[h.host] for h in to_verify], to_verify, lock, config.install.venv, config, options)
+    for h in batch:
+        if h.failed_task is not None:
+            h.verdict = "fail"
+        # the host's own time: its tasks plus its smoke job (hosts in a batch run side by side)
+        job_s = float((h.verify or {}).get("duration_s") or 0.0)
+        h.duration_s = sum(h.role_seconds.values()) + job_s if (h.role_seconds or job_s) else 0.0
+        if not options.check:
+            if h.applied and h.failed_task is None:
+                state.record_applied(result.run, h.host, h.lock_hash, h.changed)
+            if h.failed_task is not None:
+                state.record_failed(result.run, h.host, h.failed_task)
+            if h.verify is not None:
+                state.record_verdict(result.run, h.host, h.lock_hash, h.verdict)
+    if options.serial is None or all(h.ok for h in batch) or number == len(batches):
+        return True
+    result.stopped_after_batch = number
+    failed = ", ".join(h.host for h in batch if not h.ok)
+    say(f"batch {number} did not pass ({failed}): stopping before the next batch")
+    for later, rest in enumerate(batches[number:], start=number + 1):
+        for h in rest:
+            h.batch = later
+            h.message = f"not run: batch {number} did not pass ({failed}); --serial stopped here"
+    return False
+
+
+def _unprobed(failure: ProbeFailure) -> HostRun:
+    """A host the probe could not reach: it fails alone, with the probe's reason, never applied."""
+    from provision.fleet.planning import HostPlan
+
+    hp = HostPlan(failure.host, group="-", probed=False, present={}, changes=[], reboot="no")
+    return HostRun(
+        host=failure.host,
+        group="-",
+        lock_hash="",
+        plan=hp,
+        failed_task=PROBE_TASK,
+        message=failure.reason,
+        verdict="fail",
+    )
+
+
+def _batches(hosts: list[HostRun], serial: int | None) -> list[list[HostRun]]:
+    if not serial:
+        return [hosts]
+    return [hosts[i : i + serial] for i in range(0, len(hosts), serial)]
+
+
+def _apply(
+    run_dir: Path,
+    hosts: list[HostRun],
+    options: UpOptions,
+    on_progress: Progress | None,
+    on_total: Callable[[int | None], None] | None,
+    *,
+    become: dict[str, str] | None = None,
+) -> None:
+    """Apply the run dir to ``hosts``; ``become`` ({host: sudo password}) answers the play's prompts."""
+    from provision.ansible.apply import listed_tasks, run_playbook
+    from provision.ansible.render import become_answers
+
+    ansible_dir = run_dir / "ansible"
+    limit = ",".join(h.host for h in hosts)
+    if on_total is not None:  # the progress view shows "done of ~total"; --list-tasks costs a second or two
+        on_total(listed_tasks(ansible_dir, "site.yml", inventory=ansible_dir / "inventory.yml", limit=limit))
+    artifacts = run_dir / "apply" / "-".join(sorted(h.host for h in hosts))[:80]
+    try:
+        outcome = run_playbook(
+            ansible_dir,
+            "site.yml",
+            inventory=ansible_dir / "inventory.yml",
+            artifacts=artifacts,
+            check=options.check,
+            limit=limit,
+            forks=max(5, min(50, len(hosts))),
+            on_progress=on_progress,
+            passwords=become_answers(become or {}),
+        )
+    finally:  # also on Ctrl-C: the run's events.jsonl has whatever this apply got to
+        _append_events(artifacts / "events.jsonl", run_dir / "events.jsonl")
+    for h in hosts:
+        got = outcome.hosts.get(h.host)
+        if got is None:  # the play never reached it: the runner died or was cancelled
+            h.failed_task = "(not run)"
+            h.message = f"ansible-runner ended {outcome.status} before this host ran"
+            continue
+        h.applied = not options.check
+        h.changed = got.changed
+        h.role_seconds = dict(got.role_seconds)
+        if not got.ok:
+            h.failed_task = got.failed_task or "(unknown task)"
+            h.message = got.message
+        elif h.plan.reboot == "yes" and not options.check:
+            h.reboots = 1
+
+
+def _append_events(src: Path, dest: Path) -> None:
+    if src.exists():
+        with src.open("rb") as fin, dest.open("ab") as fout:
+            shutil.copyfileobj(fin, fout)
+
+
+def _verify(  # noqa: PLR0917
+    verify_api: Any,
+    targets: list[Any],
+    hosts: list[HostRun],
+    lock: Any,
+    venv: str,
+    config: Config,
+    options: UpOptions,
+) -> None:
+    from provision.errors import ProvisionError
+
+    by_name = {h.host: h for h in hosts}
+    # A host the probe found without a GPU, in check mode, runs the job on its CPU and says so:
+    # check mode installs nothing, so "what is here works (on the CPU)" is the only honest answer.
+    cpu_check = {h.host for h in hosts if h.cpu_only_check}
+    groups: dict[bool, list[Any]] = {}
+    for t in targets:
+        groups.setdefault(config.verify.allow_cpu or t.name in cpu_check, []).append(t)
+    connect = verify_api.default_connect(
+        accept_new_host_keys=options.accept_new_host_keys, ssh_config=options.ssh_config
+    )
+    for allow_cpu, subset in groups.items():
+        try:
+            # check mode installed nothing: verify what is there, not against the lock
+            plans = verify_api.plan_hosts(subset, None if options.check else lock)
+            # check mode installed nothing: the job takes the default venv where there is one
+            results: list[HostResult] = verify_api.verify_hosts(
+                plans, connect, venv=None if options.check else venv, allow_cpu=allow_cpu
+            )
+        except ProvisionError as exc:  # e.g. no Python on a host: each of these hosts fails with it
+            for t in subset:
+                h = by_name[t.name]
+                h.verdict, h.message = "fail", exc.one_line()
+            continue
+        for r in results:
+            h = by_name[r.host]
+            h.verify = r.to_json()
+            h.verdict = r.verdict
+            if not r.ok and h.message is None:
+                from provision.fleet.verify import failures
+
+                lines = failures(r)  # every failed check, the root cause first, on one line
+                h.message = "; ".join(lines) if lines else (r.error.one_line() if r.error else None)
+
+
+# Role variables that leave the driver out; see _check_without_gpu.
+NO_GPU_CHECK_VARS = {
+    "preflight_require_gpu": False,
+    "preflight_driver_install": False,
+    "nvidia_driver_enabled": False,
+    "verify_driver_version": "",
+}
+
+
+def _check_without_gpu(ansible_dir: Path, hosts: list[HostRun], say: Callable[[str], None]) -> None:
+    """``--check`` on a host where the probe found no NVIDIA GPU: check the rest of the stack.
+
+    A real run refuses such a host in preflight (a driver without a GPU is a mistake). A check
+    run is a dry run that people make on laptops and CI machines first, so it says plainly that
+    there is no GPU, leaves the driver roles out for that host only (host_vars in this run's
+    Ansible dir, never in the lock) and runs the smoke job on the CPU.
+    """
+    for h in hosts:
+        if _has_gpu(h):
+            continue
+        h.cpu_only_check = True
+        say(f"{h.host}: no NVIDIA GPU found: check mode leaves the driver out and the smoke job runs on the CPU")
+        why = "provision up --check: no NVIDIA GPU on this host (see the README on up --local --check)"
+        _write_host_vars(ansible_dir, {h.host: dict(NO_GPU_CHECK_VARS)}, why)
+
+
+def _has_gpu(h: HostRun) -> bool:
+    return bool(h.plan.present.get("gpu_count"))
