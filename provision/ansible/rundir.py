@@ -135,7 +135,7 @@ def write_private(path: Path, text: str) -> None:
         f.write(text)
 
 
-def _write_host_vars(ansible_dir: Path, per_host: dict[str, dict[str, Any]], why: str) -> None:
+def write_host_vars(ansible_dir: Path, per_host: dict[str, dict[str, Any]], why: str) -> None:
     """Add variables to this run's host_vars/<host>.yml (never to the lock: they are this run's)."""
     import yaml
 

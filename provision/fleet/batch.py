@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from provision.ansible.rundir import _write_host_vars
+from provision.ansible.rundir import write_host_vars
 from provision.fleet.records import LOCK_TASK, PROBE_TASK, HostRun
 
 if TYPE_CHECKING:
@@ -25,13 +25,13 @@ if TYPE_CHECKING:
     from provision.stack.lock import Lock
 
 
-def _lock_failed(h: HostRun, line: str, say: Callable[[str], None]) -> None:
+def lock_failed(h: HostRun, line: str, say: Callable[[str], None]) -> None:
     # Not recorded in the state DB: the host is the other run's, and what it does there is its record.
     h.failed_task, h.message, h.verdict = LOCK_TASK, line, "fail"
     say(f"{line}; the other hosts go on")
 
 
-def _run_batch(  # noqa: PLR0917
+def run_batch(  # noqa: PLR0917
     number: int,
     batches: list[list[HostRun]],
     run_dir: Path,
@@ -67,7 +67,7 @@ def _run_batch(  # noqa: PLR0917
         lost = locks.still_held([targets[h.host] for h in batch if h.failed_task is None])
         for h in batch:
             if h.host in lost:
-                _lock_failed(h, lost[h.host].reason(), say)
+                lock_failed(h, lost[h.host].reason(), say)
     to_verify = [h for h in batch if h.failed_task is None]
     if to_verify:
         say(f"batch {number}/{len(batches)}: verifying {', '.join(h.host for h in to_verify)}")
@@ -97,7 +97,7 @@ def _run_batch(  # noqa: PLR0917
     return False
 
 
-def _unprobed(failure: ProbeFailure) -> HostRun:
+def unprobed_run(failure: ProbeFailure) -> HostRun:
     """A host the probe could not reach: it fails alone, with the probe's reason, never applied."""
     from provision.fleet.planning import HostPlan
 
@@ -113,7 +113,7 @@ def _unprobed(failure: ProbeFailure) -> HostRun:
     )
 
 
-def _batches(hosts: list[HostRun], serial: int | None) -> list[list[HostRun]]:
+def make_batches(hosts: list[HostRun], serial: int | None) -> list[list[HostRun]]:
     if not serial:
         return [hosts]
     return [hosts[i : i + serial] for i in range(0, len(hosts), serial)]
@@ -218,7 +218,7 @@ def _verify(  # noqa: PLR0917
                 h.message = "; ".join(lines) if lines else (r.error.one_line() if r.error else None)
 
 
-# Role variables that leave the driver out; see _check_without_gpu.
+# Role variables that leave the driver out; see check_without_gpu.
 NO_GPU_CHECK_VARS = {
     "preflight_require_gpu": False,
     "preflight_driver_install": False,
@@ -227,7 +227,7 @@ NO_GPU_CHECK_VARS = {
 }
 
 
-def _check_without_gpu(ansible_dir: Path, hosts: list[HostRun], say: Callable[[str], None]) -> None:
+def check_without_gpu(ansible_dir: Path, hosts: list[HostRun], say: Callable[[str], None]) -> None:
     """``--check`` on a host where the probe found no NVIDIA GPU: check the rest of the stack.
 
     A real run refuses such a host in preflight (a driver without a GPU is a mistake). A check
@@ -241,7 +241,7 @@ def _check_without_gpu(ansible_dir: Path, hosts: list[HostRun], say: Callable[[s
         h.cpu_only_check = True
         say(f"{h.host}: no NVIDIA GPU found: check mode leaves the driver out and the smoke job runs on the CPU")
         why = "provision up --check: no NVIDIA GPU on this host (see the README on up --local --check)"
-        _write_host_vars(ansible_dir, {h.host: dict(NO_GPU_CHECK_VARS)}, why)
+        write_host_vars(ansible_dir, {h.host: dict(NO_GPU_CHECK_VARS)}, why)
 
 
 def _has_gpu(h: HostRun) -> bool:

@@ -26,8 +26,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from provision.errors import BadInput
-from provision.fleet.batch import _batches, _check_without_gpu, _lock_failed, _run_batch, _unprobed
-from provision.fleet.cache.config import _start_cache
+from provision.fleet.batch import check_without_gpu, lock_failed, make_batches, run_batch, unprobed_run
+from provision.fleet.cache.config import start_cache
 from provision.fleet.records import LOCK_TASK, NOT_RUN, PROBE_TASK, HostRun, Progress, UpOptions, UpResult
 from provision.fleet.report import finish_reports
 
@@ -172,7 +172,7 @@ def _up(
         result.hosts.append(hr)
     for failure in planned.unprobed:
         say(f"{failure.host}: cannot probe: {failure.reason}; the other hosts go on")
-        result.hosts.append(_unprobed(failure))
+        result.hosts.append(unprobed_run(failure))
     order = {name: i for i, name in enumerate(selected)}
     result.hosts.sort(key=lambda h: order.get(h.host, len(order)))  # inventory order, also for --serial
     if confirm is not None and not confirm(planned, result.hosts):
@@ -181,7 +181,7 @@ def _up(
         raise Interrupted("nothing was changed: the plan was not confirmed", "run again and answer y, or pass --yes")
 
     if options.check:
-        _check_without_gpu(run_dir / "ansible", [h for h in result.hosts if h.failed_task != PROBE_TASK], say)
+        check_without_gpu(run_dir / "ansible", [h for h in result.hosts if h.failed_task != PROBE_TASK], say)
     if not options.check:
         for h in result.hosts:
             if h.failed_task == PROBE_TASK:
@@ -191,11 +191,13 @@ def _up(
     try:
         if not options.check:  # check mode changes nothing: it cannot break another run's host
             locks = _take_host_locks(run, result.hosts, targets, options, say)
-        batches = _batches([h for h in result.hosts if h.failed_task not in (PROBE_TASK, LOCK_TASK)], options.serial)
+        batches = make_batches(
+            [h for h in result.hosts if h.failed_task not in (PROBE_TASK, LOCK_TASK)], options.serial
+        )
         to_apply = [targets[h.host] for batch in batches for h in batch if not h.converged]
-        cache = _start_cache(config, options, run_dir, lock, to_apply, say=say)
+        cache = start_cache(config, options, run_dir, lock, to_apply, say=say)
         for number in range(1, len(batches) + 1):
-            if not _run_batch(
+            if not run_batch(
                 number,
                 batches,
                 run_dir,
@@ -250,5 +252,5 @@ def _take_host_locks(
     failed = locks.take([targets[h.host] for h in lockable])
     for h in lockable:
         if h.host in failed:
-            _lock_failed(h, failed[h.host].reason(), say)
+            lock_failed(h, failed[h.host].reason(), say)
     return locks

@@ -23,7 +23,7 @@ from provision.ansible.rundir import write_run_dir
 from provision.ansible.settings import InstallSettings, PipSettings, split_credential
 from provision.errors import BadInput
 from provision.fleet.cache.tunnel import host_vars
-from provision.fleet.cache.wheels import WheelSet, _netrc_env
+from provision.fleet.cache.wheels import WheelSet, netrc_env
 
 GOLDEN = Path(__file__).parent / "golden" / "render"
 HOSTS = {"gpu-1.example": {"ansible_host": "10.0.0.1"}}
@@ -179,13 +179,13 @@ def test_the_controllers_pip_download_reads_logins_from_a_private_netrc() -> Non
     )
     for cmd in ws.download_commands(sys.executable, Path("/tmp/w")):
         assert not any("s3cr3t" in a for a in cmd)
-    with _netrc_env(ws.netrc) as env:
+    with netrc_env(ws.netrc) as env:
         assert env is not None
         path = Path(env["NETRC"])
         assert path.read_text() == ws.netrc
         assert stat.S_IMODE(path.stat().st_mode) == 0o600 and stat.S_IMODE(path.parent.stat().st_mode) == 0o700
     assert not path.exists()
-    with _netrc_env("") as none:
+    with netrc_env("") as none:
         assert none is None
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from provision.config import parse_config
 from provision.errors import BadInput, Unreachable
-from provision.fleet.batch import _unprobed
+from provision.fleet.batch import unprobed_run
 from provision.fleet.planning import HostPlan, ProbeFailure
 from provision.fleet.records import NOT_RUN, PROBE_TASK, HostRun, UpResult
 from provision.fleet.report import render_html
@@ -153,7 +153,7 @@ def test_up_where_no_host_can_be_probed_fails_with_each_reason_and_applies_nothi
 
 def test_an_unprobed_host_fails_alone_in_the_report() -> None:
     error = Unreachable("cannot reach root@10.200.30.99:22: timed out after 10s", "check the address")
-    host = _unprobed(ProbeFailure("ghost", error))
+    host = unprobed_run(ProbeFailure("ghost", error))
     assert host.to_json() == {
         "host": "ghost",
         "ok": False,

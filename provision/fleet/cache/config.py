@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from provision.ansible.rundir import _write_host_vars
+from provision.ansible.rundir import write_host_vars
 from provision.errors import ProvisionError
 
 if TYPE_CHECKING:
@@ -25,12 +25,12 @@ def default_root() -> Path:
     return Path(base) / "provision"
 
 
-def _one_line(exc: BaseException) -> str:
+def one_line(exc: BaseException) -> str:
     text = exc.reason() if isinstance(exc, ProvisionError) else str(exc)
     return (text.splitlines() or [type(exc).__name__])[0][:200]
 
 
-def _start_cache(
+def start_cache(
     config: Config, options: UpOptions, run_dir: Path, lock: Any, targets: list[Any], *, say: Callable[[str], None]
 ) -> Any:
     """The fleet cache for the hosts this run applies to (None: off, check mode or no SSH host)."""
@@ -83,5 +83,5 @@ def _start_cache(
         raise
     for note in cache.report.notes:
         say(f"fleet cache: {note}")
-    _write_host_vars(ansible, per_host, "the fleet cache's tunnels for this run (provision/cache.py)")
+    write_host_vars(ansible, per_host, "the fleet cache's tunnels for this run (provision/cache.py)")
     return cache

@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from provision.fleet.cache.config import _one_line
+from provision.fleet.cache.config import one_line
 from provision.fleet.cache.sources import SOURCES_COMMAND, RepoSources, host_sources
-from provision.fleet.cache.squid import ProxyStats, Squid, _mkdir_passable
+from provision.fleet.cache.squid import ProxyStats, Squid, mkdir_passable
 from provision.fleet.cache.tunnel import Tunnel, host_vars
-from provision.fleet.cache.wheels import WheelServer, WheelSet, _folder_bytes, _last_error, _netrc_env
+from provision.fleet.cache.wheels import WheelServer, WheelSet, folder_bytes, last_error, netrc_env
 
 if TYPE_CHECKING:
     from provision.hosts.inventory import HostTarget
@@ -77,7 +77,7 @@ class FleetCache:
 
         ``sources``: what squid may fetch (:class:`RepoSources`; none: nothing)."""
         try:
-            _mkdir_passable(self.root)
+            mkdir_passable(self.root)
             self._lockfile = (self.root / ".lock").open("w")
         except OSError as exc:  # auto never fails a run: no cache this time, and the note says why
             self.report.apt = f"off: cannot use {self.root}: {exc.strerror}"
@@ -112,7 +112,7 @@ class FleetCache:
             except Exception as exc:  # auto never fails a run: this host fetches itself
                 if tunnel is not None:
                     tunnel.close()
-                self.report.notes.append(f"{t.name}: no tunnel ({_one_line(exc)}): the host fetches itself")
+                self.report.notes.append(f"{t.name}: no tunnel ({one_line(exc)}): the host fetches itself")
                 continue
             self.tunnels.append(tunnel)
             self.report.hosts.append(t.name)
@@ -139,8 +139,8 @@ class FleetCache:
         try:
             squid.start()
         except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
-            self.report.apt = f"off: {_one_line(exc)}"
-            self.report.notes.append(f"apt/dnf cache off: {_one_line(exc)}")
+            self.report.apt = f"off: {one_line(exc)}"
+            self.report.notes.append(f"apt/dnf cache off: {one_line(exc)}")
             squid.stop()
             return None
         self.squid = squid
@@ -155,20 +155,20 @@ class FleetCache:
         for ws in {w for w in wheel_sets.values() if w is not None}:
             dest = house / ws.key
             dest.mkdir(parents=True, exist_ok=True)
-            before = _folder_bytes(dest)
+            before = folder_bytes(dest)
             self.say(f"fleet cache: filling the wheelhouse for {ws.key}")
             ok, why = True, ""
-            with _netrc_env(ws.netrc) as env:
+            with netrc_env(ws.netrc) as env:
                 for cmd in ws.download_commands(self.python_exe, dest):
                     try:
                         r = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, check=False, env=env)
                     except (OSError, subprocess.TimeoutExpired) as exc:
-                        ok, why = False, _one_line(exc)
+                        ok, why = False, one_line(exc)
                         break
                     if r.returncode != 0:
-                        ok, why = False, _last_error(r.stderr)
+                        ok, why = False, last_error(r.stderr)
                         break
-            self.report.wheel_bytes_added += _folder_bytes(dest) - before
+            self.report.wheel_bytes_added += folder_bytes(dest) - before
             self.report.wheels[ws.key] = "on" if ok else f"off: {why}"
             if not ok:
                 self.report.notes.append(f"wheelhouse {ws.key}: {why}: these hosts fetch their wheels themselves")

@@ -173,8 +173,8 @@ class Squid:
         exe = shutil.which("squid", path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
         if exe is None:
             raise RuntimeError("squid is not installed on this machine (apt-get install squid)")
-        _mkdir_passable(self.store.parent)
-        _mkdir_passable(self.workdir.parent)
+        mkdir_passable(self.store.parent)
+        mkdir_passable(self.workdir.parent)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.store.mkdir(parents=True, exist_ok=True)
         self.port = _free_port()
@@ -289,7 +289,7 @@ def _user_ids(user: str) -> tuple[int, int]:
     return entry.pw_uid, entry.pw_gid
 
 
-def _mkdir_passable(path: Path) -> None:
+def mkdir_passable(path: Path) -> None:
     """Make the folder ``path`` if it is missing, 0711 whatever the umask (``up`` runs under 077):
     squid's user must pass through the cache root and ``squid-runs`` to the folders it owns. An
     existing folder keeps the mode its owner gave it (:func:`_not_traversable` says if it blocks)."""

@@ -9,7 +9,7 @@ import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from provision.fleet.cache.config import _one_line
+from provision.fleet.cache.config import one_line
 
 if TYPE_CHECKING:
     import paramiko
@@ -66,7 +66,7 @@ class Tunnel:
         try:
             exposed = [a for a in self._listening(remote) if not _is_loopback(a)]
         except Exception as exc:  # unverified is not loopback-only: no tunnel (auto says why)
-            exposed = [f"unknown: cannot read the host's sockets ({_one_line(exc)})"]
+            exposed = [f"unknown: cannot read the host's sockets ({one_line(exc)})"]
         if exposed:
             with contextlib.suppress(Exception):
                 transport.cancel_port_forward("127.0.0.1", remote)

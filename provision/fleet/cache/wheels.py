@@ -162,7 +162,7 @@ class WheelServer:
 
 
 @contextlib.contextmanager
-def _netrc_env(netrc: str) -> Iterator[dict[str, str] | None]:
+def netrc_env(netrc: str) -> Iterator[dict[str, str] | None]:
     """The environment of the controller's ``pip download``: NETRC names a 0600 file with the
     indexes' logins for as long as the downloads run (None: no logins, this process's environment)."""
     if not netrc:
@@ -176,11 +176,11 @@ def _netrc_env(netrc: str) -> Iterator[dict[str, str] | None]:
         yield {**os.environ, "NETRC": str(path)}
 
 
-def _folder_bytes(path: Path) -> int:
+def folder_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.iterdir() if p.is_file())
 
 
-def _last_error(stderr: str) -> str:
+def last_error(stderr: str) -> str:
     lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
     errors = [ln for ln in lines if ln.startswith("ERROR")]
     return (errors or lines or ["pip download failed"])[-1][:200]
