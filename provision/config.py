@@ -61,7 +61,7 @@ class InstallConfig:
     pip: PipConfig = field(default_factory=PipConfig)
     apt: AptConfig = field(default_factory=AptConfig)
     reboot: str = "auto"  # auto | never
-    cache: str = "auto"  # auto | off: the fleet cache (provision/cache.py)
+    cache: str = "auto"  # auto | off: the fleet cache (provision/fleet/cache/)
     cache_dir: str | None = None  # where it keeps packages and wheels between runs
 
 

@@ -89,7 +89,7 @@ class UpResult:
     hosts: list[HostRun]
     stopped_after_batch: int | None = None  # --serial: the batch that did not pass
     interrupted: bool = False  # Ctrl-C: the report was written on the way out
-    cache: dict[str, Any] | None = None  # what the fleet cache did (provision.cache.CacheReport)
+    cache: dict[str, Any] | None = None  # what the fleet cache did (provision.fleet.cache.run.CacheReport)
     report_error: str | None = None  # report.json/html could not be written (a note, not the outcome)
     started: float = field(default_factory=time.time)
     finished: float = 0.0

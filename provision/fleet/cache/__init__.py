@@ -28,9 +28,22 @@ HTTPS sources pass through uncached (a proxy cannot read TLS); the Debian/Ubuntu
 security mirrors are plain HTTP (apt checks their signatures), and wheels never go through the
 proxy.
 
+``auto``'s rule for every part: one that cannot start is off with a one-line reason
+(:func:`one_line`), never a failed run.
+
 The parts: ``config`` (what ``install.cache`` means for one run: whether it runs, where it lives,
 what it caches), ``sources`` (what squid may fetch), ``squid`` (its config, log and process),
 ``wheels`` (the wheelhouse: ``pip download`` plan and its HTTP server), ``tunnel`` (the reverse
 forwards and the host_vars that point a host at them) and ``run`` (:class:`~provision.fleet.cache.run.FleetCache`,
 which starts them for a run and reports what they did).
 """
+
+from __future__ import annotations
+
+from provision.errors import ProvisionError
+
+
+def one_line(exc: BaseException) -> str:
+    """Why a part of the cache is off, for the run's notes: the error's first line, at most 200 characters."""
+    text = exc.reason() if isinstance(exc, ProvisionError) else str(exc)
+    return (text.splitlines() or [type(exc).__name__])[0][:200]

@@ -1,5 +1,6 @@
-"""What ``install.cache`` means: where the cache lives between runs, and ``auto``'s rule that a
-part which cannot start is off with a one-line reason, never a failed run.
+"""What ``install.cache`` means for one run: whether the cache runs (``off``, check mode, no SSH
+host), where it lives between runs (``install.cache_dir`` or :func:`default_root`), and what it
+caches, read from the run dir's rendered group_vars and secrets (:func:`start_cache`).
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from provision.ansible.rundir import write_host_vars
-from provision.errors import ProvisionError
 
 if TYPE_CHECKING:
     from provision.config import Config
@@ -23,11 +23,6 @@ def default_root() -> Path:
         return Path("/var/cache/provision")
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "provision"
-
-
-def one_line(exc: BaseException) -> str:
-    text = exc.reason() if isinstance(exc, ProvisionError) else str(exc)
-    return (text.splitlines() or [type(exc).__name__])[0][:200]
 
 
 def start_cache(
@@ -83,5 +78,5 @@ def start_cache(
         raise
     for note in cache.report.notes:
         say(f"fleet cache: {note}")
-    write_host_vars(ansible, per_host, "the fleet cache's tunnels for this run (provision/cache.py)")
+    write_host_vars(ansible, per_host, "the fleet cache's tunnels for this run (provision/fleet/cache/)")
     return cache

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from provision.fleet.cache.config import one_line
+from provision.fleet.cache import one_line
 from provision.fleet.cache.sources import SOURCES_COMMAND, RepoSources, host_sources
 from provision.fleet.cache.squid import ProxyStats, Squid, mkdir_passable
 from provision.fleet.cache.tunnel import Tunnel, host_vars

@@ -92,7 +92,7 @@ def squid_conf(
 ) -> str:
     """squid.conf for one run: loopback only, the run's repositories only, the shared store, this run's logs."""
     lines = [
-        "# written by provision for one `provision up` run (the fleet cache); see provision/cache.py",
+        "# written by provision for one `provision up` run (the fleet cache); see provision/fleet/cache/squid.py",
         f"http_port 127.0.0.1:{port}",
         "visible_hostname provision-fleet-cache",
         f"pid_filename {run / 'squid.pid'}",

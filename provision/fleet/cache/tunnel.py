@@ -9,7 +9,7 @@ import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from provision.fleet.cache.config import one_line
+from provision.fleet.cache import one_line
 
 if TYPE_CHECKING:
     import paramiko
