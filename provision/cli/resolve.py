@@ -17,7 +17,7 @@ from provision.cli.output import emit
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from provision.stack.resolve import Resolution
+    from provision.stack.resolution import Resolution
 
 
 @click.command(name="resolve")
@@ -80,7 +80,7 @@ def resolve(
     With no options: any NVIDIA GPU, the default OS, the newest compatible versions.
     Exit 3 when no compatible set exists, naming the failing rule and changes that would work.
     """
-    from provision.stack.resolve import HostSpec, StackRequest
+    from provision.stack.request import HostSpec, StackRequest
     from provision.stack.resolve import resolve as run_resolve
 
     stack: dict[str, Any] = {}

@@ -160,7 +160,8 @@ def plan(
     """
     from provision.ansible.render import InstallSettings, check_out_dir, ensure_dir, write_run_dir
     from provision.stack.lock import LockGroup, build_lock, dumps_lock, write_lock
-    from provision.stack.resolve import HostSpec, StackRequest, resolve
+    from provision.stack.request import HostSpec, StackRequest
+    from provision.stack.resolve import resolve
 
     if local and inventory:
         raise BadInput("give --local or -i INVENTORY, not both", "plan the local machine or an inventory's hosts")

@@ -26,7 +26,7 @@ from provision.errors import BadInput
 
 if TYPE_CHECKING:
     from provision.matrix import Knowledge
-    from provision.stack.resolve import Resolution
+    from provision.stack.resolution import Resolution
 
 SCHEMA = "provision.lock/1"
 GROUP_KEYS = ("name", "hosts", "host", "stack", "packages", "warnings", "reasons")

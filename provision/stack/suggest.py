@@ -16,7 +16,8 @@ from packaging.version import Version
 from provision.errors import Unsatisfiable
 from provision.matrix import Knowledge
 from provision.stack.request import FRAMEWORKS, FrameworkSpec, HostSpec, StackRequest
-from provision.stack.resolve import Resolution, Resolver
+from provision.stack.resolution import Resolution
+from provision.stack.search import Resolver
 
 
 def _v(text: str) -> Version:

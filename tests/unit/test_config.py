@@ -8,7 +8,8 @@ import pytest
 
 from provision.config import Config, load_config, parse_config
 from provision.errors import BadInput
-from provision.stack.resolve import HostSpec, StackRequest, resolve
+from provision.stack.request import HostSpec, StackRequest
+from provision.stack.resolve import resolve
 
 FULL = """
 stack:

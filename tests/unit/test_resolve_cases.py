@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from provision.errors import BadInput, Unsatisfiable
-from provision.stack.resolve import HostSpec, StackRequest, resolve
+from provision.stack.request import HostSpec, StackRequest
+from provision.stack.resolve import resolve
 
 REQ_KEYS = {
     "frameworks",
