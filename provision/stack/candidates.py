@@ -15,25 +15,13 @@ from packaging.version import Version
 
 from provision.matrix import Knowledge, TorchRelease, TorchVariant
 from provision.matrix.model import DriverBranch, JaxRelease, TensorflowRelease
-from provision.stack.request import FrameworkSpec, HostSpec, StackRequest
-
-
-class Scope:
-    """The inputs of one resolution: the request, the host and the knowledge."""
-
-    def __init__(self, request: StackRequest, host: HostSpec, knowledge: Knowledge) -> None:
-        self.req = request
-        self.host = host
-        self.k = knowledge
-        self.failures: list[str] = []  # rules that failed before the search (no candidates at all)
-
-
-def _v(text: str) -> Version:
-    return Version(text)
+from provision.stack.request import FrameworkSpec, StackRequest
 
 
 @dataclass(frozen=True)
 class DriverChoice:
+    """One driver candidate (branch None: no driver is managed)."""
+
     branch: DriverBranch | None
     version: str | None
     method: str  # nvidia-repo | distro
@@ -42,6 +30,8 @@ class DriverChoice:
 
 @dataclass(frozen=True)
 class FwChoice:
+    """One framework candidate: a release (and torch variant) from one index, and what it needs."""
+
     name: str
     version: str
     variant: str | None  # torch variant
@@ -62,8 +52,13 @@ class FwChoice:
         return f"{self.name} {self.version}" + (f" {self.variant}" if self.variant else "")
 
 
-class Candidates(Scope):
-    # frameworks -----------------------------------------------------------------------------
+class Candidates:
+    """The framework candidates of one request, each framework's best first."""
+
+    def __init__(self, request: StackRequest, knowledge: Knowledge) -> None:
+        self.req = request
+        self.k = knowledge
+
     def framework_specs(self) -> tuple[FrameworkSpec, ...]:
         return self.req.frameworks or (FrameworkSpec.parse("torch"),)
 
@@ -108,7 +103,9 @@ class Candidates(Scope):
             return [v] if v else []
         cuda = [v for v in rel.variants if v.cuda is not None]
         default = [v for v in cuda if v.name == rel.pypi_default]
-        others = sorted((v for v in cuda if v.name != rel.pypi_default), key=lambda v: _v(v.cuda or "0"), reverse=True)
+        others = sorted(
+            (v for v in cuda if v.name != rel.pypi_default), key=lambda v: Version(v.cuda or "0"), reverse=True
+        )
         return default + others
 
     def _torch_index(self, rel: TorchRelease, variant: TorchVariant) -> str | None:
@@ -159,14 +156,14 @@ class Candidates(Scope):
                     python=rel.python,
                 )
 
-    def candidates(self, spec: FrameworkSpec) -> Iterator[FwChoice]:
+    def for_spec(self, spec: FrameworkSpec) -> Iterator[FwChoice]:
         if spec.name == "torch":
             return self.torch_candidates(spec)
         if spec.name == "tensorflow":
             return self.tf_candidates(spec)
         return self.jax_candidates(spec)
 
-    def _index_note(self, spec: FrameworkSpec) -> str:
+    def index_note(self, spec: FrameworkSpec) -> str:
         if spec.name == "torch" and self.req.torch_index == "pypi" and (spec.local or self.req.torch_variant):
             return " on PyPI (PyPI serves one variant per release, without a local tag)"
         return ""

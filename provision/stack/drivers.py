@@ -2,23 +2,35 @@
 
 A pinned driver narrows the branches; the OS's install methods (NVIDIA's repository, the distro's
 own packages) and the GPU's kernel module rule (open, proprietary) narrow the rest. Why a single
-branch was skipped is kept only when no choice is left. :meth:`Drivers._driver_rank` orders the
+branch was skipped is kept only when no choice is left. :func:`driver_rank` orders the
 choices that pass: no caveats, then LTSB/production, then the newest branch, then nvidia-repo.
 """
 
 from __future__ import annotations
 
+from provision.matrix import Knowledge
 from provision.matrix.model import DriverBranch
 from provision.stack.candidates import DriverChoice
-from provision.stack.request import DRIVER_SPEC
-from provision.stack.rules import Check, Rules
+from provision.stack.request import DRIVER_SPEC, HostSpec, StackRequest
+from provision.stack.rules import Check, install_methods
 
 BRANCH_RANK = {"ltsb": 0, "production": 1, "new-feature": 2}
 
 
-class Drivers(Rules):
-    # drivers --------------------------------------------------------------------------------
-    def driver_choices(self) -> list[DriverChoice]:
+class Drivers:
+    """The driver choices of one request on one host.
+
+    Why a branch or method is impossible goes to ``failures``: the search's list of what failed
+    before any candidate was tried, shared so that the answer names it when nothing is left.
+    """
+
+    def __init__(self, request: StackRequest, host: HostSpec, knowledge: Knowledge, failures: list[str]) -> None:
+        self.req = request
+        self.host = host
+        self.k = knowledge
+        self.failures = failures
+
+    def choices(self) -> list[DriverChoice]:
         """Drivers allowed by the GPU, the pin, the OS's install methods and the module flavours."""
         req, host, k = self.req, self.host, self.k
         if req.driver == "none":
@@ -32,7 +44,7 @@ class Drivers(Rules):
             assert m is not None
             pin_branch = int(m.group(1))
             pin_version = req.driver if m.group(2) else None
-        methods = self._methods()
+        methods = install_methods(req, host)
         out: list[DriverChoice] = []
         noted = len(self.failures)
         for b in k.t.branches:
@@ -97,14 +109,15 @@ class Drivers(Rules):
             return None
         return want
 
-    def _driver_rank(self, d: DriverChoice, c: Check) -> tuple[int, ...]:
-        """Prefer: no caveats, then LTSB/production, then the newest branch, then nvidia-repo."""
-        b = d.branch
-        if b is None:
-            return (0,)
-        return (
-            len(c.warnings),
-            BRANCH_RANK.get(b.cls, 3),
-            -b.branch,
-            0 if d.method == "nvidia-repo" else 1,
-        )
+
+def driver_rank(d: DriverChoice, c: Check) -> tuple[int, ...]:
+    """Prefer: no caveats, then LTSB/production, then the newest branch, then nvidia-repo."""
+    b = d.branch
+    if b is None:
+        return (0,)
+    return (
+        len(c.warnings),
+        BRANCH_RANK.get(b.cls, 3),
+        -b.branch,
+        0 if d.method == "nvidia-repo" else 1,
+    )

@@ -15,11 +15,14 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 
 from provision.matrix import Gpu, Knowledge, cc_tuple
-from provision.stack.candidates import DriverChoice, FwChoice, Scope, _v
+from provision.stack.candidates import DriverChoice, FwChoice
+from provision.stack.request import HostSpec, StackRequest
 
 
 @dataclass(frozen=True)
 class Caveat:
+    """A rule that passed with a warning: a code (``minor_version_compat``, ``ptx_jit``, ...) and why."""
+
     code: str
     message: str
 
@@ -72,10 +75,10 @@ def check_driver_for_cuda(k: Knowledge, what: str, cuda: str, driver: str | None
             f"{what} needs a host driver >= {need} (CUDA {cuda}); the driver is left alone",
         )
         return c
-    if full is not None and _v(driver) >= _v(full):
+    if full is not None and Version(driver) >= Version(full):
         c.reasons.append(f"driver {driver} >= {full}: runs CUDA {cuda} ({what}) with full compatibility")
         return c
-    if floor is not None and _v(driver) >= _v(floor):
+    if floor is not None and Version(driver) >= Version(floor):
         if via_ptx:
             c.fail(
                 "driver_cuda",
@@ -136,7 +139,22 @@ def check_wheel_arch(gpu: Gpu | None, what: str, arch_list: Sequence[str], ptx: 
     return c, how == "ptx"
 
 
-class Rules(Scope):
+def install_methods(request: StackRequest, host: HostSpec) -> list[str]:
+    """The driver install methods the request allows on this host's OS (none: rule install_method fails)."""
+    avail = list(host.os.install_methods)
+    if request.install_method == "auto":
+        return avail
+    return [request.install_method] if request.install_method in avail else []
+
+
+class Rules:
+    """The rules of one request on one host; each method checks one candidate (or the host)."""
+
+    def __init__(self, request: StackRequest, host: HostSpec, knowledge: Knowledge) -> None:
+        self.req = request
+        self.host = host
+        self.k = knowledge
+
     def host_check(self) -> Check:
         c = Check()
         host = self.host
@@ -146,7 +164,7 @@ class Rules(Scope):
             c.fail("os_arch", f"{host.os.id} is not supported on {host.arch}")
         if host.os.eol and self.k.t.snapshot and host.os.eol < self.k.t.snapshot:
             c.warn("eol_os", f"{host.os.id} reached end of standard support in {host.os.eol}")
-        if not self._methods():
+        if not install_methods(self.req, self.host):
             c.fail("install_method", f"{self.req.install_method} is not available on {host.os.id}")
         return c
 
@@ -231,7 +249,7 @@ class Rules(Scope):
             c = Check()
             if driver is None:
                 c.warn("driver_unmanaged", f"jax[{line.extra}] needs a host driver >= {line.min_driver}")
-            elif _v(driver) < _v(line.min_driver):
+            elif Version(driver) < Version(line.min_driver):
                 c.fail("driver_cuda", f"jax[{line.extra}] needs driver >= {line.min_driver}; {driver} is older")
             else:
                 c.reasons.append(f"driver {driver} >= {line.min_driver} needed by jax[{line.extra}]")
@@ -264,21 +282,15 @@ class Rules(Scope):
                 f"{a.requirement} pins exact CUDA {a.cuda} libraries and cuDNN {a.cudnn}; "
                 f"{b.requirement} pins CUDA {b.cuda} / cuDNN {b.cudnn}: pip cannot install both"
             )
-        if a.tf is not None and b.name == "torch" and b.cuda and _v(b.cuda) < _v(a.tf.cuda):
+        if a.tf is not None and b.name == "torch" and b.cuda and Version(b.cuda) < Version(a.tf.cuda):
             return f"{a.requirement} needs CUDA {a.tf.cuda}+ libraries; {b.requirement} pins CUDA {b.cuda}"
         nccl_min = a.tf.nccl_min if a.tf is not None else None
-        if nccl_min and b.name == "torch" and b.nccl and _v(b.nccl) < _v(nccl_min):
+        if nccl_min and b.name == "torch" and b.nccl and Version(b.nccl) < Version(nccl_min):
             return f"{a.requirement} needs nvidia-nccl >= {nccl_min}; {b.requirement} pins {b.nccl}"
         floor = (a.cudnn or "").lstrip(">=") if a.name in ("jax", "tensorflow") else None
-        if floor and b.name == "torch" and b.cudnn and _v(b.cudnn) < _v(floor):
+        if floor and b.name == "torch" and b.cudnn and Version(b.cudnn) < Version(floor):
             return f"{a.requirement} needs cuDNN >= {floor}; {b.requirement} pins {b.cudnn}"
         return None
-
-    def _methods(self) -> list[str]:
-        avail = list(self.host.os.install_methods)
-        if self.req.install_method == "auto":
-            return avail
-        return [self.req.install_method] if self.req.install_method in avail else []
 
     def check_driver_gpu(self, d: DriverChoice) -> Check:
         """Rules driver_gpu and eol_branch for the driver itself."""
@@ -337,7 +349,7 @@ class Rules(Scope):
         if req.cudnn is not None:
             rel = k.cudnn_release(req.cudnn)
             builds = [b for b in rel.builds if cuda_major is None or b.cuda_major == cuda_major]
-            usable = [b for b in builds if driver is None or _v(driver) >= _v(b.min_driver)]
+            usable = [b for b in builds if driver is None or Version(driver) >= Version(b.min_driver)]
             if not builds:
                 c.fail("cudnn_cuda", f"cuDNN {rel.version} has no build for CUDA {cuda_major}")
             elif not usable:

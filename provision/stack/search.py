@@ -10,14 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
+from packaging.version import Version
+
 from provision.errors import Unsatisfiable
 from provision.matrix import Knowledge
-from provision.stack.candidates import Candidates, DriverChoice, FwChoice, _v
-from provision.stack.drivers import Drivers
-from provision.stack.packages import _dedupe
+from provision.stack.candidates import Candidates, DriverChoice, FwChoice
+from provision.stack.drivers import Drivers, driver_rank
+from provision.stack.packages import dedupe, fabric_manager_packages
 from provision.stack.request import HostSpec, StackRequest
-from provision.stack.resolution import Explain, Resolution
-from provision.stack.rules import Check
+from provision.stack.resolution import Resolution, assemble
+from provision.stack.rules import Check, Rules
 
 RULE_ORDER = {
     rule: i
@@ -46,15 +48,20 @@ RULE_ORDER = {
 }
 
 
-class Resolver(Candidates, Drivers, Explain):
+class Resolver:
     """One resolution: the request, the host and the knowledge; :meth:`run` searches."""
 
     def __init__(self, request: StackRequest, host: HostSpec, knowledge: Knowledge) -> None:
-        super().__init__(request, host, knowledge)
+        self.req = request
+        self.host = host
+        self.k = knowledge
+        self.failures: list[str] = []  # rules that failed before the search (no candidates at all)
+        self.candidates = Candidates(request, knowledge)
+        self.rules = Rules(request, host, knowledge)
+        self.drivers = Drivers(request, host, knowledge, self.failures)
         self._nearest_key: tuple[int, int] | None = None
         self._nearest_miss: list[str] | None = None
 
-    # search ---------------------------------------------------------------------------------
     def pythons(self) -> list[str]:
         osr = self.host.os
         if self.req.python is not None:
@@ -64,22 +71,24 @@ class Resolver(Candidates, Drivers, Explain):
                 )
                 return []
             return [self.req.python]
-        rest = sorted(osr.pythons[1:], key=_v, reverse=True)
+        rest = sorted(osr.pythons[1:], key=Version, reverse=True)
         return [osr.default_python, *rest]
 
     def run(self) -> Resolution:
-        base = self.host_check()
+        base = self.rules.host_check()
         if not base.ok:
             raise self._unsatisfiable(base.failures)
-        specs = self.framework_specs()
+        specs = self.candidates.framework_specs()
         pythons = self.pythons()
-        drivers = self.driver_choices()
-        driver_checks = {id(d): self.check_driver_gpu(d) for d in drivers}
+        drivers = self.drivers.choices()
+        driver_checks = {id(d): self.rules.check_driver_gpu(d) for d in drivers}
         fm_needed = self.host.needs_fabric_manager
-        cand_lists = [list(self.candidates(s)) for s in specs]
+        cand_lists = [list(self.candidates.for_spec(s)) for s in specs]
         for spec, cands in zip(specs, cand_lists, strict=True):
             if not cands:
-                self.failures.append(f"{spec.name}: no known release matches `{spec.text}`" + self._index_note(spec))
+                self.failures.append(
+                    f"{spec.name}: no known release matches `{spec.text}`" + self.candidates.index_note(spec)
+                )
         if any(not c for c in cand_lists) or not pythons or not drivers:
             raise self._unsatisfiable(self.failures)
         for combo in _product(cand_lists):
@@ -87,22 +96,22 @@ class Resolver(Candidates, Drivers, Explain):
                 static = Check()
                 ptx: dict[str, bool] = {}
                 for fw in combo:
-                    ch, via = self.check_framework_static(fw, python)
+                    ch, via = self.rules.check_framework_static(fw, python)
                     static.merge(ch)
                     ptx[fw.name] = via
-                static.merge(self.check_together(combo))
+                static.merge(self.rules.check_together(combo))
                 if not static.ok:
                     self._closest(static.failures, stage=1)
                     continue
-                best: tuple[tuple[int, ...], DriverChoice, Check] | None = None
+                best: tuple[tuple[int, ...], DriverChoice, Check, int | None] | None = None
                 for d in drivers:
                     c = Check()
                     c.merge(driver_checks[id(d)])
                     for fw in combo:
-                        c.merge(self.check_framework_driver(fw, d.version, ptx[fw.name]))
-                    sys_check, _ = self.check_system_cuda(d.version)
+                        c.merge(self.rules.check_framework_driver(fw, d.version, ptx[fw.name]))
+                    sys_check, cudnn_major = self.rules.check_system_cuda(d.version)
                     c.merge(sys_check)
-                    if fm_needed and d.method == "distro" and not self._fm_packages(d):
+                    if fm_needed and d.method == "distro" and not fabric_manager_packages(self.k, self.host, d):
                         c.fail(
                             "fabric_manager",
                             f"{self.host.os.id}'s own packages have no Fabric Manager; use the nvidia-repo method",
@@ -110,15 +119,15 @@ class Resolver(Candidates, Drivers, Explain):
                     if not c.ok:
                         self._closest(c.failures, stage=0)
                         continue
-                    key = self._driver_rank(d, c)
+                    key = driver_rank(d, c)
                     if best is None or key < best[0]:
-                        best = (key, d, c)
+                        best = (key, d, c, cudnn_major)
                 if best is not None:
                     total = Check()
                     total.merge(base)
                     total.merge(static)
                     total.merge(best[2])
-                    return self.assemble(combo, python, best[1], total)
+                    return assemble(self.req, self.host, self.k, (combo, python, best[1]), total, cudnn_major=best[3])
         # Rules every driver choice fails on its own (a pinned branch too old for the GPU) are
         # part of the answer whatever the nearest framework candidate was.
         driver_only = [f for d in drivers for f in driver_checks[id(d)].failures]
@@ -136,7 +145,7 @@ class Resolver(Candidates, Drivers, Explain):
 
     def _unsatisfiable(self, failures: list[str]) -> Unsatisfiable:
         # The most fundamental rule first: a wrong GPU architecture is not fixed by another Python.
-        ranked = sorted(_dedupe(failures), key=lambda f: RULE_ORDER.get(f.split(":")[0], len(RULE_ORDER)))
+        ranked = sorted(dedupe(failures), key=lambda f: RULE_ORDER.get(f.split(":")[0], len(RULE_ORDER)))
         conflicts = ranked[:8] or ["no candidate passed every rule"]
         return Unsatisfiable(
             f"no compatible set of versions: {conflicts[0]}",

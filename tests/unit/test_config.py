@@ -122,4 +122,4 @@ def test_cpu_only_config_resolves_to_a_cpu_stack_without_driver() -> None:
     assert res.stack["driver"] is None
     torch = res.stack["frameworks"]["torch"]
     assert (torch["variant"], torch["index_url"]) == ("cpu", "https://download.pytorch.org/whl/cpu")
-    assert res.packages["pip"]["requirements"] == ["torch==2.13.0+cpu"]
+    assert res.packages.to_json()["pip"]["requirements"] == ["torch==2.13.0+cpu"]

@@ -570,7 +570,7 @@ def test_case(inputs: dict[str, Any], expect: dict[str, Any]) -> None:
         return
     res = resolve(req, host)
     doc = res.to_json()
-    doc["packages"] = res.packages
+    doc["packages"] = res.packages.to_json()
     codes = {w["code"] for w in doc["warnings"]}
     for path, want in expect.items():
         if path == "warn":
