@@ -119,7 +119,7 @@ def test_cpu_only_config_resolves_to_a_cpu_stack_without_driver() -> None:
 
     cfg = parse_config(yaml.safe_load('stack: {frameworks: ["torch==2.13.0+cpu"], driver: none}'))
     res = resolve(StackRequest.build(**cfg.request_args()), HostSpec.describe(os="debian-12"))
-    assert res.stack["driver"] is None
-    torch = res.stack["frameworks"]["torch"]
-    assert (torch["variant"], torch["index_url"]) == ("cpu", "https://download.pytorch.org/whl/cpu")
+    assert res.stack.driver is None
+    torch = res.stack.frameworks["torch"]
+    assert (torch.variant, torch.index_url) == ("cpu", "https://download.pytorch.org/whl/cpu")
     assert res.packages.to_json()["pip"]["requirements"] == ["torch==2.13.0+cpu"]
