@@ -45,7 +45,8 @@ def grid(frameworks: tuple[str, ...] = ()) -> dict[str, float]:
     t0 = time.perf_counter()
     from provision.errors import Unsatisfiable
     from provision.matrix import load
-    from provision.stack.resolve import HostSpec, StackRequest, resolve
+    from provision.stack.request import HostSpec, StackRequest
+    from provision.stack.resolve import resolve
 
     k = load()
     t_load = time.perf_counter() - t0

@@ -11,6 +11,7 @@ from typing import Any
 from provision.ansible.checks import _check_package, _check_text, _check_url, _check_version
 from provision.ansible.settings import InstallSettings
 from provision.errors import BadInput
+from provision.stack.packages import PackagePlan
 
 PYPI = "https://pypi.org/simple"
 
@@ -19,10 +20,10 @@ def group_vars(group: Mapping[str, Any], install: InstallSettings) -> dict[str, 
     """The role variables of one lock group (every role's documented interface)."""
     host = group.get("host") or {}
     stack = group.get("stack") or {}
-    packages = group.get("packages") or {}
+    packages = PackagePlan.from_json(group.get("packages") or {})
     os_id = _check_text(host.get("os") or "", "the lock's host.os")
     distro = os_id.split("-")[0]
-    family = str(packages.get("os_family") or ("debian" if distro in ("debian", "ubuntu") else distro))
+    family = packages.os_family or ("debian" if distro in ("debian", "ubuntu") else distro)
     out: dict[str, Any] = {}
 
     driver = stack.get("driver")
@@ -43,7 +44,7 @@ def group_vars(group: Mapping[str, Any], install: InstallSettings) -> dict[str, 
     out["fabric_manager_enabled"] = fm is not None
     if fm is not None:
         out["fabric_manager_version"] = _check_version(fm.get("version"), "fabric_manager.version")
-        names = list(packages.get("fabric_manager") or [])
+        names = list(packages.fabric_manager)
         out["fabric_manager_package"] = _fm_package(names, out["fabric_manager_version"], family)
 
     toolkit = stack.get("cuda_toolkit")
@@ -51,7 +52,7 @@ def group_vars(group: Mapping[str, Any], install: InstallSettings) -> dict[str, 
     if toolkit is not None:
         out["cuda_toolkit_version"] = _check_version(toolkit.get("version"), "cuda_toolkit.version")
         out["cuda_toolkit_method"] = method
-        names = list(packages.get("cuda_toolkit") or [])
+        names = list(packages.cuda_toolkit)
         if names and method == "nvidia-repo":
             out["cuda_toolkit_package"] = _check_package(names[0], "cuda_toolkit package")
 
@@ -60,7 +61,7 @@ def group_vars(group: Mapping[str, Any], install: InstallSettings) -> dict[str, 
     if cudnn is not None:
         out["cudnn_version"] = _check_version(cudnn.get("version"), "cudnn.version")
         out["cudnn_cuda_major"] = _check_version(str(cudnn.get("cuda_major") or ""), "cudnn.cuda_major")
-        names = [_check_package(n, "cudnn package") for n in packages.get("cudnn") or []]
+        names = [_check_package(n, "cudnn package") for n in packages.cudnn]
         if names:
             out["cudnn_packages"] = names
 
@@ -103,8 +104,8 @@ def _pinned_versions(installs: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     return out
 
 
-def _method(driver: Mapping[str, Any] | None, packages: Mapping[str, Any], install: InstallSettings) -> str:
-    locked = (driver or {}).get("install_method") or (packages.get("driver") or {}).get("method")
+def _method(driver: Mapping[str, Any] | None, packages: PackagePlan, install: InstallSettings) -> str:
+    locked = (driver or {}).get("install_method") or (packages.driver.method if packages.driver else None)
     if locked:
         return str(locked)
     return "nvidia-repo" if install.method == "auto" else install.method
@@ -112,7 +113,7 @@ def _method(driver: Mapping[str, Any] | None, packages: Mapping[str, Any], insta
 
 def _driver_vars(
     driver: Mapping[str, Any] | None,
-    packages: Mapping[str, Any],
+    packages: PackagePlan,
     method: str,
     install: InstallSettings,
     family: str,
@@ -141,10 +142,10 @@ def _driver_vars(
             "nvidia_driver_kernel_modules": flavour,
         }
     )
-    pkg = packages.get("driver") or {}
-    names = [_check_text(n, "driver package") for n in pkg.get("names") or []]
-    if pkg.get("repo"):
-        out["nvidia_driver_repo_url"] = _check_url(str(pkg["repo"]).rstrip("/"), "driver repository")
+    pkg = packages.driver
+    names = [_check_text(n, "driver package") for n in (pkg.names if pkg else ())]
+    if pkg and pkg.repo:
+        out["nvidia_driver_repo_url"] = _check_url(pkg.repo.rstrip("/"), "driver repository")
     if method == "nvidia-repo":
         pinning = [n for n in names if n.startswith("nvidia-driver-pinning-")]
         rest = [n for n in names if n not in pinning]
@@ -201,10 +202,10 @@ def _default_python(os_id: str) -> str | None:
         return None
 
 
-def _framework_vars(stack: Mapping[str, Any], packages: Mapping[str, Any], install: InstallSettings) -> dict[str, Any]:
+def _framework_vars(stack: Mapping[str, Any], packages: PackagePlan, install: InstallSettings) -> dict[str, Any]:
     frameworks = stack.get("frameworks") or {}
-    pip = packages.get("pip") or {}
-    requirements = list(pip.get("requirements") or [])
+    pip = packages.pip
+    requirements = list(pip.requirements if pip else ())
     if not requirements:  # a lock without packages.pip: exact pins from the stack
         requirements = [f"{name}=={fw['version']}" for name, fw in frameworks.items()]
     for req in requirements:
@@ -216,8 +217,8 @@ def _framework_vars(stack: Mapping[str, Any], packages: Mapping[str, Any], insta
     def mirrored(url: str) -> str:
         return mirror if mirror and url.rstrip("/") == PYPI else url
 
-    index = str(pip.get("index_url") or "")
-    extras = [mirrored(str(u)) for u in pip.get("extra_index_urls") or []] + list(install.pip.extra_index_urls)
+    index = pip.index_url if pip else ""
+    extras = [mirrored(u) for u in (pip.extra_index_urls if pip else ())] + list(install.pip.extra_index_urls)
     for url in [index, *extras]:
         if url:
             _check_url(url, "index URL")

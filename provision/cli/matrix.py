@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from provision.matrix import Gpu, Knowledge
-    from provision.stack.resolve import FrameworkSpec
+    from provision.stack.request import FrameworkSpec
 
 
 @click.command(name="matrix")
@@ -35,7 +35,7 @@ def matrix(*, gpu: str | None, frameworks: tuple[str, ...], instances: bool, dri
     A10G), `provision matrix --gpu V100` (which drivers a V100 can use).
     """
     from provision.matrix import load
-    from provision.stack.resolve import FrameworkSpec
+    from provision.stack.request import FrameworkSpec
 
     k = load()
     specs = [FrameworkSpec.parse(f) for f in frameworks]
@@ -103,7 +103,7 @@ def framework_rows(
     k: Knowledge, g: Gpu | None, specs: Sequence[FrameworkSpec] | None
 ) -> dict[str, list[dict[str, Any]]]:
     """Per framework, releases (newest first) and what runs on ``g`` when one is given."""
-    from provision.stack.resolve import gpu_kernels
+    from provision.stack.rules import gpu_kernels
 
     names = [s.name for s in specs] if specs else ["torch", "tensorflow", "jax"]
     by_name = {s.name: s for s in specs or []}

@@ -17,7 +17,7 @@ from provision.cli.output import emit
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from provision.stack.resolve import Resolution
+    from provision.stack.resolution import Resolution
 
 
 @click.command(name="resolve")
@@ -80,7 +80,7 @@ def resolve(
     With no options: any NVIDIA GPU, the default OS, the newest compatible versions.
     Exit 3 when no compatible set exists, naming the failing rule and changes that would work.
     """
-    from provision.stack.resolve import HostSpec, StackRequest
+    from provision.stack.request import HostSpec, StackRequest
     from provision.stack.resolve import resolve as run_resolve
 
     stack: dict[str, Any] = {}
@@ -112,28 +112,28 @@ def render(con: Console, result: Resolution) -> None:
     from rich.table import Table
 
     h, s = result.host, result.stack
-    gpu = f"{h['gpu_count']} x {h['gpu']} (cc {h['compute_capability']})" if h["gpu"] else "any NVIDIA GPU"
-    con.print(f"[bold]{gpu}[/bold], {h['os']} {h['arch']}, Python {h['python']}")
+    gpu = f"{h.gpu_count} x {h.gpu} (cc {h.compute_capability})" if h.gpu else "any NVIDIA GPU"
+    con.print(f"[bold]{gpu}[/bold], {h.os} {h.arch}, Python {h.python}")
     table = Table(show_header=True, header_style="bold")
     table.add_column("component")
     table.add_column("version")
     table.add_column("details")
-    d = s["driver"]
+    d = s.driver
     table.add_row(
         "driver",
-        d["version"] if d else "-",
-        f"branch {d['branch']}, {d['kernel_modules']} modules, {d['install_method']}" if d else "not managed",
+        d.version if d else "-",
+        f"branch {d.branch}, {d.kernel_modules} modules, {d.install_method}" if d else "not managed",
     )
-    fm = s["fabric_manager"]
-    table.add_row("fabric manager", fm["version"] if fm else "-", "NVSwitch baseboard" if fm else "not needed")
-    tk, dnn = s["cuda_toolkit"], s["cudnn"]
-    table.add_row("CUDA toolkit", tk["version"] if tk else "-", "system" if tk else "none (wheels bring CUDA)")
-    table.add_row("cuDNN", dnn["version"] if dnn else "-", "system" if dnn else "none (wheels bring cuDNN)")
-    for name, fw in s["frameworks"].items():
-        variant = fw.get("variant") or ",".join(fw.get("extras") or []) or "-"
-        cuda = f"CUDA {fw['cuda']}, cuDNN {fw['cudnn']}" if fw.get("cuda") else "CPU only"
-        table.add_row(name, fw["version"], f"{variant}: {cuda}; {fw['index_url']}")
-    table.add_row("python", s["python"], "venv")
+    fm = s.fabric_manager
+    table.add_row("fabric manager", fm or "-", "NVSwitch baseboard" if fm else "not needed")
+    tk, dnn = s.cuda_toolkit, s.cudnn
+    table.add_row("CUDA toolkit", tk or "-", "system" if tk else "none (wheels bring CUDA)")
+    table.add_row("cuDNN", dnn.version if dnn else "-", "system" if dnn else "none (wheels bring cuDNN)")
+    for name, fw in s.frameworks.items():
+        variant = fw.variant or (",".join(fw.extras) if name != "torch" else "") or "-"
+        cuda = f"CUDA {fw.cuda}, cuDNN {fw.cudnn}" if fw.cuda else "CPU only"
+        table.add_row(name, fw.version, f"{variant}: {cuda}; {fw.index_url}")
+    table.add_row("python", s.python, "venv")
     con.print(table)
     for w in result.warnings:
         con.print(f"[yellow]warning[/yellow] {w.code}: {w.message}")

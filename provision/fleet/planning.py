@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from provision.config import Config
     from provision.hosts.inventory import HostTarget
     from provision.hosts.probe import HostFacts
+    from provision.stack.resolution import ResolvedHost
 
 ASSUME_KEYS = ("os", "gpu", "arch", "instance_type", "nvswitch", "python", "name")
 
@@ -161,7 +162,8 @@ def plan(
     from provision.ansible.rundir import check_out_dir, ensure_dir, write_run_dir
     from provision.ansible.settings import InstallSettings
     from provision.stack.lock import LockGroup, build_lock, dumps_lock, write_lock
-    from provision.stack.resolve import HostSpec, StackRequest, resolve
+    from provision.stack.request import HostSpec, StackRequest
+    from provision.stack.resolve import resolve
 
     if local and inventory:
         raise BadInput("give --local or -i INVENTORY, not both", "plan the local machine or an inventory's hosts")
@@ -341,10 +343,10 @@ def _probe(targets: Sequence[_Target], config: Config, skip_unprobed: bool, **co
     return failed
 
 
-def _group_label(host: Mapping[str, Any]) -> str:
-    gpu = host.get("gpu") or "cpu"
-    count = host.get("gpu_count") or 0
-    label = f"{gpu}_x{count}_{host.get('os')}" if host.get("gpu") else f"cpu_{host.get('os')}"
+def _group_label(host: ResolvedHost) -> str:
+    gpu = host.gpu or "cpu"
+    count = host.gpu_count or 0
+    label = f"{gpu}_x{count}_{host.os}" if host.gpu else f"cpu_{host.os}"
     return re.sub(r"[^a-z0-9_]+", "_", label.lower()).strip("_")
 
 

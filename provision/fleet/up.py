@@ -76,7 +76,7 @@ def load_targets(local: bool, inventory: str | None) -> dict[str, HostTarget]:
 
 def group_hash(group: LockGroup) -> str:
     """A lock group's identity for the state DB: what is installed, not which hosts share it."""
-    doc = {"host": group.host, "stack": group.stack, "packages": group.packages}
+    doc = {"host": group.host, "stack": group.stack, "packages": group.to_json()["packages"]}
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

@@ -23,10 +23,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from provision.errors import BadInput
+from provision.stack.packages import PackagePlan
 
 if TYPE_CHECKING:
     from provision.matrix import Knowledge
-    from provision.stack.resolve import Resolution
+    from provision.stack.resolution import Resolution
 
 SCHEMA = "provision.lock/1"
 GROUP_KEYS = ("name", "hosts", "host", "stack", "packages", "warnings", "reasons")
@@ -40,12 +41,14 @@ class LockGroup:
     hosts: list[str]
     host: dict[str, Any]
     stack: dict[str, Any]
-    packages: dict[str, Any] = field(default_factory=dict)
+    packages: PackagePlan | None = None  # None: a lock without one (written as {})
     warnings: list[dict[str, str]] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in GROUP_KEYS}
+        doc = {k: getattr(self, k) for k in GROUP_KEYS}
+        doc["packages"] = self.packages.to_json() if self.packages else {}
+        return doc
 
     @classmethod
     def from_resolution(cls, name: str, hosts: Sequence[str], resolution: Resolution) -> LockGroup:
@@ -171,13 +174,16 @@ def parse_lock(text: str, where: str = "provision.lock") -> Lock:
     for i, g in enumerate(groups):
         if not isinstance(g, dict) or any(k not in g for k in ("name", "hosts", "host", "stack")):
             raise BadInput(f"{where}: group {i} lacks name/hosts/host/stack", "regenerate it with `provision plan`")
+        packages = g.get("packages")
+        if packages and not isinstance(packages, dict):
+            raise BadInput(f"{where}: group {i}'s packages is not an object", "regenerate it with `provision plan`")
         out.append(
             LockGroup(
                 name=str(g["name"]),
                 hosts=[str(h) for h in g["hosts"]],
                 host=dict(g["host"]),
                 stack=dict(g["stack"]),
-                packages=dict(g.get("packages") or {}),
+                packages=PackagePlan.from_json(packages) if packages else None,
                 warnings=list(g.get("warnings") or []),
                 reasons=[str(r) for r in g.get("reasons") or []],
             )

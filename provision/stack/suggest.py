@@ -16,7 +16,8 @@ from packaging.version import Version
 from provision.errors import Unsatisfiable
 from provision.matrix import Knowledge
 from provision.stack.request import FRAMEWORKS, FrameworkSpec, HostSpec, StackRequest
-from provision.stack.resolve import Resolution, Resolver
+from provision.stack.resolution import Resolution, Stack
+from provision.stack.search import Resolver
 
 
 def _v(text: str) -> Version:
@@ -39,21 +40,22 @@ def _changes(
 ) -> list[dict[str, str]]:
     """The options a user changes to turn ``before`` into ``after``, with concrete values."""
     out: list[dict[str, str]] = []
-    stack, drv = res.stack, res.stack["driver"] or {}
+    stack, drv = res.stack, res.stack.driver
     if after.frameworks != before.frameworks:
-        for name, fw in stack["frameworks"].items():
+        for name, fw in stack.frameworks.items():
             spec = next((f for f in after.frameworks if f.name == name), None)
-            extras = f"[{','.join(fw['extras'])}]" if fw.get("extras") else ""
-            tag = f"+{fw['variant']}" if name == "torch" and "pypi.org" not in fw["index_url"] else ""
-            if spec is not None or len(stack["frameworks"]) == 1:
-                out.append({"option": "--framework", "value": f"{name}{extras}=={fw['version']}{tag}"})
+            extras = f"[{','.join(fw.extras)}]" if fw.extras and name != "torch" else ""
+            tag = f"+{fw.variant}" if name == "torch" and "pypi.org" not in fw.index_url else ""
+            if spec is not None or len(stack.frameworks) == 1:
+                out.append({"option": "--framework", "value": f"{name}{extras}=={fw.version}{tag}"})
+    torch = stack.frameworks.get("torch")
     simple = {
-        "driver": ("--driver", drv.get("branch", "none")),
-        "kernel_modules": ("--kernel-modules", drv.get("kernel_modules", "auto")),
-        "python": ("--python", stack["python"]),
+        "driver": ("--driver", drv.branch if drv else "none"),
+        "kernel_modules": ("--kernel-modules", drv.kernel_modules if drv else "auto"),
+        "python": ("--python", stack.python),
         "torch_index": ("--torch-index", "auto"),
-        "torch_variant": ("--torch-variant", (stack["frameworks"].get("torch") or {}).get("variant", "auto")),
-        "install_method": ("--install-method", drv.get("install_method", "auto")),
+        "torch_variant": ("--torch-variant", torch.variant if torch else "auto"),
+        "install_method": ("--install-method", drv.install_method if drv else "auto"),
         "cuda_toolkit": ("--cuda-toolkit", "none"),
         "cudnn": ("--cudnn", "none"),
     }
@@ -75,7 +77,7 @@ def suggest(request: StackRequest, host: HostSpec, k: Knowledge) -> list[dict[st
 
     def attempt(
         after: StackRequest,
-        summary: str | Callable[[dict[str, Any]], str],
+        summary: str | Callable[[Stack], str],
         host_after: HostSpec | None = None,
     ) -> Resolution | None:
         h = host_after or host
@@ -86,7 +88,7 @@ def suggest(request: StackRequest, host: HostSpec, k: Knowledge) -> list[dict[st
         if changes:
             try:
                 text = summary(res.stack) if callable(summary) else summary.format(stack=res.stack)
-            except (KeyError, TypeError):  # the relaxed stack lacks the part the summary names
+            except (AttributeError, KeyError):  # the relaxed stack lacks the part the summary names
                 text = " ".join(f"{c['option']} {c['value']}" for c in changes)
             if len(changes) > 1:
                 text = " ".join(f"{c['option']} {c['value']}" for c in changes) + f" ({text})"
@@ -109,17 +111,17 @@ def suggest(request: StackRequest, host: HostSpec, k: Knowledge) -> list[dict[st
             if attempt(replace(request, frameworks=tuple(relaxed)), _fw_summary(spec.name)):
                 break
     if request.driver not in ("auto", "none"):
-        attempt(replace(request, driver="auto"), "driver >= {stack[driver][branch]} ({stack[driver][version]})")
+        attempt(replace(request, driver="auto"), "driver >= {stack.driver.branch} ({stack.driver.version})")
     if request.torch_variant is not None:
-        attempt(replace(request, torch_variant=None), "torch variant {stack[frameworks][torch][variant]}")
+        attempt(replace(request, torch_variant=None), "torch variant {stack.frameworks[torch].variant}")
     if request.torch_index != "auto":
         attempt(replace(request, torch_index="auto"), "--torch-index auto (the vendor's per-CUDA indexes)")
     if request.kernel_modules != "auto":
-        attempt(replace(request, kernel_modules="auto"), "{stack[driver][kernel_modules]} kernel modules")
+        attempt(replace(request, kernel_modules="auto"), "{stack.driver.kernel_modules} kernel modules")
     if request.python is not None:
-        attempt(replace(request, python=None), "Python {stack[python]}")
+        attempt(replace(request, python=None), "Python {stack.python}")
     if request.install_method != "auto":
-        attempt(replace(request, install_method="auto"), "install method {stack[driver][install_method]}")
+        attempt(replace(request, install_method="auto"), "install method {stack.driver.install_method}")
     if request.cuda_toolkit is not None:
         attempt(replace(request, cuda_toolkit=None), "no system CUDA toolkit")
     if request.cudnn is not None:
@@ -129,7 +131,7 @@ def suggest(request: StackRequest, host: HostSpec, k: Knowledge) -> list[dict[st
     if not out:
         for osr in k.os_releases:
             if osr.id != host.os.id and attempt(
-                replace(request, python=None), f"{osr.id} (Python {{stack[python]}})", replace(host, os=osr)
+                replace(request, python=None), f"{osr.id} (Python {{stack.python}})", replace(host, os=osr)
             ):
                 break
     if not out:
@@ -155,13 +157,13 @@ def suggest(request: StackRequest, host: HostSpec, k: Knowledge) -> list[dict[st
     return out[:5]
 
 
-def _fw_summary(name: str) -> Callable[[dict[str, Any]], str]:
-    def summary(stack: dict[str, Any]) -> str:
-        fw = stack["frameworks"][name]
+def _fw_summary(name: str) -> Callable[[Stack], str]:
+    def summary(stack: Stack) -> str:
+        fw = stack.frameworks[name]
         if name != "torch":
-            return f"{name} {fw['version']}"
-        where = "PyPI" if "pypi.org" in fw["index_url"] else f"the {fw['variant']} index"
-        return f"torch {fw['version']} from {where}"
+            return f"{name} {fw.version}"
+        where = "PyPI" if "pypi.org" in fw.index_url else f"the {fw.variant} index"
+        return f"torch {fw.version} from {where}"
 
     return summary
 

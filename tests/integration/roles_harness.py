@@ -22,7 +22,8 @@ import yaml
 from provision.ansible.rundir import write_run_dir
 from provision.ansible.settings import InstallSettings
 from provision.stack.lock import LockGroup, build_lock, dumps_lock
-from provision.stack.resolve import HostSpec, StackRequest, resolve
+from provision.stack.request import HostSpec, StackRequest
+from provision.stack.resolve import resolve
 from tests.hosts import harness
 
 BIN = Path(sys.executable).parent

@@ -8,7 +8,8 @@ import pytest
 
 from provision.config import Config, load_config, parse_config
 from provision.errors import BadInput
-from provision.stack.resolve import HostSpec, StackRequest, resolve
+from provision.stack.request import HostSpec, StackRequest
+from provision.stack.resolve import resolve
 
 FULL = """
 stack:
@@ -118,7 +119,7 @@ def test_cpu_only_config_resolves_to_a_cpu_stack_without_driver() -> None:
 
     cfg = parse_config(yaml.safe_load('stack: {frameworks: ["torch==2.13.0+cpu"], driver: none}'))
     res = resolve(StackRequest.build(**cfg.request_args()), HostSpec.describe(os="debian-12"))
-    assert res.stack["driver"] is None
-    torch = res.stack["frameworks"]["torch"]
-    assert (torch["variant"], torch["index_url"]) == ("cpu", "https://download.pytorch.org/whl/cpu")
-    assert res.packages["pip"]["requirements"] == ["torch==2.13.0+cpu"]
+    assert res.stack.driver is None
+    torch = res.stack.frameworks["torch"]
+    assert (torch.variant, torch.index_url) == ("cpu", "https://download.pytorch.org/whl/cpu")
+    assert res.packages.to_json()["pip"]["requirements"] == ["torch==2.13.0+cpu"]

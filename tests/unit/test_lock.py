@@ -21,7 +21,8 @@ from provision.stack.lock import (
     read_lock,
     write_lock,
 )
-from provision.stack.resolve import HostSpec, StackRequest, resolve
+from provision.stack.request import HostSpec, StackRequest
+from provision.stack.resolve import resolve
 
 
 def _lock() -> Lock:

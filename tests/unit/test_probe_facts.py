@@ -283,7 +283,7 @@ def test_split_sections_round_trip() -> None:
 def test_description_feeds_the_resolver() -> None:
     """The probed HGX becomes a resolver HostSpec (real knowledge data): NVSwitches -> Fabric Manager."""
     from provision.matrix import load
-    from provision.stack.resolve import HostSpec
+    from provision.stack.request import HostSpec
 
     options = gather.GatherOptions(lookup=load().gpu_by_pci_id)
     desc = p.host_description(gather.facts_from_sections(hgx_ubuntu_2204(), options))
@@ -319,7 +319,7 @@ def test_pci_from_sysfs_where_lspci_is_missing_and_headers_from_the_apt_lists() 
 def test_facts_json_is_what_resolve_reads() -> None:
     """resolve's HostSpec.from_facts reads the `facts` object of `probe --json` as it is printed."""
     from provision.matrix import load
-    from provision.stack.resolve import HostSpec
+    from provision.stack.request import HostSpec
 
     options = gather.GatherOptions(lookup=load().gpu_by_pci_id)
     facts = gather.facts_from_sections(hgx_ubuntu_2204(), options)

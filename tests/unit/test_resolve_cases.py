@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from provision.errors import BadInput, Unsatisfiable
-from provision.stack.resolve import HostSpec, StackRequest, resolve
+from provision.stack.request import HostSpec, StackRequest
+from provision.stack.resolve import resolve
 
 REQ_KEYS = {
     "frameworks",
@@ -569,7 +570,7 @@ def test_case(inputs: dict[str, Any], expect: dict[str, Any]) -> None:
         return
     res = resolve(req, host)
     doc = res.to_json()
-    doc["packages"] = res.packages
+    doc["packages"] = res.packages.to_json()
     codes = {w["code"] for w in doc["warnings"]}
     for path, want in expect.items():
         if path == "warn":
@@ -602,10 +603,11 @@ def test_host_from_probe_facts() -> None:
     host = HostSpec.from_facts(facts)
     assert (host.gpu and host.gpu.name, host.gpu_count, host.needs_fabric_manager) == ("H100-SXM", 8, True)
     res = resolve(StackRequest.build(), host)
-    assert res.stack["fabric_manager"] == {"version": res.stack["driver"]["version"]}
+    stack = res.to_json()["stack"]
+    assert stack["fabric_manager"] == {"version": stack["driver"]["version"]}
     gpuless = HostSpec.from_facts({"os": "debian-12", "arch": "x86_64", "gpus": []})
     cpu = resolve(StackRequest.build(frameworks=["torch==2.13.0+cpu"]), gpuless)
-    assert cpu.stack["driver"] is None and cpu.host["gpu"] is None
+    assert cpu.stack.driver is None and cpu.host.gpu is None
     with pytest.raises(BadInput, match="different GPU models"):
         HostSpec.from_facts({"os": "debian-12", "gpus": [{"model": "T4"}, {"model": "L4"}]})
     no_switch = HostSpec.from_facts({"os": "ubuntu-22.04", "nvswitch_count": 0, "gpus": [{"model": "H100-SXM"}] * 8})

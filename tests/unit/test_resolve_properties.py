@@ -16,7 +16,8 @@ from packaging.version import Version
 
 from provision.errors import Unsatisfiable
 from provision.matrix import cc_tuple, load
-from provision.stack.resolve import HostSpec, StackRequest, resolve
+from provision.stack.request import HostSpec, StackRequest
+from provision.stack.resolve import resolve
 
 K = load()
 GPUS = [g.name for g in K.gpus]

@@ -1,0 +1,123 @@
+"""Driver choice: the driver branches, versions, install methods and kernel module flavours allowed.
+
+A pinned driver narrows the branches; the OS's install methods (NVIDIA's repository, the distro's
+own packages) and the GPU's kernel module rule (open, proprietary) narrow the rest. Why a single
+branch was skipped is kept only when no choice is left. :func:`driver_rank` orders the
+choices that pass: no caveats, then LTSB/production, then the newest branch, then nvidia-repo.
+"""
+
+from __future__ import annotations
+
+from provision.matrix import Knowledge
+from provision.matrix.model import DriverBranch
+from provision.stack.candidates import DriverChoice
+from provision.stack.request import DRIVER_SPEC, HostSpec, StackRequest
+from provision.stack.rules import Check, install_methods
+
+BRANCH_RANK = {"ltsb": 0, "production": 1, "new-feature": 2}
+
+
+class Drivers:
+    """The driver choices of one request on one host.
+
+    Why a branch or method is impossible goes to ``failures``: the search's list of what failed
+    before any candidate was tried, shared so that the answer names it when nothing is left.
+    """
+
+    def __init__(self, request: StackRequest, host: HostSpec, knowledge: Knowledge, failures: list[str]) -> None:
+        self.req = request
+        self.host = host
+        self.k = knowledge
+        self.failures = failures
+
+    def choices(self) -> list[DriverChoice]:
+        """Drivers allowed by the GPU, the pin, the OS's install methods and the module flavours."""
+        req, host, k = self.req, self.host, self.k
+        if req.driver == "none":
+            return [DriverChoice(None, None, "none", None)]
+        if req.driver == "auto" and host.gpu is None and req.cpu_only:
+            return [DriverChoice(None, None, "none", None)]
+        pin_branch: int | None = None
+        pin_version: str | None = None
+        if req.driver != "auto":
+            m = DRIVER_SPEC.match(req.driver)
+            assert m is not None
+            pin_branch = int(m.group(1))
+            pin_version = req.driver if m.group(2) else None
+        methods = install_methods(req, host)
+        out: list[DriverChoice] = []
+        noted = len(self.failures)
+        for b in k.t.branches:
+            if pin_branch is not None and b.branch != pin_branch:
+                continue
+            for method in methods:
+                version = self._branch_version(b, method, pin_version)
+                if version is None:
+                    continue
+                flavour = self._flavour(b)
+                if flavour is None:
+                    continue
+                out.append(DriverChoice(b, version, method, flavour))
+        if out:  # why single branches were skipped matters only when none is left
+            del self.failures[noted:]
+        return out
+
+    def _branch_version(self, b: DriverBranch, method: str, pin: str | None) -> str | None:
+        if method == "distro":
+            have = b.distro.get(self.host.os.id)
+            if have is None:
+                if self.req.install_method == "distro":  # else nvidia-repo covers the branch
+                    self.failures.append(
+                        f"install_method: {self.host.os.id}'s own packages do not carry branch {b.branch}"
+                    )
+                return None
+            if pin is not None and pin != have:
+                self.failures.append(f"install_method: {self.host.os.id} packages carry {have}, not {pin}")
+                return None
+            return have
+        if pin is not None:
+            return pin
+        if b.newest is None and self.req.driver != "auto":
+            self.failures.append(f"driver: no known release of branch {b.branch}; pin an exact version")
+        return b.newest
+
+    def _flavour(self, b: DriverBranch) -> str | None:
+        """Rule kernel_modules: the module flavour for this GPU and branch (None: impossible)."""
+        want = self.req.kernel_modules
+        rule = self.host.gpu.kernel_modules if self.host.gpu else "open-recommended"
+        has_open = b.branch >= 515
+        has_proprietary = b.branch < 620
+        if want == "auto":
+            if rule == "proprietary-only":
+                want = "proprietary"
+            elif rule == "open-only" or has_open:
+                want = "open"
+            else:
+                want = "proprietary"
+        name = self.host.gpu.name if self.host.gpu else "this GPU"
+        if want == "open" and rule == "proprietary-only":
+            self.failures.append(f"kernel_modules: {name} (pre-Turing) needs the proprietary kernel modules")
+            return None
+        if want == "proprietary" and rule == "open-only":
+            self.failures.append(f"kernel_modules: {name} needs the open kernel modules")
+            return None
+        if want == "open" and not has_open:
+            self.failures.append(f"kernel_modules: branch {b.branch} has no open kernel modules (from 515)")
+            return None
+        if want == "proprietary" and not has_proprietary:
+            self.failures.append(f"kernel_modules: branch {b.branch} ships open kernel modules only")
+            return None
+        return want
+
+
+def driver_rank(d: DriverChoice, c: Check) -> tuple[int, ...]:
+    """Prefer: no caveats, then LTSB/production, then the newest branch, then nvidia-repo."""
+    b = d.branch
+    if b is None:
+        return (0,)
+    return (
+        len(c.warnings),
+        BRANCH_RANK.get(b.cls, 3),
+        -b.branch,
+        0 if d.method == "nvidia-repo" else 1,
+    )

@@ -1,0 +1,214 @@
+"""The result of a resolve (:class:`Resolution`) and its explanations.
+
+:func:`assemble` turns the chosen frameworks, Python and driver into the host summary
+(:class:`ResolvedHost`), the stack (:class:`Stack`) and the package plan, with the reasons for
+each choice and the caveats the rules raised. Their ``to_json()`` is the ``host`` and ``stack``
+of the JSON contract (``provision resolve --json``, the lock's groups).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from provision.matrix import Knowledge
+from provision.stack.candidates import DriverChoice, FwChoice
+from provision.stack.packages import PackagePlan, dedupe, package_plan
+from provision.stack.request import HostSpec, StackRequest
+from provision.stack.rules import Caveat, Check
+
+
+@dataclass(frozen=True)
+class ResolvedHost:
+    """The host a stack was resolved for (``gpu`` None: no GPU model given)."""
+
+    gpu: str | None
+    compute_capability: str | None
+    gpu_count: int
+    os: str
+    arch: str
+    python: str
+    instance_type: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        doc = asdict(self)  # the fields' order is the JSON's
+        if not self.instance_type:
+            del doc["instance_type"]
+        return doc
+
+
+@dataclass(frozen=True)
+class DriverPin:
+    """The driver the stack installs."""
+
+    branch: str
+    version: str
+    kernel_modules: str | None  # open | proprietary
+    install_method: str  # nvidia-repo | distro
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class FrameworkPin:
+    """One framework of the stack: torch has a ``variant``, the others ``extras``."""
+
+    name: str
+    version: str
+    index_url: str
+    cuda: str | None
+    cudnn: str | None
+    variant: str | None = None
+    extras: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        if self.name == "torch":
+            return {
+                "version": self.version,
+                "variant": self.variant,
+                "index_url": self.index_url,
+                "cuda": self.cuda,
+                "cudnn": self.cudnn,
+            }
+        return {
+            "version": self.version,
+            "extras": list(self.extras),
+            "index_url": self.index_url,
+            "cuda": self.cuda,
+            "cudnn": self.cudnn,
+        }
+
+
+@dataclass(frozen=True)
+class SystemCudnn:
+    """The system cuDNN and the CUDA major of its build."""
+
+    version: str
+    cuda_major: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Stack:
+    """What gets installed; None where a component is left alone (or not wanted)."""
+
+    driver: DriverPin | None
+    fabric_manager: str | None  # its version: always the driver's
+    cuda_toolkit: str | None  # the system CUDA toolkit's major.minor
+    cudnn: SystemCudnn | None
+    frameworks: dict[str, FrameworkPin]
+    python: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "driver": self.driver.to_json() if self.driver else None,
+            "fabric_manager": {"version": self.fabric_manager} if self.fabric_manager is not None else None,
+            "cuda_toolkit": {"version": self.cuda_toolkit} if self.cuda_toolkit is not None else None,
+            "cudnn": self.cudnn.to_json() if self.cudnn else None,
+            "frameworks": {name: fw.to_json() for name, fw in self.frameworks.items()},
+            "python": self.python,
+        }
+
+
+@dataclass
+class Resolution:
+    """A resolved stack: the host, the stack, the package plan, explanations."""
+
+    host: ResolvedHost
+    stack: Stack
+    packages: PackagePlan
+    warnings: list[Caveat]
+    reasons: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ok": True,
+            "host": self.host.to_json(),
+            "stack": self.stack.to_json(),
+            "warnings": [w.to_json() for w in self.warnings],
+            "reasons": list(self.reasons),
+        }
+
+
+def assemble(
+    req: StackRequest,
+    host: HostSpec,
+    k: Knowledge,
+    chosen: tuple[Sequence[FwChoice], str, DriverChoice],
+    c: Check,
+    *,
+    cudnn_major: int | None,
+) -> Resolution:
+    """The resolution of ``chosen`` (frameworks, Python, driver) that passed with ``c``.
+
+    ``cudnn_major`` is the CUDA major of the system cuDNN build (from the cudnn rules).
+    """
+    combo, python, d = chosen
+    reasons: list[str] = []
+    gpu = host.gpu
+    if gpu is not None:
+        reasons.append(f"{host.gpu_count} x {gpu.name}: {gpu.arch}, compute capability {gpu.compute_capability}")
+    else:
+        reasons.append("no GPU model given: rules that need one are skipped")
+    driver: DriverPin | None = None
+    fm_version: str | None = None
+    b = d.branch
+    if b is not None and d.version is not None:
+        driver = DriverPin(str(b.branch), d.version, d.flavour, d.method)
+        eol = f", supported until {b.eol}" if b.eol else ""
+        why = "pinned" if req.driver not in ("auto",) else "chosen"
+        reasons.append(f"driver {d.version} ({why}; branch {b.branch}: {b.cls}{eol}) via {d.method}")
+        rule = gpu.kernel_modules if gpu else "open-recommended"
+        reasons.append(f"{d.flavour} kernel modules ({rule.replace('-', ' ')} for {gpu.name if gpu else 'this GPU'})")
+        if host.needs_fabric_manager:
+            fm_version = d.version
+            reasons.append(
+                f"{host.gpu_count} x {gpu.name if gpu else 'GPU'} on an NVSwitch baseboard: "
+                "nvidia-fabricmanager "
+                f"{d.version} (must equal the driver version)"
+            )
+    elif req.driver == "none":
+        reasons.append("driver: left alone (driver: none)")
+        if host.needs_fabric_manager:
+            c.warn(
+                "fabric_manager_unmanaged",
+                "this NVSwitch host needs nvidia-fabricmanager at exactly the driver's version; "
+                "it is left alone with the driver",
+            )
+    else:
+        reasons.append("CPU-only stack: no NVIDIA driver needed")
+    frameworks = {
+        fw.name: FrameworkPin(fw.name, fw.version, fw.index_url, fw.cuda, fw.cudnn, fw.variant, fw.extras)
+        for fw in combo
+    }
+    toolkit = req.cuda_toolkit or None
+    cudnn = SystemCudnn(req.cudnn, cudnn_major) if req.cudnn else None
+    if toolkit is None and cudnn is None:
+        bundled = [f"{fw.name} brings CUDA {fw.cuda}" for fw in combo if fw.cuda and fw.variant != "cpu"]
+        if bundled:
+            reasons.append("no system CUDA toolkit or cuDNN: " + "; ".join(bundled) + " as pip packages")
+    py_why = (
+        "pinned"
+        if req.python
+        else f"{host.os.id}'s python3"
+        if python == host.os.default_python
+        else f"packaged for {host.os.id}"
+    )
+    reasons.append(f"Python {python} ({py_why})")
+    reasons += c.reasons
+    stack = Stack(driver, fm_version, toolkit, cudnn, frameworks, python)
+    resolved = ResolvedHost(
+        gpu.name if gpu else None,
+        gpu.compute_capability if gpu else None,
+        host.gpu_count,
+        host.os.id,
+        host.arch,
+        python,
+        host.instance_type or None,
+    )
+    plan = package_plan(k, req, host, d, combo, cudnn_major=cudnn_major)
+    return Resolution(resolved, stack, plan, list(c.warnings), dedupe(reasons))

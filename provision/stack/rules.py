@@ -1,0 +1,375 @@
+"""The rules: each checks one candidate and passes, warns (a :class:`Caveat`) or fails (naming the rule).
+
+Host rules (GPU on its host arch, OS arch, install method), framework rules that do not depend on
+the driver (Python, arch, GPU kernels, frameworks sharing one venv), driver rules (driver_gpu,
+driver_cuda, EOL branches) and the system CUDA toolkit and cuDNN rules. A :class:`Check`
+collects what they say about one candidate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from packaging.requirements import Requirement
+from packaging.version import Version
+
+from provision.matrix import Gpu, Knowledge, cc_tuple
+from provision.stack.candidates import DriverChoice, FwChoice
+from provision.stack.request import HostSpec, StackRequest
+
+
+@dataclass(frozen=True)
+class Caveat:
+    """A rule that passed with a warning: a code (``minor_version_compat``, ``ptx_jit``, ...) and why."""
+
+    code: str
+    message: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"code": self.code, "message": self.message}
+
+
+@dataclass
+class Check:
+    """What the rules said about one candidate: failures (rule: message), caveats, reasons."""
+
+    failures: list[str] = field(default_factory=list)
+    warnings: list[Caveat] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+
+    def fail(self, rule: str, message: str) -> None:
+        self.failures.append(f"{rule}: {message}")
+
+    def warn(self, code: str, message: str) -> None:
+        if all(w.code != code or w.message != message for w in self.warnings):
+            self.warnings.append(Caveat(code, message))
+
+    def merge(self, other: Check) -> None:
+        self.failures += other.failures
+        for w in other.warnings:
+            self.warn(w.code, w.message)
+        self.reasons += other.reasons
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+
+def _driver_floor(k: Knowledge, cuda: str) -> tuple[str | None, str | None]:
+    """(full-compatibility driver, minor-compatibility floor) for a CUDA ``major.minor``."""
+    tk = next((t for t in k.t.toolkits if t.version == cuda), None)
+    major = int(cuda.split(".", maxsplit=1)[0])
+    full = tk.full_compat_min_driver if tk else None
+    return full, k.minor_floor(major)
+
+
+def check_driver_for_cuda(k: Knowledge, what: str, cuda: str, driver: str | None, via_ptx: bool) -> Check:
+    """Rule driver_cuda: the driver runs code built with CUDA ``cuda``."""
+    c = Check()
+    full, floor = _driver_floor(k, cuda)
+    if driver is None:
+        need = full or floor
+        c.warn(
+            "driver_unmanaged",
+            f"{what} needs a host driver >= {need} (CUDA {cuda}); the driver is left alone",
+        )
+        return c
+    if full is not None and Version(driver) >= Version(full):
+        c.reasons.append(f"driver {driver} >= {full}: runs CUDA {cuda} ({what}) with full compatibility")
+        return c
+    if floor is not None and Version(driver) >= Version(floor):
+        if via_ptx:
+            c.fail(
+                "driver_cuda",
+                f"{what} reaches this GPU only through PTX JIT, which needs driver >= {full} "
+                f"(CUDA {cuda}); {driver} has only minor-version compatibility",
+            )
+            return c
+        c.warn(
+            "minor_version_compat",
+            f"driver {driver} runs {what} (CUDA {cuda}) through minor-version compatibility "
+            f"(>= {floor}); full compatibility needs >= {full or 'a newer driver'}",
+        )
+        return c
+    c.fail("driver_cuda", f"{what} (CUDA {cuda}) needs driver >= {floor or full}; {driver} is older")
+    return c
+
+
+def gpu_kernels(gpu: Gpu, arch_list: Sequence[str], ptx: bool) -> str | None:
+    """How a wheel's compiled code reaches ``gpu``: ``sass``, ``compatible`` (same major, older
+    minor SASS), ``ptx`` (JIT from the newest arch's PTX) or None ("no kernel image")."""
+    cc = gpu.cc
+    ccs = [cc_tuple(a) for a in arch_list]
+    if cc in ccs:
+        return "sass"
+    if any(a[0] == cc[0] and a[1] <= cc[1] for a in ccs):
+        return "compatible"
+    if ptx and ccs and cc > max(ccs):
+        return "ptx"
+    return None
+
+
+def check_wheel_arch(gpu: Gpu | None, what: str, arch_list: Sequence[str], ptx: bool) -> tuple[Check, bool]:
+    """Rule gpu_arch: the wheel carries code this GPU can run. Returns (check, reached via PTX)."""
+    c = Check()
+    if gpu is None:
+        return c, False
+    how = gpu_kernels(gpu, arch_list, ptx)
+    sm = gpu.compute_capability
+    if how is None:
+        listed = ", ".join(arch_list) or "none"
+        c.fail(
+            "gpu_arch",
+            f"{what} has no kernels for {gpu.name} (compute capability {sm}); it is built for {listed}",
+        )
+    elif how == "compatible":
+        c.reasons.append(
+            f"{what} does not list compute capability {sm}; {gpu.name} runs its "
+            f"sm_{cc_tuple(sm)[0]}x code (binary compatible within a major version)"
+        )
+    elif how == "ptx":
+        c.warn(
+            "ptx_jit",
+            f"{what} has no kernels compiled for {gpu.name} (sm {sm}); they are JIT-compiled from PTX "
+            "at first use (slow start, caveats)",
+        )
+    else:
+        c.reasons.append(f"{what} has kernels for {gpu.name} (compute capability {sm})")
+    return c, how == "ptx"
+
+
+def install_methods(request: StackRequest, host: HostSpec) -> list[str]:
+    """The driver install methods the request allows on this host's OS (none: rule install_method fails)."""
+    avail = list(host.os.install_methods)
+    if request.install_method == "auto":
+        return avail
+    return [request.install_method] if request.install_method in avail else []
+
+
+class Rules:
+    """The rules of one request on one host; each method checks one candidate (or the host)."""
+
+    def __init__(self, request: StackRequest, host: HostSpec, knowledge: Knowledge) -> None:
+        self.req = request
+        self.host = host
+        self.k = knowledge
+
+    def host_check(self) -> Check:
+        c = Check()
+        host = self.host
+        if host.gpu is not None and host.gpu.host_arch and host.gpu.host_arch != host.arch:
+            c.fail("gpu_host_arch", f"{host.gpu.name} sits on an {host.gpu.host_arch} host, not {host.arch}")
+        if host.arch not in host.os.archs:
+            c.fail("os_arch", f"{host.os.id} is not supported on {host.arch}")
+        if host.os.eol and self.k.t.snapshot and host.os.eol < self.k.t.snapshot:
+            c.warn("eol_os", f"{host.os.id} reached end of standard support in {host.os.eol}")
+        if not install_methods(self.req, self.host):
+            c.fail("install_method", f"{self.req.install_method} is not available on {host.os.id}")
+        return c
+
+    # host-level rules (independent of the driver) ------------------------------------------
+    def check_framework_static(self, fw: FwChoice, python: str) -> tuple[Check, bool]:
+        """Python, arch, GPU architecture: the rules that do not depend on the driver.
+
+        Returns the check and whether the GPU is reached only through PTX JIT (which the
+        driver rules then treat more strictly).
+        """
+        c = Check()
+        if python not in fw.python:
+            c.fail("python", f"{fw.label} has no wheels for Python {python} (has {', '.join(fw.python)})")
+        if fw.name == "torch":
+            via_ptx = self._static_torch(fw, c)
+        elif fw.name == "tensorflow":
+            via_ptx = self._static_tf(fw, c)
+        else:
+            via_ptx = False
+            line = self.k.t.jax_lines[int(fw.cuda or 12)]
+            gpu = self.host.gpu
+            if gpu is not None and gpu.cc < cc_tuple(line.min_cc):
+                c.fail(
+                    "gpu_arch",
+                    f"jax[{line.extra}] needs compute capability >= {line.min_cc}; "
+                    f"{gpu.name} is {gpu.compute_capability}",
+                )
+        return c, via_ptx
+
+    def _static_torch(self, fw: FwChoice, c: Check) -> bool:
+        host = self.host
+        rel = next(r for r in self.k.t.torch if r.version == fw.version)
+        if fw.variant == "cpu":
+            c.reasons.append(f"{fw.label}: CPU-only wheels from {fw.index_url}")
+            return False
+        if host.arch == "aarch64":
+            variant = rel.variant(fw.variant or "")
+            on_pypi = fw.index_url == self.k.t.pypi_index
+            if (on_pypi and not rel.pypi_aarch64_cuda) or (not on_pypi and variant and not variant.aarch64):
+                where = " on PyPI" if on_pypi else ""
+                c.fail("arch", f"{fw.label} has no linux-aarch64 CUDA wheel{where}")
+        arch_check, via_ptx = check_wheel_arch(host.gpu, fw.label, fw.arch_list, fw.ptx)
+        c.merge(arch_check)
+        return via_ptx
+
+    def _static_tf(self, fw: FwChoice, c: Check) -> bool:
+        host, rel = self.host, fw.tf
+        assert rel is not None
+        if host.arch != "x86_64":
+            c.fail("arch", f"TensorFlow GPU wheels are Linux x86_64 only; this host is {host.arch}")
+        system_ok = self.req.cuda_toolkit == rel.cuda and (self.req.cudnn or "").startswith(rel.cudnn)
+        if not rel.and_cuda and not system_ok:
+            c.fail(
+                "tf_system_cuda",
+                f"{fw.label} has no [and-cuda] extra: it needs a system CUDA {rel.cuda} and cuDNN {rel.cudnn}",
+            )
+        gpu = host.gpu
+        if gpu is None:
+            return False
+        if gpu.cc < cc_tuple(rel.min_cc):
+            c.fail(
+                "gpu_arch",
+                f"{fw.label} needs compute capability >= {rel.min_cc}; {gpu.name} is {gpu.compute_capability}",
+            )
+            return False
+        tk = self.k.toolkit(rel.cuda)
+        if gpu.cc[0] * 10 + gpu.cc[1] > tk.sm_max:
+            c.warn(
+                "ptx_jit",
+                f"{fw.label} is built with CUDA {rel.cuda} (up to sm_{tk.sm_max}); {gpu.name} runs it "
+                "through PTX JIT, untested by TensorFlow",
+            )
+            return True
+        return False
+
+    def check_framework_driver(self, fw: FwChoice, driver: str | None, via_ptx: bool) -> Check:
+        what = fw.label
+        if fw.variant == "cpu":
+            return Check()
+        if fw.name == "jax":
+            line = self.k.t.jax_lines[int(fw.cuda or 12)]
+            c = Check()
+            if driver is None:
+                c.warn("driver_unmanaged", f"jax[{line.extra}] needs a host driver >= {line.min_driver}")
+            elif Version(driver) < Version(line.min_driver):
+                c.fail("driver_cuda", f"jax[{line.extra}] needs driver >= {line.min_driver}; {driver} is older")
+            else:
+                c.reasons.append(f"driver {driver} >= {line.min_driver} needed by jax[{line.extra}]")
+            return c
+        assert fw.cuda is not None
+        return check_driver_for_cuda(self.k, what, fw.cuda, driver, via_ptx)
+
+    def check_together(self, fws: Sequence[FwChoice]) -> Check:
+        """Rule env_conflict: frameworks whose pinned CUDA libraries cannot share one venv."""
+        c = Check()
+        for i, a in enumerate(fws):
+            for b in fws[i + 1 :]:
+                msg = self._conflict(a, b) or self._conflict(b, a)
+                if msg is not None:
+                    c.fail("env_conflict", msg)
+        return c
+
+    def _conflict(self, a: FwChoice, b: FwChoice) -> str | None:
+        if a.variant == "cpu" or b.variant == "cpu":
+            return None
+        for known in self.k.t.conflicts:
+            if _matches(known.first, a) and _matches(known.second, b):
+                return None if known.ok else f"{a.requirement} and {b.requirement} in one environment: {known.why}"
+        a_major = (a.cuda or "").split(".")[0]
+        b_major = (b.cuda or "").split(".")[0]
+        if a_major != b_major:
+            return None  # different nvidia-*-cuNN package names: no shared pins
+        if a.tf is not None and a.tf.exact_pins and b.name == "torch":
+            return (
+                f"{a.requirement} pins exact CUDA {a.cuda} libraries and cuDNN {a.cudnn}; "
+                f"{b.requirement} pins CUDA {b.cuda} / cuDNN {b.cudnn}: pip cannot install both"
+            )
+        if a.tf is not None and b.name == "torch" and b.cuda and Version(b.cuda) < Version(a.tf.cuda):
+            return f"{a.requirement} needs CUDA {a.tf.cuda}+ libraries; {b.requirement} pins CUDA {b.cuda}"
+        nccl_min = a.tf.nccl_min if a.tf is not None else None
+        if nccl_min and b.name == "torch" and b.nccl and Version(b.nccl) < Version(nccl_min):
+            return f"{a.requirement} needs nvidia-nccl >= {nccl_min}; {b.requirement} pins {b.nccl}"
+        floor = (a.cudnn or "").lstrip(">=") if a.name in ("jax", "tensorflow") else None
+        if floor and b.name == "torch" and b.cudnn and Version(b.cudnn) < Version(floor):
+            return f"{a.requirement} needs cuDNN >= {floor}; {b.requirement} pins {b.cudnn}"
+        return None
+
+    def check_driver_gpu(self, d: DriverChoice) -> Check:
+        """Rules driver_gpu and eol_branch for the driver itself."""
+        c = Check()
+        b, gpu = d.branch, self.host.gpu
+        if b is None:
+            return c
+        if gpu is not None:
+            if b.branch < gpu.min_driver_branch:
+                c.fail("driver_gpu", f"{gpu.name} ({gpu.arch}) needs driver branch >= {gpu.min_driver_branch}")
+            if gpu.last_driver_branch is not None and b.branch > gpu.last_driver_branch:
+                c.fail(
+                    "driver_gpu",
+                    f"{gpu.name} ({gpu.arch}) is supported up to driver branch "
+                    f"{gpu.last_driver_branch}, not {b.branch}",
+                )
+        if b.eol and self.k.t.snapshot and b.eol < self.k.t.snapshot:
+            c.warn("eol_branch", f"driver branch {b.branch} reached end of life in {b.eol}")
+        return c
+
+    # system CUDA toolkit and cuDNN ---------------------------------------------------------
+    def check_system_cuda(self, driver: str | None) -> tuple[Check, int | None]:
+        c = Check()
+        req, host, k = self.req, self.host, self.k
+        cuda_major: int | None = None
+        if req.cuda_toolkit is not None:
+            tk = k.toolkit(req.cuda_toolkit)
+            cuda_major = tk.major
+            c.merge(check_driver_for_cuda(k, f"CUDA toolkit {tk.version}", tk.version, driver, False))
+            if host.gpu is not None:
+                sm = host.gpu.cc[0] * 10 + host.gpu.cc[1]
+                if sm > tk.sm_max:
+                    c.fail(
+                        "toolkit_gpu",
+                        f"CUDA {tk.version} cannot compile for {host.gpu.name} (sm_{sm}; up to sm_{tk.sm_max})",
+                    )
+                if sm < tk.sm_min:
+                    c.fail(
+                        "toolkit_gpu",
+                        f"CUDA {tk.version} dropped {host.gpu.name} (sm_{sm}; from sm_{tk.sm_min})",
+                    )
+            if tk.os and host.os.id not in tk.os:
+                if tk.os_confidence == "low":
+                    c.warn(
+                        "os_not_listed",
+                        f"CUDA {tk.version} may not be packaged for {host.os.id} (unverified list)",
+                    )
+                else:
+                    c.fail("toolkit_os", f"CUDA {tk.version} is not packaged for {host.os.id}")
+            if tk.gcc_max is not None and host.os.gcc > tk.gcc_max:
+                c.warn(
+                    "host_gcc",
+                    f"{host.os.id}'s gcc {host.os.gcc} is newer than CUDA {tk.version} accepts "
+                    f"({tk.gcc_max}); install an older gcc for nvcc",
+                )
+        if req.cudnn is not None:
+            rel = k.cudnn_release(req.cudnn)
+            builds = [b for b in rel.builds if cuda_major is None or b.cuda_major == cuda_major]
+            usable = [b for b in builds if driver is None or Version(driver) >= Version(b.min_driver)]
+            if not builds:
+                c.fail("cudnn_cuda", f"cuDNN {rel.version} has no build for CUDA {cuda_major}")
+            elif not usable:
+                c.fail("cudnn_driver", f"cuDNN {rel.version} needs driver >= {builds[-1].min_driver}")
+            else:
+                cuda_major = cuda_major or max(b.cuda_major for b in usable)
+            if host.gpu is not None and host.gpu.cc < cc_tuple(rel.min_cc):
+                c.fail(
+                    "cudnn_gpu",
+                    f"cuDNN {rel.version} no longer supports {host.gpu.name} (compute capability "
+                    f"{host.gpu.compute_capability}; needs >= {rel.min_cc})",
+                )
+            elif host.gpu is not None and host.gpu.cc < (7, 5) and rel.series == "9.10":
+                c.warn(
+                    "deprecated_gpu",
+                    f"cuDNN {rel.version} lists {host.gpu.name} as deprecated (the last release for it)",
+                )
+        return c, cuda_major
+
+
+def _matches(requirement: str, fw: FwChoice) -> bool:
+    r = Requirement(requirement)
+    return r.name == fw.name and r.specifier.contains(Version(fw.version), prereleases=True)

@@ -1,0 +1,164 @@
+"""The search: candidates newest first, the first set that passes every rule wins.
+
+Frameworks (each one's best candidates first), then Python, then the driver choice with the best
+rank. When nothing passes, :class:`Unsatisfiable` names the failing rules of the candidate that
+came nearest, the most fundamental rule first. Suggestions (changes that do resolve) are added
+by :func:`provision.stack.resolve.resolve`, above both this module and :mod:`provision.stack.suggest`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+from packaging.version import Version
+
+from provision.errors import Unsatisfiable
+from provision.matrix import Knowledge
+from provision.stack.candidates import Candidates, DriverChoice, FwChoice
+from provision.stack.drivers import Drivers, driver_rank
+from provision.stack.packages import dedupe, fabric_manager_packages
+from provision.stack.request import HostSpec, StackRequest
+from provision.stack.resolution import Resolution, assemble
+from provision.stack.rules import Check, Rules
+
+RULE_ORDER = {
+    rule: i
+    for i, rule in enumerate(
+        (
+            "gpu_host_arch",
+            "os_arch",
+            "install_method",
+            "gpu_arch",
+            "arch",
+            "driver_gpu",
+            "kernel_modules",
+            "driver_cuda",
+            "toolkit_gpu",
+            "toolkit_os",
+            "cudnn_gpu",
+            "cudnn_cuda",
+            "cudnn_driver",
+            "tf_system_cuda",
+            "env_conflict",
+            "fabric_manager",
+            "driver",
+            "python",
+        )
+    )
+}
+
+
+class Resolver:
+    """One resolution: the request, the host and the knowledge; :meth:`run` searches."""
+
+    def __init__(self, request: StackRequest, host: HostSpec, knowledge: Knowledge) -> None:
+        self.req = request
+        self.host = host
+        self.k = knowledge
+        self.failures: list[str] = []  # rules that failed before the search (no candidates at all)
+        self.candidates = Candidates(request, knowledge)
+        self.rules = Rules(request, host, knowledge)
+        self.drivers = Drivers(request, host, knowledge, self.failures)
+        self._nearest_key: tuple[int, int] | None = None
+        self._nearest_miss: list[str] | None = None
+
+    def pythons(self) -> list[str]:
+        osr = self.host.os
+        if self.req.python is not None:
+            if self.req.python not in osr.pythons:
+                self.failures.append(
+                    f"python: Python {self.req.python} is not packaged for {osr.id} (it has {', '.join(osr.pythons)})"
+                )
+                return []
+            return [self.req.python]
+        rest = sorted(osr.pythons[1:], key=Version, reverse=True)
+        return [osr.default_python, *rest]
+
+    def run(self) -> Resolution:
+        base = self.rules.host_check()
+        if not base.ok:
+            raise self._unsatisfiable(base.failures)
+        specs = self.candidates.framework_specs()
+        pythons = self.pythons()
+        drivers = self.drivers.choices()
+        driver_checks = {id(d): self.rules.check_driver_gpu(d) for d in drivers}
+        fm_needed = self.host.needs_fabric_manager
+        cand_lists = [list(self.candidates.for_spec(s)) for s in specs]
+        for spec, cands in zip(specs, cand_lists, strict=True):
+            if not cands:
+                self.failures.append(
+                    f"{spec.name}: no known release matches `{spec.text}`" + self.candidates.index_note(spec)
+                )
+        if any(not c for c in cand_lists) or not pythons or not drivers:
+            raise self._unsatisfiable(self.failures)
+        for combo in _product(cand_lists):
+            for python in pythons:
+                static = Check()
+                ptx: dict[str, bool] = {}
+                for fw in combo:
+                    ch, via = self.rules.check_framework_static(fw, python)
+                    static.merge(ch)
+                    ptx[fw.name] = via
+                static.merge(self.rules.check_together(combo))
+                if not static.ok:
+                    self._closest(static.failures, stage=1)
+                    continue
+                best: tuple[tuple[int, ...], DriverChoice, Check, int | None] | None = None
+                for d in drivers:
+                    c = Check()
+                    c.merge(driver_checks[id(d)])
+                    for fw in combo:
+                        c.merge(self.rules.check_framework_driver(fw, d.version, ptx[fw.name]))
+                    sys_check, cudnn_major = self.rules.check_system_cuda(d.version)
+                    c.merge(sys_check)
+                    if fm_needed and d.method == "distro" and not fabric_manager_packages(self.k, self.host, d):
+                        c.fail(
+                            "fabric_manager",
+                            f"{self.host.os.id}'s own packages have no Fabric Manager; use the nvidia-repo method",
+                        )
+                    if not c.ok:
+                        self._closest(c.failures, stage=0)
+                        continue
+                    key = driver_rank(d, c)
+                    if best is None or key < best[0]:
+                        best = (key, d, c, cudnn_major)
+                if best is not None:
+                    total = Check()
+                    total.merge(base)
+                    total.merge(static)
+                    total.merge(best[2])
+                    return assemble(self.req, self.host, self.k, (combo, python, best[1]), total, cudnn_major=best[3])
+        # Rules every driver choice fails on its own (a pinned branch too old for the GPU) are
+        # part of the answer whatever the nearest framework candidate was.
+        driver_only = [f for d in drivers for f in driver_checks[id(d)].failures]
+        if drivers and all(not driver_checks[id(d)].ok for d in drivers):
+            self.failures += driver_only
+        raise self._unsatisfiable(self.failures + (self._nearest_miss or []))
+
+    def _closest(self, failures: list[str], stage: int) -> None:
+        """Keep the failures of the candidate that came nearest: fewest failing rules, then the
+        one that got further (past the driver-independent rules), then the newest."""
+        key = (len({f.split(":")[0] for f in failures}), stage)
+        if self._nearest_key is None or key < self._nearest_key:
+            self._nearest_key = key
+            self._nearest_miss = list(failures)
+
+    def _unsatisfiable(self, failures: list[str]) -> Unsatisfiable:
+        # The most fundamental rule first: a wrong GPU architecture is not fixed by another Python.
+        ranked = sorted(dedupe(failures), key=lambda f: RULE_ORDER.get(f.split(":")[0], len(RULE_ORDER)))
+        conflicts = ranked[:8] or ["no candidate passed every rule"]
+        return Unsatisfiable(
+            f"no compatible set of versions: {conflicts[0]}",
+            "see the conflicts and suggestions; `provision matrix` shows what is known",
+            conflicts=conflicts,
+        )
+
+
+def _product(lists: Sequence[Sequence[FwChoice]]) -> Iterator[tuple[FwChoice, ...]]:
+    """Combinations in preference order: the first framework's newest first, and so on."""
+    if not lists:
+        yield ()
+        return
+    for head in lists[0]:
+        for tail in _product(lists[1:]):
+            yield (head, *tail)
