@@ -17,7 +17,7 @@ from provision.errors import BadInput
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from provision.cloud.ec2 import CloudInstance, DownResult, LaunchResult, Skipped
+    from provision.cloud.interface import CloudInstance, DownResult, LaunchResult, Skipped
     from provision.cloud.launcher import Prepared
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -147,13 +147,14 @@ def ls(region: str | None, as_json: bool) -> int:
     from datetime import datetime, timezone
 
     from provision.cli.output import emit
-    from provision.cloud import ec2 as ec2mod
+    from provision.cloud.aws.ec2 import Ec2
+    from provision.cloud.aws.session import open_session
 
-    session, reg = ec2mod.open_session(region)
-    from provision.cloud.errors import aws_errors
+    session, reg = open_session(region)
+    from provision.cloud.aws.errors import aws_errors
 
     with aws_errors("listing instances"):
-        items, skipped = ec2mod.Ec2(session, reg).listing()
+        items, skipped = Ec2(session, reg).listing()
     now = datetime.now(timezone.utc)
     doc = {
         "ok": True,
@@ -218,19 +219,21 @@ def _ls_human(con: Console, items: list[CloudInstance], now: Any, doc: dict[str,
 def down(run: str | None, expired: bool, all_runs: bool, region: str | None, as_json: bool) -> int:
     """Terminate instances by run, expiry or all; then their security groups and key pairs."""
     from provision.cli.output import emit
-    from provision.cloud import ec2 as ec2mod
+    from provision.cloud.aws.ec2 import Ec2
+    from provision.cloud.aws.session import open_session
+    from provision.ids import check_run_id
 
     if sum([run is not None, expired, all_runs]) != 1:
         raise BadInput(
             "say what to end: exactly one of --run ID, --expired, --all", "see 'provision cloud down --help'"
         )
     if run is not None:
-        ec2mod.check_run_id(run)  # it names local paths: bad input before any AWS call
-    session, reg = ec2mod.open_session(region)
-    from provision.cloud.errors import aws_errors
+        check_run_id(run)  # it names local paths: bad input before any AWS call
+    session, reg = open_session(region)
+    from provision.cloud.aws.errors import aws_errors
 
     with aws_errors("ending instances"):
-        res = ec2mod.Ec2(session, reg).down(run=run, expired=expired, all_runs=all_runs, workdir=Path.cwd())
+        res = Ec2(session, reg).down(run=run, expired=expired, all_runs=all_runs, workdir=Path.cwd())
     doc = _down_json(res, reg)
     emit(doc, as_json, lambda con: _down_human(con, res))
     return 0

@@ -3,7 +3,7 @@
 :class:`LaunchArgs` is what the user typed (the option block both commands declare),
 :func:`prepare` checks all of it and opens boto3's session without sending a request (bad input
 is exit 2 before anything exists), and :func:`launch` hands the checked request to
-:meth:`provision.cloud.ec2.Ec2.launch`. :func:`connect` is the one place an :class:`Ec2` is
+:meth:`provision.cloud.aws.ec2.Ec2.launch`. :func:`connect` is the one place an :class:`Ec2` is
 built, so tests can put theirs (address mapping onto SSH test hosts) in its place.
 """
 
@@ -23,7 +23,8 @@ from provision.errors import BadInput
 if TYPE_CHECKING:
     from types import FrameType
 
-    from provision.cloud.ec2 import Ec2, LaunchResult, Say
+    from provision.cloud.aws.ec2 import Ec2
+    from provision.cloud.interface import LaunchResult, Say
     from provision.cloud.request import LaunchRequest
 
 DEFAULT_KEY = "~/.ssh/id_ed25519.pub"
@@ -81,7 +82,7 @@ def prepare(args: LaunchArgs, *, wait_ssh: bool = True) -> Prepared:
     refused launch has created nothing and sent nothing.
     """
     from provision.cloud import request as rq
-    from provision.cloud.images import normalize_os
+    from provision.cloud.aws.images import normalize_os
     from provision.matrix import load
 
     if args.count < 1:
@@ -106,11 +107,12 @@ def prepare(args: LaunchArgs, *, wait_ssh: bool = True) -> Prepared:
     image = rq.image_request(args.ami, os_id, args.base, types[0].arch)
     pub = public_key(args.ssh_key, args.new_key)
 
-    from provision.cloud import ec2 as ec2mod
+    from provision.cloud.aws.session import open_session
+    from provision.ids import new_run_id
 
-    session, region = ec2mod.open_session(args.region)
+    session, region = open_session(args.region)
     req = rq.LaunchRequest(
-        run=ec2mod.new_run_id(),
+        run=new_run_id(),
         region=region,
         types=tuple(types),
         count=args.count,
@@ -184,7 +186,7 @@ def public_key_problem(text: str) -> str | None:
 
 def connect(prepared: Prepared) -> Ec2:
     """The EC2 client for the run's region (the seam tests replace to map addresses)."""
-    from provision.cloud.ec2 import Ec2
+    from provision.cloud.aws.ec2 import Ec2
 
     return Ec2(prepared.session, prepared.request.region)
 
@@ -206,8 +208,8 @@ def describe(req: LaunchRequest) -> str:
 
 def launch(prepared: Prepared, ec2: Ec2, say: Say, workdir: Path | None = None) -> LaunchResult:
     """Launch the run and write its inventory; a launch that fails part way removes what it made."""
-    from provision.cloud.errors import aws_errors
-    from provision.cloud.images import aws_lookup
+    from provision.cloud.aws.errors import aws_errors
+    from provision.cloud.aws.images import aws_lookup
 
     req = prepared.request
     with aws_errors("launching"):

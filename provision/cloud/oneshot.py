@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 from provision.errors import ProvisionError
 
 if TYPE_CHECKING:
-    from provision.cloud.ec2 import DownResult, Ec2, LaunchResult, Say
+    from provision.cloud.aws.ec2 import Ec2
+    from provision.cloud.interface import DownResult, LaunchResult, Say
     from provision.cloud.launcher import Prepared
     from provision.fleet.up import UpResult
 
@@ -130,7 +131,7 @@ def _finish(
         )
         return
     say(f"ending run {r.run} (--down-after): terminating {', '.join(i.id for i in r.instances)}")
-    from provision.cloud.errors import aws_errors
+    from provision.cloud.aws.errors import aws_errors
 
     try:
         with aws_errors("ending the run"):
@@ -144,7 +145,7 @@ def _finish(
         if during is not None:
             return  # the first failure is the one to report; this one was said above
         if isinstance(exc, ProvisionError):
-            from provision.cloud.errors import CloudError
+            from provision.cloud.aws.errors import CloudError
 
             err = CloudError(
                 f"run {r.run} was provisioned but could not be ended: {exc.message}",
@@ -161,7 +162,7 @@ def _finish(
 
 
 def _still_running(r: LaunchResult) -> str:
-    from provision.cloud import prices
+    from provision.cloud.aws import prices
 
     per_hour = [prices.on_demand(i.type)[0] for i in r.instances if i.market == "on-demand"]
     cost = (

@@ -21,11 +21,12 @@ from typing import Any
 import pytest
 import yaml
 
-from provision.cloud import errors as cerr
-from provision.cloud.ec2 import Ec2, new_run_id
-from provision.cloud.images import ImageQuery, aws_lookup
+from provision.cloud.aws import errors as cerr
+from provision.cloud.aws.ec2 import Ec2
+from provision.cloud.aws.images import ImageQuery, aws_lookup
 from provision.cloud.request import LaunchRequest, describe_type
 from provision.errors import BadInput, ProvisionError
+from provision.ids import new_run_id
 from tests.integration.cloud_fixtures import REGION, Aws, Http, aws, aws_error, moto_url, nothing_left, tags
 
 __all__ = ["aws", "moto_url"]

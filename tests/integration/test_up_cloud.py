@@ -23,8 +23,8 @@ from typing import Any, cast
 import pytest
 
 from provision.cloud import launcher
-from provision.cloud.ec2 import Ec2
-from provision.cloud.errors import CloudError
+from provision.cloud.aws.ec2 import Ec2
+from provision.cloud.aws.errors import CloudError
 from provision.cloud.launcher import LaunchArgs, Prepared
 from provision.cloud.oneshot import up_on_cloud
 from provision.errors import OperationFailed

@@ -3,7 +3,7 @@
 botocore raises ``ClientError`` with an error code; what to do about it depends only on that code
 (and the HTTP status): retry the same call (throttling, 5xx), move on to the next zone or type
 (capacity), or stop and say what the user must change (quota, credentials, image). ``call``
-runs one API call under that policy; botocore's own retries are off (see ``ec2.client_config``)
+runs one API call under that policy; botocore's own retries are off (see ``session.client_config``)
 so that the policy lives here and tests can see every attempt.
 """
 
