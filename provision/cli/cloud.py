@@ -147,14 +147,12 @@ def ls(region: str | None, as_json: bool) -> int:
     from datetime import datetime, timezone
 
     from provision.cli.output import emit
-    from provision.cloud.aws.ec2 import Ec2
-    from provision.cloud.aws.session import open_session
+    from provision.cloud.launcher import open_region
 
-    session, reg = open_session(region)
-    from provision.cloud.aws.errors import aws_errors
-
-    with aws_errors("listing instances"):
-        items, skipped = Ec2(session, reg).listing()
+    client = open_region(region)
+    reg = client.region
+    with client.errors("listing instances"):
+        items, skipped = client.listing()
     now = datetime.now(timezone.utc)
     doc = {
         "ok": True,
@@ -219,8 +217,7 @@ def _ls_human(con: Console, items: list[CloudInstance], now: Any, doc: dict[str,
 def down(run: str | None, expired: bool, all_runs: bool, region: str | None, as_json: bool) -> int:
     """Terminate instances by run, expiry or all; then their security groups and key pairs."""
     from provision.cli.output import emit
-    from provision.cloud.aws.ec2 import Ec2
-    from provision.cloud.aws.session import open_session
+    from provision.cloud.launcher import open_region
     from provision.ids import check_run_id
 
     if sum([run is not None, expired, all_runs]) != 1:
@@ -229,11 +226,10 @@ def down(run: str | None, expired: bool, all_runs: bool, region: str | None, as_
         )
     if run is not None:
         check_run_id(run)  # it names local paths: bad input before any AWS call
-    session, reg = open_session(region)
-    from provision.cloud.aws.errors import aws_errors
-
-    with aws_errors("ending instances"):
-        res = Ec2(session, reg).down(run=run, expired=expired, all_runs=all_runs, workdir=Path.cwd())
+    client = open_region(region)
+    reg = client.region
+    with client.errors("ending instances"):
+        res = client.down(run=run, expired=expired, all_runs=all_runs, workdir=Path.cwd())
     doc = _down_json(res, reg)
     emit(doc, as_json, lambda con: _down_human(con, res))
     return 0

@@ -1,21 +1,25 @@
 """What a cloud hands the rest of provision: a run's tags, and the results of launch, list and down.
 
 A run is the instances of one launch plus what was made for them, all tagged ``provision:run``
-and ``provision:expires-at``; the cloud is the record (``ls`` and ``down`` read the tags). The
-dataclasses here are what :mod:`provision.cloud.launcher`, :mod:`provision.cloud.oneshot` and
-the ``cloud`` commands read; a cloud's client (today :class:`provision.cloud.aws.ec2.Ec2`)
-returns them. No cloud SDK is imported here.
+and ``provision:expires-at``; the cloud is the record (``ls`` and ``down`` read the tags).
+:class:`Cloud` is what a cloud's client offers (today only :class:`provision.cloud.aws.ec2.Ec2`);
+the dataclasses are what it returns and what :mod:`provision.cloud.launcher`,
+:mod:`provision.cloud.oneshot` and the ``cloud`` commands read. No cloud SDK is imported here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from provision.ids import is_run_id
+
+if TYPE_CHECKING:
+    from provision.cloud.request import LaunchRequest
 
 TAG_RUN = "provision:run"
 TAG_EXPIRES = "provision:expires-at"
@@ -135,5 +139,28 @@ def local_files(workdir: Path, run: str) -> tuple[Path, Path]:
     return workdir / ".provision" / "runs" / run / "id_ed25519", workdir / "inventory" / f"ec2-{run}.yml"
 
 
-def default_ttl() -> timedelta:
-    return timedelta(hours=8)
+class Cloud(Protocol):
+    """One region of one cloud: what a second cloud implements to launch, list and end runs.
+
+    The model is SkyPilot's provisioners (one module per cloud behind one interface, every
+    provider error classified, a failed launch tears down what it created): ``launch`` makes a
+    whole run or removes what it made, ``listing`` and ``down`` find runs by their tags alone,
+    and ``errors`` turns what the provider's SDK raises into a one-line ProvisionError.
+    """
+
+    region: str
+
+    def launch(self, req: LaunchRequest, *, workdir: Path, say: Say) -> LaunchResult: ...
+
+    def listing(self) -> tuple[list[CloudInstance], list[Skipped]]: ...
+
+    def down(
+        self,
+        *,
+        run: str | None = None,
+        expired: bool = False,
+        all_runs: bool = False,
+        workdir: Path | None = None,
+    ) -> DownResult: ...
+
+    def errors(self, what: str) -> AbstractContextManager[None]: ...

@@ -2,9 +2,11 @@
 
 :class:`LaunchArgs` is what the user typed (the option block both commands declare),
 :func:`prepare` checks all of it and opens boto3's session without sending a request (bad input
-is exit 2 before anything exists), and :func:`launch` hands the checked request to
-:meth:`provision.cloud.aws.ec2.Ec2.launch`. :func:`connect` is the one place an :class:`Ec2` is
-built, so tests can put theirs (address mapping onto SSH test hosts) in its place.
+is exit 2 before anything exists), and :func:`launch` hands the checked request to the
+:class:`~provision.cloud.interface.Cloud` client. :func:`connect` (a launch) and
+:func:`open_region` (``ls``, ``down``) are the only places a client is built (today always
+:class:`provision.cloud.aws.ec2.Ec2`), so tests can put theirs (address mapping onto SSH test
+hosts) in its place.
 """
 
 from __future__ import annotations
@@ -23,8 +25,7 @@ from provision.errors import BadInput
 if TYPE_CHECKING:
     from types import FrameType
 
-    from provision.cloud.aws.ec2 import Ec2
-    from provision.cloud.interface import LaunchResult, Say
+    from provision.cloud.interface import Cloud, LaunchResult, Say
     from provision.cloud.request import LaunchRequest
 
 DEFAULT_KEY = "~/.ssh/id_ed25519.pub"
@@ -184,11 +185,20 @@ def public_key_problem(text: str) -> str | None:
     return None
 
 
-def connect(prepared: Prepared) -> Ec2:
+def connect(prepared: Prepared) -> Cloud:
     """The EC2 client for the run's region (the seam tests replace to map addresses)."""
     from provision.cloud.aws.ec2 import Ec2
 
     return Ec2(prepared.session, prepared.request.region)
+
+
+def open_region(region: str | None) -> Cloud:
+    """The client of ``region`` (or the configured one) for ``ls`` and ``down``; BadInput without one."""
+    from provision.cloud.aws.ec2 import Ec2
+    from provision.cloud.aws.session import open_session
+
+    session, name = open_session(region)
+    return Ec2(session, name)
 
 
 def describe(req: LaunchRequest) -> str:
@@ -206,19 +216,10 @@ def describe(req: LaunchRequest) -> str:
     )
 
 
-def launch(prepared: Prepared, ec2: Ec2, say: Say, workdir: Path | None = None) -> LaunchResult:
+def launch(prepared: Prepared, cloud: Cloud, say: Say, workdir: Path | None = None) -> LaunchResult:
     """Launch the run and write its inventory; a launch that fails part way removes what it made."""
-    from provision.cloud.aws.errors import aws_errors
-    from provision.cloud.aws.images import aws_lookup
-
-    req = prepared.request
-    with aws_errors("launching"):
-        return ec2.launch(
-            req,
-            ami_lookup=None if req.ami else aws_lookup(prepared.session, req.region, ec2.call),
-            workdir=workdir or Path.cwd(),
-            say=say,
-        )
+    with cloud.errors("launching"):
+        return cloud.launch(prepared.request, workdir=workdir or Path.cwd(), say=say)
 
 
 def launch_json(r: LaunchResult) -> dict[str, Any]:

@@ -17,7 +17,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from provision.errors import BadInput, OperationFailed, ProvisionError
+from provision.cloud.errors import CloudAuthError, CloudError
+from provision.errors import ProvisionError
 
 T = TypeVar("T")
 
@@ -138,20 +139,6 @@ def quota_for(instance_type: str, spot: bool) -> tuple[str, str]:
     """The Service Quotas code and name that bounds launching ``instance_type`` (P or G line)."""
     line = "p" if instance_type.startswith("p") else "g"
     return QUOTA_CODES[(line, spot)]
-
-
-class CloudError(OperationFailed):
-    """An AWS call failed in a way that retrying will not fix (exit 1)."""
-
-    code = "failed"
-
-    def __init__(self, message: str, hint: str = "", *, aws_code: str = "") -> None:
-        super().__init__(message, hint, details={"aws_code": aws_code} if aws_code else None)
-        self.aws_code = aws_code
-
-
-class CloudAuthError(BadInput):
-    """Credentials missing, expired or lacking a permission (exit 2: the user must fix them)."""
 
 
 def to_provision_error(c: Classified, what: str) -> CloudError | CloudAuthError:

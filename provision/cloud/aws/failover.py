@@ -14,6 +14,7 @@ from provision.cloud.aws import hostttl
 from provision.cloud.aws.images import Image
 from provision.cloud.aws.session import Ec2Session, aws_tags
 from provision.cloud.aws.teardown import Created
+from provision.cloud.errors import CloudError
 from provision.cloud.interface import TAG_EXPIRES, Attempt, Launched, Say, parse_iso
 from provision.cloud.request import LaunchRequest, TypeChoice
 
@@ -78,7 +79,7 @@ class Failover(Ec2Session):
                             if market == "spot" and "on-demand" in markets:
                                 say(f"spot quota reached ({quota}); falling back to on-demand")
                                 break
-                            raise cerr.CloudError(
+                            raise CloudError(
                                 f"{t.name} x{req.count} ({market}) exceeds your quota: {c.code}: {c.message}",
                                 f"raise the EC2 quota '{quota}' ({code}) in Service Quotas for {self.region}",
                                 aws_code=c.code,
@@ -90,7 +91,7 @@ class Failover(Ec2Session):
                     continue
                 break  # a spot quota: the whole spot market is out, go to on-demand
         tried = "; ".join(f"{a.instance_type} {a.market} {a.zone}: {a.outcome}" for a in attempts)
-        raise cerr.CloudError(
+        raise CloudError(
             f"no capacity for {', '.join(t.name for t in types)} x{req.count} in {self.region} ({tried})",
             "try another --region, more types in --instance-type, "
             + ("--on-demand-fallback, " if req.spot and not req.on_demand_fallback else "")

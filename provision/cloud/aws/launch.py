@@ -11,11 +11,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from provision.cloud.aws import errors as cerr
 from provision.cloud.aws.failover import Failover
-from provision.cloud.aws.images import AmiLookup, Image, ImageQuery, ssh_user
+from provision.cloud.aws.images import AmiLookup, Image, ImageQuery, aws_lookup, ssh_user
 from provision.cloud.aws.session import aws_tags
 from provision.cloud.aws.teardown import Created, Teardown
+from provision.cloud.errors import CloudError
 from provision.cloud.interface import TAG_EXPIRES, TAG_RUN, AddressMap, Launched, LaunchResult, Say, iso
 from provision.cloud.inventory import Host, inventory_doc, write_inventory, write_known_hosts
 from provision.cloud.request import LaunchRequest, cidr_warnings
@@ -47,7 +47,7 @@ class Launching(Failover, Teardown):
         except Exception as exc:
             raise self.fail(exc, f"AMI {ami}") from exc
         if not images:
-            raise cerr.CloudError(
+            raise CloudError(
                 f"AMI {ami} not found in {self.region}",
                 "check the id and the region",
                 aws_code="InvalidAMIID.NotFound",
@@ -64,7 +64,7 @@ class Launching(Failover, Teardown):
         self,
         req: LaunchRequest,
         *,
-        ami_lookup: AmiLookup | None,
+        ami_lookup: AmiLookup | None = None,
         workdir: Path,
         say: Say = lambda _m: None,
         address_map: AddressMap | None = None,
@@ -168,7 +168,9 @@ class Launching(Failover, Teardown):
         if req.ami:
             img = self.describe_image(req.ami)
             return {img.arch: img}
-        assert req.image is not None and lookup is not None
+        assert req.image is not None
+        # SSM's public parameters unless the caller brings its own look-up (tests, air-gapped users)
+        lookup = lookup or aws_lookup(self.session, self.region, self.call)
         out: dict[str, Image] = {}
         for arch in dict.fromkeys(t.arch for t in req.types):
             q = ImageQuery(os=req.image.os, arch=arch, base=req.image.base)
@@ -180,7 +182,7 @@ class Launching(Failover, Teardown):
                 raise self.fail(exc, f"looking up the {q.os} {arch} image") from exc
             img = self.describe_image(ami)
             if img.arch != arch:
-                raise cerr.CloudError(f"{ami} is {img.arch}, not {arch}", "pass --ami of the right architecture")
+                raise CloudError(f"{ami} is {img.arch}, not {arch}", "pass --ami of the right architecture")
             out[arch] = img
         return out
 
@@ -253,7 +255,7 @@ class Launching(Failover, Teardown):
         for i in sorted(described, key=lambda d: d["InstanceId"]):
             addr = i.get("PublicIpAddress") if req.ssh_address == "public" else i.get("PrivateIpAddress")
             if not addr:
-                raise cerr.CloudError(
+                raise CloudError(
                     f"{i['InstanceId']} has no {req.ssh_address} address",
                     "use --ssh-address private from inside the VPC, or a subnet that maps public IPs",
                 )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 
@@ -80,6 +81,10 @@ class Ec2Session:
 
     def call(self, fn: Callable[..., Any], /, **kwargs: Any) -> Any:
         return cerr.call(fn, sleep=self.sleep, **kwargs)
+
+    def errors(self, what: str) -> AbstractContextManager[None]:
+        """``what``'s AWS errors as one-line ProvisionErrors (the :class:`~provision.cloud.interface.Cloud` hook)."""
+        return cerr.aws_errors(what)
 
     @staticmethod
     def _as_error(exc: BaseException) -> ProvisionError | None:

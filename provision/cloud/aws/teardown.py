@@ -15,6 +15,7 @@ from provision.cloud.aws import errors as cerr
 from provision.cloud.aws.listing import Listing, split_by_run_id
 from provision.cloud.aws.session import LIVE_STATES, tag_map
 from provision.cloud.aws.waits import Waits
+from provision.cloud.errors import CloudError
 from provision.cloud.interface import TAG_EXPIRES, TAG_RUN, DownResult, Say, local_files, parse_iso
 from provision.errors import ProvisionError
 from provision.ids import check_run_id
@@ -108,7 +109,7 @@ class Teardown(Listing, Waits):
         if created.key_file is not None:
             created.key_file.unlink(missing_ok=True)
         if leftovers:
-            raise cerr.CloudError(
+            raise CloudError(
                 f"launch failed and {', '.join(leftovers)} could not be removed",
                 "run `provision cloud down --all` (or --run) once AWS answers again",
             ) from cause
@@ -200,7 +201,7 @@ class Teardown(Listing, Waits):
         except Exception as exc:
             raise self.fail(exc, "terminating") from exc
         if left:
-            raise cerr.CloudError(f"could not remove {', '.join(left)}", "run the same `cloud down` again in a minute")
+            raise CloudError(f"could not remove {', '.join(left)}", "run the same `cloud down` again in a minute")
         local: list[str] = []
         if workdir is not None:
             for r in runs:

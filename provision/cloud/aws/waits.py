@@ -8,6 +8,7 @@ from typing import Any
 
 from provision.cloud.aws import errors as cerr
 from provision.cloud.aws.session import Ec2Session
+from provision.cloud.errors import CloudError
 from provision.cloud.inventory import Host, host_keys_from_console
 
 
@@ -32,15 +33,11 @@ class Waits(Ec2Session):
                     (i.get("StateReason", {}).get("Message", "") for i in found if i["InstanceId"] in gone),
                     "",
                 )
-                raise cerr.CloudError(
-                    f"{', '.join(gone)} stopped before running ({reason})", "try again or another zone"
-                )
+                raise CloudError(f"{', '.join(gone)} stopped before running ({reason})", "try again or another zone")
             if len(states) == len(ids) and all(s == "running" for s in states.values()):
                 return found
             if time.monotonic() > deadline:
-                raise cerr.CloudError(
-                    f"instances not running after {timeout_s:.0f}s: {states}", "check the EC2 console"
-                )
+                raise CloudError(f"instances not running after {timeout_s:.0f}s: {states}", "check the EC2 console")
             self.sleep(self.poll_s)
 
     def _wait_status_ok(self, ids: list[str], timeout_s: float) -> None:
@@ -56,16 +53,14 @@ class Waits(Ec2Session):
             }
             bad = [i for i, c in checks.items() if "impaired" in c]
             if bad:
-                raise cerr.CloudError(
+                raise CloudError(
                     f"status checks failed on {', '.join(bad)}",
                     "the hardware or image is faulty; launch again",
                 )
             if len(checks) == len(ids) and all(c == ("ok", "ok") for c in checks.values()):
                 return
             if time.monotonic() > deadline:
-                raise cerr.CloudError(
-                    f"status checks not passed after {timeout_s:.0f}s: {checks}", "check the EC2 console"
-                )
+                raise CloudError(f"status checks not passed after {timeout_s:.0f}s: {checks}", "check the EC2 console")
             self.sleep(self.poll_s)
 
     def _wait_ssh(self, hosts: list[Host], timeout_s: float) -> None:
@@ -76,7 +71,7 @@ class Waits(Ec2Session):
             if not waiting:
                 return
             if time.monotonic() > deadline:
-                raise cerr.CloudError(
+                raise CloudError(
                     f"SSH not answering on {', '.join(f'{h.address}:{h.port}' for h in waiting)}"
                     f" after {timeout_s:.0f}s",
                     "check that --ssh-cidr covers this machine's address; or use --no-wait-ssh",
@@ -104,7 +99,7 @@ class Waits(Ec2Session):
             if all(s == "terminated" for s in states.values()):
                 return
             self.sleep(self.poll_s)
-        raise cerr.CloudError(f"instances not terminated after {timeout_s:.0f}s", "check the EC2 console")
+        raise CloudError(f"instances not terminated after {timeout_s:.0f}s", "check the EC2 console")
 
 
 def ssh_answers(host: str, port: int, timeout_s: float = 5.0) -> bool:
