@@ -1,24 +1,29 @@
 """Run ids: the one form provision gives a run (``YYYYMMDD-HHMMSS-xxxx``, UTC, 4 random hex digits).
 
+One function for both kinds of run: ``provision up`` (its ``.provision/runs/<id>/`` and state
+records) and a cloud launch (its tags, key pair and inventory names).
+
 A run id names local paths (``.provision/runs/<id>/``, ``inventory/ec2-<id>.yml``) and cloud
 tags, so every id read back from a tag or the command line is checked against the same form.
 """
 
 from __future__ import annotations
 
-import os
 import re
+import secrets
 from datetime import datetime, timezone
 
 from provision.errors import BadInput
 
 
-def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
-
-
 def new_run_id(now: datetime | None = None) -> str:
-    return f"{(now or utcnow()).strftime('%Y%m%d-%H%M%S')}-{os.urandom(2).hex()}"
+    """A new run id: ``now`` (default: the current time) in UTC to the second, then 2 random bytes.
+
+    The random part keeps two runs started in the same second apart; it comes from the OS's
+    CSPRNG (``secrets``) so that an id cannot be guessed ahead of its run.
+    """
+    t = (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
+    return f"{t.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
 
 
 # The only form new_run_id makes. A run id names paths (.provision/runs/<id>/, inventory/ec2-<id>.yml)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import json
-import secrets
 import shutil
 import time
 from collections.abc import Callable, Sequence
@@ -28,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from provision.errors import BadInput
+from provision.ids import new_run_id
 
 if TYPE_CHECKING:
     from provision.ansible.apply import HostProgress
@@ -179,10 +179,6 @@ def group_hash(group: LockGroup) -> str:
     """A lock group's identity for the state DB: what is installed, not which hosts share it."""
     doc = {"host": group.host, "stack": group.stack, "packages": group.packages}
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def new_run_id() -> str:
-    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(2)
 
 
 # --- the run ---------------------------------------------------------------------------------
