@@ -368,7 +368,7 @@ def test_sigterm_during_the_run_ends_it(
         os.kill(os.getpid(), signal.SIGTERM)
         return real_plan(**kwargs)
 
-    monkeypatch.setattr(provision.planning, "plan", plan_then_killed)
+    monkeypatch.setattr(provision.fleet.planning, "plan", plan_then_killed)
     code, _, err = run_cli(oneshot.args("--down-after"), capsys)
     assert code == 130, err[-2000:]
     assert "ended run" in err and nothing_left(oneshot.aws) and left_behind(oneshot.aws) == []
