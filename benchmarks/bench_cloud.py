@@ -49,8 +49,9 @@ def main() -> None:
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     import boto3
 
-    from provision.cloud.ec2 import Ec2, new_run_id
+    from provision.cloud.aws.ec2 import Ec2
     from provision.cloud.request import LaunchRequest, describe_type
+    from provision.ids import new_run_id
 
     session = boto3.session.Session(region_name=REGION)
     ubuntu = [{"Name": "name", "Values": ["ubuntu*"]}]

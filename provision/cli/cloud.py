@@ -17,7 +17,7 @@ from provision.errors import BadInput
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from provision.cloud.ec2 import CloudInstance, DownResult, LaunchResult, Skipped
+    from provision.cloud.interface import CloudInstance, DownResult, LaunchResult, Skipped
     from provision.cloud.launcher import Prepared
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -147,13 +147,12 @@ def ls(region: str | None, as_json: bool) -> int:
     from datetime import datetime, timezone
 
     from provision.cli.output import emit
-    from provision.cloud import ec2 as ec2mod
+    from provision.cloud.launcher import open_region
 
-    session, reg = ec2mod.open_session(region)
-    from provision.cloud.errors import aws_errors
-
-    with aws_errors("listing instances"):
-        items, skipped = ec2mod.Ec2(session, reg).listing()
+    client = open_region(region)
+    reg = client.region
+    with client.errors("listing instances"):
+        items, skipped = client.listing()
     now = datetime.now(timezone.utc)
     doc = {
         "ok": True,
@@ -218,19 +217,19 @@ def _ls_human(con: Console, items: list[CloudInstance], now: Any, doc: dict[str,
 def down(run: str | None, expired: bool, all_runs: bool, region: str | None, as_json: bool) -> int:
     """Terminate instances by run, expiry or all; then their security groups and key pairs."""
     from provision.cli.output import emit
-    from provision.cloud import ec2 as ec2mod
+    from provision.cloud.launcher import open_region
+    from provision.ids import check_run_id
 
     if sum([run is not None, expired, all_runs]) != 1:
         raise BadInput(
             "say what to end: exactly one of --run ID, --expired, --all", "see 'provision cloud down --help'"
         )
     if run is not None:
-        ec2mod.check_run_id(run)  # it names local paths: bad input before any AWS call
-    session, reg = ec2mod.open_session(region)
-    from provision.cloud.errors import aws_errors
-
-    with aws_errors("ending instances"):
-        res = ec2mod.Ec2(session, reg).down(run=run, expired=expired, all_runs=all_runs, workdir=Path.cwd())
+        check_run_id(run)  # it names local paths: bad input before any AWS call
+    client = open_region(region)
+    reg = client.region
+    with client.errors("ending instances"):
+        res = client.down(run=run, expired=expired, all_runs=all_runs, workdir=Path.cwd())
     doc = _down_json(res, reg)
     emit(doc, as_json, lambda con: _down_human(con, res))
     return 0

@@ -166,7 +166,7 @@ def up(
     result, run = up_on_cloud(
         prepared,
         provision,
-        ec2=launcher.connect(prepared),
+        cloud=launcher.connect(prepared),
         down_after=down_after,
         keep_on_failure=keep_on_failure,
         say=say,

@@ -2,9 +2,11 @@
 
 :class:`LaunchArgs` is what the user typed (the option block both commands declare),
 :func:`prepare` checks all of it and opens boto3's session without sending a request (bad input
-is exit 2 before anything exists), and :func:`launch` hands the checked request to
-:meth:`provision.cloud.ec2.Ec2.launch`. :func:`connect` is the one place an :class:`Ec2` is
-built, so tests can put theirs (address mapping onto SSH test hosts) in its place.
+is exit 2 before anything exists), and :func:`launch` hands the checked request to the
+:class:`~provision.cloud.interface.Cloud` client. :func:`connect` (a launch) and
+:func:`open_region` (``ls``, ``down``) are the only places a client is built (today always
+:class:`provision.cloud.aws.ec2.Ec2`), so tests can put theirs (address mapping onto SSH test
+hosts) in its place.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from provision.errors import BadInput
 if TYPE_CHECKING:
     from types import FrameType
 
-    from provision.cloud.ec2 import Ec2, LaunchResult, Say
+    from provision.cloud.interface import Cloud, LaunchResult, Say
     from provision.cloud.request import LaunchRequest
 
 DEFAULT_KEY = "~/.ssh/id_ed25519.pub"
@@ -81,7 +83,7 @@ def prepare(args: LaunchArgs, *, wait_ssh: bool = True) -> Prepared:
     refused launch has created nothing and sent nothing.
     """
     from provision.cloud import request as rq
-    from provision.cloud.images import normalize_os
+    from provision.cloud.aws.images import normalize_os
     from provision.matrix import load
 
     if args.count < 1:
@@ -106,11 +108,12 @@ def prepare(args: LaunchArgs, *, wait_ssh: bool = True) -> Prepared:
     image = rq.image_request(args.ami, os_id, args.base, types[0].arch)
     pub = public_key(args.ssh_key, args.new_key)
 
-    from provision.cloud import ec2 as ec2mod
+    from provision.cloud.aws.session import open_session
+    from provision.ids import new_run_id
 
-    session, region = ec2mod.open_session(args.region)
+    session, region = open_session(args.region)
     req = rq.LaunchRequest(
-        run=ec2mod.new_run_id(),
+        run=new_run_id(),
         region=region,
         types=tuple(types),
         count=args.count,
@@ -182,11 +185,20 @@ def public_key_problem(text: str) -> str | None:
     return None
 
 
-def connect(prepared: Prepared) -> Ec2:
+def connect(prepared: Prepared) -> Cloud:
     """The EC2 client for the run's region (the seam tests replace to map addresses)."""
-    from provision.cloud.ec2 import Ec2
+    from provision.cloud.aws.ec2 import Ec2
 
     return Ec2(prepared.session, prepared.request.region)
+
+
+def open_region(region: str | None) -> Cloud:
+    """The client of ``region`` (or the configured one) for ``ls`` and ``down``; BadInput without one."""
+    from provision.cloud.aws.ec2 import Ec2
+    from provision.cloud.aws.session import open_session
+
+    session, name = open_session(region)
+    return Ec2(session, name)
 
 
 def describe(req: LaunchRequest) -> str:
@@ -204,19 +216,10 @@ def describe(req: LaunchRequest) -> str:
     )
 
 
-def launch(prepared: Prepared, ec2: Ec2, say: Say, workdir: Path | None = None) -> LaunchResult:
+def launch(prepared: Prepared, cloud: Cloud, say: Say, workdir: Path | None = None) -> LaunchResult:
     """Launch the run and write its inventory; a launch that fails part way removes what it made."""
-    from provision.cloud.errors import aws_errors
-    from provision.cloud.images import aws_lookup
-
-    req = prepared.request
-    with aws_errors("launching"):
-        return ec2.launch(
-            req,
-            ami_lookup=None if req.ami else aws_lookup(prepared.session, req.region, ec2.call),
-            workdir=workdir or Path.cwd(),
-            say=say,
-        )
+    with cloud.errors("launching"):
+        return cloud.launch(prepared.request, workdir=workdir or Path.cwd(), say=say)
 
 
 def launch_json(r: LaunchResult) -> dict[str, Any]:

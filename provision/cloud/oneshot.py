@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from provision.errors import ProvisionError
 
 if TYPE_CHECKING:
-    from provision.cloud.ec2 import DownResult, Ec2, LaunchResult, Say
+    from provision.cloud.interface import Cloud, DownResult, LaunchResult, Say
     from provision.cloud.launcher import Prepared
     from provision.fleet.records import UpResult
 
@@ -62,7 +62,7 @@ def up_on_cloud(
     prepared: Prepared,
     provision: Provision,
     *,
-    ec2: Ec2,
+    cloud: Cloud,
     down_after: bool,
     keep_on_failure: bool,
     say: Say,
@@ -77,14 +77,21 @@ def up_on_cloud(
 
     workdir = workdir or Path.cwd()
     with signals_as_interrupt(say):
-        launched = launch(prepared, ec2, say, workdir)
+        launched = launch(prepared, cloud, say, workdir)
         run = CloudRun(launched)
         say(f"run {launched.run}: {len(launched.instances)} instance(s) up; provisioning {launched.inventory}")
         try:
             result = provision(str(launched.inventory))
         except BaseException as exc:
             _finish(
-                run, ec2, failed=True, down_after=down_after, keep=keep_on_failure, say=say, workdir=workdir, during=exc
+                run,
+                cloud,
+                failed=True,
+                down_after=down_after,
+                keep=keep_on_failure,
+                say=say,
+                workdir=workdir,
+                during=exc,
             )
             if isinstance(exc, ProvisionError):
                 exc.details["cloud"] = run.to_json()
@@ -92,7 +99,7 @@ def up_on_cloud(
         try:
             _finish(
                 run,
-                ec2,
+                cloud,
                 failed=not result.ok,
                 down_after=down_after,
                 keep=keep_on_failure,
@@ -108,7 +115,7 @@ def up_on_cloud(
 
 def _finish(
     run: CloudRun,
-    ec2: Ec2,
+    cloud: Cloud,
     *,
     failed: bool,
     down_after: bool,
@@ -130,11 +137,9 @@ def _finish(
         )
         return
     say(f"ending run {r.run} (--down-after): terminating {', '.join(i.id for i in r.instances)}")
-    from provision.cloud.errors import aws_errors
-
     try:
-        with aws_errors("ending the run"):
-            run.down = ec2.down(run=r.run, workdir=workdir)
+        with cloud.errors("ending the run"):
+            run.down = cloud.down(run=r.run, workdir=workdir)
     except BaseException as exc:  # a failed or interrupted teardown: the instances may still run
         run.down_error = exc.one_line() if isinstance(exc, ProvisionError) else type(exc).__name__
         say(
@@ -161,7 +166,7 @@ def _finish(
 
 
 def _still_running(r: LaunchResult) -> str:
-    from provision.cloud import prices
+    from provision.cloud.aws import prices
 
     per_hour = [prices.on_demand(i.type)[0] for i in r.instances if i.market == "on-demand"]
     cost = (

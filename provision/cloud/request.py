@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
-from provision.cloud.images import ImageQuery, check_query, ec2_arch
+from provision.cloud.aws.images import ImageQuery, check_query, ec2_arch
 from provision.errors import BadInput
 
 _TTL_PART = re.compile(r"(\d+)([smhd])")

@@ -19,7 +19,6 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import json
-import secrets
 import shutil
 import time
 from collections.abc import Callable, Sequence
@@ -30,6 +29,7 @@ from provision.fleet.batch import check_without_gpu, lock_failed, make_batches, 
 from provision.fleet.cache.config import start_cache
 from provision.fleet.records import LOCK_TASK, NOT_RUN, PROBE_TASK, HostRun, Progress, UpOptions, UpResult
 from provision.fleet.report import finish_reports
+from provision.ids import new_run_id
 
 if TYPE_CHECKING:
     from provision.config import Config
@@ -78,10 +78,6 @@ def group_hash(group: LockGroup) -> str:
     """A lock group's identity for the state DB: what is installed, not which hosts share it."""
     doc = {"host": group.host, "stack": group.stack, "packages": group.to_json()["packages"]}
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def new_run_id() -> str:
-    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(2)
 
 
 # --- the run ---------------------------------------------------------------------------------

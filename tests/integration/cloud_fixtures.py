@@ -22,7 +22,8 @@ from typing import Any
 
 import pytest
 
-from provision.cloud.ec2 import Ec2, LaunchResult
+from provision.cloud.aws.ec2 import Ec2
+from provision.cloud.interface import LaunchResult
 from provision.cloud.request import LaunchRequest
 from tests.hosts import harness
 from tests.integration import roles_harness as rh

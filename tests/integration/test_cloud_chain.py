@@ -20,8 +20,8 @@ from datetime import timedelta
 import pytest
 import yaml
 
-from provision.cloud.ec2 import new_run_id
 from provision.cloud.request import LaunchRequest, describe_type
+from provision.ids import new_run_id
 from tests.hosts import harness
 from tests.integration.cloud_fixtures import REGION, Aws, MappedEc2, admin_users, aws, moto_url, run_cli
 

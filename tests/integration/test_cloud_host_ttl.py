@@ -16,8 +16,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from provision.cloud.ec2 import new_run_id
-from provision.cloud.hostttl import user_data
+from provision.cloud.aws.hostttl import user_data
+from provision.ids import new_run_id
 from tests.hosts import harness
 from tests.integration import roles_harness as rh
 

@@ -21,11 +21,12 @@ from typing import Any
 import pytest
 import yaml
 
-from provision.cloud import errors as cerr
-from provision.cloud.ec2 import Ec2, new_run_id
-from provision.cloud.images import ImageQuery, aws_lookup
+from provision.cloud.aws.ec2 import Ec2
+from provision.cloud.aws.images import ImageQuery, aws_lookup
+from provision.cloud.errors import CloudError
 from provision.cloud.request import LaunchRequest, describe_type
 from provision.errors import BadInput, ProvisionError
+from provision.ids import new_run_id
 from tests.integration.cloud_fixtures import REGION, Aws, Http, aws, aws_error, moto_url, nothing_left, tags
 
 __all__ = ["aws", "moto_url"]
@@ -118,7 +119,7 @@ def test_capacity_fails_over_zone_then_type(aws: Aws, cloud: tuple[Ec2, Injector
 def test_no_capacity_anywhere_fails_and_removes_everything(aws: Aws, cloud: tuple[Ec2, Injector]) -> None:
     ec2, inj = cloud
     inj.fail("RunInstances", "InsufficientInstanceCapacity")
-    with pytest.raises(cerr.CloudError) as exc:
+    with pytest.raises(CloudError) as exc:
         ec2.launch(request(aws, ["g5.xlarge"]), ami_lookup=None, workdir=aws.workdir)
     assert exc.value.message.startswith("no capacity for g5.xlarge x1 in us-east-1")
     assert "another --region" in exc.value.hint
@@ -139,16 +140,14 @@ def test_throttling_is_retried_with_backoff(aws: Aws, cloud: tuple[Ec2, Injector
 def test_quota_stops_names_the_quota_and_cleans_up(aws: Aws, cloud: tuple[Ec2, Injector]) -> None:
     ec2, inj = cloud
     inj.fail("RunInstances", "VcpuLimitExceeded")
-    with pytest.raises(cerr.CloudError) as exc:
+    with pytest.raises(CloudError) as exc:
         ec2.launch(request(aws, ["g5.xlarge", "g6.xlarge"]), ami_lookup=None, workdir=aws.workdir)
     assert len(inj.launches()) == 1  # no zone or type hopping on a quota
     assert "Running On-Demand G and VT instances" in exc.value.hint and "L-DB2E81BA" in exc.value.hint
     assert nothing_left(aws)
 
 
-@pytest.mark.parametrize(
-    "code, kind", [("UnauthorizedOperation", BadInput), ("InvalidAMIID.NotFound", cerr.CloudError)]
-)
+@pytest.mark.parametrize("code, kind", [("UnauthorizedOperation", BadInput), ("InvalidAMIID.NotFound", CloudError)])
 def test_auth_and_bad_image_stop_at_once(aws: Aws, cloud: tuple[Ec2, Injector], code: str, kind: type) -> None:
     ec2, inj = cloud
     inj.fail("RunInstances", code)
@@ -226,7 +225,7 @@ def test_spot_quota_with_fallback_goes_on_demand(aws: Aws, cloud: tuple[Ec2, Inj
 def test_spot_without_fallback_fails(aws: Aws, cloud: tuple[Ec2, Injector]) -> None:
     ec2, inj = cloud
     inj.fail("RunInstances", "InsufficientInstanceCapacity", lambda b: "InstanceMarketOptions.MarketType" in b)
-    with pytest.raises(cerr.CloudError) as exc:
+    with pytest.raises(CloudError) as exc:
         ec2.launch(request(aws, ["g5.xlarge"], spot=True), ami_lookup=None, workdir=aws.workdir)
     assert "--on-demand-fallback" in exc.value.hint
     assert {m for _, _, m in inj.launches()} == {"spot"}
@@ -357,7 +356,7 @@ def test_ssh_that_never_answers_fails_and_cleans_up(aws: Aws, cloud: tuple[Ec2, 
     port = closed.getsockname()[1]
     closed.close()  # nothing listens there now
     req = request(aws, ["g5.xlarge"], wait_ssh=True)
-    with pytest.raises(cerr.CloudError, match="SSH not answering"):
+    with pytest.raises(CloudError, match="SSH not answering"):
         ec2.launch(
             req, ami_lookup=None, workdir=aws.workdir, address_map=lambda i, a: ("127.0.0.1", port), ssh_timeout_s=0.5
         )

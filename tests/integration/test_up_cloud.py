@@ -23,7 +23,7 @@ from typing import Any, cast
 import pytest
 
 from provision.cloud import launcher
-from provision.cloud.ec2 import Ec2
+from provision.cloud.aws.ec2 import Ec2
 from provision.cloud.errors import CloudError
 from provision.cloud.launcher import LaunchArgs, Prepared
 from provision.cloud.oneshot import up_on_cloud
@@ -201,7 +201,7 @@ def test_the_run_in_up_json_carries_the_ssh_cidr_warning(aws: Aws) -> None:
     _, run = up_on_cloud(
         prepared,
         lambda inv: _passed(["i-1"]),
-        ec2=ec2,
+        cloud=ec2,
         down_after=True,
         keep_on_failure=False,
         say=lambda _m: None,
@@ -239,7 +239,7 @@ def test_a_passed_run_that_cannot_be_ended_is_exit_1_naming_the_command(
         up_on_cloud(
             prepared,
             lambda inv: _passed(["i-1"]),
-            ec2=ec2,
+            cloud=ec2,
             down_after=True,
             keep_on_failure=False,
             say=said.append,
@@ -267,7 +267,13 @@ def test_a_failed_run_that_cannot_be_ended_reports_the_first_failure(
 
     with pytest.raises(OperationFailed) as caught:
         up_on_cloud(
-            prepared, unreachable, ec2=ec2, down_after=True, keep_on_failure=False, say=said.append, workdir=aws.workdir
+            prepared,
+            unreachable,
+            cloud=ec2,
+            down_after=True,
+            keep_on_failure=False,
+            say=said.append,
+            workdir=aws.workdir,
         )
     assert caught.value.message == "cannot probe i-1"
     assert caught.value.details["cloud"]["down_command"] == f"provision cloud down --run {prepared.run}"
@@ -362,7 +368,7 @@ def test_sigterm_during_the_run_ends_it(
         os.kill(os.getpid(), signal.SIGTERM)
         return real_plan(**kwargs)
 
-    monkeypatch.setattr(provision.planning, "plan", plan_then_killed)
+    monkeypatch.setattr(provision.fleet.planning, "plan", plan_then_killed)
     code, _, err = run_cli(oneshot.args("--down-after"), capsys)
     assert code == 130, err[-2000:]
     assert "ended run" in err and nothing_left(oneshot.aws) and left_behind(oneshot.aws) == []

@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 import yaml
 
-from provision.cloud import errors as cerr
-from provision.cloud.images import ImageQuery, normalize_os, parameter_name, ssh_user
+from provision.cloud.aws import errors as cerr
+from provision.cloud.aws.images import ImageQuery, normalize_os, parameter_name, ssh_user
+from provision.cloud.aws.prices import cost_so_far, on_demand
 from provision.cloud.inventory import Host, host_keys_from_console, inventory_doc, write_known_hosts
-from provision.cloud.prices import cost_so_far, on_demand
 from provision.cloud.request import build_types, check_budget, parse_cidr, parse_ttl, types_for_gpu
 from provision.errors import BadInput
 
@@ -401,7 +401,8 @@ def test_public_keys_ec2_can_import_and_the_ones_it_cannot(tmp_path: Path) -> No
 
 
 def test_run_ids_are_only_the_form_provision_makes() -> None:
-    from provision.cloud.ec2 import check_run_id, is_run_id, local_files, new_run_id
+    from provision.cloud.interface import local_files
+    from provision.ids import check_run_id, is_run_id, new_run_id
 
     made = new_run_id(datetime(2026, 11, 30, 2, 8, 46, tzinfo=timezone.utc))
     assert made.startswith("20261130-020846-") and is_run_id(made)

@@ -90,6 +90,14 @@ class ImageQuery:
     base: str  # "os" (the plain distribution) | "dlami"
 
 
+@dataclass(frozen=True)
+class Image:
+    id: str
+    arch: str
+    root_device: str
+    root_gib: int
+
+
 # (query, region) -> AMI id. Raise BadInput for a combination that has no image.
 AmiLookup = Callable[[ImageQuery], str]
 
