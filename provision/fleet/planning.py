@@ -17,8 +17,8 @@ from provision.errors import BadInput, OperationFailed, ProvisionError, Unreacha
 
 if TYPE_CHECKING:
     from provision.config import Config
+    from provision.hosts.facts import HostFacts
     from provision.hosts.inventory import HostTarget
-    from provision.hosts.probe import HostFacts
 
 ASSUME_KEYS = ("os", "gpu", "arch", "instance_type", "nvswitch", "python", "name")
 
@@ -173,7 +173,7 @@ def plan(
     check_inputs(config, overrides, [t.target for t in targets if t.target is not None and assume is None], ssh_config)
     for t in targets:  # the apply's ssh trusts what the probe trusts (before any contact)
         if t.target is not None and not t.target.local and assume is None:
-            from provision.hosts.transport import ssh_trust_args
+            from provision.hosts.ssh_config import ssh_trust_args
 
             given = t.connection.get("ansible_ssh_common_args")
             t.connection["ansible_ssh_common_args"] = ssh_trust_args(t.target, ssh_config) + (
@@ -193,7 +193,7 @@ def plan(
     groups: dict[str, tuple[list[str], Any]] = {}
     for t in targets:
         if t.facts is not None:
-            from provision.hosts.probe import host_description
+            from provision.hosts.facts import host_description
 
             described = host_description(t.facts)
             kwargs = described.resolver_kwargs()
@@ -251,7 +251,7 @@ def check_inputs(
     the install settings, ``--set`` names, the ``-F`` file, and each host's SSH settings (port,
     ssh args, the SSH config it names), read from files only."""
     from provision.ansible.render import InstallSettings, check_overrides, check_settings
-    from provision.hosts.transport import resolve_settings
+    from provision.hosts.ssh_config import resolve_settings
 
     check_settings(InstallSettings.from_config(config.install))
     check_overrides(overrides or {})

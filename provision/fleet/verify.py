@@ -416,7 +416,7 @@ def default_connect(
     *, accept_new_host_keys: bool = False, ssh_config: Path | None = None, connect_timeout: float = 10.0
 ) -> Connect:
     def open_transport(target: HostTarget) -> Transport:
-        from provision.hosts.transport import connect
+        from provision.hosts.ssh import connect
 
         return connect(
             target,

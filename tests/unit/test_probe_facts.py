@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
+from provision.hosts import facts as hf
 from provision.hosts import gather
-from provision.hosts import probe as p
 from tests.unit.probe_fixtures import fixture, table_lookup
 
 OPTIONS = gather.GatherOptions(lookup=table_lookup)
@@ -78,7 +78,7 @@ def test_hgx_h100_ubuntu_2204() -> None:
     assert doc["unattended_upgrades"]["active"] is False  # units on, APT::Periodic off
     assert doc["container_runtimes"] == ["docker", "nvidia-ctk"]
     assert doc["ec2_instance_type"] is None
-    assert p.host_description(facts).to_json() == {
+    assert hf.host_description(facts).to_json() == {
         "gpu": "H100-SXM",
         "compute_capability": "9.0",
         "gpu_count": 8,
@@ -159,7 +159,7 @@ def test_debian_12_vm_without_gpu_legacy_boot() -> None:
     assert doc["cuda_toolkits"] == [{"version": "11.8", "path": "/usr"}]
     assert doc["kernel_headers"]["installed"] is True
     assert doc["package_locks"] is None and any("needs root" in w for w in doc["warnings"])
-    assert p.host_description(facts).to_json() == {
+    assert hf.host_description(facts).to_json() == {
         "gpu": None,
         "compute_capability": None,
         "gpu_count": 0,
@@ -229,7 +229,7 @@ def test_amazon_linux_2023_g5_with_loaded_driver_and_instance_type() -> None:
         "installable": True,
         "package": "kernel-devel-6.1.153-175.280.amzn2023.x86_64",
     }
-    assert p.host_description(facts).gpu == "A10G"
+    assert hf.host_description(facts).gpu == "A10G"
 
 
 def test_unknown_gpu_keeps_pci_id_and_takes_cc_from_nvml() -> None:
@@ -246,7 +246,7 @@ def test_unknown_gpu_keeps_pci_id_and_takes_cc_from_nvml() -> None:
     doc = facts.to_json()
     assert doc["gpus"][0]["pci_id"] == "10de:2e2a" and doc["gpus"][0]["model"] is None
     assert doc["driver_version"] == "590.10.01"  # from NVML when nothing else says
-    desc = p.host_description(facts)
+    desc = hf.host_description(facts)
     assert (desc.gpu, desc.compute_capability, desc.gpu_count) == (None, "12.1", 1)
     assert desc.resolver_kwargs()["gpu_count"] is None
 
@@ -270,7 +270,7 @@ def test_venv_frameworks() -> None:
     doc = facts.to_json()
     assert doc["frameworks"] == {"torch": "2.8.0+cu128"}
     assert doc["venv"]["packages"]["nvidia-cudnn-cu12"] == "9.10.2.21" and doc["venv"]["torch_cuda"] == "12.8"
-    assert p.host_description(facts).python == "3.12"  # the venv's Python is the one that matters
+    assert hf.host_description(facts).python == "3.12"  # the venv's Python is the one that matters
     missing = gather.facts_from_sections({"id": "root\n0", "venv": ""}, options).to_json()["venv"]
     assert missing["error"] and missing["packages"] == {}
 
@@ -286,7 +286,7 @@ def test_description_feeds_the_resolver() -> None:
     from provision.stack.resolve import HostSpec
 
     options = gather.GatherOptions(lookup=load().gpu_by_pci_id)
-    desc = p.host_description(gather.facts_from_sections(hgx_ubuntu_2204(), options))
+    desc = hf.host_description(gather.facts_from_sections(hgx_ubuntu_2204(), options))
     spec = HostSpec.describe(**desc.resolver_kwargs())
     assert (spec.gpu.name if spec.gpu else None, spec.gpu_count, spec.os.id, spec.arch) == (
         "H100-SXM",
@@ -324,6 +324,6 @@ def test_facts_json_is_what_resolve_reads() -> None:
     options = gather.GatherOptions(lookup=load().gpu_by_pci_id)
     facts = gather.facts_from_sections(hgx_ubuntu_2204(), options)
     from_json = HostSpec.from_facts(json.loads(json.dumps(facts.to_json())))
-    from_description = HostSpec.describe(**p.host_description(facts).resolver_kwargs())
+    from_description = HostSpec.describe(**hf.host_description(facts).resolver_kwargs())
     assert from_json == from_description
     assert from_json.gpu is not None and from_json.gpu.name == "H100-SXM" and from_json.gpu_count == 8
