@@ -27,7 +27,8 @@ def fingerprint(key: paramiko.PKey) -> str:
     return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
 
 
-def _host_key_name(hostname: str, port: int) -> str:
+def host_key_name(hostname: str, port: int) -> str:
+    """The name a host's key is filed under in known_hosts (``[host]:port`` off port 22)."""
     return hostname if port == 22 else f"[{hostname}]:{port}"
 
 
@@ -43,10 +44,12 @@ def record_host_key(path: str, hostname: str, port: int, key: paramiko.PKey) -> 
         file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         with open(file, "a") as out:
             fcntl.flock(out, fcntl.LOCK_EX)
-            out.write(f"{_host_key_name(hostname, port)} {key.get_name()} {key.get_base64()}\n")
+            out.write(f"{host_key_name(hostname, port)} {key.get_name()} {key.get_base64()}\n")
 
 
-class _UnknownHostKey(Exception):
+class UnknownHostKey(Exception):
+    """The host offered a key known_hosts lacks (and new keys are not accepted)."""
+
     def __init__(self, key: paramiko.PKey) -> None:
         super().__init__("unknown host key")
         self.key = key
@@ -56,7 +59,7 @@ class _UnknownHostKey(Exception):
 GLOBAL_KNOWN_HOSTS = ("/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2")
 
 
-def _load_known_hosts(client: paramiko.SSHClient, files: Sequence[str]) -> None:
+def load_known_hosts(client: paramiko.SSHClient, files: Sequence[str]) -> None:
     # The user's files and the system-wide ones, as ssh reads them; paramiko's lookup handles
     # hashed (|1|...) entries and [host]:port names. resolve_settings has checked every line.
     keys = client.get_host_keys()

@@ -20,9 +20,9 @@ from provision.hosts.transport import (
     CommandResult,
     CommandTimeout,
     Spawned,
-    _shell,
-    _sudo_stdin,
-    _sudo_wrap,
+    shell_text,
+    sudo_stdin,
+    sudo_wrap,
 )
 
 
@@ -48,10 +48,10 @@ class LocalTransport:
         sudo: bool = False,
         stdin: bytes | None = None,
     ) -> CommandResult:
-        text = _shell(command)
+        text = shell_text(command)
         if sudo and os.geteuid() != 0:
-            text = _sudo_wrap(text, self._sudo_password)
-            stdin = _sudo_stdin(self._sudo_password, stdin)
+            text = sudo_wrap(text, self._sudo_password)
+            stdin = sudo_stdin(self._sudo_password, stdin)
         # A new session, so that a timeout stops the whole pipeline, not only the shell.
         proc = subprocess.Popen(
             ["/bin/sh", "-c", text],
@@ -74,10 +74,10 @@ class LocalTransport:
 
     def spawn(self, command: str | Sequence[str], *, sudo: bool = False, stdin: bytes | None = None) -> Spawned:
         """Start a command that keeps running; see :class:`Spawned`."""
-        text = _shell(command)
+        text = shell_text(command)
         if sudo and os.geteuid() != 0:
-            text = _sudo_wrap(text, self._sudo_password)
-            stdin = _sudo_stdin(self._sudo_password, stdin)
+            text = sudo_wrap(text, self._sudo_password)
+            stdin = sudo_stdin(self._sudo_password, stdin)
         proc = subprocess.Popen(
             ["/bin/sh", "-c", f"exec 2>&1; {text}"],
             stdin=subprocess.PIPE,

@@ -80,10 +80,10 @@ def cuda_toolkits_from_packages(packages: Mapping[str, str]) -> list[CudaToolkit
         elif name == "nvidia-cuda-toolkit":
             v = ".".join(_upstream(version).split(".")[:2])
             found.setdefault(v, CudaToolkit(v, "/usr"))
-    return sorted(found.values(), key=lambda t: _version_key(t.version))
+    return sorted(found.values(), key=lambda t: version_key(t.version))
 
 
-def _version_key(version: str) -> tuple[int, ...]:
+def version_key(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", version))
 
 

@@ -30,7 +30,7 @@ from provision.hosts.facts import (
     VenvFacts,
     no_lookup,
 )
-from provision.hosts.parse_packages import _version_key
+from provision.hosts.parse_packages import version_key
 
 NVIDIA_VENDOR = "10de"
 # PCI class codes (pci.ids): 03xx display controllers (0300 VGA, 0302 3D); 0680 "other bridge"
@@ -276,7 +276,7 @@ def parse_python_version(text: str) -> str | None:
 def parse_python_list(text: str) -> list[str]:
     """Executable names such as ``python3.11`` (from ls of bin dirs) -> sorted unique ``3.11``."""
     found = {m.group(1) for m in re.finditer(r"python(\d+\.\d+)(?:\s|$)", text)}
-    return sorted(found, key=_version_key)
+    return sorted(found, key=version_key)
 
 
 def parse_systemctl_states(text: str) -> dict[str, str]:

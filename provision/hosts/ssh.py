@@ -23,7 +23,7 @@ from provision.hosts.inventory import LOCALHOST, HostTarget, parse_host
 
 if TYPE_CHECKING:
     import paramiko
-from provision.hosts.known_hosts import _host_key_name, _load_known_hosts, _UnknownHostKey, fingerprint, record_host_key
+from provision.hosts.known_hosts import UnknownHostKey, fingerprint, host_key_name, load_known_hosts, record_host_key
 from provision.hosts.local import LocalTransport
 from provision.hosts.ssh_config import SSHSettings, resolve_settings
 from provision.hosts.transport import (
@@ -33,10 +33,10 @@ from provision.hosts.transport import (
     CommandTimeout,
     Spawned,
     Transport,
-    _shell,
-    _sudo_stdin,
-    _sudo_wrap,
     paramiko_errors,
+    shell_text,
+    sudo_stdin,
+    sudo_wrap,
 )
 
 # paramiko logs a failed connection's traceback from its own thread; without a handler Python's
@@ -90,10 +90,10 @@ class SSHTransport:
         self, command: str | Sequence[str], sudo: bool, stdin: bytes | None
     ) -> tuple[str, bytes | None, paramiko.Transport]:
         """The shell text (sudo-wrapped for a non-root login), its stdin, and the live transport."""
-        text = _shell(command)
+        text = shell_text(command)
         if sudo and self.settings.user != "root":
-            text = _sudo_wrap(text, self.settings.sudo_password)
-            stdin = _sudo_stdin(self.settings.sudo_password, stdin)
+            text = sudo_wrap(text, self.settings.sudo_password)
+            stdin = sudo_stdin(self.settings.sudo_password, stdin)
         transport = self._client.get_transport()
         if transport is None or not transport.is_active():
             raise Unreachable(f"connection to {self.name} was lost", "check the host and try again")
@@ -186,13 +186,13 @@ def _open_client(
     import paramiko
 
     client = paramiko.SSHClient()
-    _load_known_hosts(client, settings.known_hosts_files)
-    name = _host_key_name(settings.hostname, settings.port)
+    load_known_hosts(client, settings.known_hosts_files)
+    name = host_key_name(settings.hostname, settings.port)
 
     class Policy(paramiko.MissingHostKeyPolicy):
         def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
             if not accept_new_host_keys:
-                raise _UnknownHostKey(key)
+                raise UnknownHostKey(key)
             record_host_key(settings.known_hosts_files[0], settings.hostname, settings.port, key)
 
     client.set_missing_host_key_policy(Policy())
@@ -219,7 +219,7 @@ def _open_client(
             channel_timeout=connect_timeout,
             sock=sock,
         )
-    except _UnknownHostKey as exc:
+    except UnknownHostKey as exc:
         client.close()
         raise Unreachable(
             f"unknown host key for {settings.name} ({name}): {exc.key.get_name()} {fingerprint(exc.key)}",

@@ -86,11 +86,13 @@ class CommandTimeout(OperationFailed):
     code = "timeout"
 
 
-def _shell(command: str | Sequence[str]) -> str:
+def shell_text(command: str | Sequence[str]) -> str:
+    """The shell text of a command: a string as it is, an argv quoted for the remote shell."""
     return command if isinstance(command, str) else shlex.join(command)
 
 
-def _sudo_wrap(command: str, password: str | None) -> str:
+def sudo_wrap(command: str, password: str | None) -> str:
+    """``command`` run as root through sudo (both transports wrap a non-root login's command so)."""
     # -n: never prompt (a prompt would hang until the timeout); -S with a password reads it
     # from stdin, so it never appears on a command line, in `ps` or in a log. -p '' keeps the
     # prompt text out of stderr.
@@ -98,7 +100,8 @@ def _sudo_wrap(command: str, password: str | None) -> str:
     return f"sudo {flags} -- sh -c {shlex.quote(command)}"
 
 
-def _sudo_stdin(password: str | None, stdin: bytes | None) -> bytes | None:
+def sudo_stdin(password: str | None, stdin: bytes | None) -> bytes | None:
+    """The stdin for :func:`sudo_wrap`'s command: the password's line first, when there is one."""
     if password is None:
         return stdin
     return password.encode() + b"\n" + (stdin or b"")

@@ -13,11 +13,11 @@ import pytest
 
 from provision.errors import BadInput
 from provision.hosts.inventory import HostTarget, parse_host
-from provision.hosts.known_hosts import _load_known_hosts, check_known_hosts_file, fingerprint, record_host_key
+from provision.hosts.known_hosts import check_known_hosts_file, fingerprint, load_known_hosts, record_host_key
 from provision.hosts.local import LocalTransport
 from provision.hosts.ssh import connect
 from provision.hosts.ssh_config import resolve_settings, ssh_trust_args
-from provision.hosts.transport import CommandTimeout, _sudo_stdin, _sudo_wrap
+from provision.hosts.transport import CommandTimeout, sudo_stdin, sudo_wrap
 from tests.unit.probe_fixtures import run_probe
 
 SSH_CONFIG = """
@@ -142,10 +142,10 @@ def test_local_transport_copies(tmp_path: Path) -> None:
 
 
 def test_sudo_never_puts_the_password_on_the_command_line() -> None:
-    wrapped = _sudo_wrap("cat /etc/shadow", "hunter2")
+    wrapped = sudo_wrap("cat /etc/shadow", "hunter2")
     assert "hunter2" not in wrapped and wrapped.startswith("sudo -S -p ''")
-    assert _sudo_stdin("hunter2", b"in") == b"hunter2\nin"
-    assert _sudo_wrap("id", None).startswith("sudo -n -- sh -c ")
+    assert sudo_stdin("hunter2", b"in") == b"hunter2\nin"
+    assert sudo_wrap("id", None).startswith("sudo -n -- sh -c ")
 
 
 def test_local_sudo_as_root_runs_plainly() -> None:
@@ -219,6 +219,6 @@ def test_known_hosts_markers_and_unknown_types_are_skipped_not_fatal(tmp_path: P
     )
     check_known_hosts_file(str(known))  # no BadInput: ssh reads such files
     client = paramiko.SSHClient()
-    _load_known_hosts(client, [str(known)])
+    load_known_hosts(client, [str(known)])
     assert client.get_host_keys().lookup("10.9.0.3") is not None
     assert client.get_host_keys().lookup("a.example") is None  # a CA line trusts nothing here
