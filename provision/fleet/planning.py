@@ -195,25 +195,28 @@ def plan(
         if t.facts is not None:
             from provision.hosts.facts import host_description
 
-            described = host_description(t.facts)
-            kwargs = described.resolver_kwargs()
-            python = described.python
+            try:
+                host = HostSpec.from_facts(t.facts.to_json())
+            except BadInput as exc:  # a mixed host, a GPU the data lacks: say which host
+                exc.message = f"{t.name}: {exc.message}"
+                raise
+            python = host_description(t.facts).python
         else:
             a = assume or Assumed()
-            kwargs = {
-                "gpu": a.gpu,
-                "gpu_count": a.gpu_count,
-                "instance_type": a.instance_type,
-                "os": a.os,
-                "arch": a.arch,
-                "nvswitch_count": a.nvswitch_count,
-            }
+            host = HostSpec.describe(
+                gpu=a.gpu,
+                gpu_count=a.gpu_count,
+                instance_type=a.instance_type,
+                os=a.os,
+                arch=a.arch,
+                nvswitch_count=a.nvswitch_count,
+            )
             python = a.python
         args = dict(request_args)
         if args.get("python") in (None, "auto") and python:
             args["python"] = python
         try:
-            resolution = resolve(StackRequest.build(**args), HostSpec.describe(**kwargs))
+            resolution = resolve(StackRequest.build(**args), host)
         except Unsatisfiable as exc:
             exc.message = f"{t.name}: {exc.message}"
             raise

@@ -1,4 +1,4 @@
-"""Host facts: the typed, JSON-serialisable :class:`HostFacts` and the resolver's view of a host.
+"""Host facts: the typed, JSON-serialisable :class:`HostFacts` and its summary :class:`HostDescription`.
 
 Pure data: nothing here runs a command or touches a host (that is :mod:`provision.hosts.gather`)
 or parses a tool's output (:mod:`provision.hosts.parse_system`, :mod:`provision.hosts.parse_packages`).
@@ -286,12 +286,12 @@ def _unattended_json(u: UnattendedUpgrades | None) -> dict[str, Any] | None:
 
 
 # ---------------------------------------------------------------------------------------------
-# The resolver's view of a host
+# A summary of the host (what resolve reads is provision.stack.request.HostSpec.from_facts)
 
 
 @dataclass(frozen=True)
 class HostDescription:
-    """What resolve needs to know of a host: DESIGN.md's ``host`` object."""
+    """A probed host in brief: DESIGN.md's ``host`` object, and the Python its stack is for."""
 
     gpu: str | None
     compute_capability: str | None
@@ -299,8 +299,6 @@ class HostDescription:
     os: str | None
     arch: str | None
     python: str | None
-    nvswitch_count: int = 0
-    instance_type: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """DESIGN.md's ``host`` object of ``provision resolve --json``."""
@@ -313,22 +311,13 @@ class HostDescription:
             "python": self.python,
         }
 
-    def resolver_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for ``provision.resolve.HostSpec.describe`` (python goes to the request)."""
-        # A GPU the knowledge data does not name cannot be counted as a model: "any NVIDIA GPU".
-        count = self.gpu_count if self.gpu and self.gpu_count else None
-        return {
-            "gpu": self.gpu,
-            "gpu_count": count,
-            "instance_type": self.instance_type,
-            "os": self.os,
-            "arch": self.arch,
-            "nvswitch_count": self.nvswitch_count,
-        }
-
 
 def host_description(facts: HostFacts) -> HostDescription:
-    """The host as resolve sees it. A mixed machine is described by its most common known GPU."""
+    """The host in brief; the venv's Python when a venv was probed, else the system's.
+
+    A mixed machine is summed up by its most common known GPU; resolving one is refused
+    (``HostSpec.from_facts``: one driver and one stack per GPU model).
+    """
     known = [g for g in facts.gpus if g.model]
     top = Counter(g.model for g in known).most_common(1)
     model = top[0][0] if top else None
@@ -343,6 +332,4 @@ def host_description(facts: HostFacts) -> HostDescription:
         os=facts.os.slug if facts.os else None,
         arch=facts.arch,
         python=python,
-        nvswitch_count=facts.nvswitch_count,
-        instance_type=facts.ec2_instance_type,
     )
