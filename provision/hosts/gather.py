@@ -12,6 +12,7 @@ prints: NVML, lock holders, venv package versions, the EC2 metadata service.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -199,8 +200,19 @@ def main_script(options: GatherOptions, with_root: bool) -> str:
     return _HEADER + body + (root_body() if with_root else "")
 
 
+def package_lock_files() -> tuple[list[str], list[str]]:
+    """The package managers' lock files: (fcntl-locked files, pid files), the one list the
+    preflight role waits on too (its files/package_locks.json)."""
+    from provision.resources import playbooks_dir
+
+    doc = json.loads((playbooks_dir() / "roles" / "preflight" / "files" / "package_locks.json").read_text())
+    return [str(p) for p in doc["fcntl"]], [str(p) for p in doc["pid_files"]]
+
+
 def root_body() -> str:
-    return _ROOT.replace("@@LOCKS@@", _python_heredoc('"$PY"', "package_locks", stdlib_only=True))
+    fcntl_locks, pid_files = package_lock_files()
+    args = shlex.join([*(f"fcntl:{p}" for p in fcntl_locks), *(f"pid:{p}" for p in pid_files)])
+    return _ROOT.replace("@@LOCKS@@", _python_heredoc('"$PY"', "package_locks", args, stdlib_only=True))
 
 
 def root_script() -> str:
