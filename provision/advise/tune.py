@@ -2,41 +2,24 @@
 
 The job is one self-contained file: locally it runs with an interpreter that has torch (this
 one by default); on a remote host it is copied over the :class:`~provision.hosts.transport.Transport`
-and run with the host's venv. Either way its stdout is one JSON document and its exit status
+to a private folder (:class:`~provision.hosts.remote_job.RemoteJob`) and run with the host's venv.
+Either way its stdout ends with one JSON document and its exit status
 says whether it measured (0) or not (1: no GPU without ``--allow-cpu``, torch missing).
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import subprocess
 import sys
-import uuid
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from provision.errors import OperationFailed
+from provision.hosts.remote_job import RemoteJob, last_json_line
+from provision.hosts.transport import Transport
 
 JOB = Path(__file__).resolve().parents[1] / "remote" / "tune_job.py"
 DEFAULT_TIMEOUT_S = 900.0
-
-
-class _Result(Protocol):
-    exit_status: int
-    stdout: str
-    stderr: str
-
-
-class _Transport(Protocol):
-    """The part of :class:`provision.hosts.transport.Transport` the job needs."""
-
-    @property
-    def name(self) -> str: ...
-
-    def run(self, command: list[str] | str, *, timeout: float = ...) -> Any: ...
-
-    def put(self, local: Path, remote: str, mode: int = ...) -> None: ...
 
 
 def job_args(allow_cpu: bool, scale: str | None) -> list[str]:
@@ -46,13 +29,7 @@ def job_args(allow_cpu: bool, scale: str | None) -> list[str]:
 
 def parse(host: str, rc: int, stdout: str, stderr: str, python: str) -> dict[str, Any]:
     """The job's document, or the failure it reports as one line (OperationFailed, exit 1)."""
-    doc: dict[str, Any] | None = None
-    for line in reversed(stdout.strip().splitlines()):
-        try:
-            doc = json.loads(line)
-            break
-        except ValueError:
-            continue
+    doc = last_json_line(stdout)
     if doc is None:
         tail = " ".join(stderr.strip().splitlines()[-1:]) or f"exit status {rc}"
         raise OperationFailed(
@@ -94,14 +71,8 @@ def run_local(python: str | None, allow_cpu: bool, scale: str | None, timeout: f
     return parse("localhost", proc.returncode, proc.stdout, "", exe)
 
 
-def run_via(transport: _Transport, python: str, allow_cpu: bool, scale: str | None, timeout: float) -> dict[str, Any]:
-    """Copy the job to the host, run it with ``python`` there, and remove it again."""
-    remote = f"/tmp/provision-tune-{uuid.uuid4().hex[:12]}.py"
-    transport.put(JOB, remote, 0o644)
-    try:
-        res: _Result = transport.run([python, remote, *job_args(allow_cpu, scale)], timeout=timeout)
-    finally:
-        # leaving a temp file behind must not hide the job's own outcome
-        with contextlib.suppress(Exception):
-            transport.run(["rm", "-f", remote], timeout=30)
+def run_via(transport: Transport, python: str, allow_cpu: bool, scale: str | None, timeout: float) -> dict[str, Any]:
+    """Copy the job to a private folder on the host, run it with ``python`` there, and remove it again."""
+    with RemoteJob(transport, {JOB.name: JOB}, prefix="provision-tune") as job:
+        res = job.run([python, job.path(JOB.name), *job_args(allow_cpu, scale)], timeout=timeout)
     return parse(transport.name, res.exit_status, res.stdout, res.stderr, python)

@@ -100,7 +100,7 @@ def probe(
     """
     targets = select_targets(local, hosts, inventory)
     from provision.hosts.gather import GatherOptions, matrix_lookup, probe_hosts
-    from provision.hosts.transport import resolve_settings
+    from provision.hosts.ssh_config import resolve_settings
 
     for target in targets:  # SSH settings that do not parse are bad input: found before any contact
         if not target.local:

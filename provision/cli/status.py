@@ -17,7 +17,7 @@ from provision.errors import BadInput, ExitCode
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from provision.hosts.probe import HostFacts
+    from provision.hosts.facts import HostFacts
 
 
 def observed_versions(facts: HostFacts) -> dict[str, str | None]:

@@ -109,7 +109,7 @@ def _fleet(
 ) -> int:
     from provision.advise import tune as t
     from provision.hosts.inventory import load_inventory
-    from provision.hosts.transport import connect
+    from provision.hosts.ssh import connect
 
     targets = load_inventory(inventory)  # bad inventory: exit 2 before any host is contacted
 

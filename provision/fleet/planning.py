@@ -17,8 +17,8 @@ from provision.errors import BadInput, OperationFailed, ProvisionError, Unreacha
 
 if TYPE_CHECKING:
     from provision.config import Config
+    from provision.hosts.facts import HostFacts
     from provision.hosts.inventory import HostTarget
-    from provision.hosts.probe import HostFacts
     from provision.stack.resolution import ResolvedHost
 
 ASSUME_KEYS = ("os", "gpu", "arch", "instance_type", "nvswitch", "python", "name")
@@ -176,7 +176,7 @@ def plan(
     check_inputs(config, overrides, [t.target for t in targets if t.target is not None and assume is None], ssh_config)
     for t in targets:  # the apply's ssh trusts what the probe trusts (before any contact)
         if t.target is not None and not t.target.local and assume is None:
-            from provision.hosts.transport import ssh_trust_args
+            from provision.hosts.ssh_config import ssh_trust_args
 
             given = t.connection.get("ansible_ssh_common_args")
             t.connection["ansible_ssh_common_args"] = ssh_trust_args(t.target, ssh_config) + (
@@ -196,27 +196,30 @@ def plan(
     groups: dict[str, tuple[list[str], Any]] = {}
     for t in targets:
         if t.facts is not None:
-            from provision.hosts.probe import host_description
+            from provision.hosts.facts import host_description
 
-            described = host_description(t.facts)
-            kwargs = described.resolver_kwargs()
-            python = described.python
+            try:
+                host = HostSpec.from_facts(t.facts.to_json())
+            except BadInput as exc:  # a mixed host, a GPU the data lacks: say which host
+                exc.message = f"{t.name}: {exc.message}"
+                raise
+            python = host_description(t.facts).python
         else:
             a = assume or Assumed()
-            kwargs = {
-                "gpu": a.gpu,
-                "gpu_count": a.gpu_count,
-                "instance_type": a.instance_type,
-                "os": a.os,
-                "arch": a.arch,
-                "nvswitch_count": a.nvswitch_count,
-            }
+            host = HostSpec.describe(
+                gpu=a.gpu,
+                gpu_count=a.gpu_count,
+                instance_type=a.instance_type,
+                os=a.os,
+                arch=a.arch,
+                nvswitch_count=a.nvswitch_count,
+            )
             python = a.python
         args = dict(request_args)
         if args.get("python") in (None, "auto") and python:
             args["python"] = python
         try:
-            resolution = resolve(StackRequest.build(**args), HostSpec.describe(**kwargs))
+            resolution = resolve(StackRequest.build(**args), host)
         except Unsatisfiable as exc:
             exc.message = f"{t.name}: {exc.message}"
             raise
@@ -255,7 +258,7 @@ def check_inputs(
     ssh args, the SSH config it names), read from files only."""
     from provision.ansible.roles import check_overrides
     from provision.ansible.settings import InstallSettings, check_settings
-    from provision.hosts.transport import resolve_settings
+    from provision.hosts.ssh_config import resolve_settings
 
     check_settings(InstallSettings.from_config(config.install))
     check_overrides(overrides or {})

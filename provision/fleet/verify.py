@@ -7,11 +7,11 @@ failing job is that host's ``fail``, never the end of the others.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 import socket
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -21,6 +21,7 @@ from typing import Any
 
 from provision.errors import BadInput, OperationFailed, ProvisionError
 from provision.hosts.inventory import HostTarget
+from provision.hosts.remote_job import Content, RemoteJob
 from provision.hosts.transport import CommandResult, Transport
 from provision.remote.smoke import DIR as SMOKE_DIR
 from provision.remote.smoke import FILES as SMOKE_FILES
@@ -155,25 +156,11 @@ def job_command(python: str, workdir: str, host: str, allow_cpu: bool, extra: Se
     return command
 
 
-def copy_job(transport: Transport, expect: dict[str, str]) -> str:
-    """Copy the smoke job and the expectations to a fresh folder on the host; return the folder."""
-    made = transport.run("mktemp -d /tmp/provision-verify.XXXXXX", timeout=30)
-    if not made.ok or not made.stdout.strip():
-        raise OperationFailed(
-            f"cannot make a work folder on {transport.name}: {made.stderr.strip()[:200]}",
-            "check that /tmp is writable there",
-        )
-    workdir = made.stdout.strip()
-    transport.run(["mkdir", "-p", f"{workdir}/smoke"], timeout=30)
-    for name in SMOKE_FILES:
-        transport.put(SMOKE_DIR / name, f"{workdir}/smoke/{name}")
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        json.dump(expect, f)
-    try:
-        transport.put(Path(f.name), f"{workdir}/expect.json")
-    finally:
-        Path(f.name).unlink()
-    return workdir
+def smoke_job(transport: Transport, expect: dict[str, str]) -> RemoteJob:
+    """The smoke job and the expectations, for a fresh folder on the host (``with`` copies them)."""
+    files: dict[str, Content] = {f"smoke/{name}": SMOKE_DIR / name for name in SMOKE_FILES}
+    files["expect.json"] = json.dumps(expect).encode()
+    return RemoteJob(transport, files, prefix="provision-verify")
 
 
 def run_job(
@@ -186,27 +173,28 @@ def run_job(
     """Copy, run and collect the job on one host (the transport stays open)."""
     started = time.monotonic()
     result = HostResult(host=transport.name, python=python)
-    workdir = copy_job(transport, expect)
     try:
-        command = shlex.join(job_command(python, workdir, transport.name, allow_cpu))
-        ran = transport.run(f"PYTHONUNBUFFERED=1 {command}", timeout=timeout)
-        result.stderr_tail = ran.stderr.strip().splitlines()[-5:]
-        shown = transport.run(["cat", f"{workdir}/report.json"], timeout=60)
-        if ran.exit_status not in (0, 1) or not shown.ok:
-            why = result.stderr_tail[-1] if result.stderr_tail else f"exit status {ran.exit_status}"
-            raise OperationFailed(
-                f"the smoke job did not finish on {transport.name}: {why}",
-                f"run `{python} smoke/job.py` there by hand to see the whole output",
-            )
-        try:
-            result.report = json.loads(shown.stdout)
-        except ValueError:
-            raise OperationFailed(
-                f"the smoke job on {transport.name} wrote a report that is not JSON",
-                "report this as a bug with the file's content",
-            ) from None
+        with smoke_job(transport, expect) as job:
+            command = job_command(python, job.workdir, transport.name, allow_cpu)
+            ran = job.run(command, timeout=timeout, env={"PYTHONUNBUFFERED": "1"})
+            result.stderr_tail = ran.stderr.strip().splitlines()[-5:]
+            try:
+                report, torn = job.document("report.json"), False
+            except ValueError:
+                report, torn = None, True
+            if ran.exit_status not in (0, 1) or (report is None and not torn):
+                why = result.stderr_tail[-1] if result.stderr_tail else f"exit status {ran.exit_status}"
+                raise OperationFailed(
+                    f"the smoke job did not finish on {transport.name}: {why}",
+                    f"run `{python} smoke/job.py` there by hand to see the whole output",
+                )
+            if torn:
+                raise OperationFailed(
+                    f"the smoke job on {transport.name} wrote a report that is not JSON",
+                    "report this as a bug with the file's content",
+                )
+            result.report = report
     finally:
-        transport.run(["rm", "-rf", workdir], timeout=60)
         result.duration_s = time.monotonic() - started
     return result
 
@@ -321,6 +309,7 @@ def run_multihost(
         raise BadInput("--multi-host needs at least two hosts", "give an inventory with two or more hosts")
     started = time.monotonic()
     transports: list[Transport] = []
+    stack = contextlib.ExitStack()  # the job folders, removed before the connections close
     try:
         for plan in plans:
             transports.append(connect(plan.target))
@@ -336,17 +325,17 @@ def run_multihost(
             )
         endpoint = plans[0].target.address
         peers = [plans[1].target.address] + [endpoint] * (len(plans) - 1)
-        workdirs = [copy_job(t, p.expect) for t, p in zip(transports, plans, strict=True)]
+        jobs = [stack.enter_context(smoke_job(t, p.expect)) for t, p in zip(transports, plans, strict=True)]
 
         def launch(i: int) -> CommandResult:
-            transport, workdir, python = transports[i], workdirs[i], pythons[i]
+            transport, job, python = transports[i], jobs[i], pythons[i]
             assert python is not None
             gpus = transport.run("nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true", timeout=60).stdout.strip()
             nproc = int(gpus) if gpus.isdigit() and int(gpus) > 0 else 1
-            env = ["PYTHONUNBUFFERED=1"]
+            env = {"PYTHONUNBUFFERED": "1"}
             dev = _interface_towards(transport, peers[i])
             if dev:
-                env += [f"GLOO_SOCKET_IFNAME={dev}", f"NCCL_SOCKET_IFNAME={dev}"]
+                env |= {"GLOO_SOCKET_IFNAME": dev, "NCCL_SOCKET_IFNAME": dev}
             command = [
                 python,
                 "-m",
@@ -360,18 +349,19 @@ def run_multihost(
                 "--rdzv-id=provision-verify",
                 "--rdzv-conf=join_timeout=120",
                 "--max-restarts=0",
-                *job_command(python, workdir, "multi-host", allow_cpu, ["--multi-host"])[1:],
+                *job_command(python, job.workdir, "multi-host", allow_cpu, ["--multi-host"])[1:],
             ]
-            return transport.run(f"{' '.join(env)} {shlex.join(command)}", timeout=timeout)
+            return job.run(command, timeout=timeout, env=env)
 
         with ThreadPoolExecutor(max_workers=len(plans)) as pool:
             ran = list(pool.map(launch, range(len(plans))))
         result = HostResult(host="multi-host")
-        for transport, workdir in zip(transports, workdirs, strict=True):
-            shown = transport.run(["cat", f"{workdir}/report.json"], timeout=60)
-            if shown.ok and shown.stdout.strip():
-                result.report = json.loads(shown.stdout)
-            transport.run(["rm", "-rf", workdir], timeout=60)
+        for job in jobs:
+            with contextlib.suppress(ValueError):  # an empty or torn report: that rank has none
+                report = job.document("report.json")
+                if report is not None:
+                    result.report = report
+            job.close()
         if result.report is None:
             tails = [r.stderr.strip().splitlines()[-1] for r in ran if r.stderr.strip()]
             result.error = OperationFailed(
@@ -381,6 +371,7 @@ def run_multihost(
         result.duration_s = time.monotonic() - started
         return result
     finally:
+        stack.close()
         for transport in transports:
             transport.close()
 
@@ -416,7 +407,7 @@ def default_connect(
     *, accept_new_host_keys: bool = False, ssh_config: Path | None = None, connect_timeout: float = 10.0
 ) -> Connect:
     def open_transport(target: HostTarget) -> Transport:
-        from provision.hosts.transport import connect
+        from provision.hosts.ssh import connect
 
         return connect(
             target,

@@ -2,8 +2,9 @@
 
 One POSIX shell script per host carries every command (one SSH round trip, whatever the number
 of facts); its output is a series of sections, each the raw output of one real tool, which
-:mod:`provision.hosts.probe` parses. The few facts that need root (package-manager locks) run
-in a second script under ``sudo`` when the login user is not root. Hosts are probed in parallel.
+:mod:`provision.hosts.parse_system` and :mod:`provision.hosts.parse_packages` parse. The few
+facts that need root (package-manager locks) run in a second script under ``sudo`` when the login
+user is not root. Hosts are probed in parallel.
 
 Small stdlib-only Python programs (``snippets/``) run on the host for what no standard tool
 prints: NVML, lock holders, venv package versions, the EC2 metadata service.
@@ -11,6 +12,7 @@ prints: NVML, lock holders, venv package versions, the EC2 metadata service.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -22,9 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from provision.errors import OperationFailed, ProvisionError
-from provision.hosts import probe as p
+from provision.hosts import facts as hf
+from provision.hosts import parse_packages as pp
+from provision.hosts import parse_system as ps
 from provision.hosts.inventory import HostTarget
-from provision.hosts.transport import LocalTransport, SSHTransport, Transport, connect
+from provision.hosts.local import LocalTransport
+from provision.hosts.ssh import SSHTransport, connect
+from provision.hosts.transport import Transport
 
 SNIPPETS = Path(__file__).resolve().parents[1] / "remote" / "snippets"
 IMDS_DEFAULT = "http://169.254.169.254"
@@ -55,7 +61,7 @@ class GatherOptions:
     imds_endpoint: str | None = None
     imds_disabled: bool = False
     command_timeout: float = 120.0
-    lookup: p.GpuLookup = p.no_lookup
+    lookup: hf.GpuLookup = hf.no_lookup
 
     @classmethod
     def from_env(cls, **kwargs: Any) -> GatherOptions:
@@ -194,8 +200,19 @@ def main_script(options: GatherOptions, with_root: bool) -> str:
     return _HEADER + body + (root_body() if with_root else "")
 
 
+def package_lock_files() -> tuple[list[str], list[str]]:
+    """The package managers' lock files: (fcntl-locked files, pid files), the one list the
+    preflight role waits on too (its files/package_locks.json)."""
+    from provision.resources import playbooks_dir
+
+    doc = json.loads((playbooks_dir() / "roles" / "preflight" / "files" / "package_locks.json").read_text())
+    return [str(p) for p in doc["fcntl"]], [str(p) for p in doc["pid_files"]]
+
+
 def root_body() -> str:
-    return _ROOT.replace("@@LOCKS@@", _python_heredoc('"$PY"', "package_locks", stdlib_only=True))
+    fcntl_locks, pid_files = package_lock_files()
+    args = shlex.join([*(f"fcntl:{p}" for p in fcntl_locks), *(f"pid:{p}" for p in pid_files)])
+    return _ROOT.replace("@@LOCKS@@", _python_heredoc('"$PY"', "package_locks", args, stdlib_only=True))
 
 
 def root_script() -> str:
@@ -214,76 +231,76 @@ def _files(text: str) -> list[tuple[str, str]]:
     return [(chunks[i].strip(), chunks[i + 1]) for i in range(1, len(chunks) - 1, 2)]
 
 
-def facts_from_sections(sections: dict[str, str], options: GatherOptions) -> p.HostFacts:
+def facts_from_sections(sections: dict[str, str], options: GatherOptions) -> hf.HostFacts:
     """Pure: the raw sections of a host's output -> its facts."""
     s = sections.get
-    facts = p.HostFacts()
+    facts = hf.HostFacts()
     ident = s("id", "").split()
     facts.user = ident[0] if ident else None
     facts.privileged = len(ident) > 1 and ident[1] == "0"
     facts.hostname = s("hostname", "").strip() or None
     if s("os_release"):
-        facts.os = p.parse_os_release(s("os_release", ""))
+        facts.os = ps.parse_os_release(s("os_release", ""))
     uname = s("uname", "").split()
     if len(uname) >= 2:
         facts.kernel, facts.arch = uname[0], uname[1]
 
-    devices = p.parse_lspci_nn(s("lspci", "")) or p.parse_sysfs_pci(_sysfs_rows(s("sysfs_pci", "")))
-    facts.gpus, facts.nvswitch_count = p.classify_pci(devices, options.lookup)
-    modules = p.parse_proc_modules(s("proc_modules", ""))
+    devices = ps.parse_lspci_nn(s("lspci", "")) or ps.parse_sysfs_pci(_sysfs_rows(s("sysfs_pci", "")))
+    facts.gpus, facts.nvswitch_count = ps.classify_pci(devices, options.lookup)
+    modules = ps.parse_proc_modules(s("proc_modules", ""))
     facts.nouveau_loaded = "nouveau" in modules
     facts.nvidia_module_loaded = "nvidia" in modules or bool(s("proc_driver"))
 
-    packages = {**p.parse_dpkg_query(s("dpkg", "")), **p.parse_rpm_query(s("rpm", ""))}
-    facts.driver_packages = p.driver_packages(packages)
+    packages = {**pp.parse_dpkg_query(s("dpkg", "")), **pp.parse_rpm_query(s("rpm", ""))}
+    facts.driver_packages = pp.driver_packages(packages)
     facts.driver = (
-        p.parse_proc_driver_version(s("proc_driver", ""))
-        or p.parse_modinfo(s("modinfo", ""))
-        or p.driver_from_packages(packages)
-        or p.DriverInfo(None, None)
+        ps.parse_proc_driver_version(s("proc_driver", ""))
+        or ps.parse_modinfo(s("modinfo", ""))
+        or pp.driver_from_packages(packages)
+        or hf.DriverInfo(None, None)
     )
 
     if s("nvidia_smi"):
         try:
-            facts.nvml = p.parse_nvidia_smi_xml(s("nvidia_smi", ""))
+            facts.nvml = ps.parse_nvidia_smi_xml(s("nvidia_smi", ""))
         except Exception as exc:  # ElementTree's ParseError and friends: report, keep the rest
             facts.nvml_error = f"nvidia-smi -q -x did not parse: {exc}"
     elif s("nvml"):
-        facts.nvml, facts.nvml_error = p.parse_nvml_json(s("nvml", ""))
+        facts.nvml, facts.nvml_error = ps.parse_nvml_json(s("nvml", ""))
     if facts.nvml and facts.driver.version is None:
-        facts.driver = p.DriverInfo(facts.nvml.driver_version, facts.driver.flavor)
+        facts.driver = hf.DriverInfo(facts.nvml.driver_version, facts.driver.flavor)
 
     facts.kernel_headers = _headers(sections, packages, facts.kernel)
     facts.efi = s("efi", "").strip() == "yes" if s("efi") else None
-    facts.secure_boot = p.parse_mokutil_sb_state(s("mokutil", "")) if s("mokutil") else None
+    facts.secure_boot = ps.parse_mokutil_sb_state(s("mokutil", "")) if s("mokutil") else None
     if facts.secure_boot is None:
-        facts.secure_boot = p.parse_efivar_secure_boot(s("efivar_sb", "")) if s("efivar_sb") else None
+        facts.secure_boot = ps.parse_efivar_secure_boot(s("efivar_sb", "")) if s("efivar_sb") else None
     if facts.secure_boot is None and facts.efi is False:
         facts.secure_boot = False  # legacy BIOS boot: there is no Secure Boot to reject modules
 
-    toolkits = {t.version: t for t in p.cuda_toolkits_from_packages(packages)}
+    toolkits = {t.version: t for t in pp.cuda_toolkits_from_packages(packages)}
     for path, content in _files(s("cuda_dirs", "")):
-        tk = p.parse_cuda_version_file(path, content)
+        tk = pp.parse_cuda_version_file(path, content)
         if tk:
             toolkits[tk.version] = tk
     nvcc_lines = s("nvcc", "").splitlines()
-    nvcc = p.parse_nvcc_version(s("nvcc", ""))
+    nvcc = pp.parse_nvcc_version(s("nvcc", ""))
     if nvcc and nvcc not in toolkits:  # e.g. Debian's nvidia-cuda-toolkit: /usr/bin/nvcc
         where = nvcc_lines[0].rsplit("/bin/", 1)[0] if nvcc_lines and "/bin/" in nvcc_lines[0] else None
-        toolkits[nvcc] = p.CudaToolkit(nvcc, where or None)
+        toolkits[nvcc] = hf.CudaToolkit(nvcc, where or None)
     facts.cuda_toolkits = sorted(toolkits.values(), key=lambda t: [int(x) for x in t.version.split(".")])
     header = _files(s("cudnn_header", ""))
-    version = p.parse_cudnn_header(header[0][1]) if header else None
-    facts.cudnn = p.Cudnn(version, header[0][0]) if version else p.cudnn_from_packages(packages)
+    version = pp.parse_cudnn_header(header[0][1]) if header else None
+    facts.cudnn = hf.Cudnn(version, header[0][0]) if version else pp.cudnn_from_packages(packages)
 
-    facts.python = p.parse_python_version(s("python", ""))
-    facts.pythons = p.parse_python_list(s("pythons", ""))
+    facts.python = ps.parse_python_version(s("python", ""))
+    facts.pythons = ps.parse_python_list(s("pythons", ""))
     if facts.python and facts.python not in facts.pythons:
         facts.pythons = sorted([*facts.pythons, facts.python], key=lambda v: [int(x) for x in v.split(".")])
     if options.venv:
-        facts.venv = p.parse_venv_json(options.venv, s("venv", ""))
-    facts.disks = p.parse_df(s("df", ""))
-    facts.memory_bytes = p.parse_meminfo(s("meminfo", ""))
+        facts.venv = ps.parse_venv_json(options.venv, s("venv", ""))
+    facts.disks = ps.parse_df(s("df", ""))
+    facts.memory_bytes = ps.parse_meminfo(s("meminfo", ""))
     nproc = s("nproc", "").strip()
     facts.cpus = int(nproc) if nproc.isdigit() else None
 
@@ -292,11 +309,11 @@ def facts_from_sections(sections: dict[str, str], options: GatherOptions) -> p.H
     units = ""
     if len(states) == len(UPGRADE_UNITS):
         units = "\n".join(f"{u} {st}" for u, st in zip(UPGRADE_UNITS, states, strict=True))
-    facts.unattended_upgrades = p.parse_unattended(units, s("processes", ""), s("apt_periodic", ""))
-    facts.container_runtimes = p.parse_container_runtimes(s("runtimes", ""))
-    facts.ec2_instance_type = p.parse_ec2_instance_type(s("imds", ""))
+    facts.unattended_upgrades = ps.parse_unattended(units, s("processes", ""), s("apt_periodic", ""))
+    facts.container_runtimes = ps.parse_container_runtimes(s("runtimes", ""))
+    facts.ec2_instance_type = ps.parse_ec2_instance_type(s("imds", ""))
     if "locks" in sections:
-        facts.package_locks, why = p.parse_locks_json(s("locks", ""))
+        facts.package_locks, why = ps.parse_locks_json(s("locks", ""))
         if why:
             facts.warnings.append(why)
     return facts
@@ -317,7 +334,7 @@ def _sysfs_rows(text: str) -> str:
     )
 
 
-def _headers(sections: dict[str, str], packages: dict[str, str], kernel: str | None) -> p.KernelHeaders:
+def _headers(sections: dict[str, str], packages: dict[str, str], kernel: str | None) -> hf.KernelHeaders:
     s = sections.get
     installed = s("headers_build", "").strip() == "yes"
     installable: bool | None = None
@@ -331,15 +348,15 @@ def _headers(sections: dict[str, str], packages: dict[str, str], kernel: str | N
         if "@@listed " in text:
             installable = "@@listed yes" in text
         else:
-            installable = p.parse_apt_cache_policy(text, "@@lists no" not in text)
+            installable = pp.parse_apt_cache_policy(text, "@@lists no" not in text)
     elif s("dnf_headers") and kernel:
         text = s("dnf_headers", "")
         m = re.search(r"^@@rc (\d+)$", text, re.M)
         package = f"kernel-devel-{kernel}"
-        installable = p.parse_dnf_list(text, int(m.group(1)) if m else 1)
+        installable = pp.parse_dnf_list(text, int(m.group(1)) if m else 1)
     if installed:
         installable = True
-    return p.KernelHeaders(installed=installed, installable=installable, package=package)
+    return hf.KernelHeaders(installed=installed, installable=installable, package=package)
 
 
 def _known_root(transport: Transport) -> bool | None:
@@ -350,7 +367,7 @@ def _known_root(transport: Transport) -> bool | None:
     return None
 
 
-def gather(transport: Transport, options: GatherOptions | None = None) -> p.HostFacts:
+def gather(transport: Transport, options: GatherOptions | None = None) -> hf.HostFacts:
     """All facts of one host. Raises OperationFailed when the host cannot run the script at all."""
     options = options or GatherOptions()
     root = _known_root(transport)
@@ -386,7 +403,7 @@ class ProbeResult:
     """One host's answer: facts, or the error that stopped the probe."""
 
     host: str
-    facts: p.HostFacts | None = None
+    facts: hf.HostFacts | None = None
     error: ProvisionError | None = None
     duration_s: float = 0.0
 
@@ -456,7 +473,7 @@ def probe_hosts(
         return list(pool.map(one, targets))
 
 
-def matrix_lookup() -> p.GpuLookup:
+def matrix_lookup() -> hf.GpuLookup:
     """PCI ID -> model from the knowledge data (provision.matrix)."""
     from provision.matrix import load
 

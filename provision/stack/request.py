@@ -246,10 +246,13 @@ class HostSpec:
 
     @classmethod
     def from_facts(cls, facts: Mapping[str, Any], knowledge: Knowledge | None = None) -> HostSpec:
-        """A host described by `provision probe` facts (``os``, ``arch``, ``gpus``, ``nvswitch_count``).
+        """A host described by `provision probe` facts (``os``, ``arch``, ``gpus``, ``nvswitch_count``,
+        ``ec2_instance_type``): the one facts -> HostSpec adapter (plan and up read probed hosts
+        through it, as ``HostFacts.to_json()``; the stack never imports the hosts package).
 
         GPUs are matched by ``model`` or else ``pci_id``; a host without GPUs resolves as a
-        GPU-less host (CPU-only stacks); several different models on one host are bad input.
+        GPU-less host (CPU-only stacks); several different models on one host, or a PCI ID the
+        knowledge data lacks, are bad input: one driver and one stack are chosen per GPU model.
         """
         k = knowledge or load()
         models: list[str] = []
@@ -264,6 +267,7 @@ class HostSpec:
         return cls.describe(
             gpu=models[0] if models else None,
             gpu_count=len(models) or None,
+            instance_type=facts.get("ec2_instance_type"),
             os=facts.get("os"),
             arch=facts.get("arch"),
             nvswitch_count=facts.get("nvswitch_count"),

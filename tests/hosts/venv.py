@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from provision.hosts.inventory import HostTarget, load_inventory
-from provision.hosts.transport import connect
+from provision.hosts.ssh import connect
 from tests.hosts import harness
 
 VENV = "/opt/provision/venv"

@@ -19,7 +19,9 @@ import pytest
 from provision.errors import Unreachable
 from provision.hosts import gather
 from provision.hosts.inventory import HostTarget, parse_host
-from provision.hosts.transport import CommandTimeout, SSHTransport, connect, fingerprint
+from provision.hosts.known_hosts import fingerprint
+from provision.hosts.ssh import SSHTransport, connect
+from provision.hosts.transport import CommandTimeout
 from tests.hosts import harness
 from tests.unit.probe_fixtures import run_probe as run
 
@@ -379,14 +381,14 @@ def test_proxy_command_from_ssh_config(testhosts: harness.HostSet, tmp_path: Pat
 
 def test_package_query_format_is_what_real_dpkg_prints(testhosts: harness.HostSet) -> None:
     """The probe's dpkg-query format against the real dpkg of a Debian host (installed packages)."""
-    from provision.hosts import probe as p
+    from provision.hosts import parse_packages as pp
 
     out = root_run(
         testhosts,
         testhosts.hosts[0].name,
         f"dpkg-query -W -f='{gather.DPKG_FORMAT}' 'openssh-*' python3 sudo",
     )
-    packages = p.parse_dpkg_query(out)
+    packages = pp.parse_dpkg_query(out)
     assert {"openssh-server", "python3", "sudo"} <= set(packages)
     assert packages["python3"].startswith("3.11")
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from provision.hosts.runlock import LOCK_PATH, HostBusy, RunLocks
-from provision.hosts.transport import connect
+from provision.hosts.ssh import connect
 from tests.hosts import harness
 from tests.integration import roles_harness as rh
 from tests.integration import up_harness as uh
@@ -34,7 +34,7 @@ OTHER = """
 import sys, time
 from provision.hosts.inventory import HostTarget
 from provision.hosts.runlock import RunLocks
-from provision.hosts.transport import connect
+from provision.hosts.ssh import connect
 name, address, key, known, heartbeat, stale = sys.argv[1:7]
 target = HostTarget(name, address, user="deploy", key_file=key,
                     vars={"ansible_ssh_common_args": f"-o UserKnownHostsFile={known}"})

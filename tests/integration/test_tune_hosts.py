@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from provision.hosts.inventory import load_inventory
-from provision.hosts.transport import connect
+from provision.hosts.ssh import connect
 from tests.hosts import harness
 from tests.hosts.venv import install_cpu_torch
 
@@ -49,7 +49,7 @@ def test_tune_inventory_on_a_cpu_host(host: harness.HostSet, tmp_path: Path) -> 
     assert doc["batch_sizes"] and doc["workers"] and doc["recommendations"]
     transport = connect(first)
     try:
-        left = transport.run("ls /tmp/provision-tune-*.py 2>/dev/null || true").stdout.split()
+        left = transport.run("ls -d /tmp/provision-tune.* 2>/dev/null || true").stdout.split()
     finally:
         transport.close()
     assert left == []

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from provision.hosts.inventory import load_inventory
-from provision.hosts.transport import connect
+from provision.hosts.ssh import connect
 from tests.hosts import harness
 from tests.hosts.venv import install_cpu_torch
 

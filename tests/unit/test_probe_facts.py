@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
+from provision.errors import BadInput
+from provision.hosts import facts as hf
 from provision.hosts import gather
-from provision.hosts import probe as p
+from provision.stack.request import HostSpec
 from tests.unit.probe_fixtures import fixture, table_lookup
 
 OPTIONS = gather.GatherOptions(lookup=table_lookup)
@@ -78,7 +82,7 @@ def test_hgx_h100_ubuntu_2204() -> None:
     assert doc["unattended_upgrades"]["active"] is False  # units on, APT::Periodic off
     assert doc["container_runtimes"] == ["docker", "nvidia-ctk"]
     assert doc["ec2_instance_type"] is None
-    assert p.host_description(facts).to_json() == {
+    assert hf.host_description(facts).to_json() == {
         "gpu": "H100-SXM",
         "compute_capability": "9.0",
         "gpu_count": 8,
@@ -159,7 +163,7 @@ def test_debian_12_vm_without_gpu_legacy_boot() -> None:
     assert doc["cuda_toolkits"] == [{"version": "11.8", "path": "/usr"}]
     assert doc["kernel_headers"]["installed"] is True
     assert doc["package_locks"] is None and any("needs root" in w for w in doc["warnings"])
-    assert p.host_description(facts).to_json() == {
+    assert hf.host_description(facts).to_json() == {
         "gpu": None,
         "compute_capability": None,
         "gpu_count": 0,
@@ -229,7 +233,7 @@ def test_amazon_linux_2023_g5_with_loaded_driver_and_instance_type() -> None:
         "installable": True,
         "package": "kernel-devel-6.1.153-175.280.amzn2023.x86_64",
     }
-    assert p.host_description(facts).gpu == "A10G"
+    assert hf.host_description(facts).gpu == "A10G"
 
 
 def test_unknown_gpu_keeps_pci_id_and_takes_cc_from_nvml() -> None:
@@ -246,9 +250,11 @@ def test_unknown_gpu_keeps_pci_id_and_takes_cc_from_nvml() -> None:
     doc = facts.to_json()
     assert doc["gpus"][0]["pci_id"] == "10de:2e2a" and doc["gpus"][0]["model"] is None
     assert doc["driver_version"] == "590.10.01"  # from NVML when nothing else says
-    desc = p.host_description(facts)
+    desc = hf.host_description(facts)
     assert (desc.gpu, desc.compute_capability, desc.gpu_count) == (None, "12.1", 1)
-    assert desc.resolver_kwargs()["gpu_count"] is None
+    # resolve cannot pick a driver for a GPU the knowledge data lacks: bad input, not a GPU-less host
+    with pytest.raises(BadInput, match="unknown GPU PCI ID `10de:2e2a`"):
+        HostSpec.from_facts(facts.to_json())
 
 
 def test_nvml_error_is_reported_not_raised() -> None:
@@ -270,7 +276,7 @@ def test_venv_frameworks() -> None:
     doc = facts.to_json()
     assert doc["frameworks"] == {"torch": "2.8.0+cu128"}
     assert doc["venv"]["packages"]["nvidia-cudnn-cu12"] == "9.10.2.21" and doc["venv"]["torch_cuda"] == "12.8"
-    assert p.host_description(facts).python == "3.12"  # the venv's Python is the one that matters
+    assert hf.host_description(facts).python == "3.12"  # the venv's Python is the one that matters
     missing = gather.facts_from_sections({"id": "root\n0", "venv": ""}, options).to_json()["venv"]
     assert missing["error"] and missing["packages"] == {}
 
@@ -283,11 +289,9 @@ def test_split_sections_round_trip() -> None:
 def test_description_feeds_the_resolver() -> None:
     """The probed HGX becomes a resolver HostSpec (real knowledge data): NVSwitches -> Fabric Manager."""
     from provision.matrix import load
-    from provision.stack.request import HostSpec
 
     options = gather.GatherOptions(lookup=load().gpu_by_pci_id)
-    desc = p.host_description(gather.facts_from_sections(hgx_ubuntu_2204(), options))
-    spec = HostSpec.describe(**desc.resolver_kwargs())
+    spec = HostSpec.from_facts(gather.facts_from_sections(hgx_ubuntu_2204(), options).to_json())
     assert (spec.gpu.name if spec.gpu else None, spec.gpu_count, spec.os.id, spec.arch) == (
         "H100-SXM",
         8,
@@ -319,11 +323,30 @@ def test_pci_from_sysfs_where_lspci_is_missing_and_headers_from_the_apt_lists() 
 def test_facts_json_is_what_resolve_reads() -> None:
     """resolve's HostSpec.from_facts reads the `facts` object of `probe --json` as it is printed."""
     from provision.matrix import load
-    from provision.stack.request import HostSpec
 
     options = gather.GatherOptions(lookup=load().gpu_by_pci_id)
     facts = gather.facts_from_sections(hgx_ubuntu_2204(), options)
     from_json = HostSpec.from_facts(json.loads(json.dumps(facts.to_json())))
-    from_description = HostSpec.describe(**p.host_description(facts).resolver_kwargs())
-    assert from_json == from_description
+    from_facts = HostSpec.from_facts(facts.to_json())  # what plan reads
+    assert from_json == from_facts
     assert from_json.gpu is not None and from_json.gpu.name == "H100-SXM" and from_json.gpu_count == 8
+
+
+def test_a_host_with_mixed_gpu_models_is_refused_by_the_one_adapter() -> None:
+    """HostSpec.from_facts is the only facts -> HostSpec rule (plan, up and resolve use it): a probed
+    host with two GPU models is bad input naming both, never described by its most common model."""
+    from provision.matrix import load
+
+    h100 = "18:00.0 3D controller [0302]: NVIDIA Corporation GH100 [H100 SXM5 80GB] [10de:2330] (rev a1)"
+    l4 = "3a:00.0 3D controller [0302]: NVIDIA Corporation AD104GL [L4] [10de:27b8] (rev a1)"
+    sections = {"id": "root\n0", "os_release": fixture("os-release/ubuntu-22.04"), "uname": "5.15.0\nx86_64"}
+    sections["lspci"] = "\n".join([h100, h100, l4])
+    facts = gather.facts_from_sections(sections, gather.GatherOptions(lookup=load().gpu_by_pci_id))
+    assert [g.model for g in facts.gpus] == ["H100-SXM", "H100-SXM", "L4"]
+    with pytest.raises(BadInput, match=r"different GPU models \(H100-SXM, L4\)"):
+        HostSpec.from_facts(facts.to_json())
+    sections["lspci"] = "\n".join([h100, h100])
+    same = HostSpec.from_facts(
+        gather.facts_from_sections(sections, gather.GatherOptions(lookup=load().gpu_by_pci_id)).to_json()
+    )
+    assert (same.gpu.name if same.gpu else None, same.gpu_count) == ("H100-SXM", 2)

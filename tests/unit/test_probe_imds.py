@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 
 from provision.hosts import gather
-from provision.hosts.transport import LocalTransport
+from provision.hosts.local import LocalTransport
 from tests.unit.probe_fixtures import table_lookup
 
 TOKEN = "AQAEAF-test-token=="

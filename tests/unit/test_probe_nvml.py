@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from provision.hosts import facts as hf
 from provision.hosts import gather
-from provision.hosts import probe as p
-from provision.hosts.transport import LocalTransport
+from provision.hosts import parse_system as ps
+from provision.hosts.local import LocalTransport
 from tests import fakenvml
 from tests.unit.probe_fixtures import table_lookup
 
@@ -37,11 +38,11 @@ def _env(lib: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def _query(env: dict[str, str]) -> tuple[p.NvmlInventory | None, str | None]:
+def _query(env: dict[str, str]) -> tuple[hf.NvmlInventory | None, str | None]:
     script = gather._python_heredoc("python3", "nvml_query")
     result = LocalTransport(env=env).run(["sh", "-c", script])
     assert result.ok, result.stderr
-    return p.parse_nvml_json(result.stdout)
+    return ps.parse_nvml_json(result.stdout)
 
 
 def test_nvml_through_pynvml(fake_lib: Path) -> None:

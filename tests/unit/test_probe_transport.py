@@ -12,8 +12,12 @@ import paramiko
 import pytest
 
 from provision.errors import BadInput
-from provision.hosts import transport as t
 from provision.hosts.inventory import HostTarget, parse_host
+from provision.hosts.known_hosts import check_known_hosts_file, fingerprint, load_known_hosts, record_host_key
+from provision.hosts.local import LocalTransport
+from provision.hosts.ssh import connect
+from provision.hosts.ssh_config import resolve_settings, ssh_trust_args
+from provision.hosts.transport import CommandTimeout, sudo_stdin, sudo_wrap
 from tests.unit.probe_fixtures import run_probe
 
 SSH_CONFIG = """
@@ -42,7 +46,7 @@ def ssh_config(tmp_path: Path) -> Path:
 
 
 def test_ssh_config_fills_what_the_host_argument_leaves_out(ssh_config: Path) -> None:
-    s = t.resolve_settings(parse_host("gpu1"), ssh_config)
+    s = resolve_settings(parse_host("gpu1"), ssh_config)
     assert (s.name, s.hostname, s.user, s.port) == ("gpu1", "10.9.0.1", "ubuntu", 2201)
     assert s.key_files == (os.path.expanduser("~/.ssh/gpu1_ed25519"),)
     assert s.known_hosts_files == ("/etc/provision/known_hosts", "/tmp/second_known_hosts")
@@ -51,7 +55,7 @@ def test_ssh_config_fills_what_the_host_argument_leaves_out(ssh_config: Path) ->
 
 
 def test_explicit_user_and_port_win_over_ssh_config(ssh_config: Path) -> None:
-    s = t.resolve_settings(parse_host("admin@gpu1:22"), ssh_config)
+    s = resolve_settings(parse_host("admin@gpu1:22"), ssh_config)
     assert (s.hostname, s.user, s.port) == ("10.9.0.1", "admin", 22)
 
 
@@ -67,7 +71,7 @@ def test_inventory_vars_and_ssh_args(ssh_config: Path) -> None:
             "ansible_become_password": "pw",
         },
     )
-    s = t.resolve_settings(target, ssh_config)
+    s = resolve_settings(target, ssh_config)
     # the config is matched against the address, as ssh matches the HostName it is given
     assert (s.hostname, s.user, s.port) == ("10.200.1.17", "root", 22)
     assert s.key_files == ("/keys/id",)
@@ -77,7 +81,7 @@ def test_inventory_vars_and_ssh_args(ssh_config: Path) -> None:
 
 
 def test_no_ssh_config_defaults(tmp_path: Path) -> None:
-    s = t.resolve_settings(parse_host("gpu9"), tmp_path / "absent")
+    s = resolve_settings(parse_host("gpu9"), tmp_path / "absent")
     assert (s.hostname, s.port) == ("gpu9", 22)
     assert s.known_hosts_files[0] == os.path.expanduser("~/.ssh/known_hosts")
     assert s.proxy_jump is None
@@ -90,7 +94,7 @@ def test_fingerprint_matches_ssh_keygen(tmp_path: Path) -> None:
         ["ssh-keygen", "-lf", str(key_path) + ".pub"], capture_output=True, text=True, check=True
     ).stdout.split()[1]
     key = paramiko.Ed25519Key.from_private_key_file(str(key_path))
-    assert t.fingerprint(key) == keygen
+    assert fingerprint(key) == keygen
 
 
 def test_record_host_key_is_readable_by_ssh_tools(tmp_path: Path) -> None:
@@ -98,8 +102,8 @@ def test_record_host_key_is_readable_by_ssh_tools(tmp_path: Path) -> None:
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key_path)], check=True)
     key = paramiko.Ed25519Key.from_private_key_file(str(key_path))
     known = tmp_path / "dir" / "known_hosts"
-    t.record_host_key(str(known), "10.0.0.1", 22, key)
-    t.record_host_key(str(known), "10.0.0.2", 2222, key)
+    record_host_key(str(known), "10.0.0.1", 22, key)
+    record_host_key(str(known), "10.0.0.2", 2222, key)
     keys = paramiko.HostKeys(str(known))
     assert keys.lookup("10.0.0.1")["ssh-ed25519"] == key
     assert keys.lookup("[10.0.0.2]:2222")["ssh-ed25519"] == key
@@ -108,7 +112,7 @@ def test_record_host_key_is_readable_by_ssh_tools(tmp_path: Path) -> None:
 
 
 def test_local_transport_runs_shell_and_argv() -> None:
-    local = t.LocalTransport()
+    local = LocalTransport()
     assert local.name == "localhost"
     r = local.run("echo out; echo err >&2; exit 3")
     assert (r.exit_status, r.stdout, r.stderr, r.ok) == (3, "out\n", "err\n", False)
@@ -120,8 +124,8 @@ def test_local_transport_runs_shell_and_argv() -> None:
 def test_local_transport_timeout_stops_the_whole_pipeline(tmp_path: Path) -> None:
     marker = tmp_path / "late"
     start = time.monotonic()
-    with pytest.raises(t.CommandTimeout, match=r"timed out after 0\.5s on localhost"):
-        t.LocalTransport().run(f"sleep 5; touch {marker}", timeout=0.5)
+    with pytest.raises(CommandTimeout, match=r"timed out after 0\.5s on localhost"):
+        LocalTransport().run(f"sleep 5; touch {marker}", timeout=0.5)
     assert time.monotonic() - start < 3
     time.sleep(0.2)
     assert not marker.exists()
@@ -130,7 +134,7 @@ def test_local_transport_timeout_stops_the_whole_pipeline(tmp_path: Path) -> Non
 def test_local_transport_copies(tmp_path: Path) -> None:
     src = tmp_path / "a"
     src.write_text("x")
-    local = t.LocalTransport()
+    local = LocalTransport()
     local.put(src, str(tmp_path / "b"), mode=0o600)
     assert (tmp_path / "b").stat().st_mode & 0o777 == 0o600
     local.get(str(tmp_path / "b"), tmp_path / "c")
@@ -138,21 +142,21 @@ def test_local_transport_copies(tmp_path: Path) -> None:
 
 
 def test_sudo_never_puts_the_password_on_the_command_line() -> None:
-    wrapped = t._sudo_wrap("cat /etc/shadow", "hunter2")
+    wrapped = sudo_wrap("cat /etc/shadow", "hunter2")
     assert "hunter2" not in wrapped and wrapped.startswith("sudo -S -p ''")
-    assert t._sudo_stdin("hunter2", b"in") == b"hunter2\nin"
-    assert t._sudo_wrap("id", None).startswith("sudo -n -- sh -c ")
+    assert sudo_stdin("hunter2", b"in") == b"hunter2\nin"
+    assert sudo_wrap("id", None).startswith("sudo -n -- sh -c ")
 
 
 def test_local_sudo_as_root_runs_plainly() -> None:
     if os.geteuid() != 0:
         pytest.skip("checks the root path")
-    assert t.LocalTransport().run("id -u", sudo=True).stdout.strip() == "0"
+    assert LocalTransport().run("id -u", sudo=True).stdout.strip() == "0"
 
 
 def test_connect_to_localhost_is_local() -> None:
-    transport = t.connect("localhost")
-    assert isinstance(transport, t.LocalTransport)
+    transport = connect("localhost")
+    assert isinstance(transport, LocalTransport)
     transport.close()
 
 
@@ -171,7 +175,7 @@ def test_a_known_hosts_line_that_does_not_decode_is_bad_input_naming_file_and_li
     config = tmp_path / "config"
     config.write_text(f"Host gpu1\n  HostName 10.9.0.1\n  UserKnownHostsFile {known}\n")
     with pytest.raises(BadInput) as caught:
-        t.resolve_settings(parse_host("gpu1"), config)
+        resolve_settings(parse_host("gpu1"), config)
     assert caught.value.message == f"known_hosts file {known} line 3: the key does not decode"
     assert caught.value.hint == f"fix or delete line 3 of {known}"
 
@@ -185,7 +189,7 @@ def test_a_known_hosts_line_that_does_not_decode_is_bad_input_naming_file_and_li
 
 
 def test_ssh_trust_args_name_the_probes_files(tmp_path: Path, ssh_config: Path) -> None:
-    args = shlex.split(t.ssh_trust_args(parse_host("gpu1"), ssh_config))
+    args = shlex.split(ssh_trust_args(parse_host("gpu1"), ssh_config))
     assert args == [
         "-F",
         str(ssh_config),
@@ -199,10 +203,10 @@ def test_ssh_trust_args_name_the_probes_files(tmp_path: Path, ssh_config: Path) 
     # no config file: ssh must not read the passwd home's ~/.ssh/config that the probe never read
     spaced = tmp_path / "my keys" / "known_hosts"
     target = HostTarget("n1", "10.0.0.5", vars={"ansible_ssh_common_args": f"""-o 'UserKnownHostsFile="{spaced}"'"""})
-    args = shlex.split(t.ssh_trust_args(target, tmp_path / "absent"))
+    args = shlex.split(ssh_trust_args(target, tmp_path / "absent"))
     assert args[:4] == ["-F", "/dev/null", "-o", f'UserKnownHostsFile="{spaced}"']
     home = HostTarget("n2", "10.0.0.6")
-    assert f"UserKnownHostsFile={os.path.expanduser('~/.ssh/known_hosts')} " in t.ssh_trust_args(home, tmp_path / "x")
+    assert f"UserKnownHostsFile={os.path.expanduser('~/.ssh/known_hosts')} " in ssh_trust_args(home, tmp_path / "x")
 
 
 def test_known_hosts_markers_and_unknown_types_are_skipped_not_fatal(tmp_path: Path) -> None:
@@ -213,8 +217,8 @@ def test_known_hosts_markers_and_unknown_types_are_skipped_not_fatal(tmp_path: P
         "10.9.0.2 ssh-unknowntype AAAA\n"
         f"10.9.0.3 {key.get_name()} {key.get_base64()}\n"
     )
-    t.check_known_hosts_file(str(known))  # no BadInput: ssh reads such files
+    check_known_hosts_file(str(known))  # no BadInput: ssh reads such files
     client = paramiko.SSHClient()
-    t._load_known_hosts(client, [str(known)])
+    load_known_hosts(client, [str(known)])
     assert client.get_host_keys().lookup("10.9.0.3") is not None
     assert client.get_host_keys().lookup("a.example") is None  # a CA line trusts nothing here

@@ -1,6 +1,8 @@
 """Which package-manager locks are held, run ON the target (stdlib only, ideally as root).
 
-apt/dpkg take POSIX record locks (fcntl) on their lock files; F_GETLK names the holder without
+Usage: package_locks.py fcntl:PATH... pid:PATH...   (the list is the preflight role's
+package_locks.json, which provision.hosts.gather reads and passes: one list for both.)
+apt/dpkg/rpm take POSIX record locks (fcntl) on their lock files; F_GETLK names the holder without
 taking the lock. The files are readable by root only, so without root this reports them as
 denied rather than guessing. dnf keeps a pid file while it runs.
 Prints {"held": [{"path", "pid", "process"}], "denied": [paths]}.
@@ -11,16 +13,9 @@ from __future__ import annotations
 import fcntl
 import os
 import struct
+import sys
 from typing import Any
 
-FCNTL_LOCKS = (
-    "/var/lib/dpkg/lock-frontend",
-    "/var/lib/dpkg/lock",
-    "/var/lib/apt/lists/lock",
-    "/var/cache/apt/archives/lock",
-    "/var/lib/rpm/.rpm.lock",
-)
-PID_FILES = ("/var/run/dnf.pid", "/var/cache/dnf/metadata_lock.pid", "/var/lib/dnf/rpmdb_lock.pid")
 # struct flock on 64-bit Linux: short l_type, short l_whence, off_t l_start, off_t l_len, pid_t l_pid
 FLOCK = "hhqqi4x"
 
@@ -63,10 +58,12 @@ def holder(path: str) -> int | None:
         os.close(fd)
 
 
-def main() -> None:
+def main(args: list[str]) -> None:
+    fcntl_locks = [a[len("fcntl:") :] for a in args if a.startswith("fcntl:")]
+    pid_files = [a[len("pid:") :] for a in args if a.startswith("pid:")]
     held: list[dict[str, Any]] = []
     denied: list[str] = []
-    for path in FCNTL_LOCKS:
+    for path in fcntl_locks:
         if not os.path.exists(path):
             continue
         try:
@@ -77,7 +74,7 @@ def main() -> None:
         if pid is not None:
             # A holder in another PID namespace shows as pid 0: still held.
             held.append({"path": path, "pid": pid or None, "process": comm(pid) if pid else None})
-    for path in PID_FILES:
+    for path in pid_files:
         try:
             with open(path) as f:
                 pid = int(f.read().strip() or 0)
@@ -89,4 +86,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

@@ -1,17 +1,16 @@
 #!/usr/bin/env python3
 """Wait until no other process holds the package manager's lock, or fail with one clear line.
 
-Usage: wait_package_lock.py TIMEOUT_SECONDS   (the verdict on stdout: a script's stderr shares the pty)
-dpkg/apt take fcntl locks on their lock files; dnf writes a pid file. A fresh cloud VM often
-runs unattended-upgrades (or dnf-automatic) for minutes after boot, so we wait rather than fail.
+Usage: wait_package_lock.py TIMEOUT_SECONDS LOCKS_JSON   (the verdict on stdout: a script's stderr shares the pty)
+LOCKS_JSON is package_locks.json beside this script (the task passes its content): dpkg/apt/rpm
+take fcntl locks on the "fcntl" files; dnf writes the "pid_files". A fresh cloud VM often runs
+unattended-upgrades (or dnf-automatic) for minutes after boot, so we wait rather than fail.
 """
 import fcntl
+import json
 import os
 import sys
 import time
-
-DPKG_LOCKS = ["/var/lib/dpkg/lock-frontend", "/var/lib/dpkg/lock", "/var/lib/apt/lists/lock"]
-DNF_PIDS = ["/var/lib/dnf/rpmdb_lock.pid", "/var/cache/dnf/metadata_lock.pid", "/var/run/dnf.pid"]
 
 
 def holder_of_dpkg(path):
@@ -53,9 +52,10 @@ def process_names():
 
 def main():
     timeout = int(sys.argv[1])
+    locks = json.loads(sys.argv[2])
     deadline = time.monotonic() + timeout
     while True:
-        held = [h for h in map(holder_of_dpkg, DPKG_LOCKS) if h] + [h for h in map(holder_of_pidfile, DNF_PIDS) if h]
+        held = [h for h in map(holder_of_dpkg, locks["fcntl"]) if h] + [h for h in map(holder_of_pidfile, locks["pid_files"]) if h]
         if not held:
             print("free")
             return 0

@@ -1,0 +1,111 @@
+"""Host keys: known_hosts files read as OpenSSH reads them, keys recorded, fingerprints.
+
+Host keys are always verified against known_hosts: an unknown key is refused unless the caller
+accepts new keys (then :func:`record_host_key` records it, like ``StrictHostKeyChecking=accept-new``)
+and a changed key is refused, always (that decision is :mod:`provision.hosts.ssh`'s).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from provision.errors import BadInput
+
+if TYPE_CHECKING:
+    import paramiko
+
+
+def fingerprint(key: paramiko.PKey) -> str:
+    """OpenSSH's SHA256 fingerprint, as `ssh-keygen -lf` prints it."""
+    digest = hashlib.sha256(key.asbytes()).digest()
+    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+
+
+def host_key_name(hostname: str, port: int) -> str:
+    """The name a host's key is filed under in known_hosts (``[host]:port`` off port 22)."""
+    return hostname if port == 22 else f"[{hostname}]:{port}"
+
+
+_KNOWN_HOSTS_LOCK = threading.Lock()
+
+
+def record_host_key(path: str, hostname: str, port: int, key: paramiko.PKey) -> None:
+    """Append a key to a known_hosts file (parallel probes may record several at once)."""
+    import fcntl
+
+    file = Path(path)
+    with _KNOWN_HOSTS_LOCK:
+        file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with open(file, "a") as out:
+            fcntl.flock(out, fcntl.LOCK_EX)
+            out.write(f"{host_key_name(hostname, port)} {key.get_name()} {key.get_base64()}\n")
+
+
+class UnknownHostKey(Exception):
+    """The host offered a key known_hosts lacks (and new keys are not accepted)."""
+
+    def __init__(self, key: paramiko.PKey) -> None:
+        super().__init__("unknown host key")
+        self.key = key
+
+
+# The system-wide known_hosts files, OpenSSH's GlobalKnownHostsFile default (ssh_config(5)).
+GLOBAL_KNOWN_HOSTS = ("/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2")
+
+
+def load_known_hosts(client: paramiko.SSHClient, files: Sequence[str]) -> None:
+    # The user's files and the system-wide ones, as ssh reads them; paramiko's lookup handles
+    # hashed (|1|...) entries and [host]:port names. resolve_settings has checked every line.
+    keys = client.get_host_keys()
+    for path in (*files, *GLOBAL_KNOWN_HOSTS):
+        for entry in _known_hosts_entries(path):
+            for name in entry.hostnames:
+                known = keys.lookup(name)
+                if known is None or entry.key.get_name() not in known:  # the first entry wins, as in load
+                    keys.add(name, entry.key.get_name(), entry.key)
+
+
+def _known_hosts_entries(path: str) -> list[Any]:
+    """The usable entries of a known_hosts file, parsed line by line as ``HostKeys.load`` does,
+    except that lines with a marker (``@cert-authority``, ``@revoked``) are skipped: paramiko
+    cannot use them and ``load`` stops at them. A host known only through such a line is
+    unknown, so refused, never trusted. A line that does not decode raises BadInput naming it
+    (``load`` raised ``InvalidHostKey`` without saying where: it escaped from connect() as a
+    misleading ProxyJump error)."""
+    import paramiko
+    from paramiko.hostkeys import HostKeyEntry
+
+    entries: list[Any] = []
+    if not os.path.isfile(path):
+        return entries
+    try:
+        with open(path, encoding="utf-8", errors="replace") as lines:
+            for lineno, line in enumerate(lines, start=1):
+                text = line.strip()
+                if not text or text.startswith(("#", "@")):
+                    continue
+                try:
+                    entry = HostKeyEntry.from_line(text, lineno)
+                except paramiko.SSHException:  # e.g. a key type paramiko lacks: ssh skips unknown ones
+                    continue
+                except Exception:  # InvalidHostKey, and what a garbled key raises
+                    raise BadInput(
+                        f"known_hosts file {path} line {lineno}: the key does not decode",
+                        f"fix or delete line {lineno} of {path}",
+                    ) from None
+                if entry is not None:  # None: fewer than three fields, skipped as load does
+                    entries.append(entry)
+    except OSError:  # unreadable: no keys from it, so its hosts are unknown
+        return []
+    return entries
+
+
+def check_known_hosts_file(path: str) -> None:
+    """BadInput naming the file and line where a line of ``path`` does not decode."""
+    _known_hosts_entries(path)

@@ -1,0 +1,179 @@
+"""SSH settings: ``~/.ssh/config``, ssh options in inventory vars and explicit values, merged.
+
+SSH follows OpenSSH's rules where users rely on them: ``~/.ssh/config`` (User, Port,
+IdentityFile, IdentitiesOnly, UserKnownHostsFile, ProxyJump, ProxyCommand) and explicit values
+(``user@``, ``:port``, inventory vars, ``-o`` options in ``ansible_ssh_common_args``) winning over
+the config file. :func:`resolve_settings` reads files only (no host is contacted);
+:func:`ssh_trust_args` hands the same trust to OpenSSH (the apply, through Ansible).
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from provision.errors import BadInput
+from provision.hosts.inventory import HostTarget
+
+if TYPE_CHECKING:
+    pass
+from provision.hosts.known_hosts import GLOBAL_KNOWN_HOSTS, check_known_hosts_file
+
+
+@dataclass(frozen=True)
+class SSHSettings:
+    """Everything needed to open one SSH connection, after config and inventory are merged."""
+
+    name: str
+    hostname: str
+    port: int
+    user: str
+    key_files: tuple[str, ...] = ()
+    identities_only: bool = False
+    known_hosts_files: tuple[str, ...] = ()
+    proxy_jump: str | None = None
+    proxy_command: str | None = None
+    password: str | None = field(default=None, repr=False)
+    sudo_password: str | None = field(default=None, repr=False)
+    # the ssh config file that was read (None: there was none)
+    config_file: str | None = None
+
+
+def default_ssh_config_path() -> Path:
+    return Path(os.environ.get("PROVISION_SSH_CONFIG", "~/.ssh/config")).expanduser()
+
+
+def _ssh_args_options(args: str) -> dict[str, str]:
+    """``-o Key=Value``/``-o Key Value``, ``-i``, ``-p``, ``-l``, ``-J`` of ssh command-line args."""
+    words = shlex.split(args)
+    options: dict[str, str] = {}
+    flag_keys = {"-i": "identityfile", "-p": "port", "-l": "user", "-J": "proxyjump", "-F": "_configfile"}
+    i = 0
+    while i < len(words):
+        word = words[i]
+        value: str | None = None
+        if word == "-o" and i + 1 < len(words):
+            value, i = words[i + 1], i + 1
+        elif word.startswith("-o") and len(word) > 2:
+            value = word[2:]
+        elif word in flag_keys and i + 1 < len(words):
+            options[flag_keys[word]] = words[i + 1]
+            i += 2
+            continue
+        if value is not None:
+            key, sep, rest = value.partition("=")
+            if not sep:
+                key, _, rest = value.partition(" ")
+            options[key.strip().lower()] = rest.strip()
+        i += 1
+    return options
+
+
+def _pick_port(options: dict[str, str], looked: dict[str, Any]) -> str:
+    return str(options.get("port") or looked.get("port") or 22)
+
+
+def _unless_none(value: Any) -> str | None:
+    return None if value is None or str(value).lower() == "none" else str(value)
+
+
+def resolve_settings(target: HostTarget, ssh_config: Path | None = None) -> SSHSettings:
+    """Merge, highest first: explicit target values, ssh options in inventory vars, ssh config.
+
+    Reads files only (no host is contacted); what does not parse is BadInput.
+    """
+    import paramiko
+
+    options: dict[str, str] = {}
+    for var in ("ansible_ssh_common_args", "ansible_ssh_extra_args"):
+        if target.vars.get(var):
+            try:
+                options.update(_ssh_args_options(str(target.vars[var])))
+            except ValueError as exc:
+                raise BadInput(f"{var} of host `{target.name}` does not parse: {exc}", "check its quotes") from None
+    path = (
+        Path(options.pop("_configfile")).expanduser()
+        if "_configfile" in options
+        else (ssh_config or default_ssh_config_path())
+    )
+    looked: dict[str, Any] = {}
+    if path.is_file():
+        try:
+            looked = dict(paramiko.SSHConfig.from_path(str(path)).lookup(target.address))
+        except (paramiko.SSHException, ValueError, OSError) as exc:
+            raise BadInput(
+                f"SSH config {path} does not parse: {exc}", "fix that file or pass another with -F"
+            ) from None
+    port_text = str(target.port or _pick_port(options, looked))
+    if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+        raise BadInput(f"invalid SSH port `{port_text}` for host `{target.name}`", "a port is a number from 1 to 65535")
+
+    def pick(key: str) -> Any:
+        return options.get(key, looked.get(key))
+
+    identity = pick("identityfile")
+    key_files: list[str] = []
+    if target.key_file:
+        key_files.append(target.key_file)
+    if isinstance(identity, list):
+        key_files += [str(k) for k in identity]
+    elif identity:
+        key_files.append(str(identity))
+    known = pick("userknownhostsfile")
+    known_files = shlex.split(known) if known else ["~/.ssh/known_hosts", "~/.ssh/known_hosts2"]
+    port = int(port_text)
+    known_files = [os.path.expanduser(k) for k in known_files]
+    for known_file in (*known_files, *GLOBAL_KNOWN_HOSTS):
+        check_known_hosts_file(known_file)
+    return SSHSettings(
+        name=target.name,
+        hostname=str(
+            options.get("hostname")
+            or (looked.get("hostname") if target.address == target.name else target.address)
+            or target.address
+        ),
+        port=port,
+        user=target.user or str(pick("user") or getpass.getuser()),
+        key_files=tuple(dict.fromkeys(os.path.expanduser(k) for k in key_files)),
+        identities_only=str(pick("identitiesonly") or "no").lower() == "yes",
+        known_hosts_files=tuple(known_files),
+        proxy_jump=_unless_none(pick("proxyjump")),
+        proxy_command=_unless_none(pick("proxycommand")),
+        password=str(target.vars["ansible_password"]) if target.vars.get("ansible_password") else None,
+        sudo_password=target.become_password,
+        config_file=str(path) if path.is_file() else None,
+    )
+
+
+def ssh_trust_args(target: HostTarget, ssh_config: Path | None = None) -> str:
+    """OpenSSH options that make ``ssh`` (the apply, through Ansible) trust what the probe trusts.
+
+    The same config file (``-F``: OpenSSH would read the passwd home's ``~/.ssh/config``, Python
+    reads ``$HOME``'s; ``/dev/null`` where the probe read none), the same known_hosts files with
+    ``~`` already expanded, and ``StrictHostKeyChecking=yes``: an unknown or changed key is
+    refused (a key accepted with --accept-new-host-keys was recorded by the probe). They go
+    ahead of the inventory's own ssh args because ssh takes the first value of an option.
+    """
+    settings = resolve_settings(target, ssh_config)
+
+    def files(paths: Sequence[str]) -> str:
+        # ssh_config(5) splits the value on whitespace; a path with a space is double-quoted
+        return " ".join(f'"{p}"' if any(c.isspace() for c in p) else p for p in paths)
+
+    return shlex.join(
+        [
+            "-F",
+            settings.config_file or "/dev/null",
+            "-o",
+            f"UserKnownHostsFile={files(settings.known_hosts_files)}",
+            "-o",
+            f"GlobalKnownHostsFile={files(GLOBAL_KNOWN_HOSTS)}",
+            "-o",
+            "StrictHostKeyChecking=yes",
+        ]
+    )
