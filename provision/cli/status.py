@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 
 def observed_versions(facts: HostFacts) -> dict[str, str | None]:
-    """What a probe saw, keyed like :func:`provision.lock.drift`'s input."""
+    """What a probe saw, keyed like :func:`provision.stack.drift.drift`'s input."""
     observed: dict[str, str | None] = {"driver": facts.driver.version}
     for name, version in facts.frameworks().items():
         observed[name] = version
@@ -146,7 +146,8 @@ def _check_drift(  # noqa: PLR0917
 ) -> bool:
     from provision.hosts.gather import GatherOptions, matrix_lookup, probe_hosts
     from provision.hosts.inventory import LOCALHOST, load_inventory
-    from provision.stack.lock import drift, find_group, read_lock
+    from provision.stack.drift import drift
+    from provision.stack.lock import find_group, read_lock
 
     targets = {t.name: t for t in (load_inventory(inventory) if inventory else [LOCALHOST])}
     known = [h for h in hosts if h["host"] in targets and h["last_run"]]
