@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from provision.cli.app import command_options
+from provision.cli.options import command_options
 from provision.cli.output import emit
 from provision.errors import BadInput
 
