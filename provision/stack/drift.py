@@ -1,7 +1,8 @@
 """Drift: which locked versions a host no longer has (pure; the probing is :mod:`provision.fleet.status`).
 
 :func:`expected_versions` reads a lock group as flat ``{item: version}``; :func:`drift` compares
-that with what a probe or the smoke job observed and names every item that left the lock.
+that with what a probe or the smoke job observed and names every item that left the lock. Whether
+a version matches is the one rule of :mod:`provision.remote.smoke.versions`.
 """
 
 from __future__ import annotations
@@ -9,7 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from provision.remote.smoke.versions import build_matches, cudnn_number, split_local, version_matches
 from provision.stack.lock import LockGroup
+
+__all__ = ["Drift", "cudnn_number", "drift", "expected_versions"]
 
 
 @dataclass(frozen=True)
@@ -23,26 +27,6 @@ class Drift:
 
     def __str__(self) -> str:
         return f"{self.item}: locked {self.expected or 'none'}, found {self.observed or 'none'}"
-
-
-def cudnn_number(version: str) -> str:
-    """``"9.10.2.21"`` -> ``"91002"``: the integer torch.backends.cudnn.version() reports.
-
-    cuDNN 9 encodes major*10000 + minor*100 + patch; cuDNN 8 and older major*1000 + minor*100 + patch.
-    """
-    parts = [int(p) for p in version.split(".")[:3]] + [0, 0, 0]
-    major, minor, patch = parts[:3]
-    return str(major * 10000 + minor * 100 + patch if major >= 9 else major * 1000 + minor * 100 + patch)
-
-
-def _public(version: str) -> tuple[str, str | None]:
-    """``"2.8.0+cu128"`` -> (``"2.8.0"``, ``"cu128"``)."""
-    base, _, local = version.partition("+")
-    return base, (local or None)
-
-
-def _major_minor(version: str) -> str:
-    return ".".join(version.split(".")[:2])
 
 
 def expected_versions(group: LockGroup) -> dict[str, str | None]:
@@ -84,23 +68,12 @@ def drift(group: LockGroup, observed: Mapping[str, str | None]) -> list[Drift]:
     for item, want in expected.items():
         if item == "torch_variant":  # read from the local tag of the observed torch version
             seen = observed.get("torch")
-            local = _public(seen)[1] if seen else None
-            if want is not None and local is not None and local != want:
-                out.append(Drift(item, want, local))
+            if not build_matches(seen, want):
+                out.append(Drift(item, want, split_local(seen)[1] if seen else None))
             continue
         if item not in observed:
             continue
         got = observed[item]
-        if not _same(item, want, got):
+        if not version_matches(item, got, want):
             out.append(Drift(item, want, got))
     return out
-
-
-def _same(item: str, want: str | None, got: str | None) -> bool:
-    if want is None or got is None:
-        return want == got
-    if item in ("torch", "tensorflow", "jax"):
-        return _public(got)[0] == _public(want)[0]
-    if item in ("torch_cuda", "cuda_toolkit", "python"):
-        return _major_minor(got) == _major_minor(want)
-    return str(got).strip() == str(want).strip()
