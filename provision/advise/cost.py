@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from provision.errors import BadInput
@@ -176,3 +177,39 @@ def to_json(i: CostInputs, price: CloudPrice, r: CostResult) -> dict[str, Any]:
         "cloud_price": price.to_json(),
         "inputs": asdict(i),
     }
+
+
+def advise(inputs: CostInputs, *, instance_type: str | None, spot: bool, plot: Path | None) -> dict[str, Any]:
+    """`provision advise cost`: check, price (the flag's or ``instance_type``'s), compute, plot; the JSON.
+
+    Everything that can be bad input is checked before the knowledge is read or a file written.
+    """
+    inputs.validate()
+    if plot is not None:
+        from provision.advise.plot import check_target, require_matplotlib
+
+        check_target(plot)
+        require_matplotlib()
+    if instance_type is not None:
+        price = knowledge_price(instance_type, spot)
+        inputs = CostInputs(**{**inputs.__dict__, "cloud_price": price.usd_per_hour})
+    else:
+        price = CloudPrice(usd_per_hour=inputs.cloud_price, origin="flag")
+    result = compute(inputs)
+    doc = to_json(inputs, price, result)
+    if plot is not None:
+        from provision.advise.plot import cost_plot
+
+        hours, cloud_curve, own_curve = curve(inputs)
+        title = f"cloud {price.usd_per_hour:g} USD/h" + (f" ({price.instance_type})" if price.instance_type else "")
+        cost_plot(
+            plot,
+            hours=hours,
+            cloud=cloud_curve,
+            own=own_curve,
+            break_even=result.break_even_hours_per_day,
+            hours_per_day=inputs.hours_per_day,
+            title=title,
+        )
+        doc["plot"] = str(plot)
+    return doc

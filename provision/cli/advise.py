@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from provision.cli.app import command_options
+from provision.cli.options import command_options
 from provision.cli.output import emit
 from provision.errors import BadInput
 
@@ -90,34 +90,7 @@ def cost(
         electricity=electricity,
         ops_per_year=ops_per_year,
     )
-    inputs.validate()
-    if plot is not None:
-        from provision.advise.plot import check_target, require_matplotlib
-
-        check_target(plot)
-        require_matplotlib()
-    if instance_type is not None:
-        price = c.knowledge_price(instance_type, spot)
-        inputs = c.CostInputs(**{**inputs.__dict__, "cloud_price": price.usd_per_hour})
-    else:
-        price = c.CloudPrice(usd_per_hour=inputs.cloud_price, origin="flag")
-    result = c.compute(inputs)
-    doc = c.to_json(inputs, price, result)
-    if plot is not None:
-        from provision.advise.plot import cost_plot
-
-        hours, cloud_curve, own_curve = c.curve(inputs)
-        title = f"cloud {price.usd_per_hour:g} USD/h" + (f" ({price.instance_type})" if price.instance_type else "")
-        cost_plot(
-            plot,
-            hours=hours,
-            cloud=cloud_curve,
-            own=own_curve,
-            break_even=result.break_even_hours_per_day,
-            hours_per_day=inputs.hours_per_day,
-            title=title,
-        )
-        doc["plot"] = str(plot)
+    doc = c.advise(inputs, instance_type=instance_type, spot=spot, plot=plot)
     emit(doc, as_json, lambda con: _cost_human(con, doc))
 
 

@@ -12,15 +12,14 @@ from __future__ import annotations
 import importlib
 import sys
 import traceback
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Sequence
+from typing import Any
 
 import click
 
 from provision import __version__
+from provision.cli.options import debug_option
 from provision.errors import BadInput, ExitCode, Interrupted, ProvisionError
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 # name -> "module:attribute"; the order is the order of `provision --help`.
 COMMANDS: dict[str, str] = {
@@ -35,24 +34,6 @@ COMMANDS: dict[str, str] = {
     "advise": "provision.cli.advise:advise",
     "tune": "provision.cli.tune:tune",
 }
-
-
-def json_option(func: F) -> F:
-    """``--json`` on a command: one JSON document on stdout and nothing else there."""
-    return click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout and nothing else.")(
-        func
-    )
-
-
-def debug_option(func: F) -> F:
-    # Read from argv by ProvisionGroup.main (errors can happen before parsing); declared on every
-    # command so that it is accepted anywhere on the line and shows in --help.
-    return click.option("--debug", is_flag=True, expose_value=False, help="Show the traceback of an error.")(func)
-
-
-def command_options(func: F) -> F:
-    """The options every command takes."""
-    return json_option(debug_option(func))
 
 
 class ProvisionGroup(click.Group):
@@ -138,7 +119,7 @@ def _report(exc: ProvisionError, as_json: bool, debug: bool, cause: BaseExceptio
 
 @click.group(cls=ProvisionGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", prog_name="provision", message="%(prog)s %(version)s")
-@click.option("--debug", is_flag=True, expose_value=False, help="Show the traceback of an error.")
+@debug_option
 def cli() -> None:
     """Turn fresh NVIDIA GPU machines into verified deep-learning hosts.
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import click
 
-from provision.cli.app import command_options
+from provision.cli.options import command_options
 from provision.cloud.launcher import DEFAULT_KEY, LaunchArgs
 from provision.errors import BadInput
 

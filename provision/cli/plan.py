@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
-from provision.cli.app import command_options
-from provision.errors import BadInput
+from provision.cli.options import (
+    command_options,
+    config_option,
+    lock_option,
+    parse_sets,
+    reboot_controller_option,
+    set_option,
+    ssh_options,
+    target_options,
+)
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -16,33 +24,17 @@ if TYPE_CHECKING:
     from provision.fleet.planning import PlanResult
 
 
-def _overrides(pairs: tuple[str, ...]) -> dict[str, Any]:
-    import yaml
-
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        name, sep, raw = pair.partition("=")
-        if not sep:
-            raise BadInput(
-                f"--set {pair!r} is not NAME=VALUE",
-                "write e.g. --set nvidia_driver_repo_base_url=http://mirror/cuda",
-            )
-        try:
-            out[name.strip()] = yaml.safe_load(raw) if raw.strip() else ""
-        except yaml.YAMLError:
-            raise BadInput(f"--set {name}: the value is not YAML", "quote strings; lists as [a, b]") from None
-    return out
-
-
 @click.command(name="plan")
-@click.option("--local", is_flag=True, help="Plan for the machine provision runs on (probed).")
-@click.option("-i", "--inventory", metavar="INVENTORY", help="Plan for an Ansible inventory's hosts (probed).")
+@target_options(
+    local="Plan for the machine provision runs on (probed).",
+    inventory="Plan for an Ansible inventory's hosts (probed).",
+)
 @click.option(
     "--assume",
     metavar="FACTS",
     help="Do not contact hosts; assume os=ID-VERSION,gpu=NAME:COUNT[,arch=,nvswitch=N,python=X.Y,name=HOST].",
 )
-@click.option("-c", "--config", "config_path", type=click.Path(path_type=Path), help="provision.yaml.")
+@config_option()
 @click.option(
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
@@ -50,28 +42,10 @@ def _overrides(pairs: tuple[str, ...]) -> dict[str, Any]:
     show_default=True,
     help="The run dir to write.",
 )
-@click.option(
-    "--lock",
-    "lock_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=Path("provision.lock"),
-    show_default=True,
-    help="Where to write the lock.",
-)
-@click.option(
-    "--set",
-    "sets",
-    multiple=True,
-    metavar="VAR=VALUE",
-    help="Set a role variable in the run dir (mirrors, air-gapped repositories); repeatable.",
-)
-@click.option(
-    "--reboot-controller",
-    is_flag=True,
-    help="Allow rebooting the machine that runs Ansible (--local) when the driver needs it.",
-)
-@click.option("--accept-new-host-keys", is_flag=True, help="Record the key of a host not yet in known_hosts.")
-@click.option("-F", "--ssh-config", type=click.Path(dir_okay=False, path_type=Path), help="SSH config file.")
+@lock_option("Where to write the lock.", default=Path("provision.lock"))
+@set_option("Set a role variable in the run dir (mirrors, air-gapped repositories); repeatable.")
+@reboot_controller_option()
+@ssh_options()
 @command_options
 def plan(
     *,
@@ -105,7 +79,7 @@ def plan(
         assume=parse_assume(assume) if assume else None,
         out=out,
         lock_path=lock_path,
-        overrides=_overrides(sets),
+        overrides=parse_sets(sets),
         reboot_controller=reboot_controller,
         accept_new_host_keys=accept_new_host_keys,
         ssh_config=ssh_config,

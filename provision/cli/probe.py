@@ -13,69 +13,33 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from provision.cli.app import command_options
-from provision.errors import BadInput, ExitCode
+from provision.cli.options import (
+    command_options,
+    connect_timeout_option,
+    parallel_option,
+    ssh_options,
+    target_options,
+    timeout_option,
+)
+from provision.errors import ExitCode
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from provision.hosts.gather import ProbeResult
-    from provision.hosts.inventory import HostTarget
-
-
-def select_targets(local: bool, hosts: tuple[str, ...], inventory: str | None) -> list[HostTarget]:
-    """``--local | HOST... | -i INVENTORY`` -> targets; BadInput for mixes and malformed input."""
-    from provision.hosts.inventory import LOCALHOST, load_inventory, parse_hosts
-
-    chosen = (("--local", local), ("HOST", bool(hosts)), ("-i", inventory is not None))
-    given = [name for name, on in chosen if on]
-    if len(given) > 1:
-        raise BadInput(
-            f"give one of --local, HOST... or -i INVENTORY, not {' and '.join(given)}",
-            "probe the local machine, named hosts, or an inventory's hosts",
-        )
-    if hosts:
-        return parse_hosts(hosts)
-    if inventory is not None:
-        return load_inventory(inventory)
-    return [LOCALHOST]
 
 
 @click.command(name="probe")
 @click.argument("hosts", nargs=-1, metavar="[HOST]...")
-@click.option("--local", is_flag=True, help="Probe the machine provision runs on (the default).")
-@click.option("-i", "--inventory", metavar="INVENTORY", help="Probe the hosts of an Ansible inventory (INI or YAML).")
-@click.option(
-    "--accept-new-host-keys",
-    is_flag=True,
-    help="Record the key of a host not yet in known_hosts (a changed key is still refused).",
+@target_options(
+    local="Probe the machine provision runs on (the default).",
+    inventory="Probe the hosts of an Ansible inventory (INI or YAML).",
 )
 @click.option("--venv", metavar="PATH", help="Also report the framework versions in this venv on each host.")
-@click.option(
-    "-F",
-    "--ssh-config",
-    type=click.Path(dir_okay=False, path_type=Path),
-    metavar="FILE",
-    help="SSH config file to read instead of ~/.ssh/config.",
-)
-@click.option(
-    "--connect-timeout",
-    type=click.FloatRange(min=0.1),
-    default=10.0,
-    show_default=True,
-    metavar="SECONDS",
-    help="Give up on a host that does not answer SSH within this time.",
-)
-@click.option(
-    "--timeout",
-    "command_timeout",
-    type=click.FloatRange(min=1),
-    default=120.0,
-    show_default=True,
-    metavar="SECONDS",
-    help="Give up on a host whose probe commands run longer.",
-)
-@click.option("--parallel", type=click.IntRange(min=1), default=32, show_default=True, help="Hosts probed at once.")
+@ssh_options()
+@connect_timeout_option()
+@timeout_option(120.0, "Give up on a host whose probe commands run longer.", minimum=1, dest="command_timeout")
+@parallel_option(32, "Hosts probed at once.")
 @command_options
 def probe(
     *,  # click passes options by name
@@ -98,7 +62,11 @@ def probe(
 
     Exit status: 0 every host answered, 1 a host failed or was unreachable, 2 bad input.
     """
-    targets = select_targets(local, hosts, inventory)
+    from provision.fleet.targets import select_targets
+
+    targets = select_targets(
+        local, inventory, hosts, hint="probe the local machine, named hosts, or an inventory's hosts"
+    )
     from provision.hosts.gather import GatherOptions, matrix_lookup, probe_hosts
     from provision.hosts.ssh_config import resolve_settings
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from provision.cli.app import command_options
+from provision.cli.options import command_options, config_option
 from provision.cli.output import emit
 
 if TYPE_CHECKING:
@@ -48,13 +48,7 @@ if TYPE_CHECKING:
     type=click.Choice(["auto", "nvidia-repo", "distro"]),
     help="How the driver is installed.",
 )
-@click.option(
-    "-c",
-    "--config",
-    "config_path",
-    type=click.Path(path_type=Path),
-    help="provision.yaml whose stack: section is the default request.",
-)
+@config_option("provision.yaml whose stack: section is the default request.")
 @command_options
 def resolve(
     *,

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from provision.cli.app import command_options
+from provision.cli.options import command_options, host_keys_option, target_options, timeout_option
 from provision.cli.output import emit
 from provision.errors import BadInput, ExitCode, ProvisionError
 
@@ -27,8 +27,9 @@ REMOTE_PYTHON = "/opt/provision/venv/bin/python"
 
 
 @click.command(name="tune")
-@click.option("--local", is_flag=True, help="Tune on this machine (the default without -i).")
-@click.option("-i", "--inventory", metavar="INVENTORY", help="Tune on every host of an Ansible inventory.")
+@target_options(
+    local="Tune on this machine (the default without -i).", inventory="Tune on every host of an Ansible inventory."
+)
 @click.option("--allow-cpu", is_flag=True, help="Without a usable GPU, measure on the CPU (scaled down).")
 @click.option(
     "--plot",
@@ -42,8 +43,8 @@ REMOTE_PYTHON = "/opt/provision/venv/bin/python"
     metavar="PATH",
     help=f"Interpreter with torch on the target [local: this one; remote: {REMOTE_PYTHON}].",
 )
-@click.option("--timeout", type=float, default=900.0, show_default=True, help="Seconds per host.")
-@click.option("--accept-new-host-keys", is_flag=True, help="Record unknown SSH host keys (never changed ones).")
+@timeout_option(900.0, "Seconds per host.")
+@host_keys_option()
 # Test and benchmark sizes: `test` runs in seconds, `cpu` in under two minutes on a small CPU.
 @click.option("--scale", type=click.Choice(["gpu", "cpu", "test"]), hidden=True)
 @command_options

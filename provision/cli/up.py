@@ -17,8 +17,18 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from provision.cli.app import command_options
 from provision.cli.cloud import launch_options
+from provision.cli.options import (
+    command_options,
+    config_option,
+    limit_option,
+    parse_sets,
+    reboot_controller_option,
+    set_option,
+    ssh_options,
+    state_option,
+    target_options,
+)
 from provision.errors import BadInput, ExitCode
 
 if TYPE_CHECKING:
@@ -32,24 +42,17 @@ if TYPE_CHECKING:
 
 
 @click.command(name="up")
-@click.option("--local", is_flag=True, help="Provision the machine provision runs on.")
-@click.option("-i", "--inventory", metavar="INVENTORY", help="Provision an Ansible inventory's hosts.")
-@click.option("-c", "--config", "config_path", type=click.Path(path_type=Path), help="provision.yaml.")
+@target_options(local="Provision the machine provision runs on.", inventory="Provision an Ansible inventory's hosts.")
+@config_option()
 @click.option("--check", is_flag=True, help="Ansible check mode: change nothing, verify what is there.")
 @click.option("--yes", is_flag=True, help="Do not ask before changing hosts.")
-@click.option("--limit", metavar="PATTERN", help="Only these hosts: names or globs, comma-separated.")
+@limit_option()
 @click.option("--serial", type=int, metavar="N", help="Roll through N hosts at a time; stop when a batch fails.")
 @click.option("--force", is_flag=True, help="Apply even to hosts that are converged with this lock.")
-@click.option("--set", "sets", multiple=True, metavar="VAR=VALUE", help="Set a role variable; repeatable.")
-@click.option("--reboot-controller", is_flag=True, help="Allow rebooting this machine (--local) if needed.")
-@click.option("--accept-new-host-keys", is_flag=True, help="Record the key of a host not yet in known_hosts.")
-@click.option("-F", "--ssh-config", type=click.Path(dir_okay=False, path_type=Path), help="SSH config file.")
-@click.option(
-    "--state",
-    "state_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="The fleet state DB (default: state.path in the config, else .provision/state.db).",
-)
+@set_option()
+@reboot_controller_option()
+@ssh_options()
+@state_option()
 @click.option("--cloud", is_flag=True, help="Launch EC2 instances (the launch options below) and provision them.")
 @launch_options
 @click.option("--down-after", is_flag=True, help="With --cloud: end the run when done, whatever the outcome.")
@@ -93,13 +96,13 @@ def up(
 
     Exit status: 0 every host passes, 1 a host failed, 2 bad input, 3 unsatisfiable.
     """
-    from provision.cli.plan import _overrides
     from provision.config import Config, load_config
     from provision.fleet.records import UpOptions
+    from provision.fleet.targets import check_up_targets
     from provision.fleet.up import check_options
     from provision.fleet.up import up as run_up
 
-    _check_targets(
+    check_up_targets(
         cloud=cloud,
         local=local,
         inventory=inventory,
@@ -124,7 +127,7 @@ def up(
         limit=limit,
         serial=serial,
         force=force,
-        overrides=_overrides(sets),
+        overrides=parse_sets(sets),
         accept_new_host_keys=accept_new_host_keys,
         ssh_config=ssh_config,
         reboot_controller=reboot_controller,
@@ -174,37 +177,6 @@ def up(
     # `up --json` plus the run: DESIGN.md's document with one more key, `cloud`.
     emit({**result.to_json(), "cloud": run.to_json()}, as_json, lambda con: _human(con, result, run))
     return int(ExitCode.OK if result.ok else ExitCode.FAILED)
-
-
-def _check_targets(
-    *,
-    cloud: bool,
-    local: bool,
-    inventory: str | None,
-    limit: str | None,
-    launch: LaunchArgs,
-    down_after: bool,
-    keep_on_failure: bool,
-) -> None:
-    """Which hosts: exactly one of --local, -i, --cloud; the launch options only with --cloud."""
-    if cloud:
-        if local or inventory is not None:
-            given = "--local" if local else "-i"
-            raise BadInput(
-                f"give --cloud or {given}, not both", "--cloud provisions the instances it launches; drop one of them"
-            )
-        if limit is not None:
-            raise BadInput(
-                "--limit picks among known hosts; --cloud provisions every instance it launches",
-                "drop --limit (use --count for fewer instances)",
-            )
-        return
-    needs_cloud = sorted("--" + {"os_name": "os"}.get(n, n).replace("_", "-") for n in launch.given)
-    needs_cloud += ["--down-after"] * down_after + ["--keep-on-failure"] * keep_on_failure
-    if needs_cloud:
-        raise BadInput(f"{', '.join(needs_cloud)}: only with --cloud", "add --cloud to launch instances, or drop them")
-    if not local and inventory is None:
-        raise BadInput("nothing to provision", "give --local, -i INVENTORY or --cloud")
 
 
 def _ask(planned: PlanResult, hosts: list[HostRun]) -> bool:

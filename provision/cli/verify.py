@@ -13,28 +13,29 @@ from typing import TYPE_CHECKING
 
 import click
 
-from provision.cli.app import command_options
-from provision.errors import BadInput, ExitCode
+from provision.cli.options import (
+    command_options,
+    connect_timeout_option,
+    lock_option,
+    parallel_option,
+    ssh_options,
+    target_options,
+    timeout_option,
+)
+from provision.errors import ExitCode
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from provision.fleet.verify import HostResult
-    from provision.hosts.inventory import HostTarget
-
-
-def select_targets(local: bool, inventory: str | None) -> list[HostTarget]:
-    from provision.hosts.inventory import LOCALHOST, load_inventory
-
-    if local and inventory is not None:
-        raise BadInput("give one of --local or -i INVENTORY, not both", "verify this machine or an inventory's hosts")
-    return load_inventory(inventory) if inventory is not None else [LOCALHOST]
 
 
 @click.command(name="verify")
-@click.option("--local", is_flag=True, help="Verify the machine provision runs on (the default).")
-@click.option("-i", "--inventory", metavar="INVENTORY", help="Verify the hosts of an Ansible inventory (INI or YAML).")
-@click.option("--lock", "lock_path", metavar="FILE", help="Compare installed versions with this provision.lock.")
+@target_options(
+    local="Verify the machine provision runs on (the default).",
+    inventory="Verify the hosts of an Ansible inventory (INI or YAML).",
+)
+@lock_option("Compare installed versions with this provision.lock.")
 @click.option(
     "--venv",
     metavar="PATH",
@@ -42,46 +43,21 @@ def select_targets(local: bool, inventory: str | None) -> list[HostTarget]:
     "else python3 on hosts and this Python locally).",
 )
 @click.option("--allow-cpu", is_flag=True, help="Let a host without a usable GPU pass on the CPU (CI, laptops).")
-@click.option(
-    "--accept-new-host-keys",
-    is_flag=True,
-    help="Record the key of a host not yet in known_hosts (a changed key is still refused).",
-)
-@click.option(
-    "-F",
-    "--ssh-config",
-    type=click.Path(dir_okay=False, path_type=Path),
-    metavar="FILE",
-    help="SSH config file to read instead of ~/.ssh/config.",
-)
-@click.option(
-    "--timeout",
-    type=click.FloatRange(min=10),
-    default=900.0,
-    show_default=True,
-    metavar="SECONDS",
-    help="Give up on a host whose job runs longer.",
-)
-@click.option("--parallel", type=click.IntRange(min=1), default=16, show_default=True, help="Hosts verified at once.")
+@ssh_options()
+@timeout_option(900.0, "Give up on a host whose job runs longer.", minimum=10)
+@parallel_option(16, "Hosts verified at once.")
 @click.option(
     "--multi-host",
     is_flag=True,
     help="Also run the all-reduce and DDP check across all hosts at once (torchrun, c10d; needs -i).",
 )
-@click.option(
-    "--connect-timeout",
-    type=click.FloatRange(min=0.1),
-    default=10.0,
-    show_default=True,
-    metavar="SECONDS",
-    help="Give up on a host that does not answer SSH within this time.",
-)
+@connect_timeout_option()
 @command_options
 def verify(
     *,
     local: bool,
     inventory: str | None,
-    lock_path: str | None,
+    lock_path: Path | None,
     venv: str | None,
     allow_cpu: bool,
     accept_new_host_keys: bool,
@@ -104,7 +80,9 @@ def verify(
     from provision.fleet import verify as api
 
     lock = api.load_lock(lock_path) if lock_path is not None else None
-    targets = select_targets(local, inventory)
+    from provision.fleet.targets import select_targets
+
+    targets = select_targets(local, inventory, hint="verify this machine or an inventory's hosts")
     connect = api.default_connect(
         accept_new_host_keys=accept_new_host_keys, ssh_config=ssh_config, connect_timeout=connect_timeout
     )

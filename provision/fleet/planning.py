@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from provision.errors import BadInput, OperationFailed, ProvisionError, Unreachable, Unsatisfiable
+from provision.remote.smoke.versions import build_matches, version_matches
 
 if TYPE_CHECKING:
     from provision.config import Config
@@ -363,13 +364,8 @@ def _unique_names(groups: Sequence[Any]) -> None:
 
 
 def _same_framework(have: str | None, locked: Mapping[str, Any]) -> bool:
-    """The probe's ``2.13.0+cpu`` is the lock's ``2.13.0`` with variant ``cpu``."""
-    if have is None:
-        return False
-    base, _, tag = have.partition("+")
-    want_base, _, want_tag = str(locked["version"]).partition("+")
-    variant = want_tag or locked.get("variant")
-    return base == want_base and (not tag or not variant or tag == variant)
+    """The probe's ``2.13.0+cpu`` is the lock's ``2.13.0`` with variant ``cpu`` (the one version rule)."""
+    return version_matches("framework", have, str(locked["version"])) and build_matches(have, locked.get("variant"))
 
 
 def _host_plan(t: _Target, group: str, stack: Mapping[str, Any], reboot_setting: str) -> HostPlan:

@@ -25,7 +25,8 @@ from provision.hosts.remote_job import Content, RemoteJob
 from provision.hosts.transport import CommandResult, Transport
 from provision.remote.smoke import DIR as SMOKE_DIR
 from provision.remote.smoke import FILES as SMOKE_FILES
-from provision.stack.lock import Lock, LockGroup, expected_versions, find_group, read_lock
+from provision.stack.drift import expected_versions
+from provision.stack.lock import Lock, LockGroup, find_group, read_lock
 
 SCHEMA = "provision.verify/1"
 # Where `provision up` puts the frameworks (config `install.venv`); used when it exists.
@@ -38,7 +39,7 @@ Connect = Callable[[HostTarget], Transport]
 
 # --- the lock --------------------------------------------------------------------------------
 
-# The versions the smoke job reads on a host, under the names provision.lock.expected_versions uses.
+# The versions the smoke job reads on a host, under the names provision.stack.drift.expected_versions uses.
 JOB_KEYS = ("driver", "python", "torch", "torch_cuda", "cudnn", "tensorflow", "jax")
 
 

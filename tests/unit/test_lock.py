@@ -9,13 +9,12 @@ import pytest
 
 from provision.errors import BadInput
 from provision.matrix import load
+from provision.stack.drift import cudnn_number, drift
 from provision.stack.lock import (
     SCHEMA,
     Lock,
     LockGroup,
     build_lock,
-    cudnn_number,
-    drift,
     dumps_lock,
     find_group,
     read_lock,

@@ -14,6 +14,7 @@ FILES = (
     "__init__.py",
     "job.py",
     "verdict.py",
+    "versions.py",
     "nvml.py",
     "environment.py",
     "speed.py",

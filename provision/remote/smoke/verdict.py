@@ -11,6 +11,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from .versions import cudnn_dotted, version_matches
+
+__all__ = ["cudnn_dotted", "version_matches"]  # also read from here by the job and its tests
+
 Check = dict[str, Any]
 Measurements = dict[str, Any]
 
@@ -32,44 +36,6 @@ LOW_UTIL_CAUSES = (
     "host-side work between steps (synchronisation such as .item(), logging, Python overhead)",
     "another process is using the GPU or the CPU",
 )
-
-
-# --- versions --------------------------------------------------------------------------------
-
-
-def _parts(version: str) -> list[str]:
-    return [p for p in re.split(r"[.]", version.strip()) if p != ""]
-
-
-def cudnn_dotted(value: str) -> str:
-    """torch reports cuDNN as an integer (9.10.2 -> 91002, 8.9.7 -> 8907); give it dotted."""
-    if not value.isdigit():
-        return value
-    number = int(value)
-    if number >= 90000:  # cuDNN 9+: major * 10000 + minor * 100 + patch
-        return f"{number // 10000}.{number % 10000 // 100}.{number % 100}"
-    return f"{number // 1000}.{number % 1000 // 100}.{number % 100}"  # cuDNN <= 8
-
-
-def version_matches(key: str, actual: str | None, expected: str) -> bool:
-    """Whether an installed version satisfies an expected one.
-
-    The expectation may be shorter than the installed version (``580`` matches ``580.95.05``,
-    ``2.8`` matches ``2.8.0``); a torch local tag (``+cu128``) counts only when the expectation
-    has one. ``none`` expects absence (a CPU torch has no CUDA runtime).
-    """
-    if expected.strip().lower() == "none":
-        return actual is None
-    if actual is None:
-        return False
-    if key == "cudnn":
-        actual, expected = cudnn_dotted(actual), cudnn_dotted(expected)
-        # torch reports three parts; the lock may name the build too (9.10.2.21)
-        return _parts(expected)[:3] == _parts(actual)[: len(_parts(expected)[:3])]
-    if "+" not in expected:
-        actual = actual.split("+", 1)[0]
-    want = _parts(expected)
-    return _parts(actual)[: len(want)] == want
 
 
 # --- GPU architecture ------------------------------------------------------------------------

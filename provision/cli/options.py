@@ -1,0 +1,187 @@
+"""The option blocks commands share, declared once: targets, SSH, timeouts, config, lock, --set, output.
+
+A command stacks these decorators instead of declaring its own copy, so that ``--limit``, ``-F``
+or ``--set`` mean the same, parse the same and default the same everywhere. Where the wording of
+a help text depends on the command (``--local`` "Probe ..." / "Verify ..."), the decorator takes
+it as an argument; the option's name, type and default do not vary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from provision.errors import BadInput
+
+F = TypeVar("F", bound=Callable[..., Any])
+Decorator = Callable[[F], F]
+
+# --- every command --------------------------------------------------------------------------
+
+DEBUG_HELP = "Show the traceback of an error."
+
+
+def json_option(func: F) -> F:
+    """``--json`` on a command: one JSON document on stdout and nothing else there."""
+    return click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout and nothing else.")(
+        func
+    )
+
+
+def debug_option(func: F) -> F:
+    # Read from argv by ProvisionGroup.main (errors can happen before parsing); declared on every
+    # command so that it is accepted anywhere on the line and shows in --help.
+    return click.option("--debug", is_flag=True, expose_value=False, help=DEBUG_HELP)(func)
+
+
+def command_options(func: F) -> F:
+    """The options every command takes."""
+    return json_option(debug_option(func))
+
+
+def _stack(*decorators: Callable[[Any], Any]) -> Callable[[F], F]:
+    """Apply ``decorators`` so that ``--help`` lists them in the order given."""
+
+    def apply(func: F) -> F:
+        out: Any = func
+        for d in reversed(decorators):
+            out = d(out)
+        return out  # type: ignore[no-any-return]
+
+    return apply
+
+
+# --- targets: which hosts ---------------------------------------------------------------------
+
+
+def local_option(help: str) -> Callable[[F], F]:  # click's own keyword
+    return click.option("--local", is_flag=True, help=help)
+
+
+def inventory_option(help: str) -> Callable[[F], F]:
+    return click.option("-i", "--inventory", metavar="INVENTORY", help=help)
+
+
+def target_options(local: str, inventory: str) -> Callable[[F], F]:
+    """``--local`` and ``-i INVENTORY``, with the command's own words for each."""
+    return _stack(local_option(local), inventory_option(inventory))
+
+
+def limit_option() -> Callable[[F], F]:
+    return click.option("--limit", metavar="PATTERN", help="Only these hosts: names or globs, comma-separated.")
+
+
+# --- reaching hosts: SSH and timeouts -------------------------------------------------------
+
+
+def host_keys_option() -> Callable[[F], F]:
+    return click.option(
+        "--accept-new-host-keys",
+        is_flag=True,
+        help="Record the key of a host not yet in known_hosts (a changed key is still refused).",
+    )
+
+
+def ssh_config_option() -> Callable[[F], F]:
+    return click.option(
+        "-F",
+        "--ssh-config",
+        type=click.Path(dir_okay=False, path_type=Path),
+        metavar="FILE",
+        help="SSH config file to read instead of ~/.ssh/config.",
+    )
+
+
+def ssh_options() -> Callable[[F], F]:
+    """``--accept-new-host-keys`` and ``-F FILE``: how SSH reaches the hosts and trusts them."""
+    return _stack(host_keys_option(), ssh_config_option())
+
+
+def connect_timeout_option() -> Callable[[F], F]:
+    return click.option(
+        "--connect-timeout",
+        type=click.FloatRange(min=0.1),
+        default=10.0,
+        show_default=True,
+        metavar="SECONDS",
+        help="Give up on a host that does not answer SSH within this time.",
+    )
+
+
+def timeout_option(
+    default: float, help: str, *, minimum: float | None = None, dest: str = "timeout"
+) -> Callable[[F], F]:
+    """``--timeout SECONDS``: what runs on a host gives up after this (the command says what)."""
+    kind: Any = float if minimum is None else click.FloatRange(min=minimum)
+    return click.option("--timeout", dest, type=kind, default=default, show_default=True, metavar="SECONDS", help=help)
+
+
+def parallel_option(default: int, help: str) -> Callable[[F], F]:
+    return click.option("--parallel", type=click.IntRange(min=1), default=default, show_default=True, help=help)
+
+
+# --- files: config, lock, state ---------------------------------------------------------------
+
+
+def config_option(help: str = "provision.yaml.") -> Callable[[F], F]:
+    return click.option("-c", "--config", "config_path", type=click.Path(path_type=Path), help=help)
+
+
+def lock_option(help: str, default: Path | None = None) -> Callable[[F], F]:
+    """``--lock FILE``: the lock a command writes (with a default) or compares against."""
+    return click.option(
+        "--lock",
+        "lock_path",
+        type=click.Path(dir_okay=False, path_type=Path),
+        metavar="FILE",
+        default=default,
+        show_default=default is not None,
+        help=help,
+    )
+
+
+def state_option() -> Callable[[F], F]:
+    return click.option(
+        "--state",
+        "state_path",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="The fleet state DB (default: state.path in the config, else .provision/state.db).",
+    )
+
+
+# --- role variables -------------------------------------------------------------------------
+
+
+def set_option(help: str = "Set a role variable; repeatable.") -> Callable[[F], F]:
+    """``--set VAR=VALUE`` (repeatable) into ``sets``; :func:`parse_sets` reads them."""
+    return click.option("--set", "sets", multiple=True, metavar="VAR=VALUE", help=help)
+
+
+def reboot_controller_option() -> Callable[[F], F]:
+    return click.option(
+        "--reboot-controller",
+        is_flag=True,
+        help="Allow rebooting the machine that runs Ansible (--local) when the driver needs it.",
+    )
+
+
+def parse_sets(pairs: tuple[str, ...]) -> dict[str, Any]:
+    """``--set`` values as role variables: ``NAME=VALUE`` with VALUE read as YAML (``[a, b]``, ``true``)."""
+    import yaml
+
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        name, sep, raw = pair.partition("=")
+        if not sep:
+            raise BadInput(
+                f"--set {pair!r} is not NAME=VALUE",
+                "write e.g. --set nvidia_driver_repo_base_url=http://mirror/cuda",
+            )
+        try:
+            out[name.strip()] = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            raise BadInput(f"--set {name}: the value is not YAML", "quote strings; lists as [a, b]") from None
+    return out

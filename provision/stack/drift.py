@@ -1,0 +1,79 @@
+"""Drift: which locked versions a host no longer has (pure; the probing is :mod:`provision.fleet.status`).
+
+:func:`expected_versions` reads a lock group as flat ``{item: version}``; :func:`drift` compares
+that with what a probe or the smoke job observed and names every item that left the lock. Whether
+a version matches is the one rule of :mod:`provision.remote.smoke.versions`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from provision.remote.smoke.versions import build_matches, cudnn_number, split_local, version_matches
+from provision.stack.lock import LockGroup
+
+__all__ = ["Drift", "cudnn_number", "drift", "expected_versions"]
+
+
+@dataclass(frozen=True)
+class Drift:
+    item: str  # driver | fabric_manager | torch | torch_variant | torch_cuda | cudnn | ...
+    expected: str | None
+    observed: str | None
+
+    def to_json(self) -> dict[str, str | None]:
+        return {"item": self.item, "expected": self.expected, "observed": self.observed}
+
+    def __str__(self) -> str:
+        return f"{self.item}: locked {self.expected or 'none'}, found {self.observed or 'none'}"
+
+
+def expected_versions(group: LockGroup) -> dict[str, str | None]:
+    """What the lock says a host of ``group`` should report, keyed like :func:`drift`'s input."""
+    s = group.stack
+    out: dict[str, str | None] = {}
+    drv = s.get("driver")
+    if drv:
+        out["driver"] = drv.get("version")
+    fm = s.get("fabric_manager")
+    if fm:
+        out["fabric_manager"] = fm.get("version")
+    if s.get("cuda_toolkit"):
+        out["cuda_toolkit"] = s["cuda_toolkit"].get("version")
+    fws = s.get("frameworks") or {}
+    torch = fws.get("torch")
+    if torch:
+        out["torch"] = torch.get("version")
+        out["torch_variant"] = torch.get("variant")
+        out["torch_cuda"] = torch.get("cuda")
+        out["cudnn"] = cudnn_number(torch["cudnn"]) if torch.get("cudnn") else None
+    for name in ("tensorflow", "jax"):
+        if name in fws:
+            out[name] = fws[name].get("version")
+    if s.get("python"):
+        out["python"] = s["python"]
+    return out
+
+
+def drift(group: LockGroup, observed: Mapping[str, str | None]) -> list[Drift]:
+    """Items whose observed version differs from the lock (only items that were observed).
+
+    ``observed`` is what verify/probe found, e.g. ``{"driver": "580.95.05", "torch":
+    "2.8.0+cu128", "torch_cuda": "12.8", "cudnn": "91002", "python": "3.11.2"}``; a key that is
+    absent was not looked at and is not drift, a key present with ``None`` means "not installed".
+    """
+    expected = expected_versions(group)
+    out: list[Drift] = []
+    for item, want in expected.items():
+        if item == "torch_variant":  # read from the local tag of the observed torch version
+            seen = observed.get("torch")
+            if not build_matches(seen, want):
+                out.append(Drift(item, want, split_local(seen)[1] if seen else None))
+            continue
+        if item not in observed:
+            continue
+        got = observed[item]
+        if not version_matches(item, got, want):
+            out.append(Drift(item, want, got))
+    return out
