@@ -549,13 +549,6 @@ def _framework_vars(stack: Mapping[str, Any], packages: Mapping[str, Any], insta
     }
 
 
-TESTONLY_VARS = (
-    "preflight_testonly_skip_gpu_check",
-    "nvidia_driver_testonly_skip_module_load",
-    "verify_testonly_skip_gpu",
-)
-
-
 def check_overrides(overrides: Mapping[str, Any]) -> None:
     """Role variables set on top of the rendered ones (air-gapped mirrors, tests).
 
