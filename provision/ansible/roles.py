@@ -37,13 +37,6 @@ def default_roles_path() -> str:
     return str(playbooks_dir() / "roles")
 
 
-TESTONLY_VARS = (
-    "preflight_testonly_skip_gpu_check",
-    "nvidia_driver_testonly_skip_module_load",
-    "verify_testonly_skip_gpu",
-)
-
-
 def check_overrides(overrides: Mapping[str, Any]) -> None:
     """Role variables set on top of the rendered ones (air-gapped mirrors, tests).
 

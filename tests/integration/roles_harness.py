@@ -29,6 +29,9 @@ from tests.hosts import harness
 BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parents[2]
 # The explicit test-only switches: no GPU on the test hosts, so no GPU check and no module load.
+# They are no role variable (no default, no argument spec, so `--set` and provision's overrides refuse
+# them and a production run never carries one): render() writes them into the run dir's host_vars/,
+# which plain ansible-playbook reads beside the inventory.
 TESTONLY = {
     "preflight_testonly_skip_gpu_check": True,
     "nvidia_driver_testonly_skip_module_load": True,
@@ -79,14 +82,20 @@ def render(
     group = {**group, "hosts": [host.name]}
     lock = build_lock([LockGroup(**group)])
     text = dumps_lock(lock)
+    merged = {**TESTONLY, **(overrides or {})}
     write_run_dir(
         run,
         json.loads(text),
         text,
         {host.name: connection(hostset, host)},
         install or InstallSettings(),
-        overrides={**TESTONLY, **(overrides or {})},
+        overrides={k: v for k, v in merged.items() if k not in TESTONLY},
     )
+    host_vars = run / "host_vars"
+    host_vars.mkdir(mode=0o700, exist_ok=True)
+    testonly = host_vars / f"{host.name}.yml"
+    testonly.write_text(yaml.safe_dump({k: v for k, v in merged.items() if k in TESTONLY}))
+    testonly.chmod(0o600)
     return run
 
 

@@ -160,13 +160,14 @@ def test_preflight_refuses_before_any_change(
         expected = "GiB needed; free some space or grow the disk"
     else:
         # another process (as unattended-upgrades would) holds dpkg's lock for longer than the wait;
-        # a CPU-only stack, so that no driver check comes first
+        # a CPU-only stack, so that no driver check comes first; held up to 600 s, ended by the restore
+        # (60 s ran out on a loaded machine before the play reached the lock check)
         group = rh.lock_group("refused", [host.name], os="debian-12", frameworks=[TORCH_CPU])
         rh.ssh(
             testhosts,
             host,
             "nohup python3 -c \"import fcntl, time; f = open('/var/lib/dpkg/lock-frontend', 'w'); "
-            'fcntl.lockf(f, fcntl.LOCK_EX); time.sleep(60)" >/dev/null 2>&1 & echo $! > /tmp/lock-holder.pid; sleep 1',
+            'fcntl.lockf(f, fcntl.LOCK_EX); time.sleep(600)" >/dev/null 2>&1 & echo $! > /tmp/lock-holder.pid; sleep 1',
         )
         restore = "kill $(cat /tmp/lock-holder.pid)"
         overrides["preflight_package_lock_timeout"] = 4

@@ -7,12 +7,16 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
+from provision.ansible.render import render_files
 from provision.ansible.roles import ROLES
+from provision.ansible.settings import InstallSettings
 from provision.resources import playbooks_dir
+from tests.integration.roles_harness import TESTONLY
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -55,3 +59,80 @@ def test_no_role_writes_a_version(role: str) -> None:
     for path in root.rglob("*"):
         if path.is_file():
             assert not version.search(path.read_text()), f"{path} names a version"
+
+
+# --- the roles' layout: meta/main.yml, vars/<OS>.yml, tags, no test-only switch in the interface ---
+
+# The releases preflight admits, as Galaxy names them: what every role's meta/main.yml claims.
+GALAXY_PLATFORMS = {
+    "debian-12": ("Debian", "bookworm"),
+    "ubuntu-22.04": ("Ubuntu", "jammy"),
+    "ubuntu-24.04": ("Ubuntu", "noble"),
+    "rhel-8": ("EL", "8"),
+    "rhel-9": ("EL", "9"),
+    "rocky-8": ("EL", "8"),
+    "rocky-9": ("EL", "9"),
+    "amzn-2023": ("Amazon Linux", "2023"),
+}
+
+
+def _role_yaml(role: str, rel: str) -> Any:
+    return yaml.safe_load((playbooks_dir() / "roles" / role / rel).read_text())
+
+
+@pytest.mark.parametrize("role", ALL_ROLES)
+def test_every_role_names_the_platforms_preflight_supports(role: str) -> None:
+    supported = _role_yaml("preflight", "defaults/main.yml")["preflight_supported_os"]
+    info = _role_yaml(role, "meta/main.yml")["galaxy_info"]
+    claimed = {(p["name"], v) for p in info["platforms"] for v in p["versions"]}
+    assert claimed == {GALAXY_PLATFORMS[os_id] for os_id in supported}
+    assert info["role_name"] == role
+
+
+@pytest.mark.parametrize("role", ALL_ROLES)
+def test_no_test_only_switch_is_in_a_role_interface(role: str) -> None:
+    """The *_testonly_* switches are no role variable: production runs never carry one, `--set`
+    refuses them, the tasks read them with a default, and only the test harness sets them."""
+    defaults = _role_yaml(role, "defaults/main.yml")
+    spec = _role_yaml(role, "meta/argument_specs.yml")["argument_specs"]["main"]["options"]
+    assert not [n for n in [*defaults, *spec] if "testonly" in n]
+    for path in (playbooks_dir() / "roles" / role / "tasks").glob("*.yml"):
+        code = "\n".join(line for line in path.read_text().splitlines() if not line.lstrip().startswith("#"))
+        for name, after in re.findall(r"(\w+_testonly_\w+)(.{0,17})", code):
+            assert name in TESTONLY and after == " | default(false)", f"{path.name}: {name}{after}"
+
+
+@pytest.mark.parametrize("role", ALL_ROLES)
+def test_every_task_carries_the_role_tag(role: str) -> None:
+    """Top-level tasks carry it; what they include inherits it (blocks, include_tasks, include_role)."""
+    for task in _role_yaml(role, "tasks/main.yml"):
+        assert role in task.get("tags", []), f"{role}: {task['name']}"
+
+
+@pytest.mark.parametrize("role", ALL_ROLES)
+def test_os_vars_files_define_the_same_variables(role: str) -> None:
+    """Each vars/<OS>.yml answers every question the tasks ask of it, under internal names."""
+    files = sorted((playbooks_dir() / "roles" / role / "vars").glob("*.yml"))
+    names = [set(yaml.safe_load(f.read_text())) for f in files]
+    for f, keys in zip(files, names, strict=True):
+        assert keys == names[0], f.name
+        assert all(k.startswith(f"__{role}_") for k in keys), f.name
+    defaults = (playbooks_dir() / "roles" / role / "defaults" / "main.yml").read_text()
+    assert "ansible_os_family" not in defaults and "ansible_distribution" not in defaults
+
+
+def test_the_lock_alone_gives_the_nvidia_repository() -> None:
+    """The resolver builds the repository URL (stack/resolve.py, into the lock); render passes it on
+    and the role builds none (it used to build a second one from facts: base URL + distro + arch)."""
+    assert _role_yaml("nvidia_driver", "defaults/main.yml")["nvidia_driver_repo_url"] == ""
+    golden = REPO / "tests" / "unit" / "golden" / "render"
+    for path in sorted(golden.glob("*.lock")):
+        lock = yaml.safe_load(path.read_text())
+        repo = lock["groups"][0]["packages"]["driver"]["repo"]  # None: the distro method, no repository
+        for overrides, want in (
+            ({}, repo.rstrip("/") if repo else None),
+            ({"nvidia_driver_repo_url": "http://mirror/r"}, "http://mirror/r"),
+        ):
+            files = render_files(lock, {}, InstallSettings(), roles_path="/r", overrides=overrides)
+            [group] = [v for k, v in files.items() if k.startswith("group_vars/") and k != "group_vars/all.yml"]
+            assert yaml.safe_load(group).get("nvidia_driver_repo_url") == want, path.name
