@@ -29,6 +29,7 @@ from provision.ansible.role_vars import group_vars
 from provision.ansible.roles import ROLES, check_overrides
 from provision.ansible.settings import CREDENTIALS_DIR, InstallSettings, split_credentials
 from provision.errors import BadInput
+from provision.hosts.runlock import APPLY_MARK
 
 # Connection variables a user's inventory may give a host; everything else is not ours to copy.
 CONNECTION_VARS = frozenset(
@@ -119,6 +120,10 @@ def render_files(
         raise BadInput("the lock has no host groups", "run `provision plan` with at least one host")
     all_vars: dict[str, Any] = {}
     environment = {"http_proxy": install.apt_proxy, "https_proxy": install.apt_proxy} if install.apt_proxy else {}
+    # The mark on every process of the play (children inherit it): the next run's host lock waits
+    # for processes that still carry it, left running by a controller killed mid-apply
+    # (provision/hosts/runlock.py).
+    environment[APPLY_MARK] = "1"
     all_vars["provision_environment"] = {**environment, **creds.environment()}
     if creds:
         all_vars["provision_credentials_dir"] = CREDENTIALS_DIR

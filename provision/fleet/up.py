@@ -249,4 +249,8 @@ def _take_host_locks(
     for h in lockable:
         if h.host in failed:
             lock_failed(h, failed[h.host].reason(), say)
+        elif waited := locks.waited(h.host):
+            from provision.hosts.runlock import describe_leftovers
+
+            say(f"{h.host}: waited for an earlier apply's processes to end first: {describe_leftovers(waited)}")
     return locks

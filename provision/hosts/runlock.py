@@ -20,6 +20,14 @@ How a lock is released, in every way a run can end:
 
 A lock is never broken by age or by another run: it is held exactly while a live process holds
 it, and the file's contents only name that process's run.
+
+A killed controller lets go of the lock, but not of the work it started: sshd gives a session
+without a terminal no SIGHUP, so the Ansible module it was running (a pip install of torch, an apt
+transaction) goes on until it finishes, writing into the venv the next run builds. Every play
+therefore marks its processes with :data:`APPLY_MARK` in their environment (site.yml's play
+environment; children inherit it), and the holder, once it has the flock, waits until no process
+on the host carries the mark before it says "held" (at most ``leftover_s``; after that the host
+fails, naming the processes).
 """
 
 from __future__ import annotations
@@ -48,11 +56,22 @@ LOCK_PATH = "/run/provision.lock"
 HEARTBEAT_S = 10.0
 STALE_S = 90.0  # several heartbeats lost in a row: the controller is gone
 BUSY_EXIT = 75  # EX_TEMPFAIL (sysexits.h): try again later
+# The environment variable every play's processes carry (ansible/render.py puts it into the play's
+# environment): the holder waits for processes that still carry it, left by an earlier apply.
+APPLY_MARK = "PROVISION_APPLY"
+# How long a run waits for an earlier apply's leftover processes (a torch install on a slow disk
+# takes minutes) before that host fails.
+LEFTOVER_S = 900.0
+WAIT_PRINT_S = 2.0  # while waiting, the holder says so this often (the controller reads it as alive)
 
-# The holder, run with the host's python3 as root. argv: lock path, the holder line, stale seconds.
+# The holder, run with the host's python3 as root. argv: lock path, the holder line, stale seconds,
+# the mark, leftover seconds, wait-print seconds. Lines it prints: "busy <holder line>" (exit 75),
+# "wait <json [[pid, command], ...]>" while an earlier apply's processes run, "left <json>" when
+# they outlived leftover seconds (exit 76), "held".
 _HOLDER = r"""
-import fcntl, os, select, sys
+import fcntl, json, os, select, sys, time
 path, line, stale = sys.argv[1], sys.argv[2], float(sys.argv[3])
+mark, leftover, every = (sys.argv[4] + "=").encode(), float(sys.argv[5]), float(sys.argv[6])
 fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
 try:
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -61,6 +80,34 @@ except BlockingIOError:
     sys.exit(75)
 os.ftruncate(fd, 0)
 os.pwrite(fd, (line + "\n").encode(), 0)
+
+def marked():
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            with open("/proc/" + pid + "/environ", "rb") as f:
+                if not any(v.startswith(mark) for v in f.read().split(b"\0")):
+                    continue
+            with open("/proc/" + pid + "/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:  # ended while we looked
+            continue
+        found.append([int(pid), cmd[:200]])
+    return sorted(found)
+
+deadline = time.monotonic() + leftover
+left = marked()
+while left:
+    if time.monotonic() > deadline:
+        print("left " + json.dumps(left), flush=True)
+        sys.exit(76)
+    print("wait " + json.dumps(left), flush=True)
+    ready, _, _ = select.select([0], [], [], every)
+    if ready and not os.read(0, 4096):
+        sys.exit(0)  # the controller is gone while we waited
+    left = marked()
 print("held", flush=True)
 while True:
     ready, _, _ = select.select([0], [], [], stale)  # fd 0 only: select's 1024 limit cannot apply
@@ -109,9 +156,12 @@ def this_controller() -> str:
 class HeldLock:
     """One host's lock while this run holds it."""
 
-    def __init__(self, host: str, transport: Transport, process: Spawned, holder: Holder) -> None:
+    def __init__(
+        self, host: str, transport: Transport, process: Spawned, holder: Holder, waited: Sequence[Leftover] = ()
+    ) -> None:
         self.host = host
         self.holder = holder
+        self.waited = tuple(waited)  # an earlier apply's processes this lock waited for
         self._transport = transport
         self._process = process
 
@@ -126,8 +176,36 @@ class HeldLock:
         self._transport.close()
 
 
-def acquire(transport: Transport, holder: Holder, *, timeout: float = 60.0, stale_s: float = STALE_S) -> HeldLock:
-    """Take ``transport``'s host's lock for ``holder``; HostBusy names the run that holds it.
+@dataclass(frozen=True)
+class Leftover:
+    """A process of an earlier apply, still running on the host."""
+
+    pid: int
+    command: str
+
+    @classmethod
+    def parse_list(cls, text: str) -> list[Leftover]:
+        try:
+            return [cls(int(pid), str(cmd)) for pid, cmd in json.loads(text)]
+        except (ValueError, TypeError):
+            return []
+
+
+def describe_leftovers(procs: Sequence[Leftover], most: int = 3) -> str:
+    shown = ", ".join(f"pid {p.pid} ({p.command[:60]})" for p in procs[:most])
+    return shown + (f" and {len(procs) - most} more" if len(procs) > most else "")
+
+
+def acquire(
+    transport: Transport,
+    holder: Holder,
+    *,
+    timeout: float = 60.0,
+    stale_s: float = STALE_S,
+    leftover_s: float = LEFTOVER_S,
+) -> HeldLock:
+    """Take ``transport``'s host's lock for ``holder``; HostBusy names the run that holds it, or the
+    processes of an earlier apply that still ran after ``leftover_s``.
 
     The transport is kept for the lock (closed by ``release``, or here when the lock is not taken).
     """
@@ -135,23 +213,34 @@ def acquire(transport: Transport, holder: Holder, *, timeout: float = 60.0, stal
     if spawn is None:
         transport.close()
         raise OperationFailed(f"{transport.name}: this connection cannot hold a host lock", "use SSH or --local")
-    command = " ".join(
-        ["python3", "-c", shlex.quote(_HOLDER), shlex.quote(LOCK_PATH), shlex.quote(holder.line()), str(stale_s)]
-    )
+    argv = [LOCK_PATH, holder.line(), str(stale_s), APPLY_MARK, str(leftover_s), str(WAIT_PRINT_S)]
+    command = " ".join(["python3", "-c", shlex.quote(_HOLDER), *(shlex.quote(a) for a in argv)])
     process: Spawned | None = None
+    waited: list[Leftover] = []
     try:
         process = spawn(command, sudo=True)
         assert process is not None
         answer = process.readline(timeout)
+        while answer.startswith("wait "):  # one line every WAIT_PRINT_S while it waits
+            waited = waited or Leftover.parse_list(answer[5:])
+            answer = process.readline(timeout)
     except BaseException:
         if process is not None:
             process.close()
         transport.close()
         raise
     if answer == "held":
-        return HeldLock(transport.name, transport, process, holder)
+        return HeldLock(transport.name, transport, process, holder, waited)
     process.close()
     transport.close()
+    if answer.startswith("left "):
+        procs = Leftover.parse_list(answer[5:])
+        raise HostBusy(
+            f"{transport.name}: processes of an earlier apply still run after {leftover_s:.0f}s: "
+            + describe_leftovers(procs),
+            "a controller killed mid-run leaves its Ansible tasks running: wait for them to end "
+            "(or stop them), then run again",
+        )
     if answer.startswith("busy "):
         other = Holder.parse(answer[5:])
         raise HostBusy(
@@ -175,9 +264,10 @@ class RunLocks:
         workers: int = 32,
         heartbeat_s: float = HEARTBEAT_S,
         stale_s: float = STALE_S,
+        leftover_s: float = LEFTOVER_S,
     ) -> None:
         self.holder = Holder(run, time.time(), this_controller())
-        self._heartbeat_s, self._stale_s = heartbeat_s, stale_s
+        self._heartbeat_s, self._stale_s, self._leftover_s = heartbeat_s, stale_s, leftover_s
         self._connect = connect
         self._workers = workers
         self._held: dict[str, HeldLock] = {}
@@ -191,7 +281,7 @@ class RunLocks:
 
         def one(target: HostTarget) -> None:
             try:
-                held = acquire(self._connect(target), self.holder, stale_s=self._stale_s)
+                held = acquire(self._connect(target), self.holder, stale_s=self._stale_s, leftover_s=self._leftover_s)
             except ProvisionError as exc:
                 failed[target.name] = exc
                 return
@@ -218,6 +308,12 @@ class RunLocks:
     def holds(self, host: str) -> bool:
         with self._mutex:
             return host in self._held
+
+    def waited(self, host: str) -> tuple[Leftover, ...]:
+        """The earlier apply's processes that taking ``host``'s lock waited for (none: empty)."""
+        with self._mutex:
+            held = self._held.get(host)
+            return held.waited if held else ()
 
     def _heartbeats(self) -> None:
         while not self._stop.wait(self._heartbeat_s):
