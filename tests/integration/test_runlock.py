@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from provision.hosts.runlock import LOCK_PATH, HostBusy, RunLocks
+from provision.hosts.runlock import APPLY_MARK, LOCK_PATH, HostBusy, RunLocks
 from provision.hosts.ssh import connect
 from tests.hosts import harness
 from tests.integration import roles_harness as rh
@@ -137,6 +137,49 @@ def test_a_controller_that_goes_silent_loses_the_lock_after_the_stale_time(
     took = _wait_free(testhosts, host, within_s=20)
     print(f"lock released {took:.1f}s after the controller went silent")
     assert took >= 2
+
+
+def _marked_sleeper(hostset: harness.HostSet, host: harness.TestHost, seconds: int) -> None:
+    """A process that carries the play's mark, as a killed controller's Ansible task does: started
+    in its own session (setsid) so it outlives the SSH command that started it, as those do."""
+    rh.ssh(hostset, host, f"{APPLY_MARK}=1 setsid sleep {seconds} </dev/null >/dev/null 2>&1 &")
+
+
+def test_the_lock_waits_for_an_earlier_applys_processes_then_holds(testhosts: harness.HostSet) -> None:
+    host = testhosts.hosts[0]
+    target = target_for(testhosts, host, "deploy")
+    _marked_sleeper(testhosts, host, 5)
+    mine = RunLocks("20261201-090000-wa1t", connect)
+    started = time.monotonic()
+    try:
+        assert mine.take([target]) == {}
+        took = time.monotonic() - started
+        [left] = mine.waited(host.name)
+        assert left.command == "sleep 5", left
+        assert took >= 3, f"held after {took:.1f}s: the sleeper (5 s) was not waited for"
+        assert rh.ssh(testhosts, host, "pgrep -x sleep || true").strip() == ""
+    finally:
+        mine.release()
+    _wait_free(testhosts, host, within_s=10)
+
+
+def test_an_earlier_applys_process_that_outlives_the_wait_fails_the_host_naming_it(
+    testhosts: harness.HostSet,
+) -> None:
+    host = testhosts.hosts[0]
+    target = target_for(testhosts, host, "deploy")
+    _marked_sleeper(testhosts, host, 120)
+    mine = RunLocks("20261201-090000-l3ft", connect, leftover_s=3)
+    try:
+        [(name, error)] = mine.take([target]).items()
+        line = error.reason()
+        assert name == host.name and isinstance(error, HostBusy), line
+        assert "processes of an earlier apply still run after 3s: pid " in line and "(sleep 120)" in line, line
+        assert "\n" not in line
+        assert _lock_is_free(testhosts, host)  # a host it did not take is left free
+    finally:
+        mine.release()
+        rh.ssh(testhosts, host, "pkill -x sleep || true")
 
 
 def test_up_on_a_host_another_run_holds_fails_that_host_alone(

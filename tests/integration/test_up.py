@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from provision.hosts.runlock import APPLY_MARK
 from tests.hosts import harness
 from tests.integration import roles_harness as rh
 from tests.integration.up_harness import run_up, up_args, up_env, up_until
@@ -127,3 +128,7 @@ def test_a_run_killed_half_way_completes_on_the_next_run(
     assert rc == 0, doc
     [only] = doc["hosts"]
     assert only["host"] == host.name and only["verdict"] == "pass"
+    # the killed run's Ansible tasks (sshd sends no SIGHUP without a terminal) were waited for by
+    # the host lock, never raced: none of either run's marked processes is left
+    marked = rh.ssh(testhosts, host, f"grep -l {APPLY_MARK}= /proc/[0-9]*/environ 2>/dev/null || true")
+    assert marked.strip() == "", marked
