@@ -1,5 +1,7 @@
-# The README's two commands: `make demo` (set up, run the main job on the local machine) and
-# `make test` (set up everything the tests need, then lint, type-check and run every test but gpu).
+# The README's commands: `make demo` (set up, run the main job on the local machine), `make test`
+# (set up everything the tests need, then lint, type-check and run every test but gpu) and
+# `make check` (the fast loop: lint, type-check and the unit tests that need no network and start
+# no fleet of processes, on every core).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -12,13 +14,17 @@ PYTEST_ARGS ?=
 # Tools that start ansible-playbook find the venv's without the venv being activated.
 IN_VENV := PATH="$(abspath $(BIN)):$$PATH"
 
-.PHONY: demo test check deps venv lint clean
+.PHONY: demo test check deps venv lint lint-python clean
 
 demo: venv
 	$(IN_VENV) $(BIN)/provision up --local --check --yes
 
 test: deps venv lint
 	$(IN_VENV) PROVISION_REQUIRE_TESTHOSTS=1 $(BIN)/pytest -m "not gpu" --durations=25 $(PYTEST_ARGS)
+
+# ansible-lint is not run here: tests/unit/test_roles_lint.py runs it (the same profile).
+check: lint-python
+	$(IN_VENV) $(BIN)/pytest -m "unit and not slow and not network" -n auto -q $(PYTEST_ARGS)
 
 deps:
 	bash tests/hosts/install-deps.sh
@@ -34,11 +40,13 @@ $(VENV)/.installed: pyproject.toml
 
 PY_SOURCES := provision tests benchmarks playbooks/roles/signed_repo/library
 
-lint: venv
+lint: lint-python
+	$(IN_VENV) $(BIN)/ansible-lint --profile production --offline playbooks
+
+lint-python: venv
 	$(BIN)/ruff check $(PY_SOURCES)
 	$(BIN)/ruff format --check $(PY_SOURCES)
 	$(BIN)/mypy
-	$(IN_VENV) $(BIN)/ansible-lint --profile production --offline playbooks
 
 clean:
 	bash tests/hosts/testhosts.sh down || true

@@ -1,4 +1,4 @@
-"""The command line: a thin layer over :mod:`provision.api` and the command modules.
+"""The command line: a thin layer over the command modules (one per command) and the packages they call.
 
 Each subcommand lives in ``provision/cli/<name>.py`` and is imported only when it runs, so
 ``provision --help`` and ``provision resolve`` never import ansible, boto3, paramiko or torch.

@@ -432,95 +432,68 @@ def flags_and_advice(doc: dict[str, Any], on_gpu: bool) -> tuple[list[dict[str, 
                 )
             else:
                 cause = "host-side work between steps (copies, Python), not the data loader"
-            flags.append(
-                {
-                    "where": f"workers={w['workers']} pin_memory={str(w['pin_memory']).lower()}",
-                    "gpu_util_pct": u,
-                    "busy_pct": busy,
-                    "likely_cause": cause,
-                }
-            )
-    advice.append(
-        {
-            "topic": "batch_size",
-            "advice": f"use batch size {best_batch}: the smallest within 5% of the best throughput "
-            f"(the sweep stopped after {doc['batch_sizes'][-1]['batch_size']}: "
-            f"{doc['batch_sweep_stopped'].replace('_', ' ')})",
-        }
+            where = f"workers={w['workers']} pin_memory={str(w['pin_memory']).lower()}"
+            flags.append({"where": where, "gpu_util_pct": u, "busy_pct": busy, "likely_cause": cause})
+
+    def tip(topic: str, text: str) -> None:
+        advice.append({"topic": topic, "advice": text})
+
+    tip(
+        "batch_size",
+        f"use batch size {best_batch}: the smallest within 5% of the best throughput "
+        f"(the sweep stopped after {doc['batch_sizes'][-1]['batch_size']}: "
+        f"{doc['batch_sweep_stopped'].replace('_', ' ')})",
     )
     bw = doc["best_workers"]
     best_row = max(doc["workers"], key=lambda w: w["samples_per_s"])
     zero = max((w for w in doc["workers"] if w["workers"] == 0), key=lambda w: w["samples_per_s"])
     gain = speedup(zero["samples_per_s"], best_row["samples_per_s"])
-    advice.append(
-        {
-            "topic": "dataloader",
-            "advice": f"DataLoader(num_workers={bw['workers']}, pin_memory={bw['pin_memory']}): "
-            + (
-                f"{gain}x the throughput of loading in the training process"
-                if bw["workers"]
-                else "loading in the training process is as fast as any worker count here"
-            )
-            + f"; the step waits for data {bw['data_wait_pct']}% of the time",
-        }
+    tip(
+        "dataloader",
+        f"DataLoader(num_workers={bw['workers']}, pin_memory={bw['pin_memory']}): "
+        + (
+            f"{gain}x the throughput of loading in the training process"
+            if bw["workers"]
+            else "loading in the training process is as fast as any worker count here"
+        )
+        + f"; the step waits for data {bw['data_wait_pct']}% of the time",
     )
     if not on_gpu:
-        advice.append(
-            {
-                "topic": "input_pipeline",
-                "advice": "on a CPU the loader workers and the training step share the same cores: "
-                "run `provision tune` on the GPU host for the answer that matters",
-            }
+        tip(
+            "input_pipeline",
+            "on a CPU the loader workers and the training step share the same cores: "
+            "run `provision tune` on the GPU host for the answer that matters",
         )
     elif bw["data_wait_pct"] >= 100 - LOW_UTIL_PCT:
-        advice.append(
-            {
-                "topic": "input_pipeline",
-                "advice": "still waiting for data with every worker busy: decode/augment less on the CPU "
-                "(pre-decoded or smaller stored samples, GPU-side augmentation such as DALI)",
-            }
+        tip(
+            "input_pipeline",
+            "still waiting for data with every worker busy: decode/augment less on the CPU "
+            "(pre-decoded or smaller stored samples, GPU-side augmentation such as DALI)",
         )
     amp = doc["amp"]
     if amp["speedup"] >= 1 + WITHIN:
-        advice.append(
-            {
-                "topic": "mixed_precision",
-                "advice": f"train with autocast({amp['dtype']}): {amp['speedup']}x fp32",
-            }
-        )
+        tip("mixed_precision", f"train with autocast({amp['dtype']}): {amp['speedup']}x fp32")
     else:
-        advice.append(
-            {
-                "topic": "mixed_precision",
-                "advice": f"autocast({amp['dtype']}) gave {amp['speedup']}x fp32 here"
-                + ("" if on_gpu else " (CPUs gain little; on tensor-core GPUs it is usually 2x or more)"),
-            }
+        tip(
+            "mixed_precision",
+            f"autocast({amp['dtype']}) gave {amp['speedup']}x fp32 here"
+            + ("" if on_gpu else " (CPUs gain little; on tensor-core GPUs it is usually 2x or more)"),
         )
     cl = doc["channels_last"]
-    advice.append(
-        {
-            "topic": "channels_last",
-            "advice": f"channels_last: {cl['speedup']}x contiguous"
-            + (" -- use it" if cl["speedup"] >= 1 + WITHIN else " -- no gain here"),
-        }
+    tip(
+        "channels_last",
+        f"channels_last: {cl['speedup']}x contiguous"
+        + (" -- use it" if cl["speedup"] >= 1 + WITHIN else " -- no gain here"),
     )
     gc = doc["grouped_conv"]
-    advice.append(
-        {
-            "topic": "grouped_conv",
-            "advice": f"grouped 3x3 convolution (groups={gc['groups']}): "
-            f"{gc['params_ratio']}x the parameters, "
-            f"{gc['speedup']}x the throughput of a standard one of the same width"
-            + (" -- fewer FLOPs do not always mean faster kernels" if gc["speedup"] < 1 else ""),
-        }
+    tip(
+        "grouped_conv",
+        f"grouped 3x3 convolution (groups={gc['groups']}): {gc['params_ratio']}x the parameters, "
+        f"{gc['speedup']}x the throughput of a standard one of the same width"
+        + (" -- fewer FLOPs do not always mean faster kernels" if gc["speedup"] < 1 else ""),
     )
     for f in flags:
-        advice.append(
-            {
-                "topic": "utilization",
-                "advice": f"{f['where']}: under {LOW_UTIL_PCT:g}% -- {f['likely_cause']}",
-            }
-        )
+        tip("utilization", f"{f['where']}: under {LOW_UTIL_PCT:g}% -- {f['likely_cause']}")
     return flags, advice
 
 
@@ -575,13 +548,8 @@ def run(allow_cpu: bool, scale_name: str | None, time_limit: float | None = None
     budget = scale.budget_seconds if time_limit is None else min(scale.budget_seconds, 0.3 * time_limit)
     rows, stopped = batch_sweep(b, budget)
     if not rows:
-        base.update(
-            {
-                "ok": False,
-                "verdict": "fail",
-                "error": f"batch {scale.batch_min} does not fit in {device} memory",
-            }
-        )
+        error = f"batch {scale.batch_min} does not fit in {device} memory"
+        base.update({"ok": False, "verdict": "fail", "error": error})
         return base, 1
     best = sweet_spot(rows)
     wbatch = min(best["batch_size"], scale.workers_batch_max)

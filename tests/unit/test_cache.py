@@ -235,6 +235,7 @@ def cache_root() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
+@pytest.mark.slow  # a real squid daemon, started and stopped
 @pytest.mark.usefixtures("squid_here")
 def test_real_squid_fetches_once_and_serves_again_from_its_store(
     origin: tuple[str, Path], cache_root: Path, tmp_path: Path
@@ -267,6 +268,7 @@ def _proxy_status(port: int, request: str) -> int:
     return int(head.split()[1])
 
 
+@pytest.mark.slow  # a real squid daemon, started and stopped
 @pytest.mark.usefixtures("squid_here")
 def test_real_squid_fetches_only_the_run_s_repositories(
     origin: tuple[str, Path], cache_root: Path, tmp_path: Path
@@ -571,6 +573,7 @@ def test_tunnel_pump_carries_bytes_with_descriptors_above_1024() -> None:
         server.close()
 
 
+@pytest.mark.slow  # a real squid daemon, started and stopped
 @pytest.mark.usefixtures("squid_here")
 def test_real_squid_starts_under_ups_private_umask(cache_root: Path) -> None:
     """`up` runs under umask 077 (its run dirs are private); the folders made for squid must still

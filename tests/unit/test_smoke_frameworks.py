@@ -15,7 +15,8 @@ import pytest
 
 from provision.remote.smoke import DIR
 
-pytestmark = pytest.mark.slow  # downloads and installs jax + jaxlib (about 20 s)
+# downloads and installs jax + jaxlib from the package index (about 20 s)
+pytestmark = [pytest.mark.slow, pytest.mark.network]
 
 ONLY_FRAMEWORKS = ["--skip", "speed", "--skip", "train", "--skip", "ddp"]
 

@@ -10,10 +10,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "benchmarks" / "gpu_check.sh"
 
 
+# the whole benchmark script: environment, the smoke job and the tune job in real processes
+@pytest.mark.slow
 def test_gpu_check_runs_every_step_in_cpu_mode(tmp_path: Path) -> None:
     out = tmp_path / "out"
     # Run from another folder with this venv's Python: the script must find the job by itself.

@@ -68,6 +68,7 @@ def cpu_run(job: Path) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]
     return proc, report
 
 
+@pytest.mark.slow  # the whole job, two DDP ranks in real processes
 def test_the_whole_job_passes_on_the_cpu_with_allow_cpu(cpu_run: tuple[Any, dict[str, Any]]) -> None:
     proc, report = cpu_run
     log = [line for line in proc.stderr.splitlines() if not line.startswith("import time:")]
@@ -85,6 +86,7 @@ def test_the_whole_job_passes_on_the_cpu_with_allow_cpu(cpu_run: tuple[Any, dict
     assert report["memory"]["host_peak_gib"] < 4.0
 
 
+@pytest.mark.slow  # the whole job, two DDP ranks in real processes
 def test_ddp_runs_across_two_cpu_ranks_with_gloo(cpu_run: tuple[Any, dict[str, Any]]) -> None:
     proc, report = cpu_run
     dist = report["distributed"]
@@ -95,6 +97,7 @@ def test_ddp_runs_across_two_cpu_ranks_with_gloo(cpu_run: tuple[Any, dict[str, A
     assert checks(report)["ddp_local_allreduce"]["ok"] and checks(report)["ddp_local_ddp"]["ok"]
 
 
+@pytest.mark.slow  # the whole job, two DDP ranks in real processes
 def test_the_job_never_imports_the_rest_of_provision(cpu_run: tuple[Any, dict[str, Any]]) -> None:
     proc, _ = cpu_run
     imported = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")]
@@ -102,6 +105,7 @@ def test_the_job_never_imports_the_rest_of_provision(cpu_run: tuple[Any, dict[st
     assert [name for name in imported if name == "provision" or name.startswith("provision.")] == []
 
 
+@pytest.mark.slow  # the whole job, two DDP ranks in real processes
 def test_the_summary_is_readable(cpu_run: tuple[Any, dict[str, Any]]) -> None:
     proc, report = cpu_run
     summary = [line for line in proc.stderr.splitlines() if not line.startswith("import time:")]
@@ -109,6 +113,7 @@ def test_the_summary_is_readable(cpu_run: tuple[Any, dict[str, Any]]) -> None:
     assert any(line.strip().startswith("training: cpu fp32, 30 steps, loss 2.") for line in summary)
 
 
+@pytest.mark.slow  # the whole job, two DDP ranks in real processes
 def test_a_recorded_report_decides_the_same_again(cpu_run: tuple[Any, dict[str, Any]]) -> None:
     """The report is a complete record: feeding it back to the verdict gives the same checks."""
     _, report = cpu_run
@@ -269,6 +274,7 @@ atexit.register(_record)
 DIST_THREADS = ("gloo", "pt_gloo", "pt_tcpstore")
 
 
+@pytest.mark.slow  # the whole job, two DDP ranks in real processes
 def test_no_rank_reaches_interpreter_teardown_with_gloo_threads_running(job: Path, tmp_path: Path) -> None:
     """The teardown order, checked deterministically: every rank leaves after the barrier and
     destroy_process_group() without running exit-time teardown next to gloo's live threads."""
