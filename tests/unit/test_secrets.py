@@ -65,6 +65,7 @@ def test_credentials_are_only_in_secrets_yml_and_the_play_env_only_names_files()
         "NETRC": "netrc",
         "PIP_CONFIG_FILE": "pip.conf",
         "APT_CONFIG": "apt.conf",
+        "PROVISION_APPLY": "1",  # the host lock's mark on the play's processes (hosts/runlock.py)
     }
     secret_files = {f["name"]: f["content"] for f in yaml.safe_load(files["secrets.yml"])["provision_credential_files"]}
     assert secret_files["netrc"] == (
