@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -49,6 +49,20 @@ class LockGroup:
         doc = {k: getattr(self, k) for k in GROUP_KEYS}
         doc["packages"] = self.packages.to_json() if self.packages else {}
         return doc
+
+    @classmethod
+    def from_json(cls, g: Mapping[str, Any]) -> LockGroup:
+        """A group from its JSON object (parse_lock has checked its shape)."""
+        packages = g.get("packages")
+        return cls(
+            name=str(g["name"]),
+            hosts=[str(h) for h in g["hosts"]],
+            host=dict(g["host"]),
+            stack=dict(g["stack"]),
+            packages=PackagePlan.from_json(packages) if packages else None,
+            warnings=list(g.get("warnings") or []),
+            reasons=[str(r) for r in g.get("reasons") or []],
+        )
 
     @classmethod
     def from_resolution(cls, name: str, hosts: Sequence[str], resolution: Resolution) -> LockGroup:
@@ -177,15 +191,5 @@ def parse_lock(text: str, where: str = "provision.lock") -> Lock:
         packages = g.get("packages")
         if packages and not isinstance(packages, dict):
             raise BadInput(f"{where}: group {i}'s packages is not an object", "regenerate it with `provision plan`")
-        out.append(
-            LockGroup(
-                name=str(g["name"]),
-                hosts=[str(h) for h in g["hosts"]],
-                host=dict(g["host"]),
-                stack=dict(g["stack"]),
-                packages=PackagePlan.from_json(packages) if packages else None,
-                warnings=list(g.get("warnings") or []),
-                reasons=[str(r) for r in g.get("reasons") or []],
-            )
-        )
+        out.append(LockGroup.from_json(g))
     return Lock({str(k): str(v) for k, v in knowledge.items()}, out)

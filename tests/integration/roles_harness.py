@@ -80,7 +80,7 @@ def render(
     overrides: Mapping[str, Any] | None = None,
 ) -> Path:
     group = {**group, "hosts": [host.name]}
-    lock = build_lock([LockGroup(**group)])
+    lock = build_lock([LockGroup.from_json(group)])
     text = dumps_lock(lock)
     merged = {**TESTONLY, **(overrides or {})}
     write_run_dir(

@@ -253,9 +253,12 @@ def gateway_ports_host(testhosts: harness.HostSet) -> Iterator[harness.TestHost]
     """A host whose sshd binds every remote forward on all addresses (`GatewayPorts yes`)."""
     host = testhosts.hosts[1]
     conf = "/etc/ssh/sshd_config.d/00-test-gatewayports.conf"  # Debian's sshd_config includes these first
-    rh.ssh(testhosts, host, f"echo 'GatewayPorts yes' > {conf} && systemctl reload ssh")
+    # restart, not reload: a reload (SIGHUP) makes sshd re-exec itself and returns at once, and a
+    # connection in that gap is refused (CI saw it). ssh.service is Type=notify, so restart returns
+    # once the new sshd says READY, and KillMode=process keeps this session alive through it.
+    rh.ssh(testhosts, host, f"echo 'GatewayPorts yes' > {conf} && systemctl restart ssh")
     yield host
-    rh.ssh(testhosts, host, f"rm -f {conf} && systemctl reload ssh")
+    rh.ssh(testhosts, host, f"rm -f {conf} && systemctl restart ssh")
 
 
 def test_a_host_whose_sshd_would_expose_the_forward_gets_no_tunnel(

@@ -25,6 +25,15 @@ from tests.integration.cloud_fixtures import Aws, HoldingProxy, aws, moto_url, n
 __all__ = ["aws", "moto_url"]
 
 PROVISION = str(Path(sys.executable).with_name("provision"))
+# `provision` as a terminal's foreground job starts it: SIGINT at its default. A test session
+# started in the background by a non-interactive shell (`make test &`) has SIGINT ignored, which
+# every child inherits across exec, and then Python installs no KeyboardInterrupt (CI saw the
+# SIGINT case hang for that reason). The wrapper sets the default back and execs provision.
+AS_FOREGROUND = [
+    sys.executable,
+    "-c",
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])",
+]
 LAUNCH = [
     "--instance-type",
     "g5.xlarge",
@@ -50,7 +59,12 @@ def interrupted(aws: Aws, proxy: HoldingProxy, args: list[str], sig: signal.Sign
     """Start ``provision ARGS``, send ``sig`` while its RunInstances is held; (exit code, stdout, stderr)."""
     env = dict(os.environ, AWS_ENDPOINT_URL=proxy.url, AWS_EC2_METADATA_DISABLED="true")
     proc = subprocess.Popen(
-        [PROVISION, *args], cwd=aws.workdir, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        [*AS_FOREGROUND, PROVISION, *args],
+        cwd=aws.workdir,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
     try:
         assert proxy.held.wait(60), "the launch never reached RunInstances"
@@ -100,7 +114,7 @@ def test_a_second_sigterm_does_not_cut_the_cleanup_short(aws: Aws) -> None:
     env = dict(os.environ, AWS_ENDPOINT_URL=terminating.url, AWS_EC2_METADATA_DISABLED="true")
     try:
         proc = subprocess.Popen(
-            [PROVISION, "cloud", "up", *LAUNCH, "--ami", aws.ami()],
+            [*AS_FOREGROUND, PROVISION, "cloud", "up", *LAUNCH, "--ami", aws.ami()],
             cwd=aws.workdir,
             env=env,
             text=True,
