@@ -25,10 +25,10 @@ from tests.integration.cloud_fixtures import Aws, HoldingProxy, aws, moto_url, n
 __all__ = ["aws", "moto_url"]
 
 PROVISION = str(Path(sys.executable).with_name("provision"))
-# `provision` as a terminal's foreground job starts it: SIGINT at its default. A test session
-# started in the background by a non-interactive shell (`make test &`) has SIGINT ignored, which
-# every child inherits across exec, and then Python installs no KeyboardInterrupt (CI saw the
-# SIGINT case hang for that reason). The wrapper sets the default back and execs provision.
+# `provision` as a terminal's foreground job starts it: SIGINT at its default, whatever the test
+# session inherited (a session started in the background by a non-interactive shell has SIGINT
+# ignored). Defensive only: the SIGINT case hung twice in whole sessions on a loaded machine and
+# never alone, and a session with SIGINT ignored did not reproduce it, so that hang is still open.
 AS_FOREGROUND = [
     sys.executable,
     "-c",
