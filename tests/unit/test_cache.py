@@ -90,6 +90,17 @@ def test_host_vars_point_apt_and_pip_at_the_hosts_own_loopback() -> None:
     assert host_vars(None, 41001, None, {}) == {}  # no squid, no wheelhouse for this host: nothing to say
 
 
+def test_a_host_on_the_wheelhouse_alone_reaches_it_past_the_play_proxy() -> None:
+    """No apt through the tunnel (squid does not serve the host's sources), the wheels through it:
+    the play's http_proxy stays for apt, and pip reaches the host's loopback without it."""
+    got = host_vars(None, 41001, "cp311-x86_64", {"http_proxy": "http://corp:3128", "no_proxy": "intra.example"})
+    assert got["provision_environment"] == {
+        "http_proxy": "http://corp:3128",
+        "no_proxy": "intra.example,127.0.0.1,localhost",
+    }
+    assert got["frameworks_find_links"] == ["http://127.0.0.1:41001/cp311-x86_64/"]
+
+
 def test_squid_conf_listens_on_loopback_only_and_chains_to_the_controllers_proxy(tmp_path: Path) -> None:
     conf = squid_conf(
         port=3999,

@@ -37,6 +37,14 @@ def host_vars(
     if wheels_port is not None and wheel_key is not None:
         out["frameworks_find_links"] = [f"http://127.0.0.1:{wheels_port}/{wheel_key}/"]
         out["frameworks_no_index"] = True
+        if apt_port is None:
+            # The wheel server is on the host's own loopback: pip must not ask the play's
+            # http_proxy (install.apt.proxy) for it, which cannot reach that loopback and leaves
+            # pip with "from versions: none" (CI: a host whose apt sources squid does not serve).
+            env = out.get("provision_environment", {k: v for k, v in environment.items() if k not in dropped})
+            kept = [h for h in str(env.get("no_proxy") or "").split(",") if h.strip()]
+            env["no_proxy"] = ",".join([*kept, *(h for h in ("127.0.0.1", "localhost") if h not in kept)])
+            out["provision_environment"] = env
     return out
 
 
