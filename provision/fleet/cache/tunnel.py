@@ -26,25 +26,20 @@ def host_vars(
     dropped = ({"APT_CONFIG"} if apt_port is not None else set()) | (
         {"PIP_CONFIG_FILE"} if wheels_port is not None and wheel_key is not None else set()
     )
-    if dropped & set(environment):
-        out["provision_environment"] = {k: v for k, v in environment.items() if k not in dropped}
+    env = {k: v for k, v in environment.items() if k not in dropped}
     if apt_port is not None:
-        out["provision_environment"] = {
-            **{k: v for k, v in environment.items() if k not in dropped},
-            "http_proxy": f"http://127.0.0.1:{apt_port}",
-            "no_proxy": "127.0.0.1,localhost",
-        }
+        env["http_proxy"] = f"http://127.0.0.1:{apt_port}"
     if wheels_port is not None and wheel_key is not None:
         out["frameworks_find_links"] = [f"http://127.0.0.1:{wheels_port}/{wheel_key}/"]
         out["frameworks_no_index"] = True
-        if apt_port is None:
-            # The wheel server is on the host's own loopback: pip must not ask the play's
-            # http_proxy (install.apt.proxy) for it, which cannot reach that loopback and leaves
-            # pip with "from versions: none" (CI: a host whose apt sources squid does not serve).
-            env = out.get("provision_environment", {k: v for k, v in environment.items() if k not in dropped})
-            kept = [h for h in str(env.get("no_proxy") or "").split(",") if h.strip()]
-            env["no_proxy"] = ",".join([*kept, *(h for h in ("127.0.0.1", "localhost") if h not in kept)])
-            out["provision_environment"] = env
+    if apt_port is not None or "frameworks_find_links" in out:
+        # Both ends are on the host's own loopback: never through a proxy the play's environment
+        # names (install.apt.proxy cannot reach that loopback; CI saw pip get "from versions: none"
+        # on a host whose apt sources squid does not serve). A site's own no_proxy entries stay.
+        kept = [h for h in str(env.get("no_proxy") or "").split(",") if h.strip()]
+        env["no_proxy"] = ",".join([*kept, *(h for h in ("127.0.0.1", "localhost") if h not in kept)])
+    if env != dict(environment):
+        out["provision_environment"] = env
     return out
 
 
