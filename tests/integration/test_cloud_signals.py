@@ -25,15 +25,6 @@ from tests.integration.cloud_fixtures import Aws, HoldingProxy, aws, moto_url, n
 __all__ = ["aws", "moto_url"]
 
 PROVISION = str(Path(sys.executable).with_name("provision"))
-# `provision` as a terminal's foreground job starts it: SIGINT at its default, whatever the test
-# session inherited (a session started in the background by a non-interactive shell has SIGINT
-# ignored). Defensive only: the SIGINT case hung twice in whole sessions on a loaded machine and
-# never alone, and a session with SIGINT ignored did not reproduce it, so that hang is still open.
-AS_FOREGROUND = [
-    sys.executable,
-    "-c",
-    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])",
-]
 LAUNCH = [
     "--instance-type",
     "g5.xlarge",
@@ -59,7 +50,7 @@ def interrupted(aws: Aws, proxy: HoldingProxy, args: list[str], sig: signal.Sign
     """Start ``provision ARGS``, send ``sig`` while its RunInstances is held; (exit code, stdout, stderr)."""
     env = dict(os.environ, AWS_ENDPOINT_URL=proxy.url, AWS_EC2_METADATA_DISABLED="true")
     proc = subprocess.Popen(
-        [*AS_FOREGROUND, PROVISION, *args],
+        [PROVISION, *args],
         cwd=aws.workdir,
         env=env,
         text=True,
@@ -114,7 +105,7 @@ def test_a_second_sigterm_does_not_cut_the_cleanup_short(aws: Aws) -> None:
     env = dict(os.environ, AWS_ENDPOINT_URL=terminating.url, AWS_EC2_METADATA_DISABLED="true")
     try:
         proc = subprocess.Popen(
-            [*AS_FOREGROUND, PROVISION, "cloud", "up", *LAUNCH, "--ami", aws.ami()],
+            [PROVISION, "cloud", "up", *LAUNCH, "--ami", aws.ami()],
             cwd=aws.workdir,
             env=env,
             text=True,
