@@ -238,7 +238,7 @@ def _take_host_locks(
 ) -> RunLocks:
     """Take each probed host's run lock (provision/hosts/runlock.py); a host another run holds fails alone."""
     from provision.fleet import verify as verify_api
-    from provision.hosts.runlock import RunLocks
+    from provision.hosts.runlock import RunLocks, describe_leftovers
 
     connect = verify_api.default_connect(
         accept_new_host_keys=options.accept_new_host_keys, ssh_config=options.ssh_config
@@ -250,7 +250,5 @@ def _take_host_locks(
         if h.host in failed:
             lock_failed(h, failed[h.host].reason(), say)
         elif waited := locks.waited(h.host):
-            from provision.hosts.runlock import describe_leftovers
-
             say(f"{h.host}: waited for an earlier apply's processes to end first: {describe_leftovers(waited)}")
     return locks
