@@ -1,4 +1,4 @@
-"""``provision.yaml``: its schema (DESIGN.md, "Config file") and validation into typed values.
+"""``provision.yaml``: its schema (docs/design.md, "Config file") and validation into typed values.
 
 Every key is optional. An unknown key, a value of the wrong type or an unknown choice is bad
 input (exit 2) with the dotted path of the key and, for a misspelt key, the nearest known one.

@@ -1,4 +1,4 @@
-"""Run the tuning job (:mod:`provision.advise.tune_job`) on a host and read its JSON answer.
+"""Run the tuning job (:mod:`provision.remote.tune_job`) on a host and read its JSON answer.
 
 The job is one self-contained file: locally it runs with an interpreter that has torch (this
 one by default); on a remote host it is copied over the :class:`~provision.hosts.transport.Transport`

@@ -1,6 +1,6 @@
 """`provision tune`: measure batch size, loader workers and mixed precision on the target GPU.
 
-The measuring is :mod:`provision.advise.tune_job`, run on the host (see
+The measuring is :mod:`provision.remote.tune_job`, run on the host (see
 :mod:`provision.advise.tune`); this module picks the targets, prints the answer and draws the
 plot on the controller, where matplotlib may be installed (the hosts need only torch).
 """
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
     from provision.hosts.inventory import HostTarget
 
-# The venv `provision up` installs the frameworks into (DESIGN.md, config `install.venv`).
+# The venv `provision up` installs the frameworks into (docs/design.md, config `install.venv`).
 REMOTE_PYTHON = "/opt/provision/venv/bin/python"
 
 
