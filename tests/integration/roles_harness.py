@@ -183,6 +183,25 @@ def host_snapshot(hostset: harness.HostSet, host: harness.TestHost) -> str:
     )
 
 
+# What the nvidia-repo role leaves on a host that ran it against the stand-in repository (standin_repo):
+# its packages (Maintainer "provision tests"), the repository's source, keyring and pins, the
+# kernel guard and module config, the stand-in kernel's header folder and the direct route to the
+# bridge. Left in place, the next test's host has an apt source on a server that is gone.
+REMOVE_STANDIN = (
+    "pkgs=$(dpkg-query -W -f '${Package} ${Maintainer}\\n' | awk '/provision tests/ {print $1}'); "
+    '[ -z "$pkgs" ] || { apt-mark unhold $pkgs >/dev/null; dpkg --purge $pkgs >/dev/null; }; '
+    "rm -f /etc/apt/sources.list.d/provision-*.list /usr/share/keyrings/provision-*.asc "
+    "/etc/apt/preferences.d/provision-* /etc/kernel/postinst.d/zz-provision-nvidia "
+    "/etc/modprobe.d/provision-*.conf /etc/apt/apt.conf.d/02direct-bridge /var/lib/provision/stack.json; "
+    "rm -rf /lib/modules/KERNEL/build; apt-get update -qq"
+)
+
+
+def remove_standin(hostset: harness.HostSet, host: harness.TestHost, kernel: str) -> None:
+    """Take what the stand-in repository's runs left off ``host`` (see REMOVE_STANDIN)."""
+    ssh(hostset, host, REMOVE_STANDIN.replace("KERNEL", shlex.quote(kernel)))
+
+
 def quote(text: str) -> str:
     return shlex.quote(text)
 

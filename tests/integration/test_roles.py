@@ -111,6 +111,7 @@ def standin(testhosts: harness.HostSet, tmp_path_factory: pytest.TempPathFactory
                 **NO_FRAMEWORKS,
             },
         }
+    rh.remove_standin(testhosts, host, sr.STANDIN_KERNEL)
 
 
 # --- preflight: refused before any change, one clear line ---------------------------------------
