@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -146,20 +147,32 @@ def _marked_sleeper(hostset: harness.HostSet, host: harness.TestHost, seconds: i
 
 
 def test_the_lock_waits_for_an_earlier_applys_processes_then_holds(testhosts: harness.HostSet) -> None:
+    """The sleeper runs until the holder has the flock (its run is in the lock file) and has had
+    time to look for marked processes; only then does the test end it, so the lock can only be
+    held after it waited, however slow the connection is."""
     host = testhosts.hosts[0]
     target = target_for(testhosts, host, "deploy")
-    _marked_sleeper(testhosts, host, 5)
+    _marked_sleeper(testhosts, host, 600)
+
+    def end_sleeper_once_the_holder_waits() -> None:
+        deadline = time.monotonic() + 120
+        while "20261201-090000-wa1t" not in rh.ssh(testhosts, host, f"cat {LOCK_PATH} 2>/dev/null", check=False):
+            assert time.monotonic() < deadline, "the holder never took the flock"
+            time.sleep(0.2)
+        time.sleep(2)  # the holder looks right after writing the file; it prints a wait line every 2 s
+        rh.ssh(testhosts, host, "pkill -x sleep")
+
+    ender = threading.Thread(target=end_sleeper_once_the_holder_waits)
     mine = RunLocks("20261201-090000-wa1t", connect)
-    started = time.monotonic()
+    ender.start()
     try:
         assert mine.take([target]) == {}
-        took = time.monotonic() - started
         [left] = mine.waited(host.name)
-        assert left.command == "sleep 5", left
-        assert took >= 3, f"held after {took:.1f}s: the sleeper (5 s) was not waited for"
-        assert rh.ssh(testhosts, host, "pgrep -x sleep || true").strip() == ""
+        assert left.command == "sleep 600", left
     finally:
+        ender.join()
         mine.release()
+        rh.ssh(testhosts, host, "pkill -x sleep || true")
     _wait_free(testhosts, host, within_s=10)
 
 
