@@ -20,10 +20,11 @@ def group_vars(group: Mapping[str, Any], install: InstallSettings) -> dict[str, 
     """The role variables of one lock group (every role's documented interface)."""
     host = group.get("host") or {}
     stack = group.get("stack") or {}
-    packages = PackagePlan.from_json(group.get("packages") or {})
+    doc = group.get("packages")
+    packages = PackagePlan.from_json(doc) if doc else PackagePlan(manager="apt")
     os_id = _check_text(host.get("os") or "", "the lock's host.os")
     distro = os_id.split("-")[0]
-    family = packages.os_family or ("debian" if distro in ("debian", "ubuntu") else distro)
+    family = "debian" if distro in ("debian", "ubuntu") else distro
     out: dict[str, Any] = {}
 
     driver = stack.get("driver")
@@ -44,7 +45,7 @@ def group_vars(group: Mapping[str, Any], install: InstallSettings) -> dict[str, 
     out["fabric_manager_enabled"] = fm is not None
     if fm is not None:
         out["fabric_manager_version"] = _check_version(fm.get("version"), "fabric_manager.version")
-        names = list(packages.fabric_manager)
+        names = _names(packages, "fabric_manager")
         out["fabric_manager_package"] = _fm_package(names, out["fabric_manager_version"], family)
 
     toolkit = stack.get("cuda_toolkit")
@@ -52,7 +53,7 @@ def group_vars(group: Mapping[str, Any], install: InstallSettings) -> dict[str, 
     if toolkit is not None:
         out["cuda_toolkit_version"] = _check_version(toolkit.get("version"), "cuda_toolkit.version")
         out["cuda_toolkit_method"] = method
-        names = list(packages.cuda_toolkit)
+        names = _names(packages, "cuda_toolkit")
         if names and method == "nvidia-repo":
             out["cuda_toolkit_package"] = _check_package(names[0], "cuda_toolkit package")
 
@@ -61,7 +62,7 @@ def group_vars(group: Mapping[str, Any], install: InstallSettings) -> dict[str, 
     if cudnn is not None:
         out["cudnn_version"] = _check_version(cudnn.get("version"), "cudnn.version")
         out["cudnn_cuda_major"] = _check_version(str(cudnn.get("cuda_major") or ""), "cudnn.cuda_major")
-        names = [_check_package(n, "cudnn package") for n in packages.cudnn]
+        names = [_check_package(n, "cudnn package") for n in _names(packages, "cudnn")]
         if names:
             out["cudnn_packages"] = names
 
@@ -104,8 +105,12 @@ def _pinned_versions(installs: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     return out
 
 
+def _names(packages: PackagePlan, role: str) -> list[str]:
+    return [i.name for i in packages.for_role(role)]
+
+
 def _method(driver: Mapping[str, Any] | None, packages: PackagePlan, install: InstallSettings) -> str:
-    locked = (driver or {}).get("install_method") or (packages.driver.method if packages.driver else None)
+    locked = (driver or {}).get("install_method")
     if locked:
         return str(locked)
     return "nvidia-repo" if install.method == "auto" else install.method
@@ -142,25 +147,22 @@ def _driver_vars(
             "nvidia_driver_kernel_modules": flavour,
         }
     )
-    pkg = packages.driver
-    names = [_check_text(n, "driver package") for n in (pkg.names if pkg else ())]
-    if pkg and pkg.repo:
-        out["nvidia_driver_repo_url"] = _check_url(pkg.repo.rstrip("/"), "driver repository")
+    driver_pkgs = packages.for_role("nvidia_driver")
+    names = [_check_text(i.name, "driver package") for i in driver_pkgs]
+    repo = next((r for r in packages.repositories if r.name == "cuda"), None)
+    if repo is not None and method == "nvidia-repo":
+        out["nvidia_driver_repo_url"] = _check_url(repo.url.rstrip("/"), "driver repository")
     if method == "nvidia-repo":
         pinning = [n for n in names if n.startswith("nvidia-driver-pinning-")]
         rest = [n for n in names if n not in pinning]
-        streams = [n.split(":", 1)[1] for n in rest if n.startswith("@nvidia-driver:")]
-        if streams:
-            # RHEL-like module streams (NVIDIA's packaging before the pinning packages): enable the
-            # stream, then install its packages at the exact version.
-            out["nvidia_driver_dnf_module_stream"] = streams[0]
-            dkms = "kmod-nvidia-open-dkms" if flavour == "open" else "kmod-nvidia-latest-dkms"
-            rest = ["nvidia-driver", "nvidia-driver-cuda", dkms]
+        if packages.module_streams:
+            # dnf module streams: enable the stream, then install the plan's packages at the version.
+            out["nvidia_driver_dnf_module_stream"] = packages.module_streams[0].split(":", 1)[1]
         out["nvidia_driver_repo_pinning_package"] = pinning[0] if pinning else ""
         out["nvidia_driver_repo_packages"] = [_check_package(n, "driver package") for n in rest]
     else:
         # Precompiled module packages follow the kernel's version, headers the kernel's: not pinned.
-        floating = [n for n in names if n.startswith(("linux-modules-nvidia-", "linux-headers-"))]
+        floating = [i.name for i in driver_pkgs if i.version is None]
         out["nvidia_driver_distro_packages"] = [_check_package(n, "driver package") for n in names if n not in floating]
         out["nvidia_driver_distro_unpinned_packages"] = [_check_package(n, "driver package") for n in floating]
         if "nvidia-driver" in names:

@@ -32,7 +32,6 @@ from provision.matrix.model import (
     KernelModuleRule,
     MinorCompat,
     OsRelease,
-    Packages,
     Price,
     Source,
     Tables,
@@ -42,6 +41,7 @@ from provision.matrix.model import (
     cc_tuple,
 )
 from provision.matrix.names import nearest, normalize
+from provision.matrix.packaging import PackagingError, build_packaging
 
 _PCI = re.compile(r"^\[?(?:0x)?(10de):(?:0x)?([0-9a-f]{4})\]?$", re.IGNORECASE)
 
@@ -302,6 +302,7 @@ def build_tables(d: dict[str, Any]) -> Tables:
             aliases=tuple(o.get("aliases", [])),
             source=_src(o),
             confidence=str(o.get("confidence", "medium")),
+            unmanaged=_opt_str(o.get("unmanaged")),
         )
     for m in d.get("minor_version_compatibility", []):
         major = int(m["cuda_major"])
@@ -424,23 +425,14 @@ def build_tables(d: dict[str, Any]) -> Tables:
                 confidence=str(c.get("confidence", "high")),
             )
         )
-    p = d.get("packages")
+    p = d.get("packaging")
     if p:
-        t.packages = Packages(
-            driver={
-                m: {fam: {fl: tuple(names) for fl, names in fls.items()} for fam, fls in fams.items()}
-                for m, fams in p["driver"].items()
-            },
-            fabric_manager={m: {fam: tuple(n) for fam, n in fams.items()} for m, fams in p["fabric_manager"].items()},
-            cuda_toolkit={fam: tuple(n) for fam, n in p["cuda_toolkit"].items()},
-            cudnn={fam: tuple(n) for fam, n in p["cudnn"].items()},
-            repo_url=str(p["repo_url"]),
-            new_packaging_from=int(p["new_packaging_from"]),
-            source=_src(p),
-            confidence=str(p.get("confidence", "medium")),
-        )
-        t.torch_index = str(p.get("torch_index", t.torch_index))
-        t.pypi_index = str(p.get("pypi_index", t.pypi_index))
+        try:
+            t.packaging = build_packaging(p)
+        except (PackagingError, KeyError, TypeError) as exc:
+            raise DataError(f"data/packaging.yaml: {exc}") from None
+        t.torch_index = t.packaging.torch_index
+        t.pypi_index = t.packaging.pypi_index
     _check_sorted(t)
     return t
 

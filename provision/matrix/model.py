@@ -11,6 +11,8 @@ from typing import Literal
 
 from packaging.version import Version
 
+from provision.matrix.packaging import Packaging
+
 KernelModuleRule = Literal["open-only", "open-recommended", "proprietary-only"]
 BranchClass = Literal["ltsb", "production", "new-feature"]
 
@@ -103,6 +105,7 @@ class OsRelease:
     aliases: tuple[str, ...]
     source: tuple[str, ...]
     confidence: str
+    unmanaged: str | None = None  # why provision cannot manage it (plan refuses it); None: it can
 
     @property
     def default_python(self) -> str:
@@ -242,20 +245,6 @@ class EnvConflict:
 
 
 @dataclass(frozen=True)
-class Packages:
-    """Package-name templates per install method and OS family ({branch}, {version})."""
-
-    driver: dict[str, dict[str, dict[str, tuple[str, ...]]]]  # method -> family -> flavour -> names
-    fabric_manager: dict[str, dict[str, tuple[str, ...]]]  # method -> family -> names
-    cuda_toolkit: dict[str, tuple[str, ...]]  # family -> names ({major}, {minor})
-    cudnn: dict[str, tuple[str, ...]]  # family -> names ({cudnn_major}, {cuda_major})
-    repo_url: str
-    new_packaging_from: int  # branches from this use nvidia-driver-pinning-<branch>
-    source: tuple[str, ...]
-    confidence: str
-
-
-@dataclass(frozen=True)
 class Source:
     id: str
     url: str
@@ -286,7 +275,7 @@ class Tables:
     jax: list[JaxRelease] = field(default_factory=list)
     jax_lines: dict[int, JaxCudaLine] = field(default_factory=dict)
     conflicts: list[EnvConflict] = field(default_factory=list)
-    packages: Packages | None = None
+    packaging: Packaging | None = None
     sources: dict[str, Source] = field(default_factory=dict)
     default_os: str = "ubuntu-24.04"
     snapshot: str = ""

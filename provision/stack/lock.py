@@ -3,13 +3,15 @@
 The file is JSON (indent 2, a fixed key order, a trailing newline) so that it diffs well and
 the same resolution always writes the same bytes::
 
-    {"schema": "provision.lock/1",
+    {"schema": "provision.lock/2",
      "knowledge": {"version": ..., "sha256": ...},
      "groups": [{"name": ..., "hosts": [...], "host": {...}, "stack": {...},
                  "packages": {...}, "warnings": [...], "reasons": [...]}]}
 
-``host`` and ``stack`` are exactly the ``host`` and ``stack`` of ``provision resolve --json``.
-A missing or unreadable lock is bad input (exit 2).
+``host`` and ``stack`` are exactly the ``host`` and ``stack`` of ``provision resolve --json``;
+``packages`` is the package plan (:class:`provision.stack.packages.PackagePlan`). A missing or
+unreadable lock is bad input (exit 2), and so is a lock of the older schema (``/1``, before
+the package plan): it is regenerated, never read half-way.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ if TYPE_CHECKING:
     from provision.matrix import Knowledge
     from provision.stack.resolution import Resolution
 
-SCHEMA = "provision.lock/1"
+SCHEMA = "provision.lock/2"
+OLD_SCHEMAS = ("provision.lock/1",)
 GROUP_KEYS = ("name", "hosts", "host", "stack", "packages", "warnings", "reasons")
 
 
@@ -177,6 +180,11 @@ def parse_lock(text: str, where: str = "provision.lock") -> Lock:
         raise BadInput(
             f"{where} is not valid JSON (line {exc.lineno})", "regenerate it with `provision plan`"
         ) from None
+    if isinstance(doc, dict) and doc.get("schema") in OLD_SCHEMAS:
+        raise BadInput(
+            f"{where} is a {doc['schema']} file, written before the package plan (this provision reads {SCHEMA})",
+            "regenerate it with `provision plan`",
+        )
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         found = doc.get("schema") if isinstance(doc, dict) else None
         raise BadInput(f"{where} is not a {SCHEMA} file (schema: {found!r})", "regenerate it with `provision plan`")

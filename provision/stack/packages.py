@@ -1,41 +1,72 @@
-"""The package plan: what the roles install for a resolved stack, per component.
+"""The package plan: exactly what the roles install for a resolved stack (the lock's ``packages``).
 
-Driver package names per install method and OS family (with NVIDIA's repository URL), the
-Fabric Manager, the system CUDA toolkit and cuDNN packages, and pip's index URLs and exact
-requirement lines. :class:`PackagePlan` is the typed hand-off from the resolver to the lock
-and the role variables; its JSON (the lock's ``packages``) is made only at the edges, by
-:meth:`PackagePlan.to_json` and :meth:`PackagePlan.from_json`.
+Owns filling the packaging table (:mod:`provision.matrix.packaging`) for one host and stack:
+the signed repositories, module streams, packages with the manager's version expressions (and
+the role that installs each), holds and services, plus pip's index URLs and exact requirement
+lines. :class:`PackagePlan` is the typed hand-off from the resolver to the lock, ``plan --json``
+and the role variables; its JSON is made only at the edges, by :meth:`PackagePlan.to_json` and
+:meth:`PackagePlan.from_json`. :func:`check_plannable` is the plan-time refusal of what the
+roles cannot manage (EL8, a repository whose key fingerprint the knowledge lacks).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar, TypeVar
 
 from provision.errors import BadInput
 from provision.matrix import Knowledge
-from provision.matrix.model import OsRelease
+from provision.matrix.packaging import Packaging, PackagingRow
 from provision.stack.candidates import DriverChoice, FwChoice
 from provision.stack.request import HostSpec, StackRequest
 
+REGENERATE = "regenerate the lock with `provision plan`"
 
-@dataclass(frozen=True)
-class DriverPackages:
-    """The driver's packages for one install method, and NVIDIA's repository (nvidia-repo only)."""
 
-    method: str  # nvidia-repo | distro
-    names: tuple[str, ...]
-    repo: str | None
+R = TypeVar("R", bound="_Record")
+
+
+class _Record:
+    """A contract object of text fields: its JSON is its fields in order (``OPTIONAL`` may be null)."""
+
+    OPTIONAL: ClassVar[tuple[str, ...]] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {"method": self.method, "names": list(self.names), "repo": self.repo}
+        return {f.name: getattr(self, f.name) for f in fields(self)}  # type: ignore[arg-type]
 
     @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> DriverPackages:
-        return cls(
-            _text(doc, "method", "driver.") or "", _texts(doc, "names", "driver."), _text(doc, "repo", "driver.")
-        )
+    def from_json(cls: type[R], doc: Mapping[str, Any], where: str) -> R:
+        names = [f.name for f in fields(cls)]  # type: ignore[arg-type]
+        return cls(**{n: (_text if n in cls.OPTIONAL else _req_text)(doc, n, where) for n in names})
+
+
+@dataclass(frozen=True)
+class Repository(_Record):
+    """A signed repository a role adds (through signed_repo) before it installs from it."""
+
+    OPTIONAL = ("key_fingerprint",)
+    name: str  # cuda | container-toolkit
+    url: str
+    key_url: str
+    key_fingerprint: str | None  # None only in a plan that check_plannable refuses
+
+
+@dataclass(frozen=True)
+class Install(_Record):
+    """One package: ``version`` is the manager's expression (apt ``=``, dnf ``-``); None: unversioned."""
+
+    OPTIONAL = ("version", "repository")
+    name: str
+    version: str | None
+    role: str
+    repository: str | None  # a Repository's name; None: the OS's own archive
+
+
+@dataclass(frozen=True)
+class Service(_Record):
+    name: str  # the systemd unit
+    role: str
 
 
 @dataclass(frozen=True)
@@ -65,61 +96,82 @@ class PipPlan:
 
 @dataclass(frozen=True)
 class PackagePlan:
-    """Per component, what gets installed; empty where the stack leaves a component alone.
+    """The lock's ``packages``: what every role installs, in order, and how it is held."""
 
-    A lock read from disk may lack parts (``os_family`` empty, ``pip`` None): the role
-    variables then fall back on the stack's versions and NVIDIA's names.
-    """
-
-    os_family: str
-    driver: DriverPackages | None = None
-    fabric_manager: tuple[str, ...] = ()
-    cuda_toolkit: tuple[str, ...] = ()
-    cudnn: tuple[str, ...] = ()
+    manager: str  # apt | dnf
+    repositories: tuple[Repository, ...] = ()
+    module_streams: tuple[str, ...] = ()
+    install: tuple[Install, ...] = ()
+    holds: tuple[str, ...] = ()
+    services: tuple[Service, ...] = ()
     pip: PipPlan | None = None
 
+    def for_role(self, role: str) -> tuple[Install, ...]:
+        """The packages ``role`` installs, in order."""
+        return tuple(i for i in self.install if i.role == role)
+
     def to_json(self) -> dict[str, Any]:
-        """The lock's ``packages`` object (its key order is part of the lock's bytes)."""
+        """The contract's object (its key order is part of the lock's bytes)."""
         return {
-            "os_family": self.os_family,
-            "driver": self.driver.to_json() if self.driver else None,
-            "fabric_manager": list(self.fabric_manager),
-            "cuda_toolkit": list(self.cuda_toolkit),
-            "cudnn": list(self.cudnn),
+            "manager": self.manager,
+            "repositories": [r.to_json() for r in self.repositories],
+            "module_streams": list(self.module_streams),
+            "install": [i.to_json() for i in self.install],
+            "holds": list(self.holds),
+            "services": [s.to_json() for s in self.services],
             "pip": self.pip.to_json() if self.pip else None,
         }
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> PackagePlan:
-        """A lock's ``packages`` object; BadInput when a part has the wrong shape."""
-        driver = _mapping(doc, "driver")
-        pip = _mapping(doc, "pip")
-        return cls(
-            os_family=_text(doc, "os_family") or "",
-            driver=DriverPackages.from_json(driver) if driver is not None else None,
-            fabric_manager=_texts(doc, "fabric_manager"),
-            cuda_toolkit=_texts(doc, "cuda_toolkit"),
-            cudnn=_texts(doc, "cudnn"),
-            pip=PipPlan.from_json(pip) if pip is not None else None,
+        """A lock's ``packages`` object; BadInput (one line) when a part has the wrong shape."""
+        manager = _text(doc, "manager")
+        if manager not in ("apt", "dnf"):
+            raise _bad("manager", "apt or dnf")
+        pip = doc.get("pip")
+        if pip is not None and not isinstance(pip, Mapping):
+            raise _bad("pip", "an object")
+        plan = cls(
+            manager=manager,
+            repositories=tuple(
+                Repository.from_json(r, f"repositories[{i}].") for i, r in _objects(doc, "repositories")
+            ),
+            module_streams=_texts(doc, "module_streams"),
+            install=tuple(Install.from_json(p, f"install[{i}].") for i, p in _objects(doc, "install")),
+            holds=_texts(doc, "holds"),
+            services=tuple(Service.from_json(s, f"services[{i}].") for i, s in _objects(doc, "services")),
+            pip=PipPlan.from_json(pip) if pip else None,
         )
+        names = {i.name for i in plan.install}
+        if any(h not in names for h in plan.holds):
+            raise _bad("holds", "a list of installed names")
+        repos = {r.name for r in plan.repositories}
+        if any(i.repository is not None and i.repository not in repos for i in plan.install):
+            raise _bad("install", "installing from the listed repositories")
+        return plan
 
 
 def _bad(where: str, what: str) -> BadInput:
-    return BadInput(f"the lock's packages.{where} is not {what}", "regenerate the lock with `provision plan`")
+    return BadInput(f"the lock's packages.{where} is not {what}", REGENERATE)
 
 
-def _mapping(doc: Mapping[str, Any], key: str) -> Mapping[str, Any] | None:
-    value = doc.get(key)
-    if not value:
-        return None
-    if not isinstance(value, Mapping):
-        raise _bad(key, "an object")
-    return value
+def _objects(doc: Mapping[str, Any], key: str) -> list[tuple[int, Mapping[str, Any]]]:
+    value = doc.get(key) or []
+    if not isinstance(value, list) or not all(isinstance(v, Mapping) for v in value):
+        raise _bad(key, "a list of objects")
+    return list(enumerate(value))
 
 
 def _text(doc: Mapping[str, Any], key: str, where: str = "") -> str | None:
     value = doc.get(key)
     if value is not None and not isinstance(value, str):
+        raise _bad(where + key, "text")
+    return value
+
+
+def _req_text(doc: Mapping[str, Any], key: str, where: str) -> str:
+    value = _text(doc, key, where)
+    if not value:
         raise _bad(where + key, "text")
     return value
 
@@ -131,31 +183,74 @@ def _texts(doc: Mapping[str, Any], key: str, where: str = "") -> tuple[str, ...]
     return tuple(value)
 
 
-def cuda_repo_url(k: Knowledge, os: OsRelease, arch: str) -> str | None:
-    """NVIDIA's CUDA repository for this OS and arch (``.../rhel9/x86_64/``), None where it has none."""
-    p = k.t.packages
-    if p is None or not os.repo_name:
-        return None
-    return f"{p.repo_url}/{os.repo_name}/{'sbsa' if arch == 'aarch64' else 'x86_64'}/"
+# --- building the plan from the table ---------------------------------------------------------
 
 
-def os_family(host: HostSpec, method: str) -> str:
-    """The family whose package names apply: the distro itself for its own packages."""
-    if method == "distro":
-        return host.os.id.split("-")[0]
-    return host.os.family
+def packaging(k: Knowledge) -> Packaging:
+    if k.t.packaging is None:
+        raise BadInput("the knowledge has no packaging table", "reinstall provision")
+    return k.t.packaging
 
 
-def fabric_manager_packages(k: Knowledge, host: HostSpec, d: DriverChoice) -> tuple[str, ...]:
-    """The Fabric Manager's packages at the driver's version (none known: empty)."""
-    p = k.t.packages
-    if p is None:
-        return ()
-    fam = os_family(host, d.method)
-    return tuple(
-        n.format(branch=d.branch.branch if d.branch else "", version=d.version or "")
-        for n in p.fabric_manager.get(d.method, {}).get(fam, ())
-    )
+def manager_of(host: HostSpec) -> str:
+    """apt on the Debian family, dnf on the RPM families (the table's rows say which per OS)."""
+    return "apt" if host.os.family == "debian" else "dnf"
+
+
+def has_fabric_manager(k: Knowledge, host: HostSpec, d: DriverChoice) -> bool:
+    """Whether the table knows the Fabric Manager's packages for this OS and install method."""
+    b = d.branch.branch if d.branch else None
+    return packaging(k).row("fabric_manager", host.os.id, method=d.method, branch=b) is not None
+
+
+@dataclass
+class _Builder:
+    """Fills rows' templates for one host into the plan's parts, in row order."""
+
+    host: HostSpec
+    table: Packaging
+    values: dict[str, str]
+    repositories: list[Repository] = field(default_factory=list)
+    module_streams: list[str] = field(default_factory=list)
+    install: list[Install] = field(default_factory=list)
+    holds: list[str] = field(default_factory=list)
+    services: list[Service] = field(default_factory=list)
+
+    def fill(self, text: str) -> str:
+        return text.format_map(self.values)
+
+    def add(self, row: PackagingRow) -> None:
+        self.module_streams += [s for s in map(self.fill, row.module_streams) if s not in self.module_streams]
+        for p in row.install:
+            name = self.fill(p.name)
+            if p.repository is not None:
+                self._repository(p.repository)
+            self.install.append(Install(name, self.fill(p.version) if p.version else None, row.role, p.repository))
+            if p.hold and name not in self.holds:
+                self.holds.append(name)
+        self.services += [Service(self.fill(s), row.role) for s in row.services]
+
+    def _repository(self, name: str) -> None:
+        if any(r.name == name for r in self.repositories):
+            return
+        t = self.table.repository(name, self.host.os.id)
+        if t is None:  # the loader checks every row's repository exists for its OS
+            raise BadInput(f"{self.host.os.id}: no `{name}` repository in the knowledge", "report this as a bug")
+        self.repositories.append(Repository(name, self.fill(t.url), self.fill(t.key_url), t.key_fingerprint))
+
+
+def template_values(host: HostSpec) -> dict[str, str]:
+    """The host's part of the placeholders: repository dirs and arch names."""
+    aarch64 = host.arch == "aarch64"
+    return {
+        "repo_dir": host.os.repo_name or "",
+        "arch_dir": "sbsa" if aarch64 else "x86_64",
+        "deb_arch": "arm64" if aarch64 else "amd64",
+        "rpm_arch": "aarch64" if aarch64 else "x86_64",
+        # Ubuntu's precompiled modules follow the kernel's flavour; the probe knows it, a
+        # described host gets the GA kernel's.
+        "ubuntu_flavour": "generic",
+    }
 
 
 def package_plan(
@@ -166,52 +261,78 @@ def package_plan(
     combo: Sequence[FwChoice],
     *,
     cudnn_major: int | None,
+    extras: Mapping[str, Mapping[str, str]] | None = None,
 ) -> PackagePlan:
-    """Package names per install method and OS, index URLs and pip requirement lines."""
-    p = k.t.packages
-    driver: DriverPackages | None = None
-    fabric_manager: tuple[str, ...] = ()
-    cuda_toolkit: tuple[str, ...] = ()
-    cudnn: tuple[str, ...] = ()
-    if p is not None and d.branch is not None and d.flavour is not None:
-        fam = os_family(host, d.method)
-        flavour = d.flavour
-        if d.method == "nvidia-repo" and d.branch.branch >= p.new_packaging_from:
-            flavour += "_pinned"
-        names = p.driver.get(d.method, {}).get(fam, {}).get(flavour, ())
-        driver = DriverPackages(
-            method=d.method,
-            names=tuple(n.format(branch=d.branch.branch, version=d.version) for n in names),
-            repo=cuda_repo_url(k, host.os, host.arch) if d.method == "nvidia-repo" else None,
-        )
+    """The package plan of a resolved stack on ``host``, from the packaging table.
+
+    ``extras``: components the stack adds beside the resolved ones, with their template values
+    (``{"container_toolkit": {"container_toolkit_version": "1.17.8"}, "dcgm": {...}}``).
+    """
+    table = packaging(k)
+    values = template_values(host)
+    b = d.branch.branch if d.branch is not None and d.version is not None else None
+    if b is not None and d.version is not None:
+        values.update(branch=str(b), version=d.version)
+    if req.cuda_toolkit:
+        major, minor = req.cuda_toolkit.split(".")[:2]
+        values.update(cuda_major=major, cuda_minor=minor)
+    if req.cudnn and cudnn_major is not None:
+        values.update(cudnn=req.cudnn, cudnn_major=req.cudnn.split(".")[0], cudnn_cuda_major=str(cudnn_major))
+    build = _Builder(host, table, values)
+    gpu = host.gpu.name if host.gpu else None
+    os_id = host.os.id
+
+    def add(component: str, **match: Any) -> None:
+        row = table.row(component, os_id, **match)
+        if row is not None:
+            build.add(row)
+
+    if b is not None:
+        add("driver", method=d.method, branch=b, kernel_modules=d.flavour)
+        add("imex", method=d.method, branch=b, gpu=gpu)
         if host.needs_fabric_manager:
-            fabric_manager = fabric_manager_packages(k, host, d)
-    if p is not None and req.cuda_toolkit:
-        major, minor = req.cuda_toolkit.split(".")
-        cuda_toolkit = tuple(
-            n.format(cuda_major=major, cuda_minor=minor) for n in p.cuda_toolkit.get(host.os.family, ())
-        )
-    if p is not None and req.cudnn and cudnn_major is not None:
-        cudnn = tuple(
-            n.format(cudnn_major=req.cudnn.split(".")[0], cuda_major=cudnn_major, cudnn=req.cudnn)
-            for n in p.cudnn.get(host.os.family, ())
-        )
+            add("fabric_manager", method=d.method, branch=b)
+            add("nvlsm", method=d.method, branch=b, gpu=gpu)
+    if req.cuda_toolkit:
+        add("cuda_toolkit")
+    if req.cudnn and cudnn_major is not None:
+        add("cudnn")
+    for component, more in (extras or {}).items():
+        values.update(more)
+        add(component)
+    return PackagePlan(
+        manager=manager_of(host),
+        repositories=tuple(build.repositories),
+        module_streams=tuple(build.module_streams),
+        install=tuple(build.install),
+        holds=tuple(build.holds),
+        services=tuple(build.services),
+        pip=pip_plan(k, combo),
+    )
+
+
+def pip_plan(k: Knowledge, combo: Sequence[FwChoice]) -> PipPlan:
+    """pip's index (the first non-PyPI index the frameworks need), extra indexes and pins."""
     indexes = dedupe([fw.index_url for fw in combo])
     pypi = k.t.pypi_index
     index_url = next((i for i in indexes if i != pypi), pypi)
     extra = [i for i in indexes if i != index_url]
-    if index_url != pypi and any(fw.name != "torch" for fw in combo) and pypi not in extra:
-        extra.append(pypi)
     if index_url != pypi and pypi not in extra:
         extra.append(pypi)  # torch's own dependencies (filelock, sympy, nvidia-*) come from PyPI
-    return PackagePlan(
-        os_family=host.os.family,
-        driver=driver,
-        fabric_manager=fabric_manager,
-        cuda_toolkit=cuda_toolkit,
-        cudnn=cudnn,
-        pip=PipPlan(index_url, tuple(extra), tuple(fw.requirement for fw in combo)),
-    )
+    return PipPlan(index_url, tuple(extra), tuple(fw.requirement for fw in combo))
+
+
+def check_plannable(host: HostSpec, plan: PackagePlan | None = None) -> None:
+    """Plan-time refusal (BadInput, one line) of what the roles cannot manage on this host."""
+    if host.os.unmanaged:
+        raise BadInput(f"{host.os.id} is not supported: {host.os.unmanaged}", "use an EL9 or newer release")
+    for r in plan.repositories if plan else ():
+        if r.key_fingerprint is None:
+            key = r.key_url.rsplit("/", 1)[-1]
+            raise BadInput(
+                f"{host.os.id}: the fingerprint of NVIDIA's {r.name} repository key {key} is not verified yet",
+                "pin it in provision/matrix/data/packaging.yaml, or use another OS",
+            )
 
 
 def dedupe(items: Sequence[str]) -> list[str]:

@@ -168,7 +168,7 @@ def assemble(
             fm_version = d.version
             reasons.append(
                 f"{host.gpu_count} x {gpu.name if gpu else 'GPU'} on an NVSwitch baseboard: "
-                "nvidia-fabricmanager "
+                "the Fabric Manager "
                 f"{d.version} (must equal the driver version)"
             )
     elif req.driver == "none":
@@ -176,7 +176,7 @@ def assemble(
         if host.needs_fabric_manager:
             c.warn(
                 "fabric_manager_unmanaged",
-                "this NVSwitch host needs nvidia-fabricmanager at exactly the driver's version; "
+                "this NVSwitch host needs the Fabric Manager at exactly the driver's version; "
                 "it is left alone with the driver",
             )
     else:

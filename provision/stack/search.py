@@ -16,7 +16,7 @@ from provision.errors import Unsatisfiable
 from provision.matrix import Knowledge
 from provision.stack.candidates import Candidates, DriverChoice, FwChoice
 from provision.stack.drivers import Drivers, driver_rank
-from provision.stack.packages import dedupe, fabric_manager_packages
+from provision.stack.packages import dedupe, has_fabric_manager
 from provision.stack.request import HostSpec, StackRequest
 from provision.stack.resolution import Resolution, assemble
 from provision.stack.rules import Check, Rules
@@ -111,7 +111,7 @@ class Resolver:
                         c.merge(self.rules.check_framework_driver(fw, d.version, ptx[fw.name]))
                     sys_check, cudnn_major = self.rules.check_system_cuda(d.version)
                     c.merge(sys_check)
-                    if fm_needed and d.method == "distro" and not fabric_manager_packages(self.k, self.host, d):
+                    if fm_needed and d.method == "distro" and not has_fabric_manager(self.k, self.host, d):
                         c.fail(
                             "fabric_manager",
                             f"{self.host.os.id}'s own packages have no Fabric Manager; use the nvidia-repo method",

@@ -80,7 +80,7 @@ def test_drift_against_a_lock_fails_each_host_naming_both_versions(hosts: harnes
     lock.write_text(
         json.dumps(
             {
-                "schema": "provision.lock/1",
+                "schema": "provision.lock/2",
                 "knowledge": {},
                 "groups": [{"name": "cpu", "hosts": [h.name for h in hosts.hosts], "host": {}, "stack": stack}],
             }

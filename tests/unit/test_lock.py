@@ -44,13 +44,16 @@ def test_lock_file_format(tmp_path: Path) -> None:
     assert text.endswith("}\n") and "\n  " in text  # indent 2, trailing newline
     doc = json.loads(text)
     assert list(doc) == ["schema", "knowledge", "groups"]
-    assert doc["schema"] == SCHEMA == "provision.lock/1"
+    assert doc["schema"] == SCHEMA == "provision.lock/2"
     assert doc["knowledge"] == {"version": load().version, "sha256": load().sha256}
     g = doc["groups"][0]
     assert list(g) == ["name", "hosts", "host", "stack", "packages", "warnings", "reasons"]
     assert g["stack"]["fabric_manager"] == {"version": g["stack"]["driver"]["version"]}
     assert g["packages"]["pip"]["requirements"] == ["torch==2.8.0+cu128"]
-    assert g["packages"]["driver"]["names"] == ["nvidia-open-580"]
+    assert list(g["packages"]) == ["manager", "repositories", "module_streams", "install", "holds", "services", "pip"]
+    assert [(i["name"], i["version"]) for i in g["packages"]["install"] if i["role"] == "nvidia_driver"] == [
+        ("nvidia-open-580", "580.95.05-*")
+    ]
 
 
 def test_lock_is_fsynced_before_the_rename_and_its_folder_after(
@@ -112,11 +115,23 @@ def test_missing_or_unparsable_lock_is_bad_input(tmp_path: Path) -> None:
     with pytest.raises(BadInput, match="not valid JSON"):
         read_lock(bad)
     bad.write_text(json.dumps({"schema": "provision.lock/99", "knowledge": {}, "groups": []}))
-    with pytest.raises(BadInput, match=r"not a provision\.lock/1 file"):
+    with pytest.raises(BadInput, match=r"not a provision\.lock/2 file"):
         read_lock(bad)
     bad.write_text(json.dumps({"schema": SCHEMA, "knowledge": {}, "groups": [{"name": "x"}]}))
     with pytest.raises(BadInput, match="lacks"):
         read_lock(bad)
+
+
+def test_a_lock_of_schema_1_is_refused_in_one_line_saying_to_regenerate(tmp_path: Path) -> None:
+    old = tmp_path / "provision.lock"
+    doc = _lock().to_json()
+    doc["schema"] = "provision.lock/1"
+    old.write_text(json.dumps(doc))
+    with pytest.raises(BadInput) as err:
+        read_lock(old)
+    line = err.value.one_line()
+    assert "\n" not in line and err.value.exit_code == 2
+    assert "provision.lock/1" in line and "regenerate it with `provision plan`" in line
 
 
 @pytest.mark.parametrize(("version", "number"), [("9.10.2.21", "91002"), ("9.1.0.70", "90100"), ("8.9.2.26", "8902")])

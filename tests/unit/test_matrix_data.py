@@ -101,8 +101,13 @@ def test_every_entry_has_a_source_that_resolves(section: str) -> None:
 def test_every_source_is_used_and_has_an_url() -> None:
     data = raw()
     used: set[str] = set()
-    for section in (*SOURCED, "packages"):
-        entries = data[section] if isinstance(data[section], list) else [data[section]]
+    packaging = data["packaging"]
+    for section in (*SOURCED, "packaging"):
+        entries = (
+            data[section]
+            if isinstance(data[section], list)
+            else [packaging, *packaging["repositories"], *packaging["rows"]]
+        )
         for entry in entries:
             used |= set(_source_items(entry))
             for price in (entry.get("prices") or {}).values():

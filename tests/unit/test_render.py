@@ -27,7 +27,7 @@ from provision.ansible.settings import InstallSettings, PipSettings
 from provision.errors import BadInput
 
 GOLDEN = Path(__file__).parent / "golden" / "render"
-OS_RELEASES = ["ubuntu-22.04", "ubuntu-24.04", "debian-12", "rhel-8", "rhel-9", "rocky-8", "rocky-9", "amzn-2023"]
+OS_RELEASES = ["ubuntu-22.04", "ubuntu-24.04", "debian-13", "debian-12", "rhel-9", "rocky-9", "amzn-2023"]
 HOSTS = {
     "gpu-1.example": {"ansible_host": "10.0.0.1", "ansible_user": "ubuntu", "ansible_port": "2222"},
     "gpu-2.example": {"ansible_host": "10.0.0.2", "ansible_password": "never-copied"},

@@ -365,7 +365,7 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     (
         "toolkit-128-h100",
         {"gpu": "H100-SXM", "cuda_toolkit": "12.8"},
-        {"stack.cuda_toolkit.version": "12.8", "packages.cuda_toolkit": ["cuda-toolkit-12-8"]},
+        {"stack.cuda_toolkit.version": "12.8", "names.cuda_toolkit": ["cuda-toolkit-12-8"]},
     ),
     (
         "toolkit-128-driver535-minor",
@@ -384,7 +384,7 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         {"gpu": "T4", "cuda_toolkit": "11.8", "frameworks": ["torch==2.7.1+cu118"]},
         {"warn": {"os_not_listed", "host_gcc"}},
     ),
-    ("toolkit-none-by-default", {"gpu": "T4"}, {"stack.cuda_toolkit": None, "packages.cuda_toolkit": []}),
+    ("toolkit-none-by-default", {"gpu": "T4"}, {"stack.cuda_toolkit": None, "names.cuda_toolkit": []}),
     (
         "cpu-torch-toolkit130-driver575-unsat",
         {"frameworks": ["torch==2.15.0+cpu"], "driver": "575", "cuda_toolkit": "13.0"},
@@ -405,7 +405,16 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     (
         "cudnn917-toolkit128",
         {"gpu": "H100-SXM", "cudnn": "9.17", "cuda_toolkit": "12.8"},
-        {"stack.cudnn.version": "9.17.1.4", "stack.cudnn.cuda_major": 12, "packages.cudnn": ["cudnn9-cuda-12"]},
+        {
+            "stack.cudnn.version": "9.17.1.4",
+            "stack.cudnn.cuda_major": 12,
+            "specs.cudnn": [
+                "libcudnn9-cuda-12=9.17.1.4-*",
+                "libcudnn9-dev-cuda-12=9.17.1.4-*",
+                "libcudnn9-headers-cuda-12=9.17.1.4-*",
+                "cudnn9-cuda-12=9.17.1.4-*",
+            ],
+        },
     ),
     ("cudnn917-no-toolkit-cuda13", {"gpu": "H100-SXM", "cudnn": "9.17.1.4"}, {"stack.cudnn.cuda_major": 13}),
     # --- TensorFlow -----------------------------------------------------------------------
@@ -500,7 +509,13 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         {
             "stack.driver.version": "535.261.03",
             "stack.driver.install_method": "distro",
-            "packages.driver.names": ["nvidia-driver", "nvidia-open-kernel-dkms", "linux-headers-amd64"],
+            "names.nvidia_driver": [
+                "nvidia-driver",
+                "nvidia-open-kernel-dkms",
+                "nvidia-persistenced",
+                "linux-headers-amd64",
+            ],
+            "packages.repositories": [],
         },
     ),
     (
@@ -512,30 +527,39 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     (
         "noble-distro-580-server",
         {"gpu": "L4", "os": "ubuntu-24.04", "install_method": "distro"},
-        {"packages.driver.names": ["nvidia-driver-580-server-open", "linux-modules-nvidia-580-server-open-generic"]},
+        {
+            "specs.nvidia_driver": [
+                "nvidia-headless-no-dkms-580-server=580.95.05-*",
+                "nvidia-utils-580-server=580.95.05-*",
+                "linux-modules-nvidia-580-server-open-generic",
+            ]
+        },
     ),
     (
         "repo-ubuntu-580-open",
         {"gpu": "H100-SXM", "os": "ubuntu-22.04", "frameworks": ["torch==2.8.0"]},
         {
-            "packages.driver.names": ["nvidia-open-580"],
-            "packages.driver.repo": "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64/",
+            "specs.nvidia_driver": ["nvidia-open-580=580.95.05-*"],
+            "packages.repositories.0.url": "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64/",
         },
     ),
     (
         "repo-595-pinning",
         {"gpu": "L4"},
-        {"stack.driver.branch": "595", "packages.driver.names": ["nvidia-driver-pinning-595", "nvidia-open"]},
+        {
+            "stack.driver.branch": "595",
+            "specs.nvidia_driver": ["nvidia-driver-pinning-595.58.03", "nvidia-open=595.58.03-*"],
+        },
     ),
     (
         "repo-rhel-module",
         {"gpu": "H100-SXM", "os": "rhel-9", "frameworks": ["torch==2.8.0"]},
-        {"packages.driver.names": ["@nvidia-driver:580-open"]},
+        {"packages.module_streams": ["nvidia-driver:580-open"], "specs.nvidia_driver": ["nvidia-open-3:580.95.05"]},
     ),
     (
         "fm-package-debian",
         {"gpu": "H100-SXM", "gpu_count": 8, "os": "ubuntu-22.04", "frameworks": ["torch==2.8.0"]},
-        {"packages.fabric_manager": ["nvidia-fabricmanager-580=580.95.05-1"]},
+        {"specs.fabric_manager": ["nvidia-fabricmanager=580.95.05-*"]},
     ),
     ("amzn2023-alias", {"gpu": "A10G", "os": "amazonlinux-2023"}, {"host.os": "amzn-2023"}),
     # --- end-of-life -------------------------------------------------------------------------
@@ -545,11 +569,21 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
 
 
 def _get(doc: dict[str, Any], path: str) -> Any:
+    """A dotted path; ``names.<role>`` / ``specs.<role>``: the plan's packages of that role
+    (specs as the manager writes them: ``name=version`` on apt, ``name-version`` on dnf)."""
+    kind, _, role = path.partition(".")
+    if kind in ("names", "specs"):
+        plan = doc["packages"]
+        sep = "=" if plan["manager"] == "apt" else "-"
+        mine = [i for i in plan["install"] if i["role"] == role]
+        if kind == "names":
+            return [i["name"] for i in mine]
+        return [i["name"] + (f"{sep}{i['version']}" if i["version"] else "") for i in mine]
     cur: Any = doc
     for part in path.split("."):
         if cur is None:
             return None
-        cur = cur[part]
+        cur = cur[int(part)] if isinstance(cur, list) else cur[part]
     return cur
 
 

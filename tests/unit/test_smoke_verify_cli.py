@@ -25,9 +25,9 @@ def provision(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[s
 
 
 def lock_doc(torch_version: str, variant: str = "cpu", hosts: list[str] | None = None) -> dict[str, Any]:
-    """A lock in the provision.lock/1 contract (see DESIGN.md's resolve output for `stack`)."""
+    """A lock in the provision.lock/2 contract (see DESIGN.md's resolve output for `stack`)."""
     return {
-        "schema": "provision.lock/1",
+        "schema": "provision.lock/2",
         "knowledge": {"version": "test", "sha256": ""},
         "groups": [
             {
@@ -74,7 +74,7 @@ GPU_GROUP = {
 
 
 def lock_of(*groups: dict[str, Any]) -> Lock:
-    return parse_lock(json.dumps({"schema": "provision.lock/1", "knowledge": {}, "groups": list(groups)}))
+    return parse_lock(json.dumps({"schema": "provision.lock/2", "knowledge": {}, "groups": list(groups)}))
 
 
 def test_a_lock_group_becomes_the_jobs_flat_expectations() -> None:
@@ -105,7 +105,7 @@ def test_hosts_find_their_group_and_an_unknown_host_is_bad_input() -> None:
     [
         (None, "no lock file at"),
         ("{broken", "is not valid JSON"),
-        ('{"schema": "other/1", "groups": []}', "is not a provision.lock/1 file"),
+        ('{"schema": "other/1", "groups": []}', "is not a provision.lock/2 file"),
     ],
 )
 def test_a_bad_lock_is_bad_input(tmp_path: Path, content: str | None, message: str) -> None:
@@ -199,7 +199,7 @@ def test_bad_input_is_exit_2_in_one_line_before_any_host_runs(tmp_path: Path) ->
     other.write_text(
         json.dumps(
             {
-                "schema": "provision.lock/1",
+                "schema": "provision.lock/2",
                 "knowledge": {},
                 "groups": [GPU_GROUP, {**GPU_GROUP, "hosts": ["h"]}],
             }
