@@ -17,6 +17,7 @@ from provision.cli.options import (
     ssh_options,
     target_options,
 )
+from provision.stack.packages import PackagePlan
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -102,7 +103,38 @@ def _human(con: Console, result: PlanResult) -> None:
         con.print("  will install: " + ("\n                ".join(h.changes) or "nothing"), markup=False)
         con.print(f"  reboot:       {h.reboot}", markup=False)
     for g in result.groups:
+        if g.get("packages"):
+            con.print("", markup=False)
+            con.print(f"[bold]group {g['name']}[/bold]  ({', '.join(g['hosts'])})", markup=True)
+            for line in package_lines(PackagePlan.from_json(g["packages"])):
+                con.print(f"  {line}", markup=False, soft_wrap=True)
+    for g in result.groups:
         for w in g["warnings"]:
             con.print(f"warning ({g['name']}): {w['message']}", markup=False)
     con.print(f"lock: {result.lock_path}", markup=False)
     con.print(f"apply: cd {result.out} && ansible-playbook site.yml", markup=False)
+
+
+def package_lines(plan: PackagePlan) -> list[str]:
+    """The package plan as a terraform-like listing: what is added, installed, held, enabled."""
+    lines = [f"package manager: {plan.manager}"]
+    for r in plan.repositories:
+        fpr = r.key_fingerprint or "NOT VERIFIED"
+        lines.append(f"+ repository {r.name}: {r.url}")
+        lines.append(f"    key {r.key_url} (fingerprint {fpr})")
+    lines += [f"+ module stream {m} (enabled; another stream is reset first)" for m in plan.module_streams]
+    sep = "=" if plan.manager == "apt" else "-"
+    specs = [i.name + (f"{sep}{i.version}" if i.version else "") for i in plan.install]
+    width = max((len(x) for x in specs), default=0)
+    for i, spec in zip(plan.install, specs, strict=True):
+        notes = [i.role, f"from {i.repository or 'the OS archive'}"]
+        if i.name in plan.holds:
+            notes.append("held")
+        if i.version is None:
+            notes.append("unversioned")
+        lines.append(f"+ {spec.ljust(width)}  ({', '.join(notes)})")
+    lines += [f"+ service {s.name} (enabled by {s.role})" for s in plan.services]
+    if plan.pip and plan.pip.requirements:
+        extra = "".join(f" + {u}" for u in plan.pip.extra_index_urls)
+        lines.append(f"+ pip {' '.join(plan.pip.requirements)} (from {plan.pip.index_url}{extra})")
+    return lines

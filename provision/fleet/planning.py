@@ -163,6 +163,7 @@ def plan(
     from provision.ansible.rundir import check_out_dir, ensure_dir, write_run_dir
     from provision.ansible.settings import InstallSettings
     from provision.stack.lock import LockGroup, build_lock, dumps_lock, write_lock
+    from provision.stack.packages import check_plannable
     from provision.stack.request import HostSpec, StackRequest
     from provision.stack.resolve import resolve
 
@@ -220,8 +221,10 @@ def plan(
         if args.get("python") in (None, "auto") and python:
             args["python"] = python
         try:
+            check_plannable(host)  # EL8 is refused before its versions are looked at
             resolution = resolve(StackRequest.build(**args), host)
-        except Unsatisfiable as exc:
+            check_plannable(host, resolution.packages)
+        except (Unsatisfiable, BadInput) as exc:
             exc.message = f"{t.name}: {exc.message}"
             raise
         key = repr((resolution.host, resolution.stack, resolution.packages))
@@ -245,7 +248,15 @@ def plan(
     by_name = {t.name: t for t in targets}
     result = PlanResult(out=out, lock_path=lock_path, files=run.files, unprobed=unprobed)
     for g in lock_groups:
-        result.groups.append({"name": g.name, "hosts": g.hosts, "stack": g.stack, "warnings": g.warnings})
+        result.groups.append(
+            {
+                "name": g.name,
+                "hosts": g.hosts,
+                "stack": g.stack,
+                "packages": g.packages.to_json() if g.packages else None,
+                "warnings": g.warnings,
+            }
+        )
         for name in g.hosts:
             result.hosts.append(_host_plan(by_name[name], g.name, g.stack, install.reboot))
     return result

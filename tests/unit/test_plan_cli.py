@@ -171,3 +171,54 @@ def test_plan_with_the_lock_inside_a_new_out_folder(tmp_path: Path) -> None:
     assert (tmp_path / "run" / "provision.lock").is_file() and (tmp_path / "run" / "site.yml").is_file()
     again = _plan(*args, cwd=tmp_path)
     assert again.returncode == 0, again.stderr
+
+
+CONTRACT = ["manager", "repositories", "module_streams", "install", "holds", "services", "pip"]
+
+
+def test_plan_json_shows_each_groups_package_plan_exactly_as_the_lock_has_it(tmp_path: Path) -> None:
+    r = _plan("--assume", "os=rocky-9,gpu=B200:8,name=b", "--out", "run", "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    [group] = json.loads(r.stdout)["groups"]
+    assert list(group) == ["name", "hosts", "stack", "packages", "warnings"]
+    packages = group["packages"]
+    assert list(packages) == CONTRACT
+    assert packages["manager"] == "dnf" and packages["module_streams"] == ["nvidia-driver:595-open"]
+    assert [list(r) for r in packages["repositories"]] == [["name", "url", "key_url", "key_fingerprint"]]
+    assert all(list(i) == ["name", "version", "role", "repository"] for i in packages["install"])
+    assert all(list(s) == ["name", "role"] for s in packages["services"])
+    assert set(packages["holds"]) <= {i["name"] for i in packages["install"]}
+    assert {"nvlsm", "nvidia-fabricmanager"} <= {i["name"] for i in packages["install"]}
+    [locked] = read_lock(tmp_path / "provision.lock").groups
+    assert locked.packages is not None and locked.packages.to_json() == packages
+
+
+def test_human_plan_lists_repositories_streams_packages_holds_and_services(tmp_path: Path) -> None:
+    r = _plan("--assume", "os=rhel-9,gpu=H100-SXM:8,name=h", "--out", "run", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "group h100_sxm_x8_rhel_9  (h)" in out and "package manager: dnf" in out
+    assert "+ repository cuda: https://developer.download.nvidia.com/compute/cuda/repos/rhel9/x86_64/" in out
+    assert "(fingerprint 610C7B14E068A878070DA4E99CD0A493D42D0685)" in out
+    assert "+ module stream nvidia-driver:595-open" in out
+    assert "+ nvidia-open-3:595.58.03" in out and "(nvidia_driver, from cuda, held)" in out
+    assert "+ nvidia-fabricmanager-595.58.03" in out
+    assert "+ service nvidia-fabricmanager (enabled by fabric_manager)" in out
+    assert all(len(line) < 200 for line in out.splitlines())  # one line each, not wrapped at 80
+
+
+@pytest.mark.parametrize("os_id", ["rhel-8", "rocky-8"])
+def test_el8_is_refused_at_plan_time_in_one_line_exit_2(tmp_path: Path, os_id: str) -> None:
+    r = _plan("--assume", f"os={os_id},gpu=L4:1", "--out", "run", cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    [line] = r.stderr.strip().splitlines()
+    assert f"{os_id} is not supported: ansible-core >= 2.17 cannot manage EL8" in line
+    assert not (tmp_path / "provision.lock").exists() and not (tmp_path / "run").exists()
+
+
+def test_debian_13_is_planned_with_its_own_repository_key(tmp_path: Path) -> None:
+    r = _plan("--assume", "os=debian-13,gpu=L40S:1", "--out", "run", "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    [repo] = json.loads(r.stdout)["groups"][0]["packages"]["repositories"]
+    assert repo["key_url"].endswith("/debian13/x86_64/8793F200.pub")
+    assert repo["key_fingerprint"] == "02182E60104FCDC26EAE1B8597A5D4CB8793F200"
