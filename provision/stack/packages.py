@@ -197,6 +197,12 @@ def manager_of(host: HostSpec) -> str:
     return "apt" if host.os.family == "debian" else "dnf"
 
 
+def has_driver_packages(k: Knowledge, host: HostSpec, d: DriverChoice) -> bool:
+    """Whether the table has the driver's packages for this OS, method, branch and module flavour."""
+    b = d.branch.branch if d.branch else None
+    return packaging(k).row("driver", host.os.id, method=d.method, branch=b, kernel_modules=d.flavour) is not None
+
+
 def has_fabric_manager(k: Knowledge, host: HostSpec, d: DriverChoice) -> bool:
     """Whether the table knows the Fabric Manager's packages for this OS and install method."""
     b = d.branch.branch if d.branch else None

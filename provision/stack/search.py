@@ -16,7 +16,7 @@ from provision.errors import Unsatisfiable
 from provision.matrix import Knowledge
 from provision.stack.candidates import Candidates, DriverChoice, FwChoice
 from provision.stack.drivers import Drivers, driver_rank
-from provision.stack.packages import dedupe, has_fabric_manager
+from provision.stack.packages import dedupe, has_driver_packages, has_fabric_manager
 from provision.stack.request import HostSpec, StackRequest
 from provision.stack.resolution import Resolution, assemble
 from provision.stack.rules import Check, Rules
@@ -111,6 +111,11 @@ class Resolver:
                         c.merge(self.rules.check_framework_driver(fw, d.version, ptx[fw.name]))
                     sys_check, cudnn_major = self.rules.check_system_cuda(d.version)
                     c.merge(sys_check)
+                    if d.branch is not None and not has_driver_packages(self.k, self.host, d):
+                        c.fail(
+                            "install_method",
+                            f"{self.host.os.id}'s {d.method} packages do not carry branch {d.branch.branch}",
+                        )
                     if fm_needed and d.method == "distro" and not has_fabric_manager(self.k, self.host, d):
                         c.fail(
                             "fabric_manager",

@@ -55,16 +55,23 @@ def test_each_os_gets_the_key_its_repository_signs_with(os_id: str, short: str) 
 
 
 def test_every_os_with_an_install_method_has_driver_rows_for_each_method() -> None:
+    """Every OS and method has the newest branch; below 590 all but debian13 (whose repository
+    carries no 580-or-older drivers), and the distro rows cover every branch the OS carries."""
     for o in K.os_releases:
         for method in o.install_methods:
+            branches = [595] if method == "nvidia-repo" else [b.branch for b in K.t.branches if o.id in b.distro]
+            if method == "nvidia-repo" and o.id != "debian-13":
+                branches += [580, 535]
             for flavour in ("open", "proprietary"):
-                for branch in (535, 580, 595):
+                for branch in branches:
                     row = TABLE.row("driver", o.id, method=method, branch=branch, kernel_modules=flavour)
                     assert row is not None, (o.id, method, flavour, branch)
                     assert row.manager == ("apt" if o.family == "debian" else "dnf"), (o.id, row)
         if "nvidia-repo" in o.install_methods:
-            for component in ("fabric_manager", "cuda_toolkit", "cudnn", "container_toolkit", "dcgm"):
+            for component in ("fabric_manager", "cuda_toolkit", "cudnn", "container_toolkit"):
                 assert TABLE.row(component, o.id, method="nvidia-repo", branch=595) is not None, (o.id, component)
+    assert TABLE.row("driver", "debian-13", method="nvidia-repo", branch=580) is None
+    assert TABLE.row("dcgm", "debian-13") is None  # DCGM lists no Debian 13
 
 
 def _may_both_apply(a: PackagingRow, b: PackagingRow) -> bool:

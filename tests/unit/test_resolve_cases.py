@@ -562,6 +562,12 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         {"specs.fabric_manager": ["nvidia-fabricmanager=580.95.05-*"]},
     ),
     ("amzn2023-alias", {"gpu": "A10G", "os": "amazonlinux-2023"}, {"host.os": "amzn-2023"}),
+    (
+        "debian13-repo-has-no-580",
+        {"gpu": "L40S", "os": "debian-13", "driver": "580", "install_method": "nvidia-repo"},
+        {"unsat": "install_method", "suggest": "--driver"},
+    ),
+    ("debian13-repo-595", {"gpu": "L40S", "os": "debian-13"}, {"stack.driver.branch": "595"}),
     # --- end-of-life -------------------------------------------------------------------------
     ("eol-branch-pinned", {"gpu": "A10G", "driver": "550", "frameworks": ["torch==2.6.0"]}, {"warn": {"eol_branch"}}),
     ("no-eol-by-default", {"gpu": "A10G"}, {"no_warn": True}),
