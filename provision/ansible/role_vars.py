@@ -154,7 +154,8 @@ def _driver_vars(
         out["nvidia_driver_repo_url"] = _check_url(repo.url.rstrip("/"), "driver repository")
     if method == "nvidia-repo":
         pinning = [n for n in names if n.startswith("nvidia-driver-pinning-")]
-        rest = [n for n in names if n not in pinning]
+        # the role pins these at the driver's version: the unversioned (dkms from EPEL) are not its
+        rest = [i.name for i in driver_pkgs if i.name not in pinning and i.version is not None]
         if packages.module_streams:
             # dnf module streams: enable the stream, then install the plan's packages at the version.
             out["nvidia_driver_dnf_module_stream"] = packages.module_streams[0].split(":", 1)[1]

@@ -122,7 +122,7 @@ def package_lines(plan: PackagePlan) -> list[str]:
         fpr = r.key_fingerprint or "NOT VERIFIED"
         lines.append(f"+ repository {r.name}: {r.url}")
         lines.append(f"    key {r.key_url} (fingerprint {fpr})")
-    lines += [f"+ module stream {m} (enabled; another stream is reset first)" for m in plan.module_streams]
+    lines += [f"+ module stream {m}" for m in plan.module_streams]
     sep = "=" if plan.manager == "apt" else "-"
     specs = [i.name + (f"{sep}{i.version}" if i.version else "") for i in plan.install]
     width = max((len(x) for x in specs), default=0)

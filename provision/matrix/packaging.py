@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-COMPONENTS = ("driver", "fabric_manager", "nvlsm", "imex", "cuda_toolkit", "cudnn", "container_toolkit", "dcgm")
+COMPONENTS = ("dkms", "driver", "fabric_manager", "nvlsm", "imex", "cuda_toolkit", "cudnn", "container_toolkit", "dcgm")
 ROLES = ("nvidia_driver", "fabric_manager", "cuda_toolkit", "cudnn", "container_toolkit", "dcgm")
 MANAGERS = ("apt", "dnf")
 FINGERPRINT = re.compile(r"^[0-9A-F]{40}$")

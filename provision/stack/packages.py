@@ -294,6 +294,7 @@ def package_plan(
             build.add(row)
 
     if b is not None:
+        add("dkms", method=d.method, branch=b)
         add("driver", method=d.method, branch=b, kernel_modules=d.flavour)
         add("imex", method=d.method, branch=b, gpu=gpu)
         if host.needs_fabric_manager:

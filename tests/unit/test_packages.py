@@ -82,9 +82,11 @@ def test_debian_13_uses_its_own_key_and_sbsa_on_aarch64() -> None:
 def test_dnf_enables_the_branch_stream_then_the_metapackage_with_its_epoch(os_id: str) -> None:
     plan = _plan(os_id, "595.58.03")
     assert plan.manager == "dnf" and plan.module_streams == ("nvidia-driver:595-open",)
-    assert _specs(plan) == ["nvidia-open-3:595.58.03"]
-    [repo] = plan.repositories
+    dkms = [] if os_id == "amzn-2023" else ["dkms"]  # from EPEL on RHEL and Rocky, first
+    assert _specs(plan) == [*dkms, "nvidia-open-3:595.58.03"]
+    repo = plan.repositories[-1]
     assert repo.key_fingerprint == RPM_KEY and repo.key_url.endswith("/x86_64/D42D0685.pub")
+    assert [r.name for r in plan.repositories] == ["epel", "cuda"][-1 - len(dkms) :]
     assert not any("pinning" in i.name for i in plan.install)  # pinning packages are apt's only
 
 
@@ -92,6 +94,7 @@ def test_dnf_before_575_installs_the_streams_packages() -> None:
     plan = _plan("rhel-9", "570.172.08", flavour="proprietary")
     assert plan.module_streams == ("nvidia-driver:570-dkms",)
     assert _specs(plan) == [
+        "dkms",
         "nvidia-driver-3:570.172.08",
         "nvidia-driver-cuda-3:570.172.08",
         "kmod-nvidia-latest-dkms-3:570.172.08",
@@ -100,9 +103,10 @@ def test_dnf_before_575_installs_the_streams_packages() -> None:
 
 def test_rhel_10_has_no_module_streams_and_its_key_is_refused_until_verified() -> None:
     plan = _plan("rhel-10", "595.58.03")
-    assert plan.module_streams == () and _specs(plan) == ["nvidia-open-3:595.58.03"]
+    assert plan.module_streams == () and _specs(plan) == ["dkms", "nvidia-open-3:595.58.03"]
     assert plan.holds == ("nvidia-open",)  # versionlock
-    [repo] = plan.repositories
+    epel, repo = plan.repositories
+    assert epel.key_fingerprint == "7D8D15CBFC4E62688591FB2633D98517E37ED158"
     assert repo.key_url.endswith("/rhel10/x86_64/CDF6BA43.pub") and repo.key_fingerprint is None
     with pytest.raises(BadInput, match=r"CDF6BA43\.pub is not verified"):
         check_plannable(HostSpec.describe(os="rhel-10"), plan)
