@@ -128,7 +128,9 @@ def test_the_lock_alone_gives_the_nvidia_repository() -> None:
     golden = REPO / "tests" / "unit" / "golden" / "render"
     for path in sorted(golden.glob("*.lock")):
         lock = yaml.safe_load(path.read_text())
-        repo = lock["groups"][0]["packages"]["driver"]["repo"]  # None: the distro method, no repository
+        packages, driver = lock["groups"][0]["packages"], lock["groups"][0]["stack"]["driver"]
+        cuda = [r["url"] for r in packages["repositories"] if r["name"] == "cuda"]
+        repo = cuda[0] if cuda and driver["install_method"] == "nvidia-repo" else None  # distro: none
         for overrides, want in (
             ({}, repo.rstrip("/") if repo else None),
             ({"nvidia_driver_repo_url": "http://mirror/r"}, "http://mirror/r"),
