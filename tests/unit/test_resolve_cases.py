@@ -554,7 +554,10 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     (
         "repo-rhel-module",
         {"gpu": "H100-SXM", "os": "rhel-9", "frameworks": ["torch==2.8.0"]},
-        {"packages.module_streams": ["nvidia-driver:580-open"], "specs.nvidia_driver": ["nvidia-open-3:580.95.05"]},
+        {
+            "packages.module_streams": ["nvidia-driver:580-open"],
+            "specs.nvidia_driver": ["dkms", "nvidia-open-3:580.95.05"],
+        },
     ),
     (
         "fm-package-debian",
@@ -568,6 +571,19 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         {"unsat": "install_method", "suggest": "--driver"},
     ),
     ("debian13-repo-595", {"gpu": "L40S", "os": "debian-13"}, {"stack.driver.branch": "595"}),
+    (
+        "debian13-distro-550",
+        {"gpu": "L40S", "os": "debian-13", "install_method": "distro"},
+        {
+            "stack.driver.version": "550.163.01",
+            "specs.nvidia_driver": [
+                "nvidia-driver=550.163.01-*",
+                "nvidia-open-kernel-dkms=550.163.01-*",
+                "nvidia-persistenced",
+                "linux-headers-amd64",
+            ],
+        },
+    ),
     # --- end-of-life -------------------------------------------------------------------------
     ("eol-branch-pinned", {"gpu": "A10G", "driver": "550", "frameworks": ["torch==2.6.0"]}, {"warn": {"eol_branch"}}),
     ("no-eol-by-default", {"gpu": "A10G"}, {"no_warn": True}),
