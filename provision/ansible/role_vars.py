@@ -1,5 +1,8 @@
 """Lock group -> role variables: the values every role reads through its documented interface
 (defaults/main.yml), from the lock group's host, stack and package plan and the install settings.
+
+Package names, versions, holds, repositories and services come from the plan alone
+(plan_reader.RolePlan.role_vars); nothing here names a package of NVIDIA's.
 """
 
 from __future__ import annotations
@@ -8,10 +11,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from provision.ansible.checks import _check_package, _check_text, _check_url, _check_version
+from provision.ansible import plan_v1
+from provision.ansible.checks import _check_text, _check_url, _check_version
+from provision.ansible.plan_reader import RolePlan
 from provision.ansible.settings import InstallSettings
 from provision.errors import BadInput
-from provision.stack.packages import PackagePlan
+from provision.stack.packages import PipPlan
 
 PYPI = "https://pypi.org/simple"
 
@@ -20,16 +25,21 @@ def group_vars(group: Mapping[str, Any], install: InstallSettings) -> dict[str, 
     """The role variables of one lock group (every role's documented interface)."""
     host = group.get("host") or {}
     stack = group.get("stack") or {}
-    packages = PackagePlan.from_json(group.get("packages") or {})
     os_id = _check_text(host.get("os") or "", "the lock's host.os")
     distro = os_id.split("-")[0]
-    family = packages.os_family or ("debian" if distro in ("debian", "ubuntu") else distro)
-    out: dict[str, Any] = {}
+    doc = group.get("packages") or {}
+    plan = RolePlan.from_json(plan_v1.from_v1(doc, stack, distro) if plan_v1.is_v1(doc) else doc)
+    pip_doc = doc.get("pip")
+    if pip_doc is not None and not isinstance(pip_doc, Mapping):
+        raise BadInput("the lock's packages.pip is not an object", "regenerate the lock with `provision plan`")
+    pip = PipPlan.from_json(pip_doc) if pip_doc else None
+    family = "debian" if plan.manager == "apt" else "redhat"
+    out: dict[str, Any] = plan.role_vars()
 
     driver = stack.get("driver")
-    method = _method(driver, packages, install)
+    method = _method(driver, install)
     uses_dkms = not (method == "distro" and distro == "ubuntu")
-    out.update(_driver_vars(driver, packages, method, install, family))
+    out.update(_driver_vars(driver, method, install))
     out.update(
         {
             "preflight_driver_install": driver is not None,
@@ -44,26 +54,17 @@ def group_vars(group: Mapping[str, Any], install: InstallSettings) -> dict[str, 
     out["fabric_manager_enabled"] = fm is not None
     if fm is not None:
         out["fabric_manager_version"] = _check_version(fm.get("version"), "fabric_manager.version")
-        names = list(packages.fabric_manager)
-        out["fabric_manager_package"] = _fm_package(names, out["fabric_manager_version"], family)
 
     toolkit = stack.get("cuda_toolkit")
     out["cuda_toolkit_enabled"] = toolkit is not None
     if toolkit is not None:
         out["cuda_toolkit_version"] = _check_version(toolkit.get("version"), "cuda_toolkit.version")
         out["cuda_toolkit_method"] = method
-        names = list(packages.cuda_toolkit)
-        if names and method == "nvidia-repo":
-            out["cuda_toolkit_package"] = _check_package(names[0], "cuda_toolkit package")
 
     cudnn = stack.get("cudnn")
     out["cudnn_enabled"] = cudnn is not None
     if cudnn is not None:
         out["cudnn_version"] = _check_version(cudnn.get("version"), "cudnn.version")
-        out["cudnn_cuda_major"] = _check_version(str(cudnn.get("cuda_major") or ""), "cudnn.cuda_major")
-        names = [_check_package(n, "cudnn package") for n in packages.cudnn]
-        if names:
-            out["cudnn_packages"] = names
 
     python = _check_version(stack.get("python") or host.get("python"), "python")
     out.update(
@@ -73,15 +74,13 @@ def group_vars(group: Mapping[str, Any], install: InstallSettings) -> dict[str, 
             "python_env_os_packages": _python_packages(os_id, family, python),
         }
     )
-    out.update(_framework_vars(stack, packages, install))
+    out.update(_framework_vars(stack, pip, install))
 
     for extra in ("container_toolkit", "dcgm"):
         item = stack.get(extra)
         out[f"{extra}_enabled"] = item is not None
         if item is not None:
             out[f"{extra}_version"] = _check_text(str(item.get("version") or ""), f"{extra}.version")
-    if stack.get("dcgm") is not None:
-        out["dcgm_cuda_major"] = str(stack["dcgm"].get("cuda_major") or "")
 
     out.update(
         {
@@ -104,20 +103,14 @@ def _pinned_versions(installs: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     return out
 
 
-def _method(driver: Mapping[str, Any] | None, packages: PackagePlan, install: InstallSettings) -> str:
-    locked = (driver or {}).get("install_method") or (packages.driver.method if packages.driver else None)
+def _method(driver: Mapping[str, Any] | None, install: InstallSettings) -> str:
+    locked = (driver or {}).get("install_method")
     if locked:
         return str(locked)
     return "nvidia-repo" if install.method == "auto" else install.method
 
 
-def _driver_vars(
-    driver: Mapping[str, Any] | None,
-    packages: PackagePlan,
-    method: str,
-    install: InstallSettings,
-    family: str,
-) -> dict[str, Any]:
+def _driver_vars(driver: Mapping[str, Any] | None, method: str, install: InstallSettings) -> dict[str, Any]:
     out: dict[str, Any] = {
         "nvidia_driver_enabled": driver is not None,
         "nvidia_driver_reboot": install.reboot,
@@ -130,7 +123,6 @@ def _driver_vars(
         out["nvidia_driver_mok_cert"] = install.mok_cert
     if driver is None:
         return out
-    version = _check_version(driver.get("version"), "driver.version")
     flavour = driver.get("kernel_modules")
     if flavour not in ("open", "proprietary"):
         raise BadInput(f"the lock's driver.kernel_modules {flavour!r} is unknown", "regenerate the lock")
@@ -138,51 +130,11 @@ def _driver_vars(
         {
             "nvidia_driver_method": method,
             "nvidia_driver_branch": _check_version(str(driver.get("branch")), "driver.branch"),
-            "nvidia_driver_version": version,
+            "nvidia_driver_version": _check_version(driver.get("version"), "driver.version"),
             "nvidia_driver_kernel_modules": flavour,
         }
     )
-    pkg = packages.driver
-    names = [_check_text(n, "driver package") for n in (pkg.names if pkg else ())]
-    if pkg and pkg.repo:
-        out["nvidia_driver_repo_url"] = _check_url(pkg.repo.rstrip("/"), "driver repository")
-    if method == "nvidia-repo":
-        pinning = [n for n in names if n.startswith("nvidia-driver-pinning-")]
-        rest = [n for n in names if n not in pinning]
-        streams = [n.split(":", 1)[1] for n in rest if n.startswith("@nvidia-driver:")]
-        if streams:
-            # RHEL-like module streams (NVIDIA's packaging before the pinning packages): enable the
-            # stream, then install its packages at the exact version.
-            out["nvidia_driver_dnf_module_stream"] = streams[0]
-            dkms = "kmod-nvidia-open-dkms" if flavour == "open" else "kmod-nvidia-latest-dkms"
-            rest = ["nvidia-driver", "nvidia-driver-cuda", dkms]
-        out["nvidia_driver_repo_pinning_package"] = pinning[0] if pinning else ""
-        out["nvidia_driver_repo_packages"] = [_check_package(n, "driver package") for n in rest]
-    else:
-        # Precompiled module packages follow the kernel's version, headers the kernel's: not pinned.
-        floating = [n for n in names if n.startswith(("linux-modules-nvidia-", "linux-headers-"))]
-        out["nvidia_driver_distro_packages"] = [_check_package(n, "driver package") for n in names if n not in floating]
-        out["nvidia_driver_distro_unpinned_packages"] = [_check_package(n, "driver package") for n in floating]
-        if "nvidia-driver" in names:
-            # Debian's own packaging: the module is nvidia-current[-open] (dkms.conf of bookworm's
-            # nvidia-[open-]kernel-dkms), the persistence daemon its own package (contrib) and version.
-            module = "nvidia-current-open" if flavour == "open" else "nvidia-current"
-            out["nvidia_driver_module_name"] = module
-            out["nvidia_driver_persistenced_package"] = "nvidia-persistenced"
     return out
-
-
-def _fm_package(names: Sequence[str], version: str, family: str) -> str:
-    if not names:
-        # NVIDIA's names when the lock has none: apt nvidia-fabricmanager-<branch>, dnf nvidia-fabric-manager.
-        return (
-            f"nvidia-fabricmanager-{version.split('.', maxsplit=1)[0]}"
-            if family == "debian"
-            else "nvidia-fabric-manager"
-        )
-    name = str(names[0]).split("=")[0]
-    name = name.split(f"-{version}")[0]
-    return _check_package(name, "fabric_manager package")
 
 
 def _python_packages(os_id: str, family: str, python: str) -> list[str]:
@@ -202,9 +154,8 @@ def _default_python(os_id: str) -> str | None:
         return None
 
 
-def _framework_vars(stack: Mapping[str, Any], packages: PackagePlan, install: InstallSettings) -> dict[str, Any]:
+def _framework_vars(stack: Mapping[str, Any], pip: PipPlan | None, install: InstallSettings) -> dict[str, Any]:
     frameworks = stack.get("frameworks") or {}
-    pip = packages.pip
     requirements = list(pip.requirements if pip else ())
     if not requirements:  # a lock without packages.pip: exact pins from the stack
         requirements = [f"{name}=={fw['version']}" for name, fw in frameworks.items()]
