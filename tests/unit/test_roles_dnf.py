@@ -208,18 +208,34 @@ def test_the_toolkit_and_cudnn_get_locks_on_dnf_too(os_id: str, driver: str) -> 
         )
 
 
-@pytest.mark.parametrize("os_id", list(FACTS))
-def test_dkms_comes_from_epel_with_crb_on_9_and_amazon_gets_modules_extra(os_id: str) -> None:
+AL2023_KERNELS = {"6.1.115-126.197.amzn2023.x86_64": "kernel", "6.12.40-63.114.amzn2023.x86_64": "kernel6.12"}
+
+
+@pytest.mark.parametrize("kernel", list(AL2023_KERNELS))
+def test_amazon_linux_names_the_kernel_lines_packages_and_needs_no_epel(kernel: str) -> None:
+    play = Play("amzn-2023", "595.58.03")
+    play.vars["ansible_kernel"] = kernel
+    prefix = AL2023_KERNELS[kernel]
+    play.set_facts("nvidia_driver", "main.yml", "Work out the method's task file and whether DKMS builds the module")
+    assert play.vars["nvidia_driver_headers"] == f"{prefix}-devel-{kernel}"
+    play.set_facts("nvidia_driver", "nvidia-repo-dnf.yml", "Name what the OS needs before the driver")
+    assert not play.when(_task("nvidia_driver", "nvidia-repo-dnf.yml", "Add EPEL (dkms) with its verified key"))
+    headers = play.template(
+        _task("nvidia_driver", "nvidia-repo-dnf.yml", "Install the kernel headers and what DKMS needs from the OS")
+    )
+    assert headers["ansible.builtin.dnf"]["name"] == [f"{prefix}-devel-{kernel}", f"{prefix}-modules-extra-{kernel}"]
+    preflight = {**_load(ROLES / "preflight" / "vars" / "Amazon.yml"), "preflight_kernel": kernel}
+    play.vars.update(preflight)
+    assert play.template(play.vars["__preflight_headers_prefix"]) == f"{prefix}-devel-"
+
+
+@pytest.mark.parametrize("os_id", [o for o in FACTS if o != "amzn-2023"])
+def test_dkms_comes_from_epel_with_crb_on_9(os_id: str) -> None:
     play = Play(os_id, "595.58.03")
     play.vars["nvidia_driver_headers"] = f"kernel-devel-{KERNEL}"
     play.set_facts("nvidia_driver", "nvidia-repo-dnf.yml", "Name what the OS needs before the driver")
-    prereq = play.vars["nvidia_driver_prereq"]
     epel = _task("nvidia_driver", "nvidia-repo-dnf.yml", "Add EPEL (dkms) with its verified key")
     crb = _task("nvidia_driver", "nvidia-repo-dnf.yml", "Ask dnf whether CodeReady Builder (CRB) is enabled")
-    if os_id == "amzn-2023":
-        assert not play.when(epel) and not play.when(crb)
-        assert prereq["packages"] == [f"kernel-modules-extra-{KERNEL}"]
-        return
     assert play.when(epel)
     key = play.template(epel["block"][0]["vars"])
     major = os_id.split("-")[1]
