@@ -445,3 +445,19 @@ def test_versionlock_touches_only_its_own_packages() -> None:
     assert vl.plan(after, new, [], "lock") == ([], ["nvidia-open"])
     # a role without a version (the toolkit follows its name) keeps whatever EVR it locked
     assert vl.plan(lines, [{"name": "cuda-toolkit-12-8", "version": None}], [], "release") == ([], [])
+
+
+def test_apt_names_the_installed_and_held_packages_from_dpkg_query() -> None:
+    """The previous plan's packages are released and removed only if these names are right."""
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar
+
+    task = _task("package_plan", "apt.yml", "Name the installed and the held packages")
+    lines = ["nvidia-open-570 hold ok installed", "bash install ok installed", "old deinstall ok config-files"]
+    out = Templar(loader=DataLoader(), variables={"package_plan_dpkg": {"stdout_lines": lines}}).template(
+        task["ansible.builtin.set_fact"]
+    )
+    assert out == {
+        "package_plan_installed_names": ["nvidia-open-570", "bash"],
+        "package_plan_held_names": ["nvidia-open-570"],
+    }
