@@ -178,7 +178,7 @@ def parse_sets(pairs: tuple[str, ...]) -> dict[str, Any]:
         if not sep:
             raise BadInput(
                 f"--set {pair!r} is not NAME=VALUE",
-                "write e.g. --set nvidia_driver_repo_url=http://mirror/cuda/repos/ubuntu2204/x86_64",
+                "write e.g. --set nvidia_driver_debian_mirror=http://mirror/debian",
             )
         try:
             out[name.strip()] = yaml.safe_load(raw) if raw.strip() else ""

@@ -17,7 +17,8 @@ from typing import Any, ClassVar, TypeVar
 
 from provision.errors import BadInput
 from provision.matrix import Knowledge
-from provision.matrix.packaging import Packaging, PackagingRow
+from provision.matrix.packaging import FINGERPRINT, MANAGERS, Packaging, PackagingRow
+from provision.matrix.packaging import ROLES as PACKAGE_ROLES
 from provision.stack.candidates import DriverChoice, FwChoice
 from provision.stack.request import HostSpec, StackRequest
 
@@ -38,6 +39,8 @@ class _Record:
     @classmethod
     def from_json(cls: type[R], doc: Mapping[str, Any], where: str) -> R:
         names = [f.name for f in fields(cls)]  # type: ignore[arg-type]
+        if any(n not in doc for n in names):  # null is a value; a missing key is a malformed lock
+            raise _bad(where.rstrip("."), f"an object with {', '.join(names)}")
         return cls(**{n: (_text if n in cls.OPTIONAL else _req_text)(doc, n, where) for n in names})
 
 
@@ -126,7 +129,7 @@ class PackagePlan:
     def from_json(cls, doc: Mapping[str, Any]) -> PackagePlan:
         """A lock's ``packages`` object; BadInput (one line) when a part has the wrong shape."""
         manager = _text(doc, "manager")
-        if manager not in ("apt", "dnf"):
+        if manager not in MANAGERS:
             raise _bad("manager", "apt or dnf")
         pip = doc.get("pip")
         if pip is not None and not isinstance(pip, Mapping):
@@ -142,13 +145,33 @@ class PackagePlan:
             services=tuple(Service.from_json(s, f"services[{i}].") for i, s in _objects(doc, "services")),
             pip=PipPlan.from_json(pip) if pip else None,
         )
-        names = {i.name for i in plan.install}
-        if any(h not in names for h in plan.holds):
-            raise _bad("holds", "a list of installed names")
-        repos = {r.name for r in plan.repositories}
-        if any(i.repository is not None and i.repository not in repos for i in plan.install):
-            raise _bad("install", "installing from the listed repositories")
+        _check_plan(plan)
         return plan
+
+
+def _check_plan(plan: PackagePlan) -> None:
+    """What the shapes alone do not say: the parts refer to each other and to known roles."""
+    for i, r in enumerate(plan.repositories):
+        if r.key_fingerprint is not None and not FINGERPRINT.match(r.key_fingerprint):
+            raise _bad(f"repositories[{i}].key_fingerprint", "a full (40 upper-case hex digit) fingerprint")
+    repos = {r.name for r in plan.repositories}
+    for i, e in enumerate(plan.install):
+        if e.role not in PACKAGE_ROLES:
+            raise _bad(f"install[{i}].role", f"one of {', '.join(PACKAGE_ROLES)}")
+        if e.version is not None and (not e.version or " " in e.version):
+            raise _bad(f"install[{i}].version", "a version expression or null")
+        if e.repository is not None and e.repository not in repos:
+            raise _bad(f"install[{i}].repository", f"the name of an entry of packages.repositories ({e.repository!r})")
+    names = {e.name for e in plan.install}
+    for h in plan.holds:
+        if h not in names:
+            raise _bad("holds", f"a list of installed names ({h!r} is not in packages.install)")
+    for s in plan.module_streams:
+        if plan.manager != "dnf" or ":" not in s or " " in s:
+            raise _bad("module_streams", "a list of dnf module:stream names")
+    for i, svc in enumerate(plan.services):
+        if svc.role not in PACKAGE_ROLES:
+            raise _bad(f"services[{i}].role", f"one of {', '.join(PACKAGE_ROLES)}")
 
 
 def _bad(where: str, what: str) -> BadInput:

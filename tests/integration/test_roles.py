@@ -26,6 +26,13 @@ TORCH_CPU = "torch==2.13.0+cpu"
 # The driver tests install no framework (the lock's torch would come from PyTorch's index, which
 # the test hosts cannot reach): the roles' own switches, as a user leaving the venv alone would set.
 NO_FRAMEWORKS = {"frameworks_enabled": False, "verify_frameworks": {}, "python_env_enabled": False}
+PLAN_ROLES = ("nvidia_driver", "fabric_manager", "cuda_toolkit", "cudnn", "container_toolkit", "dcgm")
+
+
+def _cuda_repo(url: str, key_url: str, fingerprint: str) -> dict[str, Any]:
+    """The plan's `cuda` repository pointed at a stand-in, for every role (<role>_repositories)."""
+    repo = {"name": "cuda", "url": url, "key_url": key_url, "key_fingerprint": fingerprint}
+    return {f"{role}_repositories": [repo] for role in PLAN_ROLES}
 
 
 @pytest.fixture(scope="module")
@@ -103,9 +110,7 @@ def standin(testhosts: harness.HostSet, tmp_path_factory: pytest.TempPathFactory
             "url": url,
             "repo": repo,
             "overrides": {
-                "nvidia_driver_repo_url": url,
-                "nvidia_driver_repo_key_url": f"{url}/standin-key.asc",
-                "nvidia_driver_repo_key_fingerprint": repo.fingerprint,
+                **_cuda_repo(url, f"{url}/standin-key.asc", repo.fingerprint),
                 "nvidia_driver_kernel": sr.STANDIN_KERNEL,
                 "preflight_kernel": sr.STANDIN_KERNEL,
                 **NO_FRAMEWORKS,
@@ -287,7 +292,7 @@ def test_nvidia_repo_refuses_a_key_without_the_pinned_fingerprint(
         install_method="nvidia-repo",
         frameworks=[],
     )
-    overrides = {**standin["overrides"], "nvidia_driver_repo_key_fingerprint": "0" * 40}
+    overrides = {**standin["overrides"], **_cuda_repo(standin["url"], f"{standin['url']}/standin-key.asc", "0" * 40)}
     outcome = rh.apply(rh.render(tmp_path / "run", testhosts, host, group, overrides=overrides), host.name)
     assert outcome.rc != 0
     [line] = outcome.error_lines()
@@ -349,10 +354,9 @@ def test_nvidia_repo_refuses_a_repository_signed_by_another_key_in_the_key_file(
     )
     overrides = {
         **standin["overrides"],
-        "nvidia_driver_repo_url": rogue["url"],
-        "nvidia_driver_repo_key_url": f"{rogue['url']}/pinned-and-other.asc",
+        **_cuda_repo(rogue["url"], f"{rogue['url']}/pinned-and-other.asc", standin["repo"].fingerprint),
     }
-    assert overrides["nvidia_driver_repo_key_fingerprint"] == standin["repo"].fingerprint != rogue["repo"].fingerprint
+    assert standin["repo"].fingerprint != rogue["repo"].fingerprint
     before, files = rh.host_snapshot(testhosts, host), _repo_files(testhosts, host)
     outcome = rh.apply(rh.render(tmp_path / "run", testhosts, host, group, overrides=overrides), host.name)
     assert outcome.rc != 0 and outcome.failed == 1, outcome.output[-3000:]
@@ -387,7 +391,10 @@ def test_nvidia_repo_installs_with_a_keyring_that_holds_only_the_pinned_key(
         install_method="nvidia-repo",
         frameworks=[],
     )
-    overrides = {**standin["overrides"], "nvidia_driver_repo_key_url": f"{standin['url']}/pinned-and-other.asc"}
+    overrides = {
+        **standin["overrides"],
+        **_cuda_repo(standin["url"], f"{standin['url']}/pinned-and-other.asc", standin["repo"].fingerprint),
+    }
     outcome = rh.apply(rh.render(tmp_path / "run", testhosts, host, group, overrides=overrides), host.name)
     assert outcome.rc == 0, outcome.output[-3000:]
     assert _installed(testhosts, host)["nvidia-open-570"] == "570.124.06-1"

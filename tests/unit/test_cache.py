@@ -123,7 +123,14 @@ def test_the_run_s_sources_are_its_group_vars_urls_the_roles_defaults_and_the_os
 
     group_vars = {
         **GROUP_VARS,
-        "nvidia_driver_repo_url": "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64",
+        "nvidia_driver_repositories": [
+            {
+                "name": "cuda",
+                "url": "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64/",
+                "key_url": "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64/3bf863cc.pub",
+                "key_fingerprint": "EB693B3035CD5710E231E123A4B469963BF863CC",
+            }
+        ],
         "nvidia_driver_debian_mirror": "http://10.1.2.3:8080/debian",  # a site mirror on the LAN
         "frameworks_find_links": ["/srv/wheels", "http://[fd00::5]/wheels/"],
         "provision_environment": {"http_proxy": "http://proxy.corp:3128"},  # a proxy is not a source
@@ -142,7 +149,7 @@ def test_the_run_s_sources_are_its_group_vars_urls_the_roles_defaults_and_the_os
         Origin("http", "security.ubuntu.com", 80),
         Origin("http", ".deb.debian.org", 80),  # the OS archives ...
         Origin("http", "deb.debian.org", 80),
-        Origin("https", "nvidia.github.io", 443),  # ... the roles' defaults
+        Origin("http", "security.debian.org", 80),  # ... the roles' defaults
     } <= got.public
     assert not any("{{" in o.host or o.host == "proxy.corp" for o in got.lock | got.public)
     assert got.allows("http://us-east-1.ec2.archive.ubuntu.com/ubuntu/") and got.allows("http://10.1.2.3:8080/x")

@@ -220,10 +220,31 @@ def test_the_resolvers_plan_round_trips_through_json() -> None:
     [
         ({"manager": "yum"}, "manager"),
         ({"manager": "apt", "install": ["nvidia-open"]}, "install"),
-        ({"manager": "apt", "install": [{"name": "x", "version": 3, "role": "cudnn"}]}, r"install\[0\]\.version"),
-        ({"manager": "apt", "install": [{"name": "x", "role": "cudnn"}], "holds": ["y"]}, "holds"),
-        ({"manager": "apt", "install": [{"name": "x", "role": "cudnn", "repository": "cuda"}]}, "install"),
-        ({"manager": "dnf", "repositories": [{"name": "cuda"}]}, r"repositories\[0\]\.url"),
+        (
+            {"manager": "apt", "install": [{"name": "x", "version": 3, "role": "cudnn", "repository": None}]},
+            r"install\[0\]\.version",
+        ),
+        (
+            {
+                "manager": "apt",
+                "install": [{"name": "x", "version": None, "role": "cudnn", "repository": None}],
+                "holds": ["y"],
+            },
+            "holds",
+        ),
+        (
+            {"manager": "apt", "install": [{"name": "x", "version": None, "role": "cudnn", "repository": "cuda"}]},
+            r"install\[0\]\.repository",
+        ),
+        (
+            {"manager": "apt", "install": [{"name": "x", "role": "cudnn", "repository": None}]},
+            r"install\[0\]",
+        ),  # no version key
+        (
+            {"manager": "dnf", "repositories": [{"name": "cuda", "url": 1, "key_url": "k", "key_fingerprint": None}]},
+            r"repositories\[0\]\.url",
+        ),
+        ({"manager": "dnf", "repositories": [{"name": "cuda"}]}, r"repositories\[0\]"),
         ({"manager": "apt", "pip": {"index_url": 3}}, r"pip\.index_url"),
     ],
 )

@@ -145,9 +145,9 @@ def test_overrides_only_name_role_variables() -> None:
         HOSTS,
         INSTALL,
         roles_path="/r",
-        overrides={"nvidia_driver_repo_url": "http://mirror/cuda"},
+        overrides={"nvidia_driver_debian_mirror": "http://mirror/debian"},
     )
-    assert "nvidia_driver_repo_url: http://mirror/cuda" in "".join(files.values())
+    assert "nvidia_driver_debian_mirror: http://mirror/debian" in "".join(files.values())
     with pytest.raises(BadInput, match="not a role variable"):
         render_files(_lock("debian-12"), HOSTS, INSTALL, roles_path="/r", overrides={"ansible_become_exe": "sh"})
 

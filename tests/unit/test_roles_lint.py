@@ -21,7 +21,7 @@ from tests.integration.roles_harness import TESTONLY
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 # Roles that are no step of the play: other roles include them (include_role).
-INCLUDED_ROLES = ("signed_repo",)
+INCLUDED_ROLES = ("signed_repo", "package_plan")
 ALL_ROLES = (*ROLES, *INCLUDED_ROLES)
 
 
@@ -66,10 +66,12 @@ def test_no_role_writes_a_version(role: str) -> None:
 # The releases preflight admits, as Galaxy names them: what every role's meta/main.yml claims.
 GALAXY_PLATFORMS = {
     "debian-12": ("Debian", "bookworm"),
+    "debian-13": ("Debian", "trixie"),
     "ubuntu-22.04": ("Ubuntu", "jammy"),
     "ubuntu-24.04": ("Ubuntu", "noble"),
     "rhel-8": ("EL", "8"),
     "rhel-9": ("EL", "9"),
+    "rhel-10": ("EL", "10"),
     "rocky-8": ("EL", "8"),
     "rocky-9": ("EL", "9"),
     "amzn-2023": ("Amazon Linux", "2023"),
@@ -122,19 +124,27 @@ def test_os_vars_files_define_the_same_variables(role: str) -> None:
 
 
 def test_the_lock_alone_gives_the_nvidia_repository() -> None:
-    """The resolver builds the repository URL (stack/resolve.py, into the lock); render passes it on
-    and the role builds none (it used to build a second one from facts: base URL + distro + arch)."""
-    assert _role_yaml("nvidia_driver", "defaults/main.yml")["nvidia_driver_repo_url"] == ""
+    """The package plan names the repositories (the lock's packages.repositories); render passes
+    each role the ones its packages come from and the roles build none (they used to build a URL
+    from facts, then a key URL beside it)."""
+    for role in ("nvidia_driver", "fabric_manager", "cuda_toolkit", "cudnn", "container_toolkit", "dcgm"):
+        assert _role_yaml(role, "defaults/main.yml")[f"{role}_repositories"] == [], role
     golden = REPO / "tests" / "unit" / "golden" / "render"
+    mirror = [
+        {"name": "cuda", "url": "http://mirror/r", "key_url": "http://mirror/r/k.pub", "key_fingerprint": "A" * 40}
+    ]
     for path in sorted(golden.glob("*.lock")):
         lock = yaml.safe_load(path.read_text())
-        packages, driver = lock["groups"][0]["packages"], lock["groups"][0]["stack"]["driver"]
-        cuda = [r["url"] for r in packages["repositories"] if r["name"] == "cuda"]
-        repo = cuda[0] if cuda and driver["install_method"] == "nvidia-repo" else None  # distro: none
-        for overrides, want in (
-            ({}, repo.rstrip("/") if repo else None),
-            ({"nvidia_driver_repo_url": "http://mirror/r"}, "http://mirror/r"),
-        ):
+        for overrides in ({}, {"nvidia_driver_repositories": mirror}):
             files = render_files(lock, {}, InstallSettings(), roles_path="/r", overrides=overrides)
             [group] = [v for k, v in files.items() if k.startswith("group_vars/") and k != "group_vars/all.yml"]
-            assert yaml.safe_load(group).get("nvidia_driver_repo_url") == want, path.name
+            repos = yaml.safe_load(group)["nvidia_driver_repositories"]
+            if overrides:
+                assert repos == mirror, path.name
+            else:
+                # NVIDIA's CUDA repository (nvidia-repo), and EPEL's where dkms comes from it (RHEL, Rocky)
+                cuda = [r for r in repos if r["name"] == "cuda"]
+                nvidia_repo = lock["groups"][0]["stack"]["driver"]["install_method"] == "nvidia-repo"
+                assert len(cuda) == (1 if nvidia_repo else 0), path.name
+                assert all(r["url"].startswith("https://developer.download.nvidia.com/") for r in cuda), path.name
+                assert {r["name"] for r in repos} <= {"cuda", "epel"}, path.name

@@ -187,20 +187,22 @@ def _templar(variables: dict[str, Any]) -> Any:
     return Templar(loader=DataLoader(), variables=variables)
 
 
-@pytest.mark.parametrize(("role", "file"), [("nvidia_driver", "nvidia-repo-dnf.yml"), ("container_toolkit", "dnf.yml")])
-def test_dnf_repositories_name_the_checked_local_key_not_the_remote_one(role: str, file: str) -> None:
+@pytest.mark.parametrize("role", ["nvidia_driver"])
+def test_dnf_repositories_name_the_checked_local_key_not_the_remote_one(role: str) -> None:
     """gpgkey is a file:// URL to the copy holding the pinned key alone, and rpm_key imports that copy.
 
     Templated by Ansible's own Templar with the Rocky 9 golden lock group's variables on top of the
-    roles' defaults, exactly as the play would see them (the scratch path stands for tempfile's).
+    roles' defaults, exactly as the play would see them (the scratch path stands for tempfile's):
+    every role's repositories go through package_plan's one include of signed_repo.
     """
     [path] = [p for p in (GOLDEN / "rocky-9" / "group_vars").iterdir() if p.name != "all.yml"]
     group_vars = _load(path)
     variables: dict[str, Any] = {}
-    for r in (role, "signed_repo"):
+    for r in (role, "package_plan", "signed_repo"):
         variables.update(_load(ROLES_DIR / r / "defaults" / "main.yml"))
     variables.update(group_vars)
-    [include] = [t for t in _tasks(role, file) if "ansible.builtin.include_role" in t]
+    variables.update(package_plan_label=role, package_plan_repository=group_vars[f"{role}_repositories"][0])
+    [include] = [t for t in _tasks("package_plan", "repository.yml") if "ansible.builtin.include_role" in t]
     assert include["ansible.builtin.include_role"]["name"] == "signed_repo"
     variables.update(include["vars"])
     variables["signed_repo_scratch"] = {"path": "/tmp/provision-repo-x"}
