@@ -14,7 +14,8 @@ from typing import Any
 from provision.ansible.checks import _check_package, _check_text, _check_url, _check_version
 from provision.ansible.settings import InstallSettings
 from provision.errors import BadInput
-from provision.stack.packages import PACKAGE_ROLES, PackagePlan, PipPlan
+from provision.matrix.packaging import ROLES as PACKAGE_ROLES
+from provision.stack.packages import PackagePlan, PipPlan
 
 PYPI = "https://pypi.org/simple"
 
