@@ -19,8 +19,17 @@ IN_VENV := PATH="$(abspath $(BIN)):$$PATH"
 demo: venv
 	$(IN_VENV) $(BIN)/provision up --local --check --yes
 
-test: deps venv lint
-	$(IN_VENV) PROVISION_REQUIRE_TESTHOSTS=1 $(BIN)/pytest -m "not gpu" --durations=25 $(PYTEST_ARGS)
+# Two pytest runs: the unit tests on both of CI's cores (xdist; they share no host, port or file),
+# then everything else in one process (the integration tests share one session's test hosts, whose
+# runs each use the two cores already). ansible-lint runs once, in tests/unit/test_roles_lint.py.
+# --dist loadscope hands out whole modules: a module fixture (the smoke job's two-rank CPU run,
+# `verify --local`, jax from the index, gpg keys) runs once, not once per worker, and the other
+# worker goes on with other modules while one waits on the network.
+# Exit status 5 is "no test selected": a PYTEST_ARGS like '-m unit' selects none in one of the runs.
+PYTEST_RUN := $(IN_VENV) PROVISION_REQUIRE_TESTHOSTS=1 $(BIN)/pytest -m "not gpu" --durations=25
+test: deps venv lint-python
+	$(PYTEST_RUN) -n 2 --dist loadscope $(PYTEST_ARGS) tests/unit || test $$? -eq 5
+	$(PYTEST_RUN) $(PYTEST_ARGS) tests --ignore=tests/unit || test $$? -eq 5
 
 # ansible-lint is not run here: tests/unit/test_roles_lint.py runs it (the same profile).
 check: lint-python
