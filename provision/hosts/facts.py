@@ -153,6 +153,53 @@ class KernelHeaders:
 
 
 @dataclass(frozen=True)
+class AptVersions:
+    """``apt-cache policy``: the installed version and the one apt would install (None: none)."""
+
+    installed: str | None
+    candidate: str | None
+
+
+@dataclass(frozen=True)
+class PrecompiledModules:
+    """Canonical's signed module package for the running kernel (linux-restricted-modules).
+
+    ``linux-modules-nvidia-<branch>-server[-open]-<uname -r>``: its own version is the kernel's;
+    the driver it was built for is the ``nvidia-kernel-common-<branch>-server (>= X)`` it depends on.
+    """
+
+    package: str
+    branch: int
+    open: bool
+    version: str
+    driver_version: str | None
+
+
+@dataclass(frozen=True)
+class UbuntuDriverIndex:
+    """What the host's own apt index offers for Ubuntu's ``distro`` driver (read at probe).
+
+    ``kernel_flavour``: the flavour of Canonical's module metapackages for the running kernel
+    (``generic``, ``generic-hwe-22.04``, ``aws``, ...); ``modules``: the precompiled module packages
+    for the running kernel; ``userspace``: the headless and utils packages of those branches.
+    ``lists`` False: apt had no package lists (nothing could be read; ``apt-get update`` first).
+    """
+
+    kernel_flavour: str | None
+    modules: tuple[PrecompiledModules, ...] = ()
+    userspace: Mapping[str, AptVersions] = field(default_factory=dict)
+    lists: bool = True
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kernel_flavour": self.kernel_flavour,
+            "lists": self.lists,
+            "modules": [asdict(m) for m in self.modules],
+            "userspace": {name: asdict(v) for name, v in self.userspace.items()},
+        }
+
+
+@dataclass(frozen=True)
 class UnattendedUpgrades:
     enabled: bool
     running: bool
@@ -191,6 +238,7 @@ class HostFacts:
     nvswitch_count: int = 0
     driver: DriverInfo = field(default_factory=lambda: DriverInfo(None, None))
     driver_packages: dict[str, str] = field(default_factory=dict)
+    ubuntu_driver_index: UbuntuDriverIndex | None = None  # Ubuntu hosts only
     nvml: NvmlInventory | None = None
     nvml_error: str | None = None
     cuda_toolkits: list[CudaToolkit] = field(default_factory=list)
@@ -241,6 +289,7 @@ class HostFacts:
             "driver_kernel_modules": self.driver.flavor,
             "driver_loaded": self.nvidia_module_loaded,
             "driver_packages": dict(self.driver_packages),
+            "ubuntu_driver_index": self.ubuntu_driver_index.to_json() if self.ubuntu_driver_index else None,
             "nvml": _nvml_json(self.nvml),
             "nvml_error": self.nvml_error,
             "cuda_toolkits": [asdict(t) for t in self.cuda_toolkits],

@@ -123,6 +123,25 @@ if command -v apt-cache >/dev/null; then
     echo "@@lists no"
   fi
 fi
+# Ubuntu's distro driver: Canonical's precompiled modules for the running kernel fix the driver
+# version, and the archive keeps only the newest of each package, so the host's own index says
+# which version the plan can hold (provision/stack/distro_versions.py reads these facts).
+sec ubuntu_driver_index
+if [ -r /etc/os-release ] && grep -qx 'ID=ubuntu' /etc/os-release && command -v apt-cache >/dev/null; then
+  k=$(uname -r)
+  ls /var/lib/apt/lists/ 2>/dev/null | grep -q '_Packages' && echo "@@lists yes" || echo "@@lists no"
+  echo "@@images"
+  dpkg-query -W -f='@@DPKG_FORMAT@@' 'linux-image-*' 2>/dev/null
+  mods=$(apt-cache pkgnames linux-modules-nvidia- 2>/dev/null | grep -e "-server-$k\$" -e "-server-open-$k\$" | sort)
+  if [ -n "$mods" ]; then
+    echo "@@show"; apt-cache show --no-all-versions $mods 2>/dev/null
+    echo "@@policy"
+    for b in $(echo "$mods" | sed -n 's/^linux-modules-nvidia-\([0-9]*\)-server.*/\1/p' | sort -u); do
+      echo "nvidia-headless-no-dkms-$b-server nvidia-headless-no-dkms-$b-server-open"
+      echo "nvidia-headless-$b-server nvidia-headless-$b-server-open nvidia-utils-$b-server"
+    done | xargs apt-cache policy 2>/dev/null
+  fi
+fi
 sec dnf_headers
 if command -v dnf >/dev/null; then
   timeout 30 dnf -q --cacheonly list --available "kernel-devel-$(uname -r)" 2>&1; echo "@@rc $?"
@@ -271,6 +290,8 @@ def facts_from_sections(sections: dict[str, str], options: GatherOptions) -> hf.
         facts.driver = hf.DriverInfo(facts.nvml.driver_version, facts.driver.flavor)
 
     facts.kernel_headers = _headers(sections, packages, facts.kernel)
+    if s("ubuntu_driver_index"):
+        facts.ubuntu_driver_index = _ubuntu_driver_index(s("ubuntu_driver_index", ""), facts.kernel)
     facts.efi = s("efi", "").strip() == "yes" if s("efi") else None
     facts.secure_boot = ps.parse_mokutil_sb_state(s("mokutil", "")) if s("mokutil") else None
     if facts.secure_boot is None:
@@ -331,6 +352,18 @@ def _sysfs_rows(text: str) -> str:
         f"{slot} {f['class']} {f['vendor']} {f['device']}"
         for slot, f in sorted(fields.items())
         if {"class", "vendor", "device"} <= set(f)
+    )
+
+
+def _ubuntu_driver_index(text: str, kernel: str | None) -> hf.UbuntuDriverIndex:
+    """The ``ubuntu_driver_index`` section: ``@@lists``, then ``@@images``, ``@@show``, ``@@policy`` parts."""
+    parts = dict(re.findall(r"^@@(images|show|policy)\n(.*?)(?=^@@|\Z)", text, re.M | re.S))
+    modules = pp.precompiled_modules(pp.parse_apt_cache_show(parts.get("show", "")), kernel or "")
+    return hf.UbuntuDriverIndex(
+        kernel_flavour=pp.kernel_flavour(kernel, pp.kernel_metapackages(parts.get("images", ""))),
+        modules=tuple(modules),
+        userspace=pp.parse_apt_cache_policy_all(parts.get("policy", "")),
+        lists="@@lists no" not in text,
     )
 
 

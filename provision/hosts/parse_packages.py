@@ -11,7 +11,7 @@ import json
 import re
 from collections.abc import Mapping
 
-from provision.hosts.facts import CudaToolkit, Cudnn, DriverInfo
+from provision.hosts.facts import AptVersions, CudaToolkit, Cudnn, DriverInfo, PrecompiledModules
 
 
 def parse_dpkg_query(text: str) -> dict[str, str]:
@@ -143,3 +143,90 @@ def parse_dnf_list(text: str, exit_status: int) -> bool | None:
     if re.search(r"^kernel-devel\S*\s+\S+", text, re.M):
         return True
     return False if exit_status in (0, 1) and "Error: No matching Packages" in text else None
+
+
+def parse_apt_cache_show(text: str) -> list[dict[str, str]]:
+    """``apt-cache show --no-all-versions PKG...``: one dict of fields per record (continuations joined)."""
+    records: list[dict[str, str]] = []
+    current: dict[str, str] = {}
+    key = ""
+    for line in text.splitlines():
+        if not line.strip():
+            if current:
+                records.append(current)
+            current, key = {}, ""
+        elif line[0] in " \t" and key:
+            current[key] += "\n" + line.strip()
+        elif ":" in line:
+            key, _, value = line.partition(":")
+            current[key] = value.strip()
+    if current:
+        records.append(current)
+    return records
+
+
+def parse_apt_cache_policy_all(text: str) -> dict[str, AptVersions]:
+    """``apt-cache policy A B ...``: per package its Installed and Candidate (``(none)`` -> None)."""
+    found: dict[str, AptVersions] = {}
+    for m in re.finditer(r"^(\S+):\n\s+Installed:\s*(\S+)\n\s+Candidate:\s*(\S+)", text, re.M):
+        installed, candidate = (None if v == "(none)" else v for v in (m.group(2), m.group(3)))
+        found[m.group(1)] = AptVersions(installed, candidate)
+    return found
+
+
+_PRECOMPILED = re.compile(r"^linux-modules-nvidia-(\d+)-server(-open)?-(.+)$")
+_KERNEL_COMMON = re.compile(r"nvidia-kernel-common-(\d+)-server\s*\(>=\s*([^)\s]+)\)")
+
+
+def precompiled_modules(records: list[dict[str, str]], kernel: str) -> list[PrecompiledModules]:
+    """Canonical's ``linux-modules-nvidia-<b>-server[-open]-<kernel>`` records: the driver each was built for.
+
+    The driver version is the floor of its ``nvidia-kernel-common-<b>-server (>= X)`` dependency
+    (NVIDIA GPU Operator docs, precompiled drivers: `apt show linux-modules-nvidia-525-server-5.15.0-69-generic`
+    ``Depends: ..., nvidia-kernel-common-525-server (>= 525.85.12)``).
+    """
+    out = []
+    for r in records:
+        m = _PRECOMPILED.match(r.get("Package", ""))
+        if not m or m.group(3) != kernel:
+            continue
+        dep = _KERNEL_COMMON.search(r.get("Depends", ""))
+        driver = _upstream(dep.group(2)) if dep and dep.group(1) == m.group(1) else None
+        out.append(PrecompiledModules(m.group(0), int(m.group(1)), bool(m.group(2)), r.get("Version", ""), driver))
+    return sorted(out, key=lambda p: (p.branch, p.open))
+
+
+def kernel_metapackages(text: str) -> dict[str, str]:
+    """``dpkg-query`` rows of installed ``linux-image-*``: the metapackages (``linux-image-generic-hwe-22.04``)
+    by flavour (``generic-hwe-22.04``) with their versions; the per-kernel images are left out."""
+    metas = {}
+    for name, version in parse_dpkg_query(text).items():
+        flavour = name.removeprefix("linux-image-")
+        if flavour != name and not flavour[:1].isdigit() and not flavour.startswith(("unsigned-", "extra-")):
+            metas[flavour] = version
+    return metas
+
+
+def kernel_flavour(kernel: str | None, metas: Mapping[str, str]) -> str | None:
+    """The flavour of Canonical's module metapackages for the running kernel.
+
+    ``uname -r`` ends in the kernel's flavour (``6.8.0-1021-aws`` -> ``aws``), but a 22.04 HWE
+    kernel says ``generic`` like the GA one; the installed ``linux-image-<flavour>`` metapackage
+    tells them apart (``generic-hwe-22.04``; Canonical's kernel docs, "HWE kernels": install
+    ``linux-generic-hwe-22.04``). Among the metapackages of the kernel's flavour the one whose
+    version is the running kernel's (``6.8.0.52.54~22.04.1`` for ``6.8.0-52-generic``) wins; else
+    one only of them; else the flavour ``uname -r`` says.
+    """
+    if not kernel:
+        return None
+    m = re.match(r"^(\d+\.\d+\.\d+)-(\d+)-(.+)$", kernel)
+    if not m:
+        return None
+    base, abi, suffix = m.groups()
+    mine = {f: v for f, v in metas.items() if f == suffix or f.startswith(suffix + "-")}
+    running = [f for f, v in mine.items() if v.startswith(f"{base}.{abi}.")]
+    if len(running) == 1:
+        return running[0]
+    if len(mine) == 1:
+        return next(iter(mine))
+    return suffix

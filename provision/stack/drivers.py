@@ -11,6 +11,7 @@ from __future__ import annotations
 from provision.matrix import Knowledge
 from provision.matrix.model import DriverBranch
 from provision.stack.candidates import DriverChoice
+from provision.stack.distro_versions import ubuntu_driver
 from provision.stack.request import DRIVER_SPEC, HostSpec, StackRequest
 from provision.stack.rules import Check, install_methods
 
@@ -57,6 +58,9 @@ class Drivers:
                 flavour = self._flavour(b)
                 if flavour is None:
                     continue
+                version = self._host_version(b, method, flavour, version, pin_version)
+                if version is None:
+                    continue
                 out.append(DriverChoice(b, version, method, flavour))
         if out:  # why single branches were skipped matters only when none is left
             del self.failures[noted:]
@@ -71,7 +75,7 @@ class Drivers:
                         f"install_method: {self.host.os.id}'s own packages do not carry branch {b.branch}"
                     )
                 return None
-            if pin is not None and pin != have:
+            if pin is not None and pin != have and not self._reads_host_index(method):
                 self.failures.append(f"install_method: {self.host.os.id} packages carry {have}, not {pin}")
                 return None
             return have
@@ -80,6 +84,24 @@ class Drivers:
         if b.newest is None and self.req.driver != "auto":
             self.failures.append(f"driver: no known release of branch {b.branch}; pin an exact version")
         return b.newest
+
+    def _reads_host_index(self, method: str) -> bool:
+        """Ubuntu's distro driver on a probed host: its own index says the version, not the knowledge."""
+        return method == "distro" and self.host.probed is not None and self.host.os.id.startswith("ubuntu")
+
+    def _host_version(self, b: DriverBranch, method: str, flavour: str, version: str, pin: str | None) -> str | None:
+        """The version the host's index offers (provision.stack.distro_versions), where it decides."""
+        if not self._reads_host_index(method):
+            return version
+        found = ubuntu_driver(self.host.probed, b.branch, flavour == "open")
+        why = found.refused
+        if why is None and pin is not None and found.version not in (None, pin):
+            why = f"install_method: the host's index offers {found.version}, not {pin}"
+        if why is not None:
+            if self.req.install_method == "distro":  # else nvidia-repo covers the branch
+                self.failures.append(why)
+            return None
+        return found.version or version
 
     def _flavour(self, b: DriverBranch) -> str | None:
         """Rule kernel_modules: the module flavour for this GPU and branch (None: impossible)."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -196,6 +196,9 @@ class HostSpec:
     arch: str
     instance_type: str | None = None
     fabric_manager: bool | None = None  # known from the instance type or probed NVSwitches
+    # The probe facts of a probed host (None: described with --assume); the resolver reads what
+    # the host's own index offers from them (provision.stack.distro_versions).
+    probed: Mapping[str, Any] | None = field(default=None, compare=False, hash=False, repr=False)
 
     @classmethod
     def describe(
@@ -264,7 +267,7 @@ class HostSpec:
                 f"host has different GPU models ({', '.join(sorted(set(models)))})",
                 "provision resolves one GPU model per host; describe it with --assume",
             )
-        return cls.describe(
+        spec = cls.describe(
             gpu=models[0] if models else None,
             gpu_count=len(models) or None,
             instance_type=facts.get("ec2_instance_type"),
@@ -273,6 +276,7 @@ class HostSpec:
             nvswitch_count=facts.get("nvswitch_count"),
             knowledge=k,
         )
+        return replace(spec, probed=facts)
 
     @property
     def needs_fabric_manager(self) -> bool:

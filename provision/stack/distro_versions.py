@@ -1,0 +1,135 @@
+"""Ubuntu's ``distro`` driver: the version the host's own package index can install, and its packages.
+
+Why the host decides: Ubuntu's archive keeps only the newest version of each package per pocket,
+and Canonical's signed precompiled modules (``linux-modules-nvidia-<b>-server[-open]-<uname -r>``,
+source linux-restricted-modules) are built per kernel for one driver version, the floor of their
+``nvidia-kernel-common-<b>-server (>= X)`` dependency (NVIDIA GPU Operator docs, "precompiled
+drivers", `apt show linux-modules-nvidia-525-server-5.15.0-69-generic`). The knowledge's
+per-release version is a guess that goes stale; probe reads the host's index instead
+(``facts["ubuntu_driver_index"]``, provision/hosts/gather.py) and this module turns it into the
+driver version the lock holds. Without facts (``--assume``) the version is decided on the host:
+the plan says so (version null) and the run records what was installed.
+
+The packages are the headless set on Canonical's precompiled modules, as NVIDIA's precompiled
+driver container installs them (NVIDIA/gpu-driver-container ubuntu22.04/precompiled/local-repo.sh:
+``linux-modules-nvidia-<b>-server[-open]-<kernel>``, ``nvidia-headless-no-dkms-<b>-server``,
+``nvidia-utils-<b>-server``): ``-no-dkms``, because ``nvidia-headless-<b>-server[-open]`` pulls in
+``nvidia-dkms-*`` and builds the module a second time. Nothing here reads a host: it reads facts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# In a package name of the plan, what the host fills in where the plan had no facts (--assume).
+KERNEL_FLAVOUR = "{kernel_flavour}"
+KERNEL = "{kernel}"
+
+
+@dataclass(frozen=True)
+class UbuntuDriver:
+    """The driver the host's index offers for a branch, or why it offers none (``refused``).
+
+    ``version`` None and ``refused`` None: decided on the host (no facts to read).
+    """
+
+    version: str | None
+    kernel: str | None
+    kernel_flavour: str | None
+    refused: str | None = None
+    note: str = ""
+
+    @property
+    def decided_on_host(self) -> bool:
+        return self.version is None and self.refused is None
+
+
+def _suffix(open_modules: bool) -> str:
+    return "-open" if open_modules else ""
+
+
+def userspace_packages(branch: int, open_modules: bool) -> tuple[str, ...]:
+    """The headless set that goes with the precompiled modules, at the modules' driver version."""
+    return (f"nvidia-headless-no-dkms-{branch}-server{_suffix(open_modules)}", f"nvidia-utils-{branch}-server")
+
+
+def module_packages(branch: int, open_modules: bool, flavour: str | None, kernel: str | None) -> tuple[str, ...]:
+    """The module metapackage of the kernel's flavour (follows the kernel) and the running kernel's own.
+
+    ``generic-hwe-22.04`` for a 22.04 HWE kernel, ``aws``, ``gcp``, ... (None: the host fills it in).
+    """
+    stem = f"linux-modules-nvidia-{branch}-server{_suffix(open_modules)}"
+    return (f"{stem}-{flavour or KERNEL_FLAVOUR}", f"{stem}-{kernel or KERNEL}")
+
+
+def _upstream(version: str) -> str:
+    return version.split(":", 1)[-1].split("-", 1)[0]
+
+
+def ubuntu_driver(
+    facts: Mapping[str, Any] | None, branch: int, open_modules: bool, kernel: str | None = None
+) -> UbuntuDriver:
+    """What the host's index (probe facts: the whole facts object) offers for ``branch``.
+
+    Refused (one line, for the resolver's failures) when the running kernel has no precompiled
+    module of the branch and flavour, or when the index's headless set is at another version
+    than the one those modules were built for: apt would then mix a new user space with an old
+    module, which the driver refuses at load.
+    """
+    index = (facts or {}).get("ubuntu_driver_index")
+    kernel = kernel or (facts or {}).get("kernel")
+    if not index:
+        return UbuntuDriver(None, kernel, None, note="decided on the host: its kernel's precompiled modules fix it")
+    flavour = index.get("kernel_flavour")
+    if not index.get("lists", True):
+        return UbuntuDriver(None, kernel, flavour, note="decided on the host: apt had no package lists at probe")
+    kind = f"{branch}-server{_suffix(open_modules)}"
+    module = next(
+        (m for m in index.get("modules") or [] if m.get("branch") == branch and bool(m.get("open")) == open_modules),
+        None,
+    )
+    if module is None:
+        return UbuntuDriver(
+            None,
+            kernel,
+            flavour,
+            refused=f"install_method: Ubuntu has no precompiled {kind} modules for kernel {kernel} in the host's index",
+        )
+    version = module.get("driver_version")
+    if not version:
+        return UbuntuDriver(None, kernel, flavour, note=f"decided on the host: {module.get('package')} names no driver")
+    userspace: Mapping[str, Mapping[str, Any]] = index.get("userspace") or {}
+    for name in userspace_packages(branch, open_modules):
+        candidate = (userspace.get(name) or {}).get("candidate")
+        if candidate is None:
+            return UbuntuDriver(
+                None, kernel, flavour, refused=f"install_method: {name} is not in the host's index (apt-get update?)"
+            )
+        if _upstream(candidate) != version:
+            return UbuntuDriver(
+                None,
+                kernel,
+                flavour,
+                refused=(
+                    f"install_method: the host's index has {name} {_upstream(candidate)}, but kernel {kernel}'s "
+                    f"precompiled modules are {version} (Ubuntu keeps only the newest); boot the newest kernel "
+                    "and probe again, or use install_method nvidia-repo"
+                ),
+            )
+    return UbuntuDriver(version, kernel, flavour, note=f"from the host's index ({module.get('package')})")
+
+
+def install_entries(driver: UbuntuDriver, branch: int, open_modules: bool) -> list[dict[str, Any]]:
+    """The contract's ``install`` entries (role nvidia_driver, Ubuntu's own archive) for ``driver``.
+
+    The module packages follow the kernel (version null); the headless set is held at the driver's
+    version (``=<x.y.z>-*``, Ubuntu's revisions differ per release), or null when the host decides.
+    """
+    pinned = f"{driver.version}-*" if driver.version else None
+    names: Sequence[tuple[str, str | None]] = [
+        *((n, None) for n in module_packages(branch, open_modules, driver.kernel_flavour, driver.kernel)),
+        *((n, pinned) for n in userspace_packages(branch, open_modules)),
+    ]
+    return [{"name": n, "version": v, "role": "nvidia_driver", "repository": None} for n, v in names]
