@@ -202,14 +202,13 @@ AL2023_KERNELS = {"6.1.115-126.197.amzn2023.x86_64": "kernel", "6.12.40-63.114.a
 
 
 @pytest.mark.parametrize("kernel", list(AL2023_KERNELS))
-def test_amazon_linux_names_the_kernel_lines_packages_and_needs_no_epel(kernel: str) -> None:
+def test_amazon_linux_names_the_kernel_lines_packages(kernel: str) -> None:
     play = Play("amzn-2023", "595.58.03")
     play.vars["ansible_kernel"] = kernel
     prefix = AL2023_KERNELS[kernel]
     play.set_facts("nvidia_driver", "main.yml", "Work out the method's task file and whether DKMS builds the module")
     assert play.vars["nvidia_driver_headers"] == f"{prefix}-devel-{kernel}"
     play.set_facts("nvidia_driver", "nvidia-repo-dnf.yml", "Name what the OS needs before the driver")
-    assert not play.when(_task("nvidia_driver", "nvidia-repo-dnf.yml", "Add EPEL (dkms) with its verified key"))
     headers = play.template(
         _task("nvidia_driver", "nvidia-repo-dnf.yml", "Install the kernel headers and what DKMS needs from the OS")
     )
@@ -220,26 +219,14 @@ def test_amazon_linux_names_the_kernel_lines_packages_and_needs_no_epel(kernel: 
 
 
 @pytest.mark.parametrize("os_id", [o for o in FACTS if o != "amzn-2023"])
-def test_dkms_comes_from_epel_with_crb_on_9(os_id: str) -> None:
+def test_crb_is_enabled_on_9_for_epels_dkms_which_the_plan_installs(os_id: str) -> None:
+    """EPEL (its repository, pinned key) and dkms come from the package plan (test_packages.py pins
+    those rows); the role enables only what EPEL's packages need from the OS: CRB on 9."""
     play = Play(os_id, "595.58.03")
     play.vars["nvidia_driver_headers"] = f"kernel-devel-{KERNEL}"
     play.set_facts("nvidia_driver", "nvidia-repo-dnf.yml", "Name what the OS needs before the driver")
-    epel = _task("nvidia_driver", "nvidia-repo-dnf.yml", "Add EPEL (dkms) with its verified key")
     crb = _task("nvidia_driver", "nvidia-repo-dnf.yml", "Ask dnf whether CodeReady Builder (CRB) is enabled")
-    assert play.when(epel)
-    key = play.template(epel["block"][0]["vars"])
     major = os_id.split("-")[1]
-    assert key["signed_repo_key_url"] == f"https://dl.fedoraproject.org/pub/epel/RPM-GPG-KEY-EPEL-{major}"
-    assert (
-        key["signed_repo_key_fingerprint"]
-        == {
-            "9": "FF8AD1344597106ECE813B918A3872BF3228467C",
-            "10": "7D8D15CBFC4E62688591FB2633D98517E37ED158",
-        }[major]
-    )
-    assert key["signed_repo_dnf_key_only"] is True  # the key alone, epel-release brings the repository
-    release = play.template(epel["block"][1]["ansible.builtin.dnf"])
-    assert release["name"].endswith(f"epel-release-latest-{major}.noarch.rpm") and release["disable_gpg_check"] is False
     assert play.when(crb) == (major == "9")
     if major == "9":
         enable = play.template(
@@ -254,7 +241,7 @@ def test_dkms_comes_from_epel_with_crb_on_9(os_id: str) -> None:
     headers = play.template(
         _task("nvidia_driver", "nvidia-repo-dnf.yml", "Install the kernel headers and what DKMS needs from the OS")
     )
-    assert headers["ansible.builtin.dnf"]["name"] == [f"kernel-devel-{KERNEL}", "dkms"]
+    assert headers["ansible.builtin.dnf"]["name"] == [f"kernel-devel-{KERNEL}"]
 
 
 def _module_file(stream: str, state: str) -> dict[str, Any]:
