@@ -8,7 +8,8 @@ drivers", `apt show linux-modules-nvidia-525-server-5.15.0-69-generic`). The kno
 per-release version is a guess that goes stale; probe reads the host's index instead
 (``facts["ubuntu_driver_index"]``, provision/hosts/gather.py) and this module turns it into the
 driver version the lock holds. Without facts (``--assume``) the version is decided on the host:
-the plan says so (version null) and the run records what was installed.
+the plan says so (version null, the kernel's flavour and release left in the names as
+``{kernel_flavour}`` and ``{kernel}``) and the run records what was installed.
 
 The packages are the headless set on Canonical's precompiled modules, as NVIDIA's precompiled
 driver container installs them (NVIDIA/gpu-driver-container ubuntu22.04/precompiled/local-repo.sh:
@@ -19,7 +20,7 @@ driver container installs them (NVIDIA/gpu-driver-container ubuntu22.04/precompi
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,17 +52,9 @@ def _suffix(open_modules: bool) -> str:
 
 
 def userspace_packages(branch: int, open_modules: bool) -> tuple[str, ...]:
-    """The headless set that goes with the precompiled modules, at the modules' driver version."""
+    """The headless set whose index entries probe read (the package plan's names come from the
+    packaging table's Ubuntu distro rows: tests/unit/test_distro_versions.py keeps the two in step)."""
     return (f"nvidia-headless-no-dkms-{branch}-server{_suffix(open_modules)}", f"nvidia-utils-{branch}-server")
-
-
-def module_packages(branch: int, open_modules: bool, flavour: str | None, kernel: str | None) -> tuple[str, ...]:
-    """The module metapackage of the kernel's flavour (follows the kernel) and the running kernel's own.
-
-    ``generic-hwe-22.04`` for a 22.04 HWE kernel, ``aws``, ``gcp``, ... (None: the host fills it in).
-    """
-    stem = f"linux-modules-nvidia-{branch}-server{_suffix(open_modules)}"
-    return (f"{stem}-{flavour or KERNEL_FLAVOUR}", f"{stem}-{kernel or KERNEL}")
 
 
 def _upstream(version: str) -> str:
@@ -119,17 +112,3 @@ def ubuntu_driver(
                 ),
             )
     return UbuntuDriver(version, kernel, flavour, note=f"from the host's index ({module.get('package')})")
-
-
-def install_entries(driver: UbuntuDriver, branch: int, open_modules: bool) -> list[dict[str, Any]]:
-    """The contract's ``install`` entries (role nvidia_driver, Ubuntu's own archive) for ``driver``.
-
-    The module packages follow the kernel (version null); the headless set is held at the driver's
-    version (``=<x.y.z>-*``, Ubuntu's revisions differ per release), or null when the host decides.
-    """
-    pinned = f"{driver.version}-*" if driver.version else None
-    names: Sequence[tuple[str, str | None]] = [
-        *((n, None) for n in module_packages(branch, open_modules, driver.kernel_flavour, driver.kernel)),
-        *((n, pinned) for n in userspace_packages(branch, open_modules)),
-    ]
-    return [{"name": n, "version": v, "role": "nvidia_driver", "repository": None} for n, v in names]

@@ -12,7 +12,7 @@ roles cannot manage (EL8, a repository whose key fingerprint the knowledge lacks
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar, TypeVar
 
 from provision.errors import BadInput
@@ -20,6 +20,7 @@ from provision.matrix import Knowledge
 from provision.matrix.packaging import FINGERPRINT, MANAGERS, Packaging, PackagingRow
 from provision.matrix.packaging import ROLES as PACKAGE_ROLES
 from provision.stack.candidates import DriverChoice, FwChoice
+from provision.stack.distro_versions import KERNEL, KERNEL_FLAVOUR
 from provision.stack.request import HostSpec, StackRequest
 
 REGENERATE = "regenerate the lock with `provision plan`"
@@ -271,14 +272,19 @@ class _Builder:
 def template_values(host: HostSpec) -> dict[str, str]:
     """The host's part of the placeholders: repository dirs and arch names."""
     aarch64 = host.arch == "aarch64"
+    probed = host.probed or {}
+    index = probed.get("ubuntu_driver_index") or {}
     return {
         "repo_dir": host.os.repo_name or "",
         "arch_dir": "sbsa" if aarch64 else "x86_64",
         "deb_arch": "arm64" if aarch64 else "amd64",
         "rpm_arch": "aarch64" if aarch64 else "x86_64",
-        # Ubuntu's precompiled modules follow the kernel's flavour; the probe knows it, a
-        # described host gets the GA kernel's.
-        "ubuntu_flavour": "generic",
+        # Ubuntu's precompiled modules follow the kernel: its flavour (a 22.04 HWE kernel's is
+        # generic-hwe-22.04, not what `uname -r` says) and release come from the probed host's
+        # index; a described host (--assume) leaves both in the names for the host to fill in
+        # (nvidia_driver's distro-ubuntu.yml, by the rule of provision.stack.distro_versions).
+        "kernel_flavour": str(index.get("kernel_flavour") or KERNEL_FLAVOUR),
+        "kernel": str(probed.get("kernel") or KERNEL),
     }
 
 
@@ -330,11 +336,15 @@ def package_plan(
     for component, more in (extras or {}).items():
         values.update(more)
         add(component)
+    install = tuple(build.install)
+    if d.method == "distro" and host.os.id.startswith("ubuntu") and host.probed is None:
+        # No index was read: the host's kernel decides the version (the run records it).
+        install = tuple(replace(i, version=None) if i.role == "nvidia_driver" else i for i in install)
     return PackagePlan(
         manager=manager_of(host),
         repositories=tuple(build.repositories),
         module_streams=tuple(build.module_streams),
-        install=tuple(build.install),
+        install=install,
         holds=tuple(build.holds),
         services=tuple(build.services),
         pip=pip_plan(k, combo),

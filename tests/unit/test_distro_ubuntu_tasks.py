@@ -14,7 +14,6 @@ import pytest
 
 from provision.hosts import parse_packages as pp
 from provision.resources import playbooks_dir
-from provision.stack import distro_versions as dv
 
 TASKS = playbooks_dir() / "roles" / "nvidia_driver" / "tasks" / "distro-ubuntu.yml"
 DEFAULTS = playbooks_dir() / "roles" / "nvidia_driver" / "defaults" / "main.yml"
@@ -64,18 +63,20 @@ def test_the_host_works_out_the_flavour_probe_does(kernel: str, metas: dict[str,
 
 
 def test_a_plan_made_without_the_host_is_filled_in_on_it() -> None:
-    entries = dv.install_entries(dv.ubuntu_driver(None, 580, True), 580, True)
+    from tests.unit.test_distro_versions import ubuntu_entries
+
+    entries = ubuntu_entries(None, "580.95.05")
     variables = {
-        "nvidia_driver_packages": [{"name": e["name"], "version": e["version"]} for e in entries],
+        "nvidia_driver_packages": [{"name": n, "version": v} for n, v in entries],
         "nvidia_driver_ubuntu_flavour": "generic-hwe-22.04",
         "nvidia_driver_kernel": "6.8.0-52-generic",
     }
     named = _template(variables, _task("Name the plan's packages")["ansible.builtin.set_fact"])
     assert [p["name"] for p in named["nvidia_driver_ubuntu_packages"]] == [
-        "linux-modules-nvidia-580-server-open-generic-hwe-22.04",
-        "linux-modules-nvidia-580-server-open-6.8.0-52-generic",
         "nvidia-headless-no-dkms-580-server-open",
         "nvidia-utils-580-server",
+        "linux-modules-nvidia-580-server-open-generic-hwe-22.04",
+        "linux-modules-nvidia-580-server-open-6.8.0-52-generic",
     ]
 
 

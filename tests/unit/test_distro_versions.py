@@ -95,30 +95,35 @@ def test_kernel_metapackages_leave_out_the_per_kernel_images() -> None:
     assert metas == {"generic": "5.15.0.91.88", "generic-hwe-22.04": "6.8.0.52.53~22.04.1"}
 
 
+def ubuntu_entries(facts: dict[str, Any] | None, version: str, open_modules: bool = True) -> list[tuple[str, Any]]:
+    """The driver's (name, version) entries of the package plan (the packaging table's Ubuntu
+    distro row) for a probed host (``facts``) or a described one (None)."""
+    from dataclasses import replace
+
+    from provision.matrix import load
+    from provision.stack.candidates import DriverChoice
+    from provision.stack.packages import package_plan
+    from provision.stack.request import HostSpec, StackRequest
+
+    k = load()
+    branch = k.branch(int(version.split(".", maxsplit=1)[0]))
+    assert branch is not None
+    host = replace(HostSpec.describe(gpu="L4", gpu_count=1, os="ubuntu-22.04"), probed=facts)
+    d = DriverChoice(branch, version, "distro", "open" if open_modules else "proprietary")
+    plan = package_plan(k, StackRequest.build(), host, d, [], cudnn_major=None)
+    return [(i.name, i.version) for i in plan.for_role("nvidia_driver")]
+
+
 def test_the_driver_version_comes_from_the_kernels_modules_and_the_plan_holds_the_headless_set_at_it() -> None:
     facts = _facts("6.8.0-52-generic", "hwe-22.04")
     found = dv.ubuntu_driver(facts, 580, True)
     assert (found.version, found.kernel_flavour, found.refused) == ("580.95.05", "generic-hwe-22.04", None)
-    assert dv.install_entries(found, 580, True) == [
-        {
-            "name": "linux-modules-nvidia-580-server-open-generic-hwe-22.04",
-            "version": None,
-            "role": "nvidia_driver",
-            "repository": None,
-        },
-        {
-            "name": "linux-modules-nvidia-580-server-open-6.8.0-52-generic",
-            "version": None,
-            "role": "nvidia_driver",
-            "repository": None,
-        },
-        {
-            "name": "nvidia-headless-no-dkms-580-server-open",
-            "version": "580.95.05-*",
-            "role": "nvidia_driver",
-            "repository": None,
-        },
-        {"name": "nvidia-utils-580-server", "version": "580.95.05-*", "role": "nvidia_driver", "repository": None},
+    assert found.version is not None
+    assert ubuntu_entries(facts, found.version) == [
+        ("nvidia-headless-no-dkms-580-server-open", "580.95.05-*"),
+        ("nvidia-utils-580-server", "580.95.05-*"),
+        ("linux-modules-nvidia-580-server-open-generic-hwe-22.04", None),
+        ("linux-modules-nvidia-580-server-open-6.8.0-52-generic", None),
     ]
 
 
@@ -141,12 +146,12 @@ def test_a_branch_without_precompiled_modules_for_the_kernel_is_refused() -> Non
 def test_without_a_host_the_version_is_decided_on_the_host() -> None:
     found = dv.ubuntu_driver(None, 580, True)
     assert found.decided_on_host and found.version is None and found.refused is None
-    entries = dv.install_entries(found, 580, True)
-    assert [e["name"] for e in entries[:2]] == [
+    entries = ubuntu_entries(None, "580.95.05")  # the knowledge's version stands in for the stack's
+    assert [n for n, _ in entries[2:]] == [
         "linux-modules-nvidia-580-server-open-{kernel_flavour}",
         "linux-modules-nvidia-580-server-open-{kernel}",
     ]
-    assert {e["version"] for e in entries} == {None}
+    assert {v for _, v in entries} == {None}
     # apt had no lists at probe: nothing to read, the host decides as well
     no_lists = {"kernel": "6.8.0-52-generic", "ubuntu_driver_index": {"kernel_flavour": "generic", "lists": False}}
     assert dv.ubuntu_driver(no_lists, 580, True).decided_on_host

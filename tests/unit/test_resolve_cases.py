@@ -528,10 +528,13 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         "noble-distro-580-server",
         {"gpu": "L4", "os": "ubuntu-24.04", "install_method": "distro"},
         {
+            # a described host: its kernel decides the version, and the names keep its flavour
+            # and release for it to fill in (provision.stack.distro_versions)
             "specs.nvidia_driver": [
-                "nvidia-headless-no-dkms-580-server=580.95.05-*",
-                "nvidia-utils-580-server=580.95.05-*",
-                "linux-modules-nvidia-580-server-open-generic",
+                "nvidia-headless-no-dkms-580-server-open",
+                "nvidia-utils-580-server",
+                "linux-modules-nvidia-580-server-open-{kernel_flavour}",
+                "linux-modules-nvidia-580-server-open-{kernel}",
             ]
         },
     ),
