@@ -13,9 +13,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-# The branch from which NVIDIA's apt repositories drop the branch from the names and ship pinning
-# packages (Driver Installation Guide, "Recent Updates"; matrix/data/drivers.yaml new_packaging_from).
+# The branches from which NVIDIA's apt repositories drop the branch from the driver's names (and
+# the plan installs the exact-version pinning package first: Driver Installation Guide, "Recent
+# Updates") and from Fabric Manager's (gpu-driver-container commit 78fa4ac0, "add driver
+# 580.65.06"): /work/notes/i14-facts.md sections 2 and 3.
 UNVERSIONED_FROM = 590
+UNVERSIONED_FABRIC_MANAGER_FROM = 580
 NVIDIA_REPOS = "https://developer.download.nvidia.com/compute/cuda/repos"
 # The real keys the stand-in keys stand in for ([facts] section 1, /work/notes/i14-facts.md).
 KEYS = {
@@ -54,11 +57,10 @@ def apt_plan(
             _entry("nvidia-open", exact, "nvidia_driver"),
         ]
         holds += ["nvidia-open"]
-        fm = "nvidia-fabricmanager"
     else:
         install.append(_entry(f"nvidia-open-{branch}", exact, "nvidia_driver"))
         holds.append(f"nvidia-open-{branch}")
-        fm = f"nvidia-fabricmanager-{branch}"
+    fm = "nvidia-fabricmanager" if branch >= UNVERSIONED_FABRIC_MANAGER_FROM else f"nvidia-fabricmanager-{branch}"
     services = [{"name": "nvidia-persistenced", "role": "nvidia_driver"}]
     if fabric_manager:
         install.append(_entry(fm, exact, "fabric_manager"))

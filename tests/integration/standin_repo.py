@@ -6,10 +6,10 @@ NVIDIA's CUDA repository cannot be reached from the test hosts, and its packages
 be of any use, so the `nvidia-repo` method is tested against this. The packages are made from
 a lock group's ``packages`` (the plan the roles install: ``install`` entries with NVIDIA's names
 and apt version expressions) through a small relationship table (RULES, each rule with its
-source): per branch below 590 (nvidia-open-<branch>, nvidia-fabricmanager-<branch>), from 590
-the unversioned names (nvidia-open, cuda-drivers, nvidia-fabricmanager) with the pinning
-packages (nvidia-driver-pinning-<branch> versioned <branch>-N, nvidia-driver-pinning-<x.y.z>
-with its apt preferences file), and what each pulls in at its version. The layout is NVIDIA's
+source): the branch in the names below 590 (nvidia-open-<branch>; nvidia-fabricmanager-<branch>
+below 580), the unversioned names from then on (nvidia-open, cuda-drivers, nvidia-fabricmanager),
+the pinning packages (nvidia-driver-pinning-<branch> versioned <branch>-N,
+nvidia-driver-pinning-<x.y.z> with its apt preferences file), and what each pulls in at its version. The layout is NVIDIA's
 flat one (``deb [signed-by=KEY] URL/ /``, under ``compute/cuda/repos/<distro>/x86_64``), signed
 with a throwaway gpg key that stands in for NVIDIA's (3bf863cc; 8793F200 on debian13) and whose
 fingerprint the test pins like the real one. The "kernel module" is a tiny ELF object whose
@@ -81,23 +81,28 @@ def _unit(description: str) -> str:
 
 # --- the relationship table: what each of NVIDIA's packages is, pulls in and excludes ------------
 #
-# Sources (each rule names its own): [guide-locking] NVIDIA Driver Installation Guide, "Version
-# locking" and "Recent Updates" (driver pinning packages for Debian/Ubuntu; from 590 the packages
-# drop the branch from their names), https://docs.nvidia.com/datacenter/tesla/driver-installation-guide/
-# version-locking.html; [review-5] / [review-6] /work/shared/reference/review-packaging.md items 5
-# and 6 (`apt-cache policy nvidia-driver-pinning-580` on the debian12 repository: 580-5, 580-1;
-# the exact-version pinning package's preferences `Pin: version <x.y.z>-*`; Fabric Manager from
-# 590 `nvidia-fabricmanager=<version>-*`, before it `nvidia-fabricmanager-<branch>`); [forum-580]
-# cuda-drivers-580's `Depends: nvidia-driver (>= 580.65.06), ...` (NVIDIA developer forum thread
-# 353805: the metapackages depend with >=, so an unpinned install pulls the newest branch's parts);
-# [facts] /work/notes/i14-facts.md (research part of issue 14). Where the facts file comes to say
-# otherwise, it wins: change the rule here, the tests follow. Placeholders: {version} x.y.z,
-# {branch}, {deb} the package version (x.y.z-1), {kernel}.
+# Sources (each rule names its own): [facts-2] / [facts-3] /work/notes/i14-facts.md (the research
+# part of issue 14) sections 2 and 3: NVIDIA's own image builds (gpu-driver-container
+# ubuntu26.04/install.sh pin_driver_version, holodeck nv-driver.go) install the pinning package
+# nvidia-driver-pinning-<x.y.z> (or -<branch>) first, then the unversioned nvidia-open /
+# cuda-drivers; pinning packages exist for branches below 590 too (570, 580), the branch one
+# versioned <branch>-N, the exact one <x.y.z>-N, each an apt preferences file
+# /etc/apt/preferences.d/nvidia-driver-pin with `Pin: version <x.y.z>-*` (or <branch>.*) at
+# priority 1000; the Fabric Manager lost its branch suffix at 580 (gpu-driver-container commit
+# 78fa4ac0), the driver's at 590 (Driver Installation Guide, "Recent Updates"); NVIDIA's debian
+# repositories use revision -1 (debian12 560.28.03-1, debian13 595.71.05-1), and the metapackages
+# depend with >= (nvidia-open Depends nvidia-driver-open (>= <x.y.z>); cuda-drivers-580 Depends
+# nvidia-driver (>= 580.65.06), NVIDIA developer forum thread 353805), so without a pin apt takes
+# the newest parts. [guide-locking] Driver Installation Guide, "Version locking",
+# https://docs.nvidia.com/datacenter/tesla/driver-installation-guide/version-locking.html.
+# When the facts file comes to say otherwise, it wins: change the rule here, the tests follow.
+# Placeholders: {version} x.y.z, {branch}, {deb} the package version (x.y.z-1), {kernel}.
 #
 # What is a STAND-IN: every file the packages carry (a module that is a tiny ELF with NVIDIA's
 # .modinfo version, empty libraries, services that run /bin/true, an nvcc that prints its
-# release), the package revision (-1 everywhere, where NVIDIA's repository has -1 or more), and
-# the signing key. The names, version strings and relationships are NVIDIA's.
+# release), the parts a metapackage pulls in (three of NVIDIA's many: the module, libnvidia-compute,
+# nvidia-persistenced), the pinning files' Package lines, and the signing key. The names, version
+# strings and the kinds of relationship are NVIDIA's.
 
 
 @dataclass(frozen=True)
@@ -121,21 +126,21 @@ _PARTS_AT_LEAST = "libnvidia-compute (>= {deb}), nvidia-persistenced (>= {deb})"
 
 
 def _pin_file(name: str, pin: str) -> tuple[str, str, int]:
-    """The preferences file a pinning package installs [guide-locking][review-5]."""
+    """The preferences file a pinning package installs [facts-2]: one path for every pinning
+    package, so two of them cannot be installed together (they also Conflict)."""
     body = (
         f"# STAND-IN for NVIDIA's {name} (provision tests)\n"
         "Package: nvidia-* libnvidia-* libcuda* cuda-drivers* xserver-xorg-video-nvidia*\n"
         f"Pin: version {pin}\nPin-Priority: 1000\n"
     )
-    # apt reads a preferences.d file only with no extension or ".pref": the version's dots make one
-    return (f"/etc/apt/preferences.d/{name}.pref", body, 0o644)
+    return ("/etc/apt/preferences.d/nvidia-driver-pin", body, 0o644)
 
 
 def _metapackage(stem: str, module: str) -> Rule:
-    """``stem`` and ``stem-<branch>``: depend with >= on the module and the driver's parts [forum-580]."""
+    """``stem`` and ``stem-<branch>``: depend with >= on the module and the driver's parts [facts-2]."""
     return Rule(
         rf"{stem}(?:-(?P<branch>\d+))?",
-        "[guide-locking][forum-580]",
+        "[facts-2]",
         depends=(module, *_DRIVER_PARTS),
         relations=f"Depends: {module} (>= {{deb}}), {_PARTS_AT_LEAST}\n",
     )
@@ -149,13 +154,13 @@ RULES: tuple[Rule, ...] = (
     # pinning packages: the exact version's name carries it; the branch's is versioned <branch>-N
     Rule(
         r"nvidia-driver-pinning-(?P<version>\d+\.\d+\.\d+)",
-        "[guide-locking][review-5]",
+        "[facts-2][guide-locking]",
         files=(_pin_file("nvidia-driver-pinning-{version}", "{version}-*"),),
         relations="Provides: nvidia-driver-pinning\nConflicts: nvidia-driver-pinning\n",
     ),
     Rule(
         r"nvidia-driver-pinning-(?P<branch>\d+)",
-        "[guide-locking][review-5]",
+        "[facts-2][guide-locking]",
         version="{branch}-1",
         files=(_pin_file("nvidia-driver-pinning-{branch}", "{branch}.*"),),
         relations="Provides: nvidia-driver-pinning\nConflicts: nvidia-driver-pinning\n",
@@ -176,29 +181,29 @@ RULES: tuple[Rule, ...] = (
         "[guide-locking]",
         files=(("/lib/systemd/system/nvidia-persistenced.service", "@unit:NVIDIA Persistence Daemon", 0o644),),
     ),
-    # Fabric Manager: before 590 per branch (one at a time), from 590 without the branch [review-6]
+    # Fabric Manager: before 580 per branch (one at a time), from 580 without the branch [facts-3]
     Rule(
         r"nvidia-fabricmanager-(?P<branch>\d+)",
-        "[review-6]",
+        "[facts-3]",
         relations="Provides: nvidia-fabricmanager\nConflicts: nvidia-fabricmanager\n",
         files=_FABRIC_MANAGER,
     ),
-    Rule(r"nvidia-fabricmanager", "[review-6]", files=_FABRIC_MANAGER),
+    Rule(r"nvidia-fabricmanager", "[facts-3]", files=_FABRIC_MANAGER),
     # the CUDA toolkit and cuDNN (their versions are their own, not the driver's)
     Rule(
         r"cuda-toolkit-(?P<major>\d+)-(?P<minor>\d+)",
-        "[facts]",
+        "[facts-7]",
         files=(("/usr/local/cuda-{major}.{minor}/bin/nvcc", "@nvcc", 0o755),),
     ),
     Rule(
         r"cudnn(?P<cudnn_major>\d+)-cuda-(?P<cuda>\d+)",
-        "[facts]",
+        "[facts-7]",
         depends=("libcudnn{cudnn_major}-cuda-{cuda}",),
         relations="Depends: libcudnn{cudnn_major}-cuda-{cuda} (= {deb})\n",
     ),
     Rule(
         r"libcudnn(?P<cudnn_major>\d+)-cuda-(?P<cuda>\d+)",
-        "[facts]",
+        "[facts-7]",
         files=(("/usr/lib/x86_64-linux-gnu/libcudnn.so.{version}", "", 0o644),),
     ),
 )
@@ -288,10 +293,12 @@ def repository_debs(plans: Iterable[Mapping[str, Any]], kernel: str = STANDIN_KE
     for plan in plans:
         for deb in debs_for_plan(plan, kernel=kernel):
             debs.setdefault((deb.name, deb.version), deb)
-    # NVIDIA's repository offers each branch's pinning package whichever one a plan picks [review-5]
+    # NVIDIA's repository offers every release's and every branch's pinning package, whichever one a
+    # plan picks [facts-2]
     modules = ("nvidia-kernel-open-dkms", "nvidia-kernel-dkms")
-    branches = {d.version.split(".")[0] for d in debs.values() if d.name in modules}
-    for branch in sorted(branches):
+    for release in sorted({_upstream(d.version) for d in debs.values() if d.name in modules}):
+        branch = release.split(".")[0]
+        _make(f"nvidia-driver-pinning-{release}", f"{release}-1", kernel, debs)
         _make(f"nvidia-driver-pinning-{branch}", f"{branch}-1", kernel, debs)
     return [*debs.values(), *kernel_debs(kernel)]
 

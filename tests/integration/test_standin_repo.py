@@ -16,8 +16,8 @@ import pytest
 from tests.integration import standin_plans as sp
 from tests.integration import standin_repo as sr
 
-# two releases of the 595 branch (the default plan's is the newest) and one of 580
-RELEASES = ("580.95.05", "595.45.04", "595.58.03")
+# two releases of the 595 branch (the default plan's is the newest), one of 580, one of 575
+RELEASES = ("575.57.08", "580.95.05", "595.45.04", "595.58.03")
 
 
 @pytest.fixture(scope="module")
@@ -75,13 +75,15 @@ def test_names_and_version_strings_are_nvidias(repo: tuple[Path, sr.Repo]) -> No
     }
     assert {
         ("nvidia-open-580", "580.95.05-1"),  # below 590: the branch in the name
-        ("nvidia-fabricmanager-580", "580.95.05-1"),
+        ("nvidia-fabricmanager-575", "575.57.08-1"),  # Fabric Manager: below 580
+        ("nvidia-fabricmanager", "580.95.05-1"),  # and from 580, one name
         ("nvidia-open", "595.45.04-1"),  # from 590: one name, every release
         ("nvidia-open", "595.58.03-1"),
         ("nvidia-fabricmanager", "595.58.03-1"),
         ("nvidia-driver-pinning-580", "580-1"),  # branch pinning packages: <branch>-N
         ("nvidia-driver-pinning-595", "595-1"),
         ("nvidia-driver-pinning-595.58.03", "595.58.03-1"),  # exact-version pinning: its own package
+        ("nvidia-driver-pinning-580.95.05", "580.95.05-1"),  # below 590 too
     } <= found
     assert (r.path / "3bf863cc.pub").exists() and r.path.parts[-5:] == (
         "compute",
@@ -114,7 +116,7 @@ def test_the_exact_pinning_package_keeps_every_part_at_its_release(repo: tuple[P
         check=True,
     )
     preferences = unpacked / "etc/apt/preferences.d"
-    assert "Pin: version 595.45.04-*" in (preferences / "nvidia-driver-pinning-595.45.04.pref").read_text()
+    assert "Pin: version 595.45.04-*" in (preferences / "nvidia-driver-pin").read_text()
     pinned = _would_install(
         _apt(root, r, "-s", "install", "nvidia-open", "nvidia-fabricmanager", preferences=preferences)
     )
@@ -128,5 +130,5 @@ def test_the_exact_pinning_package_keeps_every_part_at_its_release(repo: tuple[P
 
 def test_fabric_manager_of_a_branch_and_the_unversioned_one_exclude_each_other(repo: tuple[Path, sr.Repo]) -> None:
     root, r = repo
-    result = _apt(root, r, "-s", "install", "nvidia-fabricmanager-580", "nvidia-fabricmanager=595.58.03-1")
+    result = _apt(root, r, "-s", "install", "nvidia-fabricmanager-575", "nvidia-fabricmanager=595.58.03-1")
     assert result.returncode != 0 and "Conflicts: nvidia-fabricmanager" in result.stdout, result.stdout
