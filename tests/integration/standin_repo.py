@@ -147,7 +147,11 @@ def _metapackage(stem: str, module: str) -> Rule:
 
 
 def _module(name: str, other: str) -> Rule:
-    return Rule(name, "[guide-locking]", relations=f"Conflicts: {other}\n", files=_MODULE, postinst=_DEPMOD)
+    """A module package: NVIDIA's depends on dkms; the stand-in, which builds nothing, on what its
+    postinst and the role's modinfo check run (kmod, from the OS archive)."""
+    return Rule(
+        name, "[guide-locking]", relations=f"Depends: kmod\nConflicts: {other}\n", files=_MODULE, postinst=_DEPMOD
+    )
 
 
 RULES: tuple[Rule, ...] = (

@@ -29,11 +29,15 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, sr.Repo]:
 
 
 def _apt(root: Path, repo: sr.Repo, *args: str, preferences: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """apt-get on a private state (nothing installed) whose only source is the stand-in."""
+    """apt-get on a private state (only kmod installed) whose only source is the stand-in."""
     apt = root / "apt"
     for sub in ("state/lists/partial", "cache/archives/partial", "etc/preferences.d", "etc/apt.conf.d"):
         (apt / sub).mkdir(parents=True, exist_ok=True)
-    (apt / "status").touch()
+    # nothing installed but kmod, which the module packages need from the OS archive
+    (apt / "status").write_text(
+        "Package: kmod\nStatus: install ok installed\nVersion: 30+20221128-1\nArchitecture: amd64\n"
+        "Maintainer: Debian\nDescription: kmod (as installed on the host)\n"
+    )
     key = apt / "standin.asc"  # apt reads an armored signed-by key by its .asc name
     key.write_text(repo.key.read_text())
     (apt / "sources.list").write_text(f"deb [signed-by={key}] file:{repo.path}/ /\n")

@@ -31,7 +31,7 @@ def test_the_default_plan_makes_nvidias_names_versions_and_relationships() -> No
         "libcudnn9-cuda-12": "9.10.2.21-1",
     }
     assert "Depends: nvidia-kernel-open-dkms (>= 595.58.03-1)" in debs["nvidia-open"].extra
-    assert "Conflicts: nvidia-kernel-dkms" in debs["nvidia-kernel-open-dkms"].extra
+    assert "Depends: kmod\nConflicts: nvidia-kernel-dkms" in debs["nvidia-kernel-open-dkms"].extra
     [(path, pin, _)] = debs["nvidia-driver-pinning-595.58.03"].files
     assert path == "/etc/apt/preferences.d/nvidia-driver-pin" and "Pin: version 595.58.03-*\n" in pin
 
