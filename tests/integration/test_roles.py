@@ -1,10 +1,16 @@
-"""The roles for real, on Debian 12 SSH test hosts, through a run dir that plain `ansible-playbook`
-applies (rendered from a lock group the real resolver made).
+"""The roles for real, on Debian 12 and Debian 13 SSH test hosts, through a run dir that plain
+`ansible-playbook` applies (rendered from a lock group the real resolver made).
 
 The test hosts have no GPU: preflight's GPU check and the module load are skipped by the explicit
-test-only variables (roles_harness.TESTONLY), nothing else. Host 1 runs the long real install (the
-Debian non-free driver, DKMS build, Debian's CUDA toolkit) in the background while host 2 runs the
-rest, so the whole module stays within about ten minutes on two cores.
+test-only variables (roles_harness.TESTONLY), nothing else. Debian 12 host 1 and the Debian 13
+host run the long real installs (Debian's non-free driver built by DKMS for real against the
+release's own kernel headers; on Debian 12 also Debian's CUDA toolkit) in the background while
+Debian 12 host 2 runs the rest, so the whole module stays within about ten minutes on two cores.
+
+What is a STAND-IN: NVIDIA's repository (standin_repo: generated from package plans in the
+contract's shape, with NVIDIA's names, version strings and relationships, but stand-in contents,
+-1 revisions and a throwaway signing key in place of 3bf863cc / 8793F200) and its stand-in
+kernel. The Debian archive, its driver, DKMS and the kernel headers are real.
 """
 
 from __future__ import annotations
@@ -20,12 +26,64 @@ import pytest
 from provision.ansible.settings import InstallSettings, PipSettings
 from tests.hosts import harness
 from tests.integration import roles_harness as rh
+from tests.integration import standin_plans as sp
 from tests.integration import standin_repo as sr
 
 TORCH_CPU = "torch==2.13.0+cpu"
 # The driver tests install no framework (the lock's torch would come from PyTorch's index, which
 # the test hosts cannot reach): the roles' own switches, as a user leaving the venv alone would set.
 NO_FRAMEWORKS = {"frameworks_enabled": False, "verify_frameworks": {}, "python_env_enabled": False}
+# The roles install the lock's package plan (THE CONTRACT of issue 14: <role>_packages, _holds,
+# _repositories from the plan) once the nvidia_driver role declares it; until then (this branch)
+# the tests of the plan's own install path wait for it, and say so.
+ROLES_ON_CONTRACT = (
+    "nvidia_driver_packages" in (rh.REPO / "playbooks/roles/nvidia_driver/defaults/main.yml").read_text()
+)
+NEEDS_CONTRACT_ROLES = pytest.mark.skipif(
+    not ROLES_ON_CONTRACT, reason="the roles do not install the lock's package plan yet (issue 14, roles part)"
+)
+# The releases the stand-in NVIDIA repository carries, each with the plans' packages at its version:
+# 570 and two of 575 (every name with the branch), 580 (Fabric Manager without it), two of 595
+# (the driver's names without it too, pinned by the pinning packages; 595.58.03 is the newest
+# branch's newest release, the default plan's).
+STANDIN_RELEASES = ("570.124.06", "575.51.03", "575.57.08", "580.95.05", "595.45.04", "595.58.03")
+TOOLKIT: dict[str, Any] = {"cuda": ("12.8", "12.8.93"), "cudnn": "9.10.2.21"}
+
+
+def _distro_kernel_and_driver(hostset: harness.HostSet, host: harness.TestHost) -> tuple[str, str]:
+    """The kernel linux-headers-amd64 brings on the host's release, and the version of the
+    release's non-free nvidia-driver on the mirror. Debian's point releases move the driver's
+    version (the knowledge data may lag behind the mirror): the lock pins what the mirror has,
+    as `provision plan --driver <version>` would."""
+    kernel = rh.ssh(hostset, host, "apt-cache depends linux-headers-amd64 | sed -n 's/.*Depends: linux-headers-//p'")
+    rh.ssh(
+        hostset,
+        host,
+        "cp /etc/apt/sources.list /tmp/sources.keep; sed -i 's/ main$/ main non-free non-free-firmware/' "
+        "/etc/apt/sources.list; apt-get update -qq",
+    )
+    candidate = rh.ssh(hostset, host, "apt-cache policy nvidia-driver | sed -n 's/ *Candidate: //p'").strip()
+    rh.ssh(hostset, host, "cp /tmp/sources.keep /etc/apt/sources.list; apt-get update -qq")  # the role adds non-free
+    return kernel.split()[0], candidate.split("-")[0]
+
+
+def _in_background(
+    hostset: harness.HostSet,
+    host: harness.TestHost,
+    group: dict[str, Any],
+    tmp: Path,
+    overrides: dict[str, Any],
+    **facts: str,
+) -> Iterator[dict[str, Any]]:
+    """A module fixture's body: the first run starts at once, the test waits for it (``proc``)."""
+    proc = rh.start(rh.render(tmp / "run1", hostset, host, group, overrides=overrides))
+    started = time.monotonic()
+    yield {"hostset": hostset, "host": host, "group": group, "tmp": tmp, "overrides": overrides, **facts} | {
+        "proc": proc,
+        "started": started,
+    }
+    if proc.poll() is None:
+        proc.kill()
 
 
 @pytest.fixture(scope="module")
@@ -37,21 +95,7 @@ def distro_run(testhosts: harness.HostSet, tmp_path_factory: pytest.TempPathFact
     not carry, so the lock's kernel is that one), and Debian's nvidia-cuda-toolkit.
     """
     host = testhosts.hosts[0]
-    kernel = rh.ssh(testhosts, host, "apt-cache depends linux-headers-amd64 | sed -n 's/.*Depends: linux-headers-//p'")
-    kernel = kernel.split()[0]
-    # Debian's point releases move the driver's version (the knowledge data may lag behind the
-    # mirror): the lock pins what the mirror has, as `provision plan --driver <version>` would.
-    rh.ssh(
-        testhosts,
-        host,
-        "sed -i 's/ main$/ main non-free non-free-firmware/' /etc/apt/sources.list.d/*.list "
-        "/etc/apt/sources.list 2>/dev/null; apt-get update -qq",
-    )
-    candidate = rh.ssh(testhosts, host, "apt-cache policy nvidia-driver | sed -n 's/ *Candidate: //p'").strip()
-    rh.ssh(
-        testhosts, host, "sed -i 's/ main non-free non-free-firmware$/ main/' /etc/apt/sources.list; apt-get update -qq"
-    )  # the role must add non-free itself
-    version = candidate.split("-")[0]
+    kernel, version = _distro_kernel_and_driver(testhosts, host)
     group = rh.lock_group(
         "debian_distro",
         [host.name],
@@ -65,46 +109,42 @@ def distro_run(testhosts: harness.HostSet, tmp_path_factory: pytest.TempPathFact
     group["stack"]["driver"].update(version=version, branch=version.split(".")[0])
     tmp = tmp_path_factory.mktemp("distro")
     overrides = {"nvidia_driver_kernel": kernel, "preflight_kernel": kernel, **NO_FRAMEWORKS}
-    run1 = rh.render(tmp / "run1", testhosts, host, group, overrides=overrides)
-    started = time.monotonic()
-    proc = rh.start(run1)
-    yield {
-        "host": host,
-        "group": group,
-        "kernel": kernel,
-        "version": version,
-        "proc": proc,
-        "started": started,
-        "tmp": tmp,
-        "overrides": overrides,
-    }
-    if proc.poll() is None:
-        proc.kill()
+    yield from _in_background(testhosts, host, group, tmp, overrides, kernel=kernel, version=version)
+
+
+def _standin_repo(root: Path, distro: str, releases: tuple[str, ...]) -> sr.Repo:
+    """The stand-in of NVIDIA's ``distro`` repository, generated from the plans of ``releases`` (each
+    with Fabric Manager, the CUDA toolkit and cuDNN), in NVIDIA's layout under ``root/served``
+    with a throwaway key named like the real one (8793F200.pub on debian13, else 3bf863cc.pub)."""
+    plans = [sp.apt_plan(distro, v, fabric_manager=True, **TOOLKIT) for v in releases]
+    key_file = sr.KEY_FILES.get(distro, sr.APT_KEY_FILE)
+    folder = sr.repo_folder(root / "served", distro)
+    return sr.build_repo(folder, sr.repository_debs(plans), key_file=key_file, scratch=root)
+
+
+def _served(url: str, repo: sr.Repo) -> str:
+    """The repository's URL under the server that serves ``root/served``."""
+    return f"{url}/{repo.path.relative_to(repo.path.parents[4]).as_posix()}"
 
 
 @pytest.fixture(scope="module")
 def standin(testhosts: harness.HostSet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """The stand-in NVIDIA repository (see standin_repo) served on the bridge for host 2."""
+    """The stand-in NVIDIA debian12 repository (see standin_repo) served on the bridge for host 2."""
     host = testhosts.hosts[1]
-    folder = tmp_path_factory.mktemp("standin") / "repo"
-    debs = (
-        sr.driver_debs("570.124.06")
-        + sr.driver_debs("580.82.07")
-        + sr.driver_debs("580.95.05")
-        + sr.toolkit_debs("12.8", "12.8.93", "9.10.2.21")
-    )
-    repo = sr.build_repo(folder, debs)
+    root = tmp_path_factory.mktemp("standin")
+    repo = _standin_repo(root, "debian12", STANDIN_RELEASES)
     rh.reach_bridge_directly(testhosts, host)
     # the stand-in kernel's headers are installed (as a real kernel's would be)
     rh.ssh(testhosts, host, f"mkdir -p /lib/modules/{sr.STANDIN_KERNEL}/build")
-    with sr.serve(repo.path, f"{testhosts.net}.1") as url:
+    with sr.serve(root / "served", f"{testhosts.net}.1") as server:
+        url = _served(server, repo)
         yield {
             "host": host,
             "url": url,
             "repo": repo,
             "overrides": {
                 "nvidia_driver_repo_url": url,
-                "nvidia_driver_repo_key_url": f"{url}/standin-key.asc",
+                "nvidia_driver_repo_key_url": f"{url}/{sr.APT_KEY_FILE}",
                 "nvidia_driver_repo_key_fingerprint": repo.fingerprint,
                 "nvidia_driver_kernel": sr.STANDIN_KERNEL,
                 "preflight_kernel": sr.STANDIN_KERNEL,
@@ -125,7 +165,7 @@ def _distro_group(host: harness.TestHost) -> dict[str, Any]:
 
 @pytest.mark.parametrize("case", ["unsupported_os", "secure_boot", "no_headers", "disk", "package_lock"])
 def test_preflight_refuses_before_any_change(
-    distro_run: dict[str, Any], testhosts: harness.HostSet, tmp_path: Path, case: str
+    distro_run: dict[str, Any], distro13_run: dict[str, Any], testhosts: harness.HostSet, tmp_path: Path, case: str
 ) -> None:
     host = testhosts.hosts[1]
     group = _distro_group(host)
@@ -252,24 +292,26 @@ def test_nvidia_repo_pins_holds_fabric_manager_and_changes_branch(
     assert rh.ssh(testhosts, host, "systemctl is-active nvidia-fabricmanager").strip() == "active"
     assert rh.ssh(testhosts, host, f"modinfo -k {sr.STANDIN_KERNEL} -F version nvidia").strip() == "570.124.06"
 
-    # branch change 570 -> 580 at an exact release that is not the newest one the repository has
-    upgrade = _repo_run(standin, testhosts, tmp_path / "r580", "580.82.07", cuda_toolkit="12.8", cudnn="9.10.2.21")
+    # branch change 570 -> 575 at an exact release that is not the newest one the repository has
+    # (both below 580: the roles on this tree name Fabric Manager nvidia-fabricmanager-<branch>,
+    # which NVIDIA's repository carries only below 580)
+    upgrade = _repo_run(standin, testhosts, tmp_path / "r575", "575.51.03", cuda_toolkit="12.8", cudnn="9.10.2.21")
     assert upgrade.rc == 0, upgrade.output[-3000:]
     have = _installed(testhosts, host)
     assert "nvidia-open-570" not in have and "nvidia-fabricmanager-570" not in have
     assert (
-        have["nvidia-open-580"] == have["nvidia-kernel-open-dkms"] == have["nvidia-fabricmanager-580"] == "580.82.07-1"
+        have["nvidia-open-575"] == have["nvidia-kernel-open-dkms"] == have["nvidia-fabricmanager-575"] == "575.51.03-1"
     )
     assert have["cuda-toolkit-12-8"] == "12.8.93-1" and have["cudnn9-cuda-12"] == "9.10.2.21-1"
     held = set(rh.ssh(testhosts, host, "apt-mark showhold").split())
-    assert held == {"nvidia-open-580", "nvidia-fabricmanager-580", "cuda-toolkit-12-8", "cudnn9-cuda-12"}
-    # 580.95.05 is in the repository, yet nothing would move: the exact pin and holds keep 580.82.07
+    assert held == {"nvidia-open-575", "nvidia-fabricmanager-575", "cuda-toolkit-12-8", "cudnn9-cuda-12"}
+    # 575.57.08 and 595.x are in the repository, yet nothing would move: the exact pin and holds keep 575.51.03
     sim = rh.ssh(testhosts, host, "apt-get -s -o Debug::NoLocking=1 dist-upgrade")
-    assert "580.95.05" not in sim, sim
-    assert rh.ssh(testhosts, host, f"modinfo -k {sr.STANDIN_KERNEL} -F version nvidia").strip() == "580.82.07"
+    assert "575.57.08" not in sim and "595." not in sim, sim
+    assert rh.ssh(testhosts, host, f"modinfo -k {sr.STANDIN_KERNEL} -F version nvidia").strip() == "575.51.03"
     assert "release 12.8" in rh.ssh(testhosts, host, "bash -lc 'nvcc --version'")
 
-    again = _repo_run(standin, testhosts, tmp_path / "r580b", "580.82.07", cuda_toolkit="12.8", cudnn="9.10.2.21")
+    again = _repo_run(standin, testhosts, tmp_path / "r575b", "575.51.03", cuda_toolkit="12.8", cudnn="9.10.2.21")
     assert again.rc == 0 and again.changed == 0, again.output[-3000:]
 
 
@@ -303,14 +345,13 @@ def rogue(
 ) -> Iterator[dict[str, Any]]:
     """A second stand-in repository with the same package names, signed by a second throwaway key, and
     a key file that carries the pinned key AND that second key (as a tampered mirror would serve)."""
-    folder = tmp_path_factory.mktemp("rogue") / "repo"
-    headers = [d for d in sr.toolkit_debs("12.8", "12.8.93", "9.10.2.21") if d.name.startswith("linux-headers-")]
-    repo = sr.build_repo(folder, sr.driver_debs("570.124.06") + headers)  # all the driver install needs
+    root = tmp_path_factory.mktemp("rogue")
+    repo = _standin_repo(root, "debian12", ("570.124.06",))  # all the driver install needs
     both = standin["repo"].key.read_text() + repo.key.read_text()
     for served in (repo.path, standin["repo"].path):
         (served / "pinned-and-other.asc").write_text(both)
-    with sr.serve(repo.path, f"{testhosts.net}.1") as url:
-        yield {"url": url, "repo": repo}
+    with sr.serve(root / "served", f"{testhosts.net}.1") as server:
+        yield {"url": _served(server, repo), "repo": repo}
 
 
 def _keyring_primaries(testhosts: harness.HostSet, host: harness.TestHost, path: str) -> list[str]:
@@ -441,3 +482,180 @@ def test_distro_driver_builds_with_dkms_then_converges(distro_run: dict[str, Any
     )
     print(f"second run (converged): {time.monotonic() - started:.0f} s")
     assert second.rc == 0 and second.changed == 0, second.output[-4000:]
+
+
+# --- the default plan (the newest branch, 595) from the stand-in, through the contract's plan -----
+
+
+def _contract_group(
+    standin: dict[str, Any], host: harness.TestHost, distro: str, os_id: str, driver: str, **plan: Any
+) -> dict[str, Any]:
+    """A lock group from the resolver whose package plan (the resolver's own once it writes the
+    contract's shape, else standin_plans') names the stand-in as NVIDIA's repository."""
+    group = rh.lock_group(
+        "hgx",
+        [host.name],
+        gpu="H100-SXM",
+        gpu_count=8,
+        os=os_id,
+        driver=driver,
+        install_method="nvidia-repo",
+        frameworks=[],
+    )
+    packages = sp.contract_packages(group, distro, kernel=sr.STANDIN_KERNEL, **plan)
+    key = standin["repo"].key.name
+    group["packages"] = sp.standin_repository(packages, standin["url"], key, standin["repo"].fingerprint)
+    return group
+
+
+def _contract_run(standin: dict[str, Any], testhosts: harness.HostSet, run: Path, group: dict[str, Any]) -> rh.Outcome:
+    host = standin["host"]
+    overrides = {k: v for k, v in standin["overrides"].items() if not k.startswith("nvidia_driver_repo_")}
+    return rh.apply(rh.render(run, testhosts, host, group, overrides=overrides), host.name)
+
+
+@pytest.mark.slow
+@NEEDS_CONTRACT_ROLES
+def test_default_plan_installs_holds_converges_and_changes_branch_from_580(
+    standin: dict[str, Any], testhosts: harness.HostSet, tmp_path: Path
+) -> None:
+    """The default plan (595.58.03, the newest release of the newest branch) against the stand-in
+    NVIDIA debian12 repository, after a 580 plan: the exact-version pinning package, the
+    unversioned nvidia-open and nvidia-fabricmanager, held; a second run changes nothing."""
+    host = standin["host"]
+    default = rh.lock_group(
+        "hgx", [host.name], gpu="H100-SXM", gpu_count=8, os="debian-12", install_method="nvidia-repo", frameworks=[]
+    )
+    assert default["stack"]["driver"]["version"] == "595.58.03"  # what `provision plan` picks today
+    old = _contract_group(standin, host, "debian12", "debian-12", "580.95.05")
+    first = _contract_run(standin, testhosts, tmp_path / "r580", old)
+    assert first.rc == 0, first.output[-3000:]
+    assert _installed(testhosts, host)["nvidia-open-580"] == "580.95.05-1"
+
+    new = _contract_group(standin, host, "debian12", "debian-12", "595.58.03", **TOOLKIT)
+    upgrade = _contract_run(standin, testhosts, tmp_path / "r595", new)
+    assert upgrade.rc == 0, upgrade.output[-3000:]
+    have = _installed(testhosts, host)
+    assert "nvidia-open-580" not in have  # the 580 branch metapackage went with the branch change
+    for name in ("nvidia-open", "nvidia-kernel-open-dkms", "libnvidia-compute", "nvidia-fabricmanager"):
+        assert have[name] == "595.58.03-1", (name, have.get(name))
+    assert have["nvidia-driver-pinning-595.58.03"] == "595.58.03-1"
+    assert set(rh.ssh(testhosts, host, "apt-mark showhold").split()) == set(new["packages"]["holds"])
+    assert rh.ssh(testhosts, host, f"modinfo -k {sr.STANDIN_KERNEL} -F version nvidia").strip() == "595.58.03"
+    assert rh.ssh(testhosts, host, "systemctl is-active nvidia-fabricmanager").strip() == "active"
+
+    again = _contract_run(standin, testhosts, tmp_path / "r595b", new)
+    assert again.rc == 0 and again.changed == 0, again.output[-3000:]
+
+
+# --- Debian 13: the distro driver built by DKMS for real, and NVIDIA's debian13 layout ------------
+
+
+@pytest.fixture(scope="module")
+def distro13_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """Starts the `distro` install on the Debian 13 host at once (the first test of the module asks
+    for it); its test waits for it. Debian 13's nvidia-driver from non-free, DKMS building the open
+    module for real against the kernel trixie's linux-headers-amd64 brings (the hosts run this
+    machine's kernel, whose headers Debian does not carry, so the lock's kernel is trixie's).
+
+    Where no Debian 13 host can be made (and none is required), the tests that need one skip.
+    """
+    try:
+        hostset: harness.HostSet = request.getfixturevalue("testhosts_debian13")
+    except pytest.skip.Exception as e:
+        yield {"skip": str(e)}
+        return
+    host = hostset.hosts[0]
+    kernel, version = _distro_kernel_and_driver(hostset, host)
+    # The knowledge has no Debian 13 distro version yet (the core part adds it): the group is the
+    # resolver's Debian 12 distro group with the host's release, Python and the mirror's version,
+    # as `provision plan --driver <version>` on a Debian 13 host would lock it.
+    group = rh.lock_group(
+        "debian13_distro", [host.name], gpu="L4", gpu_count=1, os="debian-12", install_method="distro", frameworks=[]
+    )
+    group["host"].update(os="debian-13", python="3.13")
+    group["stack"].update(python="3.13")
+    group["stack"]["driver"].update(version=version, branch=version.split(".")[0])
+    tmp = tmp_path_factory.mktemp("distro13")
+    overrides = {
+        "nvidia_driver_kernel": kernel,
+        "preflight_kernel": kernel,
+        **NO_FRAMEWORKS,
+        # preflight refuses debian-13 on this tree (issue 14, roles part): its public list names it
+        "preflight_supported_os": ["debian-12", "debian-13"],
+    }
+    yield from _in_background(hostset, host, group, tmp, overrides, kernel=kernel, version=version)
+
+
+@pytest.mark.slow
+def test_debian13_distro_driver_builds_with_dkms_then_converges(distro13_run: dict[str, Any]) -> None:
+    if "skip" in distro13_run:
+        pytest.skip(distro13_run["skip"])
+    hostset, host = distro13_run["hostset"], distro13_run["host"]
+    kernel, version = distro13_run["kernel"], distro13_run["version"]
+    first = rh.finish(distro13_run["proc"], host.name)
+    took = time.monotonic() - distro13_run["started"]
+    print(f"\nDebian 13 distro install (driver {version} with DKMS for {kernel}): {took:.0f} s")
+    assert first.rc == 0 and first.changed > 0, first.output[-4000:]
+    assert rh.ssh(hostset, host, ". /etc/os-release; echo $VERSION_CODENAME").strip() == "trixie"
+    assert rh.ssh(hostset, host, f"modinfo -k {kernel} -F version nvidia-current-open").strip() == version
+    assert rh.ssh(hostset, host, f"dkms status -k {kernel}").count("installed") >= 1
+    assert "nvidia-driver" in rh.ssh(hostset, host, "apt-mark showhold").split()
+
+    started = time.monotonic()
+    second = rh.apply(
+        rh.render(
+            distro13_run["tmp"] / "run2", hostset, host, distro13_run["group"], overrides=distro13_run["overrides"]
+        ),
+        host.name,
+    )
+    print(f"Debian 13 second run (converged): {time.monotonic() - started:.0f} s")
+    assert second.rc == 0 and second.changed == 0, second.output[-4000:]
+
+
+@pytest.mark.slow
+@NEEDS_CONTRACT_ROLES
+def test_debian13_nvidia_repo_default_plan_from_the_debian13_layout_then_converges(
+    distro13_run: dict[str, Any], tmp_path: Path
+) -> None:
+    """The default plan on the Debian 13 host against a stand-in of NVIDIA's debian13 repository
+    (compute/cuda/repos/debian13/x86_64, its key file named 8793F200.pub: a STAND-IN key in place
+    of NVIDIA's 8793F200, whose fingerprint the plan pins instead of the real one). Runs after the
+    distro test, on the same host: Debian's driver goes first."""
+    if "skip" in distro13_run:
+        pytest.skip(distro13_run["skip"])
+    hostset, host = distro13_run["hostset"], distro13_run["host"]
+    if distro13_run["proc"].poll() is None:
+        rh.finish(distro13_run["proc"], host.name)
+    rh.ssh(
+        hostset,
+        host,
+        "apt-mark unhold $(apt-mark showhold) >/dev/null 2>&1; DEBIAN_FRONTEND=noninteractive apt-get purge -y -q "
+        "--autoremove 'nvidia-*' 'libnvidia-*' 'firmware-nvidia-*' >/dev/null; "
+        "rm -f /etc/apt/sources.list.d/provision-*.list /etc/apt/preferences.d/provision-*",
+    )
+    root = tmp_path / "standin13"
+    repo = _standin_repo(root, "debian13", ("595.58.03",))
+    assert repo.key.name == "8793F200.pub"
+    rh.reach_bridge_directly(hostset, host)
+    rh.ssh(hostset, host, f"mkdir -p /lib/modules/{sr.STANDIN_KERNEL}/build")
+    try:
+        with sr.serve(root / "served", f"{hostset.net}.1") as server:
+            url = _served(server, repo)
+            assert url.endswith("/compute/cuda/repos/debian13/x86_64")
+            standin = {"host": host, "url": url, "repo": repo, "overrides": distro13_run["overrides"]}
+            group = _contract_group(standin, host, "debian13", "debian-13", "595.58.03")
+            group["host"].update(python="3.13")
+            overrides = {**distro13_run["overrides"], "nvidia_driver_kernel": sr.STANDIN_KERNEL}
+            overrides["preflight_kernel"] = sr.STANDIN_KERNEL
+            standin["overrides"] = overrides
+            first = _contract_run(standin, hostset, tmp_path / "run1", group)
+            assert first.rc == 0, first.output[-3000:]
+            have = _installed(hostset, host)
+            assert have["nvidia-open"] == have["nvidia-driver-pinning-595.58.03"] == "595.58.03-1"
+            sources = rh.ssh(hostset, host, "cat /etc/apt/sources.list.d/provision-cuda.list")
+            assert f"{url}/ /" in sources
+            again = _contract_run(standin, hostset, tmp_path / "run2", group)
+            assert again.rc == 0 and again.changed == 0, again.output[-3000:]
+    finally:
+        rh.remove_standin(hostset, host, sr.STANDIN_KERNEL)
