@@ -593,7 +593,8 @@ def test_debian13_distro_driver_builds_with_dkms_then_converges(distro13_run: di
         pytest.skip(distro13_run["skip"])
     hostset, host = distro13_run["hostset"], distro13_run["host"]
     kernel, version = distro13_run["kernel"], distro13_run["version"]
-    first = rh.finish(distro13_run["proc"], host.name)
+    # the module is built beside Debian 12's on two cores: 40 min leaves room for a loaded machine
+    first = rh.finish(distro13_run["proc"], host.name, timeout=2400)
     took = time.monotonic() - distro13_run["started"]
     print(f"\nDebian 13 distro install (driver {version} with DKMS for {kernel}): {took:.0f} s")
     assert first.rc == 0 and first.changed > 0, first.output[-4000:]
@@ -626,7 +627,7 @@ def test_debian13_nvidia_repo_default_plan_from_the_debian13_layout_then_converg
         pytest.skip(distro13_run["skip"])
     hostset, host = distro13_run["hostset"], distro13_run["host"]
     if distro13_run["proc"].poll() is None:
-        rh.finish(distro13_run["proc"], host.name)
+        rh.finish(distro13_run["proc"], host.name, timeout=2400)
     rh.ssh(
         hostset,
         host,
