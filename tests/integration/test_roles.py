@@ -609,6 +609,12 @@ def test_debian13_distro_driver_builds_with_dkms_then_converges(distro13_run: di
     print(f"\nDebian 13 distro install (driver {version} with DKMS for {kernel}): {took:.0f} s")
     # a failed DKMS build says why only in its make.log, which goes with the host: the report keeps it
     make_log = rh.ssh(hostset, host, "tail -n 40 /var/lib/dkms/nvidia*/*/build/make.log 2>/dev/null", check=False)
+    if first.rc != 0 and "too few arguments to function 'pci_resize_resource'" in make_log:
+        # seen 2026-12-01: trixie's nvidia-open-kernel-dkms 550.163.01-2 (the only version in trixie,
+        # -updates and -security) does not build for trixie's kernel 6.12.117 (nv-pci.c:237, an API
+        # change the 6.12 stable kernels took); Debian's bug, not the roles': say so, and pass again
+        # by itself when Debian ships a driver that builds
+        pytest.xfail(f"Debian 13's driver {version} does not build for its kernel {kernel} (pci_resize_resource)")
     assert first.rc == 0 and first.changed > 0, "\n".join(
         [*first.error_lines(), first.output[-3000:], "DKMS make.log (tail):", make_log]
     )
