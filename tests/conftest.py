@@ -86,14 +86,36 @@ def testhosts(wheelhouse: Path) -> Iterator[harness.HostSet]:
     """
     require_testhost_support()
     count = int(os.environ.get("PROVISION_TESTHOSTS", "4"))
-    with harness.running(
-        count,
-        Path(os.environ.get("TESTHOSTS_DIR", "/var/tmp/provision-testhosts")),
-        prefix=os.environ.get("TESTHOSTS_PREFIX", "th"),
-        net=os.environ.get("TESTHOSTS_NET", "10.200.0"),
-        bridge=os.environ.get("TESTHOSTS_BRIDGE", "thbr0"),
-        ro_binds=[wheelhouse],
-    ) as hostset:
+    settings = harness.session_settings()
+    # the Debian 13 base builds meanwhile (minutes on a fresh machine); testhosts_debian13 waits for it
+    _BASE_BUILDS.append(harness.start_base_build(harness.debian13_settings(settings)))
+    try:
+        with harness.running(count, ro_binds=[wheelhouse], **settings) as hostset:
+            yield hostset
+    finally:
+        for build in filter(None, _BASE_BUILDS):
+            build.wait()
+
+
+_BASE_BUILDS: list[subprocess.Popen[bytes] | None] = []
+
+
+@pytest.fixture(scope="session")
+def testhosts_debian13() -> Iterator[harness.HostSet]:
+    """One Debian 13 (trixie) host beside the Debian 12 set, reachable the same way.
+
+    Its own base rootfs (debootstrap trixie from Debian's mirror, built on first use and cached
+    at TESTHOSTS_BASE_TRIXIE), and a directory, prefix, bridge and /24 derived from the Debian 12
+    set's (harness.debian13_settings), so the two sets of one checkout, and of two, never meet.
+    No wheelhouse: its wheels are for Debian 12's Python 3.11 (Debian 13 runs 3.13).
+    """
+    require_testhost_support()
+    settings = harness.debian13_settings(harness.session_settings())
+    for build in filter(None, _BASE_BUILDS):
+        if build.wait() != 0:  # e.g. Debian's mirror out of reach
+            why = f"the Debian 13 base rootfs did not build: see {settings['directory']}/debootstrap.log"
+            pytest.fail(why) if REQUIRE_TESTHOSTS else pytest.skip(why)
+    with harness.running(1, **settings) as hostset:
         yield hostset
 
 

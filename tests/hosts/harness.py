@@ -1,12 +1,15 @@
 """Python side of the SSH test hosts: bring a set up, describe it, tear it down.
 
-Used by the session fixture in tests/conftest.py and by the benchmarks. Each set has its own
+Used by the session fixtures in tests/conftest.py and by the benchmarks. Each set has its own
 directory, name prefix, bridge and /24, so a test can run a second set beside the session's
-(the teardown test does) while both share one cached debootstrap root filesystem.
+(the teardown test does) while both share one cached debootstrap root filesystem per Debian
+release: the session's Debian 12 (bookworm) set, and beside it a Debian 13 (trixie) set whose
+names and subnet are derived from the Debian 12 set's (see debian13_settings).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
@@ -17,9 +20,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 SCRIPT = Path(__file__).with_name("testhosts.sh")
 BASE_DIR = Path(os.environ.get("TESTHOSTS_BASE", "/var/tmp/provision-testhosts-base"))
+# Debian 13's own cached rootfs (debootstrap trixie from Debian's mirror; built on first use).
+TRIXIE_BASE_DIR = Path(os.environ.get("TESTHOSTS_BASE_TRIXIE", "/var/tmp/provision-testhosts-base-trixie"))
 WHEELHOUSE = Path(os.environ.get("PROVISION_WHEELHOUSE", "/var/tmp/provision-wheelhouse"))
 # The CPU torch build the test hosts (Debian 12: Python 3.11) and the controller run. It is the
 # version the development machines carry on disk; see the README's testing section.
@@ -49,6 +55,8 @@ class HostSet:
     net: str  # first three octets, e.g. "10.200.0"
     bridge: str
     hosts: list[TestHost] = field(default_factory=list)
+    suite: str = "bookworm"  # the Debian release debootstrap built the base from
+    base: Path = BASE_DIR
 
     __test__ = False  # not a pytest test class
 
@@ -77,11 +85,40 @@ class HostSet:
         return {
             **os.environ,
             "TESTHOSTS_DIR": str(self.directory),
-            "TESTHOSTS_BASE": str(BASE_DIR),
+            "TESTHOSTS_BASE": str(self.base),
+            "TESTHOSTS_SUITE": self.suite,
             "TESTHOSTS_PREFIX": self.prefix,
             "TESTHOSTS_NET": self.net,
             "TESTHOSTS_BRIDGE": self.bridge,
         }
+
+
+def session_settings() -> dict[str, Any]:
+    """The session's Debian 12 set, from TESTHOSTS_DIR / _PREFIX / _NET / _BRIDGE (one per checkout)."""
+    return {
+        "directory": Path(os.environ.get("TESTHOSTS_DIR", "/var/tmp/provision-testhosts")),
+        "prefix": os.environ.get("TESTHOSTS_PREFIX", "th"),
+        "net": os.environ.get("TESTHOSTS_NET", "10.200.0"),
+        "bridge": os.environ.get("TESTHOSTS_BRIDGE", "thbr0"),
+    }
+
+
+def debian13_settings(debian12: dict[str, Any]) -> dict[str, Any]:
+    """The Debian 13 set that runs beside a Debian 12 set, derived from it so that two checkouts'
+    pairs of sets never meet: its own directory (``<dir>-trixie``), prefix ``t<prefix>`` (so a
+    host ``tth1`` never matches the Debian 12 set's prefix ``th`` in leftovers()), bridge
+    ``t<prefix>br0`` and the /24 thirteen above (10.200.0 -> 10.200.13; every set the sessions
+    use ends in .0, the teardown test's in .9)."""
+    a, b, c = str(debian12["net"]).split(".")
+    prefix = f"t{debian12['prefix']}"
+    return {
+        "directory": Path(f"{debian12['directory']}-trixie"),
+        "prefix": prefix,
+        "net": f"{a}.{b}.{(int(c) + 13) % 256}",
+        "bridge": f"{prefix}br0",
+        "suite": "trixie",
+        "base": TRIXIE_BASE_DIR,
+    }
 
 
 def available() -> str | None:
@@ -145,14 +182,17 @@ def up(
     net: str = "10.200.0",
     bridge: str = "thbr0",
     ro_binds: list[Path] | None = None,
+    suite: str = "bookworm",
+    base: Path = BASE_DIR,
 ) -> HostSet:
-    hostset = HostSet(directory=directory, prefix=prefix, net=net, bridge=bridge)
+    """Start ``count`` hosts (building the suite's base rootfs first if it is not cached)."""
+    hostset = HostSet(directory=directory, prefix=prefix, net=net, bridge=bridge, suite=suite, base=base)
     _script(hostset, "down")  # whatever an interrupted earlier run left behind
     _script(hostset, "up", str(count), ro_binds=ro_binds)
     hosts = [
         TestHost(h["name"], h["host"], h["port"], h["user"]) for h in json.loads((directory / "hosts.json").read_text())
     ]
-    hostset = HostSet(directory=directory, prefix=prefix, net=net, bridge=bridge, hosts=hosts)
+    hostset = dataclasses.replace(hostset, hosts=hosts)
     _pip_without_byte_compiling(hostset)
     return hostset
 
@@ -168,6 +208,23 @@ def _pip_without_byte_compiling(hostset: HostSet) -> None:
         )
 
 
+def start_base_build(settings: dict[str, Any]) -> subprocess.Popen[bytes] | None:
+    """Build a set's base rootfs in the background (None when it is cached already).
+
+    The Debian 13 base takes minutes on a fresh machine (CI): started beside the Debian 12 set,
+    it is ready by the time the first Debian 13 test comes; `up` waits for it (the script takes
+    one build at a time per base, under a lock).
+    """
+    base = Path(settings["base"])
+    if (base / ".ready").exists():
+        return None
+    hostset = HostSet(**{k: settings[k] for k in ("directory", "prefix", "net", "bridge", "suite", "base")})
+    Path(settings["directory"]).mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen(
+        ["bash", str(SCRIPT), "base"], env=hostset.env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+
+
 def down(hostset: HostSet) -> None:
     _script(hostset, "down")
 
@@ -180,6 +237,8 @@ def running(count: int, directory: Path, **kwargs: object) -> Iterator[HostSet]:
         prefix=str(kwargs.get("prefix", "th")),
         net=str(kwargs.get("net", "10.200.0")),
         bridge=str(kwargs.get("bridge", "thbr0")),
+        suite=str(kwargs.get("suite", "bookworm")),
+        base=Path(str(kwargs.get("base", BASE_DIR))),
     )
     try:
         hostset = up(count, directory, **kwargs)  # type: ignore[arg-type]

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The OS packages that `make test` needs on a fresh Debian or Ubuntu machine (run as root):
-# python3-venv for the virtualenv, and for the SSH test hosts debootstrap, systemd-nspawn,
+# python3-venv for the virtualenv, and for the SSH test hosts (Debian 12 and 13) debootstrap, systemd-nspawn,
 # tinyproxy, iproute2 and the OpenSSH client; squid for the fleet cache. Installs only what is missing.
 set -euo pipefail
 need=()
@@ -13,6 +13,10 @@ command -v dpkg-scanpackages >/dev/null || need+=(dpkg-dev)
 command -v gpg >/dev/null || need+=(gpg)
 command -v objcopy >/dev/null || need+=(binutils)
 command -v debootstrap >/dev/null || need+=(debootstrap)
+# the Debian 13 test hosts: debootstrap's trixie script (bookworm's debootstrap has it) and the
+# archive's trixie keys (debian-archive-keyring 2023.3+deb12u2 on bookworm carries them)
+[[ -e /usr/share/debootstrap/scripts/trixie ]] || need+=(debootstrap)
+grep -qa '13/trixie' /usr/share/keyrings/debian-archive-keyring.gpg 2>/dev/null || need+=(debian-archive-keyring)
 command -v systemd-nspawn >/dev/null || need+=(systemd-container)
 command -v tinyproxy >/dev/null || need+=(tinyproxy)
 command -v ip >/dev/null || need+=(iproute2)

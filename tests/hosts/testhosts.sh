@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# testhosts.sh - throwaway Debian bookworm hosts reachable over real SSH, for Ansible/paramiko tests.
+# testhosts.sh - throwaway Debian hosts (bookworm, or trixie: TESTHOSTS_SUITE) reachable over real
+# SSH, for Ansible/paramiko tests.
 # (provision's own copy of the recipe in the project's shared tools; the tests need nothing outside
 # the repository. Changes here: a host-name prefix and a separate base path so that two sets of
 # hosts can run side by side over one cached root filesystem, an ssh_config output, and `down`
@@ -23,7 +24,8 @@
 # Env: TESTHOSTS_DIR (default /var/tmp/provision-testhosts), TESTHOSTS_MODE (nspawn|chroot),
 #      TESTHOSTS_BASE (the debootstrap rootfs, default /var/tmp/provision-testhosts-base; reused
 #      between runs), TESTHOSTS_PREFIX (host, netns and veth name prefix, default th),
-#      TESTHOSTS_BRIDGE (default thbr0),
+#      TESTHOSTS_BRIDGE (default thbr0), TESTHOSTS_SUITE (the Debian release of the base, default
+#      bookworm; each suite needs its own TESTHOSTS_BASE, e.g. /var/tmp/provision-testhosts-base-trixie),
 #      TESTHOSTS_NET (default 10.200.0), TESTHOSTS_RO_BINDS (colon-separated host dirs bind-mounted
 #      read-only at the same path in every host, e.g. a local wheel directory so a playbook can pip-install
 #      a CPU torch wheel with --find-links DIR).
@@ -62,7 +64,14 @@ deps() {
 }
 
 base() {
-  [[ -f $BASE/.ready ]] && return
+  # one build at a time per base (two sessions may start on a fresh machine together)
+  mkdir -p "$(dirname "$BASE")"; exec 9>"$BASE.lock"; flock 9
+  if [[ -f $BASE/.ready ]]; then
+    local built; built=$(cat "$BASE/.ready")
+    # a base of another release under this path would give hosts of the wrong release, silently
+    [[ -z $built || $built == "$SUITE" ]] || { log "$BASE holds $built, not $SUITE: set TESTHOSTS_BASE"; exit 1; }
+    exec 9>&-; return
+  fi
   rm -rf "$BASE"; mkdir -p "$D" "$(dirname "$BASE")"
   log "debootstrap $SUITE minbase -> $BASE (about 1 min)"
   rm -rf "$BASE.tmp"
@@ -87,7 +96,8 @@ CONF
   # nspawn boot: no getty on the console, no udev-less waits
   chroot "$B" systemctl mask console-getty.service getty@tty1.service systemd-udevd.service >/dev/null 2>&1 || true
   chroot "$B" apt-get clean
-  touch "$B/.ready"; mv "$B" "$BASE"   # atomic: a half-built base is never used
+  echo "$SUITE" > "$B/.ready"; mv "$B" "$BASE"   # atomic: a half-built base is never used
+  exec 9>&-
 }
 
 trust_host_cas() {  # the registries here are reached through a TLS proxy whose CA only the host trusts

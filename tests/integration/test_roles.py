@@ -1,10 +1,16 @@
-"""The roles for real, on Debian 12 SSH test hosts, through a run dir that plain `ansible-playbook`
-applies (rendered from a lock group the real resolver made).
+"""The roles for real, on Debian 12 and Debian 13 SSH test hosts, through a run dir that plain
+`ansible-playbook` applies (rendered from a lock group the real resolver made).
 
 The test hosts have no GPU: preflight's GPU check and the module load are skipped by the explicit
-test-only variables (roles_harness.TESTONLY), nothing else. Host 1 runs the long real install (the
-Debian non-free driver, DKMS build, Debian's CUDA toolkit) in the background while host 2 runs the
-rest, so the whole module stays within about ten minutes on two cores.
+test-only variables (roles_harness.TESTONLY), nothing else. Debian 12 host 1 and the Debian 13
+host run the long real installs (Debian's non-free driver built by DKMS for real against the
+release's own kernel headers; on Debian 12 also Debian's CUDA toolkit) in the background while
+Debian 12 host 2 runs the rest, so the whole module stays within about ten minutes on two cores.
+
+What is a STAND-IN: NVIDIA's repository (standin_repo: generated from package plans in the
+contract's shape, with NVIDIA's names, version strings and relationships, but stand-in contents,
+-1 revisions and a throwaway signing key in place of 3bf863cc / 8793F200) and its stand-in
+kernel. The Debian archive, its driver, DKMS and the kernel headers are real.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import pytest
 from provision.ansible.settings import InstallSettings, PipSettings
 from tests.hosts import harness
 from tests.integration import roles_harness as rh
+from tests.integration import standin_plans as sp
 from tests.integration import standin_repo as sr
 
 TORCH_CPU = "torch==2.13.0+cpu"
@@ -35,6 +42,50 @@ def _cuda_repo(url: str, key_url: str, fingerprint: str) -> dict[str, Any]:
     return {f"{role}_repositories": [repo] for role in PLAN_ROLES}
 
 
+# The releases the stand-in NVIDIA repository carries, each with the plans' packages at its version:
+# 570 and two of 575 (every name with the branch), 580 (Fabric Manager without it), two of 595
+# (the driver's names without it too, pinned by the pinning packages; 595.58.03 is the newest
+# branch's newest release, the default plan's).
+STANDIN_RELEASES = ("570.124.06", "575.51.03", "575.57.08", "580.95.05", "595.45.04", "595.58.03")
+TOOLKIT: dict[str, Any] = {"cuda": ("12.8", "12.8.93"), "cudnn": "9.10.2.21"}
+
+
+def _distro_kernel_and_driver(hostset: harness.HostSet, host: harness.TestHost) -> tuple[str, str]:
+    """The kernel linux-headers-amd64 brings on the host's release, and the version of the
+    release's non-free nvidia-driver on the mirror. Debian's point releases move the driver's
+    version (the knowledge data may lag behind the mirror): the lock pins what the mirror has,
+    as `provision plan --driver <version>` would."""
+    kernel = rh.ssh(hostset, host, "apt-cache depends linux-headers-amd64 | sed -n 's/.*Depends: linux-headers-//p'")
+    rh.ssh(
+        hostset,
+        host,
+        "cp /etc/apt/sources.list /tmp/sources.keep; sed -i 's/ main$/ main non-free non-free-firmware/' "
+        "/etc/apt/sources.list; apt-get update -qq",
+    )
+    candidate = rh.ssh(hostset, host, "apt-cache policy nvidia-driver | sed -n 's/ *Candidate: //p'").strip()
+    rh.ssh(hostset, host, "cp /tmp/sources.keep /etc/apt/sources.list; apt-get update -qq")  # the role adds non-free
+    return kernel.split()[0], candidate.split("-")[0]
+
+
+def _in_background(
+    hostset: harness.HostSet,
+    host: harness.TestHost,
+    group: dict[str, Any],
+    tmp: Path,
+    overrides: dict[str, Any],
+    **facts: str,
+) -> Iterator[dict[str, Any]]:
+    """A module fixture's body: the first run starts at once, the test waits for it (``proc``)."""
+    proc = rh.start(rh.render(tmp / "run1", hostset, host, group, overrides=overrides))
+    started = time.monotonic()
+    yield {"hostset": hostset, "host": host, "group": group, "tmp": tmp, "overrides": overrides, **facts} | {
+        "proc": proc,
+        "started": started,
+    }
+    if proc.poll() is None:
+        proc.kill()
+
+
 @pytest.fixture(scope="module")
 def distro_run(testhosts: harness.HostSet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """Starts the `distro` install on host 1 at once; the test that needs it waits for it.
@@ -44,21 +95,7 @@ def distro_run(testhosts: harness.HostSet, tmp_path_factory: pytest.TempPathFact
     not carry, so the lock's kernel is that one), and Debian's nvidia-cuda-toolkit.
     """
     host = testhosts.hosts[0]
-    kernel = rh.ssh(testhosts, host, "apt-cache depends linux-headers-amd64 | sed -n 's/.*Depends: linux-headers-//p'")
-    kernel = kernel.split()[0]
-    # Debian's point releases move the driver's version (the knowledge data may lag behind the
-    # mirror): the lock pins what the mirror has, as `provision plan --driver <version>` would.
-    rh.ssh(
-        testhosts,
-        host,
-        "sed -i 's/ main$/ main non-free non-free-firmware/' /etc/apt/sources.list.d/*.list "
-        "/etc/apt/sources.list 2>/dev/null; apt-get update -qq",
-    )
-    candidate = rh.ssh(testhosts, host, "apt-cache policy nvidia-driver | sed -n 's/ *Candidate: //p'").strip()
-    rh.ssh(
-        testhosts, host, "sed -i 's/ main non-free non-free-firmware$/ main/' /etc/apt/sources.list; apt-get update -qq"
-    )  # the role must add non-free itself
-    version = candidate.split("-")[0]
+    kernel, version = _distro_kernel_and_driver(testhosts, host)
     group = rh.lock_group(
         "debian_distro",
         [host.name],
@@ -72,45 +109,41 @@ def distro_run(testhosts: harness.HostSet, tmp_path_factory: pytest.TempPathFact
     group["stack"]["driver"].update(version=version, branch=version.split(".")[0])
     tmp = tmp_path_factory.mktemp("distro")
     overrides = {"nvidia_driver_kernel": kernel, "preflight_kernel": kernel, **NO_FRAMEWORKS}
-    run1 = rh.render(tmp / "run1", testhosts, host, group, overrides=overrides)
-    started = time.monotonic()
-    proc = rh.start(run1)
-    yield {
-        "host": host,
-        "group": group,
-        "kernel": kernel,
-        "version": version,
-        "proc": proc,
-        "started": started,
-        "tmp": tmp,
-        "overrides": overrides,
-    }
-    if proc.poll() is None:
-        proc.kill()
+    yield from _in_background(testhosts, host, group, tmp, overrides, kernel=kernel, version=version)
+
+
+def _standin_repo(root: Path, distro: str, releases: tuple[str, ...]) -> sr.Repo:
+    """The stand-in of NVIDIA's ``distro`` repository, generated from the plans of ``releases`` (each
+    with Fabric Manager, the CUDA toolkit and cuDNN), in NVIDIA's layout under ``root/served``
+    with a throwaway key named like the real one (8793F200.pub on debian13, else 3bf863cc.pub)."""
+    plans = [sp.apt_plan(distro, v, fabric_manager=True, **TOOLKIT) for v in releases]
+    key_file = sr.KEY_FILES.get(distro, sr.APT_KEY_FILE)
+    folder = sr.repo_folder(root / "served", distro)
+    return sr.build_repo(folder, sr.repository_debs(plans), key_file=key_file, scratch=root)
+
+
+def _served(url: str, repo: sr.Repo) -> str:
+    """The repository's URL under the server that serves ``root/served``."""
+    return f"{url}/{repo.path.relative_to(repo.path.parents[4]).as_posix()}"
 
 
 @pytest.fixture(scope="module")
 def standin(testhosts: harness.HostSet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """The stand-in NVIDIA repository (see standin_repo) served on the bridge for host 2."""
+    """The stand-in NVIDIA debian12 repository (see standin_repo) served on the bridge for host 2."""
     host = testhosts.hosts[1]
-    folder = tmp_path_factory.mktemp("standin") / "repo"
-    debs = (
-        sr.driver_debs("570.124.06")
-        + sr.driver_debs("580.82.07")
-        + sr.driver_debs("580.95.05")
-        + sr.toolkit_debs("12.8", "12.8.93", "9.10.2.21")
-    )
-    repo = sr.build_repo(folder, debs)
+    root = tmp_path_factory.mktemp("standin")
+    repo = _standin_repo(root, "debian12", STANDIN_RELEASES)
     rh.reach_bridge_directly(testhosts, host)
     # the stand-in kernel's headers are installed (as a real kernel's would be)
     rh.ssh(testhosts, host, f"mkdir -p /lib/modules/{sr.STANDIN_KERNEL}/build")
-    with sr.serve(repo.path, f"{testhosts.net}.1") as url:
+    with sr.serve(root / "served", f"{testhosts.net}.1") as server:
+        url = _served(server, repo)
         yield {
             "host": host,
             "url": url,
             "repo": repo,
             "overrides": {
-                **_cuda_repo(url, f"{url}/standin-key.asc", repo.fingerprint),
+                **_cuda_repo(url, f"{url}/{sr.APT_KEY_FILE}", repo.fingerprint),
                 "nvidia_driver_kernel": sr.STANDIN_KERNEL,
                 "preflight_kernel": sr.STANDIN_KERNEL,
                 **NO_FRAMEWORKS,
@@ -244,40 +277,6 @@ def _installed(testhosts: harness.HostSet, host: harness.TestHost) -> dict[str, 
     return {line.split()[0]: line.split()[1] for line in out.splitlines()}
 
 
-@pytest.mark.slow
-def test_nvidia_repo_pins_holds_fabric_manager_and_changes_branch(
-    distro_run: dict[str, Any], standin: dict[str, Any], testhosts: harness.HostSet, tmp_path: Path
-) -> None:
-    host = standin["host"]
-    first = _repo_run(standin, testhosts, tmp_path / "r570", "570.124.06")
-    assert first.rc == 0, first.output[-3000:]
-    have = _installed(testhosts, host)
-    assert have["nvidia-open-570"] == have["nvidia-fabricmanager-570"] == "570.124.06-1"
-    assert rh.ssh(testhosts, host, "apt-mark showhold").split() == ["nvidia-fabricmanager-570", "nvidia-open-570"]
-    assert rh.ssh(testhosts, host, "systemctl is-active nvidia-fabricmanager").strip() == "active"
-    assert rh.ssh(testhosts, host, f"modinfo -k {sr.STANDIN_KERNEL} -F version nvidia").strip() == "570.124.06"
-
-    # branch change 570 -> 580 at an exact release that is not the newest one the repository has
-    upgrade = _repo_run(standin, testhosts, tmp_path / "r580", "580.82.07", cuda_toolkit="12.8", cudnn="9.10.2.21")
-    assert upgrade.rc == 0, upgrade.output[-3000:]
-    have = _installed(testhosts, host)
-    assert "nvidia-open-570" not in have and "nvidia-fabricmanager-570" not in have
-    assert (
-        have["nvidia-open-580"] == have["nvidia-kernel-open-dkms"] == have["nvidia-fabricmanager-580"] == "580.82.07-1"
-    )
-    assert have["cuda-toolkit-12-8"] == "12.8.93-1" and have["cudnn9-cuda-12"] == "9.10.2.21-1"
-    held = set(rh.ssh(testhosts, host, "apt-mark showhold").split())
-    assert held == {"nvidia-open-580", "nvidia-fabricmanager-580", "cuda-toolkit-12-8", "cudnn9-cuda-12"}
-    # 580.95.05 is in the repository, yet nothing would move: the exact pin and holds keep 580.82.07
-    sim = rh.ssh(testhosts, host, "apt-get -s -o Debug::NoLocking=1 dist-upgrade")
-    assert "580.95.05" not in sim, sim
-    assert rh.ssh(testhosts, host, f"modinfo -k {sr.STANDIN_KERNEL} -F version nvidia").strip() == "580.82.07"
-    assert "release 12.8" in rh.ssh(testhosts, host, "bash -lc 'nvcc --version'")
-
-    again = _repo_run(standin, testhosts, tmp_path / "r580b", "580.82.07", cuda_toolkit="12.8", cudnn="9.10.2.21")
-    assert again.rc == 0 and again.changed == 0, again.output[-3000:]
-
-
 def test_nvidia_repo_refuses_a_key_without_the_pinned_fingerprint(
     distro_run: dict[str, Any], standin: dict[str, Any], testhosts: harness.HostSet, tmp_path: Path
 ) -> None:
@@ -292,7 +291,7 @@ def test_nvidia_repo_refuses_a_key_without_the_pinned_fingerprint(
         install_method="nvidia-repo",
         frameworks=[],
     )
-    overrides = {**standin["overrides"], **_cuda_repo(standin["url"], f"{standin['url']}/standin-key.asc", "0" * 40)}
+    overrides = {**standin["overrides"], **_cuda_repo(standin["url"], f"{standin['url']}/{sr.APT_KEY_FILE}", "0" * 40)}
     outcome = rh.apply(rh.render(tmp_path / "run", testhosts, host, group, overrides=overrides), host.name)
     assert outcome.rc != 0
     [line] = outcome.error_lines()
@@ -308,14 +307,13 @@ def rogue(
 ) -> Iterator[dict[str, Any]]:
     """A second stand-in repository with the same package names, signed by a second throwaway key, and
     a key file that carries the pinned key AND that second key (as a tampered mirror would serve)."""
-    folder = tmp_path_factory.mktemp("rogue") / "repo"
-    headers = [d for d in sr.toolkit_debs("12.8", "12.8.93", "9.10.2.21") if d.name.startswith("linux-headers-")]
-    repo = sr.build_repo(folder, sr.driver_debs("570.124.06") + headers)  # all the driver install needs
+    root = tmp_path_factory.mktemp("rogue")
+    repo = _standin_repo(root, "debian12", ("570.124.06",))  # all the driver install needs
     both = standin["repo"].key.read_text() + repo.key.read_text()
     for served in (repo.path, standin["repo"].path):
         (served / "pinned-and-other.asc").write_text(both)
-    with sr.serve(repo.path, f"{testhosts.net}.1") as url:
-        yield {"url": url, "repo": repo}
+    with sr.serve(root / "served", f"{testhosts.net}.1") as server:
+        yield {"url": _served(server, repo), "repo": repo}
 
 
 def _keyring_primaries(testhosts: harness.HostSet, host: harness.TestHost, path: str) -> list[str]:
@@ -387,7 +385,7 @@ def test_nvidia_repo_installs_with_a_keyring_that_holds_only_the_pinned_key(
         gpu="H100-SXM",
         gpu_count=8,
         os="debian-12",
-        driver="570.124.06",
+        driver="575.51.03",  # a release below the newest of its branch: this test is about the keyring
         install_method="nvidia-repo",
         frameworks=[],
     )
@@ -397,7 +395,7 @@ def test_nvidia_repo_installs_with_a_keyring_that_holds_only_the_pinned_key(
     }
     outcome = rh.apply(rh.render(tmp_path / "run", testhosts, host, group, overrides=overrides), host.name)
     assert outcome.rc == 0, outcome.output[-3000:]
-    assert _installed(testhosts, host)["nvidia-open-570"] == "570.124.06-1"
+    assert _installed(testhosts, host)["nvidia-open-575"] == "575.51.03-1"
     sources = rh.ssh(testhosts, host, "cat /etc/apt/sources.list.d/provision-cuda.list")
     assert f"deb [signed-by=/usr/share/keyrings/provision-cuda.asc] {standin['url']}/ /" in sources
     assert _keyring_primaries(testhosts, host, "/usr/share/keyrings/provision-cuda.asc") == [
@@ -448,3 +446,134 @@ def test_distro_driver_builds_with_dkms_then_converges(distro_run: dict[str, Any
     )
     print(f"second run (converged): {time.monotonic() - started:.0f} s")
     assert second.rc == 0 and second.changed == 0, second.output[-4000:]
+
+
+# --- the default plan (the newest branch, 595) from the stand-in, through the contract's plan -----
+
+
+def _contract_group(
+    standin: dict[str, Any], host: harness.TestHost, os_id: str, driver: str, **request: Any
+) -> dict[str, Any]:
+    """A lock group from the resolver (its package plan from the packaging table), its NVIDIA
+    repository pointed at the stand-in (what a mirror setting does)."""
+    group = rh.lock_group(
+        "hgx",
+        [host.name],
+        gpu="H100-SXM",
+        gpu_count=8,
+        os=os_id,
+        driver=driver,
+        install_method="nvidia-repo",
+        frameworks=[],
+        **request,
+    )
+    key = standin["repo"].key.name
+    group["packages"] = sp.standin_repository(group["packages"], standin["url"], key, standin["repo"].fingerprint)
+    return group
+
+
+def _contract_run(standin: dict[str, Any], testhosts: harness.HostSet, run: Path, group: dict[str, Any]) -> rh.Outcome:
+    host = standin["host"]
+    # the group's own plan names the stand-in (standin_plans.standin_repository): no repository override
+    overrides = {k: v for k, v in standin["overrides"].items() if not k.endswith("_repositories")}
+    return rh.apply(rh.render(run, testhosts, host, group, overrides=overrides), host.name)
+
+
+@pytest.mark.slow
+def test_default_plan_installs_holds_converges_and_changes_branch_from_580(
+    standin: dict[str, Any], testhosts: harness.HostSet, tmp_path: Path
+) -> None:
+    """The default plan (595.58.03, the newest release of the newest branch) against the stand-in
+    NVIDIA debian12 repository, after a 580 plan: the exact-version pinning package, the
+    unversioned nvidia-open and nvidia-fabricmanager, held; a second run changes nothing; and back
+    to 580, every part with it."""
+    host = standin["host"]
+    default = rh.lock_group(
+        "hgx", [host.name], gpu="H100-SXM", gpu_count=8, os="debian-12", install_method="nvidia-repo", frameworks=[]
+    )
+    assert default["stack"]["driver"]["version"] == "595.58.03"  # what `provision plan` picks today
+    old = _contract_group(standin, host, "debian-12", "580.95.05")
+    first = _contract_run(standin, testhosts, tmp_path / "r580", old)
+    assert first.rc == 0, first.output[-3000:]
+    assert _installed(testhosts, host)["nvidia-open-580"] == "580.95.05-1"
+
+    new = _contract_group(standin, host, "debian-12", "595.58.03", cuda_toolkit="12.8", cudnn="9.10.2.21")
+    upgrade = _contract_run(standin, testhosts, tmp_path / "r595", new)
+    assert upgrade.rc == 0, upgrade.output[-3000:]
+    have = _installed(testhosts, host)
+    assert "nvidia-open-580" not in have  # the 580 branch metapackage went with the branch change
+    for name in ("nvidia-open", "nvidia-kernel-open-dkms", "libnvidia-compute", "nvidia-fabricmanager"):
+        assert have[name] == "595.58.03-1", (name, have.get(name))
+    assert have["nvidia-driver-pinning-595.58.03"] == "595.58.03-1"
+    assert set(rh.ssh(testhosts, host, "apt-mark showhold").split()) == set(new["packages"]["holds"])
+    assert rh.ssh(testhosts, host, f"modinfo -k {sr.STANDIN_KERNEL} -F version nvidia").strip() == "595.58.03"
+    assert rh.ssh(testhosts, host, "systemctl is-active nvidia-fabricmanager").strip() == "active"
+    assert have["cuda-toolkit-12-8"] == "12.8.93-1" and "release 12.8" in rh.ssh(
+        testhosts, host, "bash -lc 'nvcc --version'"
+    )
+    # newer releases are in the repository (none of 595 here, but the pins and holds say so), yet
+    # nothing would move: a dist-upgrade simulation keeps every part
+    sim = rh.ssh(testhosts, host, "apt-get -s -o Debug::NoLocking=1 dist-upgrade")
+    assert "Inst " not in sim, sim
+
+    again = _contract_run(standin, testhosts, tmp_path / "r595b", new)
+    assert again.rc == 0 and again.changed == 0, again.output[-3000:]
+
+    # and back to 580: NVIDIA's metapackages depend with >= (standin_repo.RULES), so a plan that
+    # installs only nvidia-open-580 at its version would leave the 595 module and libraries in place
+    back = _contract_run(standin, testhosts, tmp_path / "r580b", old)
+    assert back.rc == 0, back.output[-3000:]
+    have = _installed(testhosts, host)
+    for name in ("nvidia-open-580", "nvidia-kernel-open-dkms", "libnvidia-compute", "nvidia-fabricmanager"):
+        assert have[name] == "580.95.05-1", (name, have.get(name))
+    assert rh.ssh(testhosts, host, f"modinfo -k {sr.STANDIN_KERNEL} -F version nvidia").strip() == "580.95.05"
+
+
+# --- Debian 13: NVIDIA's debian13 layout and key ---------------------------------------------------
+# Debian 13's own driver is not run here: trixie's nvidia-open-kernel-dkms 550.163.01-2 (the only
+# version in trixie, -updates and -security on 2026-12-01) does not build for trixie's kernel
+# 6.12.117 (nv-pci.c: too few arguments to pci_resize_resource), so the knowledge offers Debian 13
+# no distro driver (drivers.yaml) and `plan --install-method distro` refuses it.
+
+
+@pytest.fixture(scope="module")
+def debian13(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """The Debian 13 host (a real trixie rootfs); where none can be made (and none is required), skip."""
+    hostset: harness.HostSet = request.getfixturevalue("testhosts_debian13")
+    return {"hostset": hostset, "host": hostset.hosts[0]}
+
+
+@pytest.mark.slow
+def test_debian13_nvidia_repo_default_plan_from_the_debian13_layout_then_converges(
+    debian13: dict[str, Any], tmp_path: Path
+) -> None:
+    """The default plan on the Debian 13 host against a stand-in of NVIDIA's debian13 repository
+    (compute/cuda/repos/debian13/x86_64, its key file named 8793F200.pub: a STAND-IN key in place
+    of NVIDIA's 8793F200, whose fingerprint the plan pins instead of the real one)."""
+    hostset, host = debian13["hostset"], debian13["host"]
+    root = tmp_path / "standin13"
+    repo = _standin_repo(root, "debian13", ("595.58.03",))
+    assert repo.key.name == "8793F200.pub"
+    rh.reach_bridge_directly(hostset, host)
+    rh.ssh(hostset, host, f"mkdir -p /lib/modules/{sr.STANDIN_KERNEL}/build")
+    try:
+        with sr.serve(root / "served", f"{hostset.net}.1") as server:
+            url = _served(server, repo)
+            assert url.endswith("/compute/cuda/repos/debian13/x86_64")
+            overrides = {
+                "nvidia_driver_kernel": sr.STANDIN_KERNEL,
+                "preflight_kernel": sr.STANDIN_KERNEL,
+                **NO_FRAMEWORKS,
+            }
+            standin = {"host": host, "url": url, "repo": repo, "overrides": overrides}
+            group = _contract_group(standin, host, "debian-13", "595.58.03")
+            first = _contract_run(standin, hostset, tmp_path / "run1", group)
+            assert first.rc == 0, first.output[-3000:]
+            have = _installed(hostset, host)
+            assert have["nvidia-open"] == have["nvidia-driver-pinning-595.58.03"] == "595.58.03-1"
+            sources = rh.ssh(hostset, host, "cat /etc/apt/sources.list.d/provision-cuda.list")
+            assert f"{url}/ /" in sources
+            again = _contract_run(standin, hostset, tmp_path / "run2", group)
+            assert again.rc == 0 and again.changed == 0, again.output[-3000:]
+    finally:
+        rh.remove_standin(hostset, host, sr.STANDIN_KERNEL)
