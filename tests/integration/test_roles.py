@@ -33,6 +33,7 @@ TORCH_CPU = "torch==2.13.0+cpu"
 # The driver tests install no framework (the lock's torch would come from PyTorch's index, which
 # the test hosts cannot reach): the roles' own switches, as a user leaving the venv alone would set.
 NO_FRAMEWORKS = {"frameworks_enabled": False, "verify_frameworks": {}, "python_env_enabled": False}
+MOK = "/root/provision-mok"  # the distro build's MOK pair, made on the host
 PLAN_ROLES = ("nvidia_driver", "fabric_manager", "cuda_toolkit", "cudnn", "container_toolkit", "dcgm")
 
 
@@ -108,7 +109,21 @@ def distro_run(testhosts: harness.HostSet, tmp_path_factory: pytest.TempPathFact
     )
     group["stack"]["driver"].update(version=version, branch=version.split(".")[0])
     tmp = tmp_path_factory.mktemp("distro")
-    overrides = {"nvidia_driver_kernel": kernel, "preflight_kernel": kernel, **NO_FRAMEWORKS}
+    # a MOK pair made here: the DKMS-built module must carry its signature (Secure Boot signing; no
+    # Secure Boot firmware here, so what is checked is the signature, not a load)
+    rh.ssh(
+        testhosts,
+        host,
+        f"mkdir -p {MOK} && openssl req -new -x509 -nodes -days 30 -subj '/CN=provision test MOK/' "
+        f"-newkey rsa:2048 -keyout {MOK}/MOK.priv -outform DER -out {MOK}/MOK.der 2>/dev/null",
+    )
+    overrides = {
+        "nvidia_driver_kernel": kernel,
+        "preflight_kernel": kernel,
+        "nvidia_driver_mok_key": f"{MOK}/MOK.priv",
+        "nvidia_driver_mok_cert": f"{MOK}/MOK.der",
+        **NO_FRAMEWORKS,
+    }
     yield from _in_background(testhosts, host, group, tmp, overrides, kernel=kernel, version=version)
 
 
@@ -409,6 +424,11 @@ def test_nvidia_repo_installs_with_a_keyring_that_holds_only_the_pinned_key(
 
 
 @pytest.mark.slow
+def _hex(serial: str) -> str:
+    """A certificate serial as openssl prints it, or a sig_key as modinfo does, in one form."""
+    return serial.strip().replace(":", "").upper().lstrip("0")
+
+
 def test_distro_driver_builds_with_dkms_then_converges(distro_run: dict[str, Any], testhosts: harness.HostSet) -> None:
     host, kernel, version = distro_run["host"], distro_run["kernel"], distro_run["version"]
     first = rh.finish(distro_run["proc"], host.name)
@@ -421,6 +441,13 @@ def test_distro_driver_builds_with_dkms_then_converges(distro_run: dict[str, Any
         else "nvidia-current"
     )
     assert rh.ssh(testhosts, host, f"modinfo -k {kernel} -F version {module}").strip() == version
+    # signed the way Debian 12's dkms (3.0.x) signs: framework.conf.d names the MOK pair
+    assert "dkms-3.0" in rh.ssh(testhosts, host, "dkms --version")
+    conf = rh.ssh(testhosts, host, "cat /etc/dkms/framework.conf.d/provision-mok.conf")
+    assert f"mok_signing_key={MOK}/MOK.priv" in conf
+    assert rh.ssh(testhosts, host, f"modinfo -k {kernel} -F signer {module}").strip() == "provision test MOK"
+    serial = rh.ssh(testhosts, host, f"openssl x509 -inform DER -in {MOK}/MOK.der -noout -serial").split("=", 1)[1]
+    assert _hex(rh.ssh(testhosts, host, f"modinfo -k {kernel} -F sig_key {module}")) == _hex(serial)
     assert "release 11.8" in rh.ssh(testhosts, host, "nvcc --version")
     assert {"nvidia-driver", "nvidia-cuda-toolkit"} <= set(rh.ssh(testhosts, host, "apt-mark showhold").split())
     assert "blacklist nouveau" in rh.ssh(testhosts, host, "cat /etc/modprobe.d/provision-blacklist-nouveau.conf")

@@ -1,88 +1,27 @@
 """What real images bring along, on Debian 12 SSH test hosts: an NVIDIA repository entry already
-there, and Secure Boot signing of the DKMS-built driver.
+there (Secure Boot signing of the DKMS-built driver is checked on the distro build of
+test_roles.py: one DKMS build serves both).
 
 - Host 2: the image carries an entry for the repository's URL with another `signed-by` (as
   cuda-keyring, DLAMI and cloud GPU images do). STAND-IN: the repository is standin_repo's signed
   flat repository on the bridge (NVIDIA's cannot be reached); the conflict is apt's own, shown
   first by adding a second entry by hand. signed_repo (applied alone, as nvidia_driver and
   container_toolkit include it) must leave apt working, and converge.
-- Host 1: REAL: Debian's nvidia-driver from non-free built by Debian's dkms 3.0.10 against the
-  kernel linux-headers-amd64 brings (the test hosts run the machine's kernel, whose headers Debian
-  does not carry), with a MOK pair made here: the module must carry the MOK's signature. No
-  Secure Boot firmware here: what is checked is the signature, not a load.
 """
 
 from __future__ import annotations
 
-import functools
 import subprocess
-import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import pytest
 import yaml
 
 from tests.hosts import harness
 from tests.integration import roles_harness as rh
+from tests.integration import standin_plans as sp
 from tests.integration import standin_repo as sr
 
 NO_FRAMEWORKS = {"frameworks_enabled": False, "verify_frameworks": {}, "python_env_enabled": False}
-MOK = "/root/provision-mok"
-
-
-@pytest.fixture(scope="module")
-def signed_distro_run(testhosts: harness.HostSet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """Starts the distro driver install with a MOK pair on host 1 at once; its test waits for it."""
-    host = testhosts.hosts[0]
-    kernel = rh.ssh(testhosts, host, "apt-cache depends linux-headers-amd64 | sed -n 's/.*Depends: linux-headers-//p'")
-    kernel = kernel.split()[0]
-    # the lock pins what the mirror has (Debian's point releases move the driver's version); the
-    # role adds non-free itself, so it is taken away again after the look
-    version = rh.ssh(
-        testhosts,
-        host,
-        "sed -i 's/ main$/ main non-free/' /etc/apt/sources.list; apt-get update -qq; "
-        "apt-cache policy nvidia-driver | sed -n 's/ *Candidate: //p'; "
-        "sed -i 's/ main non-free$/ main/' /etc/apt/sources.list; apt-get update -qq",
-    ).strip()
-    version = version.split("-")[0]
-    rh.ssh(
-        testhosts,
-        host,
-        f"mkdir -p {MOK} && openssl req -new -x509 -nodes -days 30 -subj '/CN=provision test MOK/' "
-        f"-newkey rsa:2048 -keyout {MOK}/MOK.priv -outform DER -out {MOK}/MOK.der 2>/dev/null",
-    )
-    group = rh.lock_group(
-        "signed", [host.name], gpu="L4", gpu_count=1, os="debian-12", install_method="distro", frameworks=[]
-    )
-    group["stack"]["driver"].update(version=version, branch=version.split(".")[0])
-    group["stack"]["cuda_toolkit"] = None
-    overrides = {
-        "nvidia_driver_kernel": kernel,
-        "preflight_kernel": kernel,
-        "nvidia_driver_mok_key": f"{MOK}/MOK.priv",
-        "nvidia_driver_mok_cert": f"{MOK}/MOK.der",
-        **NO_FRAMEWORKS,
-    }
-    tmp = tmp_path_factory.mktemp("signed")
-    started = time.monotonic()
-    proc = rh.start(rh.render(tmp / "run1", testhosts, host, group, overrides=overrides))
-    run2 = functools.partial(rh.render, tmp / "run2", testhosts, host, group, overrides=overrides)
-    # Debian renames the module: nvidia-current (proprietary), nvidia-current-open
-    module = "nvidia-current-open" if group["stack"]["driver"]["kernel_modules"] == "open" else "nvidia-current"
-    yield {
-        "host": host,
-        "kernel": kernel,
-        "version": version,
-        "module": module,
-        "proc": proc,
-        "started": started,
-        "run2": run2,
-    }
-    if proc.poll() is None:
-        proc.kill()
 
 
 def _signed_repo_play(run: Path, testhosts: harness.HostSet, host: harness.TestHost, repo: sr.Repo, url: str) -> Path:
@@ -117,10 +56,10 @@ def _signed_repo_play(run: Path, testhosts: harness.HostSet, host: harness.TestH
 
 
 def test_an_image_entry_for_the_repository_with_another_signed_by_is_replaced(
-    signed_distro_run: dict[str, Any], testhosts: harness.HostSet, tmp_path: Path
+    testhosts: harness.HostSet, tmp_path: Path
 ) -> None:
     host = testhosts.hosts[1]
-    repo = sr.build_repo(tmp_path / "repo", sr.driver_debs("580.82.07"))
+    repo = sr.build_repo(tmp_path / "repo", sr.repository_debs([sp.apt_plan("debian12", "580.95.05")]))
     rh.reach_bridge_directly(testhosts, host)
     image_list = "/etc/apt/sources.list.d/cuda-debian12-x86_64.list"
     with sr.serve(repo.path, f"{testhosts.net}.1") as url:
@@ -171,35 +110,3 @@ def test_an_image_entry_for_the_repository_with_another_signed_by_is_replaced(
                 "/var/backups/provision-apt /etc/apt/apt.conf.d/02direct-bridge; apt-get update -qq",
                 check=False,
             )
-
-
-def _hex(serial: str) -> str:
-    return serial.strip().replace(":", "").upper().lstrip("0")
-
-
-@pytest.mark.slow
-def test_the_dkms_built_module_is_signed_by_the_mok(
-    signed_distro_run: dict[str, Any], testhosts: harness.HostSet
-) -> None:
-    run = signed_distro_run
-    host, kernel = run["host"], run["kernel"]
-    try:  # two shared cores: the DKMS build of the whole driver takes a while
-        first = rh.finish(run["proc"], host.name, timeout=3000)
-    except subprocess.TimeoutExpired as timeout:
-        out = timeout.output.decode() if isinstance(timeout.output, bytes) else str(timeout.output)
-        pytest.fail(f"the install did not finish in {timeout.timeout} s; last output:\n{out[-3000:]}")
-    print(
-        f"\ndistro install with MOK signing (driver {run['version']}, {kernel}): {time.monotonic() - run['started']:.0f} s"
-    )
-    assert first.rc == 0 and first.changed > 0, first.output[-4000:]
-    assert "dkms-3.0" in rh.ssh(testhosts, host, "dkms --version")
-    assert f"mok_signing_key={MOK}/MOK.priv" in rh.ssh(
-        testhosts, host, "cat /etc/dkms/framework.conf.d/provision-mok.conf"
-    )
-    module = run["module"]
-    assert rh.ssh(testhosts, host, f"modinfo -k {kernel} -F signer {module}").strip() == "provision test MOK"
-    serial = rh.ssh(testhosts, host, f"openssl x509 -inform DER -in {MOK}/MOK.der -noout -serial").split("=", 1)[1]
-    assert _hex(rh.ssh(testhosts, host, f"modinfo -k {kernel} -F sig_key {module}")) == _hex(serial)
-
-    second = rh.apply(run["run2"](), host.name)
-    assert second.rc == 0 and second.changed == 0, second.output[-4000:]
