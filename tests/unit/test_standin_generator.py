@@ -80,12 +80,30 @@ def test_what_the_generator_refuses() -> None:
     assert sr.deb_version("595.58.03-*") == "595.58.03-1"
 
 
-def test_contract_packages_takes_the_resolvers_plan_once_it_has_the_contracts_shape() -> None:
-    own = {"manager": "apt", "install": [], "repositories": []}
-    group = {"packages": own, "stack": {"driver": {"version": "595.58.03"}, "fabric_manager": None}}
-    assert sp.contract_packages(group, "debian12") == own
-    group["packages"] = {"os_family": "debian", "driver": {}}  # the lock's packages before issue 14
-    assert sp.contract_packages(group, "debian12")["install"][1]["name"] == "nvidia-open"
+@pytest.mark.parametrize("version", ["570.124.06", "580.95.05", "595.58.03"])
+def test_the_stand_in_carries_the_names_the_resolvers_plan_installs(version: str) -> None:
+    """The stand-in is built from the facts (standin_plans.apt_plan); the role tests install the
+    resolver's plan (the packaging table) from it. The two must name the same driver and Fabric
+    Manager packages, or a role test would fail for a reason no real repository has."""
+    from tests.integration import roles_harness as rh
+
+    group = rh.lock_group(
+        "hgx",
+        ["h"],
+        gpu="H100-SXM",
+        gpu_count=8,
+        os="debian-12",
+        driver=version,
+        install_method="nvidia-repo",
+        frameworks=[],
+    )
+    roles = ("nvidia_driver", "fabric_manager")
+    resolved = [(e["name"], e["version"]) for e in group["packages"]["install"] if e["role"] in roles]
+    standin = [(e["name"], e["version"]) for e in sp.apt_plan("debian12", version, fabric_manager=True)["install"]]
+    assert resolved == standin
+
+
+def test_the_stand_in_takes_the_place_of_nvidias_repository_in_a_plan() -> None:
     moved = sp.standin_repository(sp.apt_plan("debian12", "595.58.03"), "http://10.0.0.1:80/r", "k.pub", "F" * 40)
     assert moved["repositories"] == [
         {
