@@ -330,7 +330,7 @@ def package_plan(
             add("fabric_manager", method=d.method, branch=b)
             add("nvlsm", method=d.method, branch=b, gpu=gpu)
     if req.cuda_toolkit:
-        add("cuda_toolkit")
+        add("cuda_toolkit", method=d.method)
     if req.cudnn and cudnn_major is not None:
         add("cudnn")
     for component, more in (extras or {}).items():

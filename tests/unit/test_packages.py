@@ -253,3 +253,14 @@ def test_the_resolvers_plan_round_trips_through_json() -> None:
 def test_a_plan_of_the_wrong_shape_is_bad_input(doc: dict[str, Any], where: str) -> None:
     with pytest.raises(BadInput, match=rf"packages\.{where} is not"):
         PackagePlan.from_json(doc)
+
+
+def test_the_distro_method_takes_the_oss_own_toolkit() -> None:
+    """Debian's and Ubuntu's nvidia-cuda-toolkit with their own driver; NVIDIA's cuda-toolkit-X-Y
+    (its repository) only with NVIDIA's (the distro plan once named NVIDIA's, unreachable there)."""
+    distro = _plan("debian-12", "535.261.03", method="distro", cuda_toolkit="11.8")
+    [toolkit] = distro.for_role("cuda_toolkit")
+    assert (toolkit.name, toolkit.version, toolkit.repository) == ("nvidia-cuda-toolkit", None, None)
+    assert "nvidia-cuda-toolkit" in distro.holds
+    repo = _plan("debian-12", "580.95.05", cuda_toolkit="12.8")
+    assert [(i.name, i.repository) for i in repo.for_role("cuda_toolkit")] == [("cuda-toolkit-12-8", "cuda")]
