@@ -72,7 +72,9 @@ def apt_plan(
         holds.append(name)
     if cuda and cudnn:
         major = cuda[0].split(".")[0]
-        names = [f"cudnn{cudnn.split('.')[0]}-cuda-{major}", f"libcudnn{cudnn.split('.')[0]}-cuda-{major}"]
+        m = cudnn.split(".")[0]
+        names = [f"libcudnn{m}-cuda-{major}", f"libcudnn{m}-dev-cuda-{major}", f"libcudnn{m}-headers-cuda-{major}"]
+        names.append(f"cudnn{m}-cuda-{major}")
         install += [_entry(n, f"{cudnn}-*", "cudnn") for n in names]
         holds += names
     return {

@@ -210,6 +210,18 @@ RULES: tuple[Rule, ...] = (
         "[facts-7]",
         files=(("/usr/lib/x86_64-linux-gnu/libcudnn.so.{version}", "", 0o644),),
     ),
+    # the development files: headers, then the dev package over the library at the same version
+    Rule(
+        r"libcudnn(?P<cudnn_major>\d+)-headers-cuda-(?P<cuda>\d+)",
+        "[facts-7]",
+        files=(("/usr/include/x86_64-linux-gnu/cudnn_version_v{cudnn_major}.h", "", 0o644),),
+    ),
+    Rule(
+        r"libcudnn(?P<cudnn_major>\d+)-dev-cuda-(?P<cuda>\d+)",
+        "[facts-7]",
+        depends=("libcudnn{cudnn_major}-cuda-{cuda}", "libcudnn{cudnn_major}-headers-cuda-{cuda}"),
+        relations="Depends: libcudnn{cudnn_major}-cuda-{cuda} (= {deb}), libcudnn{cudnn_major}-headers-cuda-{cuda} (= {deb})\n",
+    ),
 )
 
 

@@ -29,6 +29,8 @@ def test_the_default_plan_makes_nvidias_names_versions_and_relationships() -> No
         "cuda-toolkit-12-8": "12.8.93-1",
         "cudnn9-cuda-12": "9.10.2.21-1",
         "libcudnn9-cuda-12": "9.10.2.21-1",
+        "libcudnn9-dev-cuda-12": "9.10.2.21-1",
+        "libcudnn9-headers-cuda-12": "9.10.2.21-1",
     }
     assert "Depends: nvidia-kernel-open-dkms (>= 595.58.03-1)" in debs["nvidia-open"].extra
     assert "Depends: kmod\nConflicts: nvidia-kernel-dkms" in debs["nvidia-kernel-open-dkms"].extra
@@ -83,8 +85,8 @@ def test_what_the_generator_refuses() -> None:
 @pytest.mark.parametrize("version", ["570.124.06", "580.95.05", "595.58.03"])
 def test_the_stand_in_carries_the_names_the_resolvers_plan_installs(version: str) -> None:
     """The stand-in is built from the facts (standin_plans.apt_plan); the role tests install the
-    resolver's plan (the packaging table) from it. The two must name the same driver and Fabric
-    Manager packages, or a role test would fail for a reason no real repository has."""
+    resolver's plan (the packaging table) from it. The two must name the same packages, or a role
+    test would fail for a reason no real repository has."""
     from tests.integration import roles_harness as rh
 
     group = rh.lock_group(
@@ -97,10 +99,25 @@ def test_the_stand_in_carries_the_names_the_resolvers_plan_installs(version: str
         install_method="nvidia-repo",
         frameworks=[],
     )
-    roles = ("nvidia_driver", "fabric_manager")
-    resolved = [(e["name"], e["version"]) for e in group["packages"]["install"] if e["role"] in roles]
+    resolved = [(e["name"], e["version"]) for e in group["packages"]["install"]]
     standin = [(e["name"], e["version"]) for e in sp.apt_plan("debian12", version, fabric_manager=True)["install"]]
     assert resolved == standin
+    toolkit = rh.lock_group(
+        "hgx",
+        ["h"],
+        gpu="H100-SXM",
+        gpu_count=8,
+        os="debian-12",
+        driver=version,
+        install_method="nvidia-repo",
+        frameworks=[],
+        cuda_toolkit="12.8",
+        cudnn="9.10.2.21",
+    )
+    roles = ("cuda_toolkit", "cudnn")
+    resolved = [e["name"] for e in toolkit["packages"]["install"] if e["role"] in roles]
+    plan = sp.apt_plan("debian12", version, fabric_manager=True, cuda=("12.8", "12.8.93"), cudnn="9.10.2.21")
+    assert resolved == [e["name"] for e in plan["install"] if e["role"] in roles]
 
 
 def test_the_stand_in_takes_the_place_of_nvidias_repository_in_a_plan() -> None:
