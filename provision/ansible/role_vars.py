@@ -15,7 +15,7 @@ from provision.ansible.checks import _check_package, _check_text, _check_url, _c
 from provision.ansible.settings import InstallSettings
 from provision.errors import BadInput
 from provision.matrix.packaging import ROLES as PACKAGE_ROLES
-from provision.stack.packages import PackagePlan, PipPlan
+from provision.stack.packages import PackagePlan, PipPlan, Repository
 
 PYPI = "https://pypi.org/simple"
 
@@ -107,7 +107,7 @@ def package_vars(plan: PackagePlan) -> dict[str, Any]:
     return out
 
 
-def _repository_vars(r: Any) -> dict[str, str]:
+def _repository_vars(r: Repository) -> dict[str, str]:
     if r.key_fingerprint is None:
         raise BadInput(
             f"the lock's packages.repositories entry {r.name!r} has no key fingerprint",

@@ -60,6 +60,22 @@ def lock_group(name: str, hosts: list[str], **request: Any) -> dict[str, Any]:
     return LockGroup.from_resolution(name, hosts, resolution).to_json()
 
 
+def hgx_group(hosts: list[str], driver: str, os: str = "debian-12", **request: Any) -> dict[str, Any]:
+    """The role tests' NVIDIA-repository group: 8 x H100-SXM (an NVSwitch board, so Fabric Manager
+    too) at exactly ``driver``, no frameworks (their wheels come from indexes the hosts cannot reach)."""
+    return lock_group(
+        "hgx",
+        hosts,
+        gpu="H100-SXM",
+        gpu_count=8,
+        os=os,
+        driver=driver,
+        install_method="nvidia-repo",
+        frameworks=[],
+        **request,
+    )
+
+
 def connection(hostset: harness.HostSet, host: harness.TestHost) -> dict[str, Any]:
     return {
         "ansible_host": host.address,

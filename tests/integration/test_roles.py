@@ -270,23 +270,6 @@ def test_frameworks_install_cpu_torch_from_find_links_and_converge(
 # --- nvidia-repo: exact pins, holds, Fabric Manager == driver, branch change, idempotence ---------
 
 
-def _repo_run(standin: dict[str, Any], testhosts: harness.HostSet, run: Path, driver: str, **extra: Any) -> rh.Outcome:
-    host = standin["host"]
-    group = rh.lock_group(
-        "hgx",
-        [host.name],
-        gpu="H100-SXM",
-        gpu_count=8,
-        os="debian-12",
-        driver=driver,
-        install_method="nvidia-repo",
-        frameworks=[],
-        **extra,
-    )
-    assert group["stack"]["fabric_manager"] == {"version": driver}  # 8 x H100-SXM: NVSwitch board
-    return rh.apply(rh.render(run, testhosts, host, group, overrides=standin["overrides"]), host.name)
-
-
 def _installed(testhosts: harness.HostSet, host: harness.TestHost) -> dict[str, str]:
     out = rh.ssh(testhosts, host, "dpkg-query -W -f '${Package} ${Version} ${Status}\\n' | awk '$5 == \"installed\"'")
     return {line.split()[0]: line.split()[1] for line in out.splitlines()}
@@ -296,16 +279,7 @@ def test_nvidia_repo_refuses_a_key_without_the_pinned_fingerprint(
     distro_run: dict[str, Any], standin: dict[str, Any], testhosts: harness.HostSet, tmp_path: Path
 ) -> None:
     host = standin["host"]
-    group = rh.lock_group(
-        "hgx",
-        [host.name],
-        gpu="H100-SXM",
-        gpu_count=8,
-        os="debian-12",
-        driver="570.124.06",
-        install_method="nvidia-repo",
-        frameworks=[],
-    )
+    group = rh.hgx_group([host.name], "570.124.06")
     overrides = {**standin["overrides"], **_cuda_repo(standin["url"], f"{standin['url']}/{sr.APT_KEY_FILE}", "0" * 40)}
     outcome = rh.apply(rh.render(tmp_path / "run", testhosts, host, group, overrides=overrides), host.name)
     assert outcome.rc != 0
@@ -355,16 +329,7 @@ def test_nvidia_repo_refuses_a_repository_signed_by_another_key_in_the_key_file(
     trusted the second key and installed its packages). Now the play fails with one line, installs
     nothing, and leaves no keyring or sources entry trusting the second key."""
     host = standin["host"]
-    group = rh.lock_group(
-        "hgx",
-        [host.name],
-        gpu="H100-SXM",
-        gpu_count=8,
-        os="debian-12",
-        driver="570.124.06",
-        install_method="nvidia-repo",
-        frameworks=[],
-    )
+    group = rh.hgx_group([host.name], "570.124.06")
     overrides = {
         **standin["overrides"],
         **_cuda_repo(rogue["url"], f"{rogue['url']}/pinned-and-other.asc", standin["repo"].fingerprint),
@@ -394,16 +359,8 @@ def test_nvidia_repo_installs_with_a_keyring_that_holds_only_the_pinned_key(
     """The normal case still installs, from a key file that also carries a second key: the keyring
     signed-by names holds exactly the pinned key (with the old tasks it held both)."""
     host = standin["host"]
-    group = rh.lock_group(
-        "hgx",
-        [host.name],
-        gpu="H100-SXM",
-        gpu_count=8,
-        os="debian-12",
-        driver="575.51.03",  # a release below the newest of its branch: this test is about the keyring
-        install_method="nvidia-repo",
-        frameworks=[],
-    )
+    # a release below the newest of its branch: this test is about the keyring
+    group = rh.hgx_group([host.name], "575.51.03")
     overrides = {
         **standin["overrides"],
         **_cuda_repo(standin["url"], f"{standin['url']}/pinned-and-other.asc", standin["repo"].fingerprint),
@@ -483,17 +440,7 @@ def _contract_group(
 ) -> dict[str, Any]:
     """A lock group from the resolver (its package plan from the packaging table), its NVIDIA
     repository pointed at the stand-in (what a mirror setting does)."""
-    group = rh.lock_group(
-        "hgx",
-        [host.name],
-        gpu="H100-SXM",
-        gpu_count=8,
-        os=os_id,
-        driver=driver,
-        install_method="nvidia-repo",
-        frameworks=[],
-        **request,
-    )
+    group = rh.hgx_group([host.name], driver, os=os_id, **request)
     key = standin["repo"].key.name
     group["packages"] = sp.standin_repository(group["packages"], standin["url"], key, standin["repo"].fingerprint)
     return group

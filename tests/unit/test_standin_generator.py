@@ -89,31 +89,11 @@ def test_the_stand_in_carries_the_names_the_resolvers_plan_installs(version: str
     test would fail for a reason no real repository has."""
     from tests.integration import roles_harness as rh
 
-    group = rh.lock_group(
-        "hgx",
-        ["h"],
-        gpu="H100-SXM",
-        gpu_count=8,
-        os="debian-12",
-        driver=version,
-        install_method="nvidia-repo",
-        frameworks=[],
-    )
+    group = rh.hgx_group(["h"], version)
     resolved = [(e["name"], e["version"]) for e in group["packages"]["install"]]
     standin = [(e["name"], e["version"]) for e in sp.apt_plan("debian12", version, fabric_manager=True)["install"]]
     assert resolved == standin
-    toolkit = rh.lock_group(
-        "hgx",
-        ["h"],
-        gpu="H100-SXM",
-        gpu_count=8,
-        os="debian-12",
-        driver=version,
-        install_method="nvidia-repo",
-        frameworks=[],
-        cuda_toolkit="12.8",
-        cudnn="9.10.2.21",
-    )
+    toolkit = rh.hgx_group(["h"], version, cuda_toolkit="12.8", cudnn="9.10.2.21")
     roles = ("cuda_toolkit", "cudnn")
     resolved = [e["name"] for e in toolkit["packages"]["install"] if e["role"] in roles]
     plan = sp.apt_plan("debian12", version, fabric_manager=True, cuda=("12.8", "12.8.93"), cudnn="9.10.2.21")
