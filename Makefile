@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # Tools that start ansible-playbook find the venv's without the venv being activated.
 IN_VENV := PATH="$(abspath $(BIN)):$$PATH"
 
-.PHONY: demo test check deps venv lint lint-python clean
+.PHONY: demo test check deps bases venv lint lint-python clean
 
 demo: venv
 	$(IN_VENV) $(BIN)/provision up --local --check --yes
@@ -30,7 +30,7 @@ demo: venv
 # bound was missed at load 14-18, so it runs in the second, single-process run.
 PYTEST_RUN := $(IN_VENV) PROVISION_REQUIRE_TESTHOSTS=1 $(BIN)/pytest -m "not gpu" --durations=25
 BOTH_CORES := tests/unit/test_smoke_job.py
-test: deps venv lint-python
+test: deps bases venv lint-python
 	$(PYTEST_RUN) -n 2 --dist loadscope $(PYTEST_ARGS) tests/unit --ignore=$(BOTH_CORES) || test $$? -eq 5
 	$(PYTEST_RUN) $(PYTEST_ARGS) $(BOTH_CORES) tests/integration tests/gpu || test $$? -eq 5
 
@@ -40,6 +40,12 @@ check: lint-python
 
 deps:
 	bash tests/hosts/install-deps.sh
+
+# The test hosts' two base rootfs (debootstrap of Debian 12 and 13: minutes each on a fresh
+# machine) start building in the background here, beside the venv, the lint and the unit tests;
+# the integration fixtures wait for them (tests/hosts/harness.py prefetch_bases).
+bases: deps
+	$(PYTHON) tests/hosts/harness.py
 
 venv: $(VENV)/.installed
 

@@ -208,7 +208,7 @@ def _pip_without_byte_compiling(hostset: HostSet) -> None:
         )
 
 
-def start_base_build(settings: dict[str, Any]) -> subprocess.Popen[bytes] | None:
+def start_base_build(settings: dict[str, Any], *, detached: bool = False) -> subprocess.Popen[bytes] | None:
     """Build a set's base rootfs in the background (None when it is cached already).
 
     The Debian 13 base takes minutes on a fresh machine (CI): started beside the Debian 12 set,
@@ -221,8 +221,30 @@ def start_base_build(settings: dict[str, Any]) -> subprocess.Popen[bytes] | None
     hostset = HostSet(**{k: settings[k] for k in ("directory", "prefix", "net", "bridge", "suite", "base")})
     Path(settings["directory"]).mkdir(parents=True, exist_ok=True)
     return subprocess.Popen(
-        ["bash", str(SCRIPT), "base"], env=hostset.env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        ["bash", str(SCRIPT), "base"],
+        env=hostset.env(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=detached,
     )
+
+
+def prefetch_bases() -> None:
+    """Start building the session's two base rootfs (Debian 12 and 13) and return at once.
+
+    `make test` calls this first (`python3 tests/hosts/harness.py`, before the venv exists: this
+    module needs only the standard library), so that on a fresh machine the two debootstraps
+    (minutes each) overlap the venv, the lint and the unit tests instead of delaying the first
+    integration test. The builds outlive this process (their own session); a fixture that comes
+    while one still runs waits for it under testhosts.sh's lock, and one that failed is simply
+    built again there, with its error shown.
+    """
+    if available():
+        return  # no test hosts on this machine: the fixtures say why
+    debian12 = {**session_settings(), "suite": "bookworm", "base": BASE_DIR}
+    for settings in (debian12, debian13_settings(debian12)):
+        start_base_build(settings, detached=True)
 
 
 def down(hostset: HostSet) -> None:
@@ -315,3 +337,7 @@ def leftovers(hostset: HostSet) -> list[str]:
     if hosts_dir.exists():
         found += [f"host dir {p}" for p in hosts_dir.iterdir()]
     return found
+
+
+if __name__ == "__main__":
+    prefetch_bases()
