@@ -18,6 +18,7 @@ import yaml
 
 from provision.errors import BadInput
 from provision.matrix.model import (
+    EOL_PAST,
     Architecture,
     BranchClass,
     CudaToolkit,
@@ -44,6 +45,7 @@ from provision.matrix.names import nearest, normalize
 from provision.matrix.packaging import PackagingError, build_packaging
 
 _PCI = re.compile(r"^\[?(?:0x)?(10de):(?:0x)?([0-9a-f]{4})\]?$", re.IGNORECASE)
+_MONTH = re.compile(r"^\d{4}-(0[1-9]|1[0-2])$")
 
 
 # Every torch release has CPU wheels (download.pytorch.org/whl/cpu, version tag +cpu) on both archs.
@@ -324,12 +326,15 @@ def build_tables(d: dict[str, Any]) -> Tables:
             )
         )
     for b in d.get("driver_branches", []):
+        eol = _opt_str(b.get("eol"))
+        if eol is not None and eol != EOL_PAST and not _MONTH.match(eol):
+            raise DataError(f"driver branch {b['branch']}: eol {eol!r} is neither YYYY-MM, {EOL_PAST!r} nor null")
         t.branches.append(
             DriverBranch(
                 branch=int(b["branch"]),
                 cls=cast(BranchClass, b["class"]),
                 max_cuda=str(b["max_cuda"]),
-                eol=_opt_str(b.get("eol")),
+                eol=eol,
                 newest=_opt_str(b.get("newest")),
                 releases=tuple(str(r) for r in b.get("releases", [])),
                 distro={str(k): str(v) for k, v in (b.get("distro") or {}).items()},

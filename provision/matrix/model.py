@@ -131,18 +131,35 @@ class CudaToolkit:
         return int(self.version.split(".")[0])
 
 
+EOL_PAST = "past"  # drivers.yaml `eol: past`: NVIDIA lists the branch as end of life, with no month
+
+
 @dataclass(frozen=True)
 class DriverBranch:
     branch: int
     cls: BranchClass
     max_cuda: str
-    eol: str | None  # YYYY-MM, None while supported with no announced date
+    eol: str | None  # YYYY-MM, EOL_PAST (ended, month not given), None: no end of life announced
     newest: str | None  # newest known release; None: no exact version known
     releases: tuple[str, ...]
     distro: dict[str, str]  # os id -> the version the distribution's own packages carry
     note: str
     source: tuple[str, ...]
     confidence: str
+
+    def end_of_life(self, snapshot: str) -> bool:
+        """The branch had reached end of life by ``snapshot`` (YYYY-MM, the data's "now")."""
+        if self.eol == EOL_PAST:
+            return True
+        return bool(self.eol and snapshot and self.eol < snapshot)
+
+    def eol_text(self, snapshot: str) -> str:
+        """How the reasons phrase the branch's end of life ("" when none is announced)."""
+        if self.eol == EOL_PAST:
+            return "end of life (NVIDIA gives no month)"
+        if not self.eol:
+            return ""
+        return f"reached end of life in {self.eol}" if self.end_of_life(snapshot) else f"supported until {self.eol}"
 
 
 @dataclass(frozen=True)

@@ -307,8 +307,8 @@ class Rules:
                     f"{gpu.name} ({gpu.arch}) is supported up to driver branch "
                     f"{gpu.last_driver_branch}, not {b.branch}",
                 )
-        if b.eol and self.k.t.snapshot and b.eol < self.k.t.snapshot:
-            c.warn("eol_branch", f"driver branch {b.branch} reached end of life in {b.eol}")
+        if b.end_of_life(self.k.t.snapshot):
+            c.warn("eol_branch", f"driver branch {b.branch} {b.eol_text(self.k.t.snapshot)}")
         return c
 
     # system CUDA toolkit and cuDNN ---------------------------------------------------------

@@ -218,3 +218,67 @@ def test_first_hand_checks_agree_with_the_data() -> None:
     assert "nvidia-cudnn-cu13==9.24.0.43" in text and t214.variant("cu130").cudnn == "9.24.0.43"  # type: ignore[union-attr]
     assert "cuda-toolkit[" in text and t214.pypi_default == "cu130"
     assert "tensorflow 2.21.0 requires_python >=3.10" in text
+
+
+# --- issue 15: facts read from primary sources on 2026-12-01 (/work/notes/i15-facts.md) --------
+
+EVERY_BRANCH = [620, 615, 610, 595, 590, 580, 575, 570, 565, 560, 555, 550, 545, 535, 530, 525, 520, 515, 510]
+EVERY_BRANCH += [495, 470, 465, 460, 450]
+
+
+def test_every_driver_branch_from_450_is_known_with_a_release() -> None:
+    t = load().t
+    assert [b.branch for b in t.branches] == EVERY_BRANCH
+    for b in t.branches:
+        assert b.newest is not None and b.releases, b.branch
+
+
+def test_driver_branch_facts() -> None:
+    k = load()
+    r620, r615 = k.branch(620), k.branch(615)
+    assert r620 is not None and r615 is not None
+    assert (r620.cls, r620.eol, r620.max_cuda, r620.newest) == ("ltsb", "2029-09", "13.5", "620.70.06")
+    assert (r615.cls, r615.eol, r615.newest) == ("new-feature", None, "615.71.10")
+    newest = {b.branch: b.newest for b in k.t.branches}
+    assert newest[580] == "580.178.04" and newest[595] == "595.91.07" and newest[610] == "610.57.04"
+    assert newest[570] == "570.211.01" and newest[550] == "550.163.01" and newest[535] == "535.309.01"
+    assert newest[470] == "470.256.02" and newest[450] == "450.248.02" and newest[460] == "460.106.00"
+
+
+def test_new_feature_branches_have_no_eol_date_but_old_ones_are_past() -> None:
+    """NVIDIA's R620 page: new-feature branches have no end-of-life date; the R580 page lists the
+    older ones as end of life without a month (`eol: past`)."""
+    t = load().t
+    snapshot = t.snapshot
+    for b in t.branches:
+        if b.cls == "new-feature" and b.branch >= 590:
+            assert b.eol is None and not b.end_of_life(snapshot), b.branch
+        if b.branch < 580 and b.branch != 570:  # 570 production until 2026-02, 535 until 2026-06
+            assert b.end_of_life(snapshot), b.branch
+    by = {b.branch: b for b in t.branches}
+    assert by[565].eol == "past" and by[565].eol_text(snapshot) == "end of life (NVIDIA gives no month)"
+    assert (by[470].eol, by[550].eol, by[460].eol, by[450].eol) == ("2024-07", "2025-06", "2022-01", "2023-07")
+    assert by[620].eol_text(snapshot) == "supported until 2029-09"
+
+
+def test_an_eol_that_is_neither_a_month_nor_past_is_refused() -> None:
+    data = raw()
+    data["driver_branches"][0]["eol"] = "soon"
+    with pytest.raises(Exception, match="neither YYYY-MM"):
+        build_tables(data)
+
+
+@pytest.mark.parametrize("driver", ["515", "565", "565.57.01", "450", "460", "615"])
+def test_a_host_driver_of_every_branch_resolves(driver: str) -> None:
+    """Branches that sit on many hosts (515, 565, ...) resolve (or refuse with a rule), never exit 2."""
+    from provision.errors import Unsatisfiable
+    from provision.stack.request import HostSpec, StackRequest
+    from provision.stack.resolve import resolve
+
+    k = load()
+    req = StackRequest.build(driver=driver, knowledge=k)
+    try:
+        res = resolve(req, HostSpec.describe(gpu="A100-80GB", knowledge=k), k).to_json()
+    except Unsatisfiable:
+        return
+    assert res["stack"]["driver"]["branch"] == driver.split(".", maxsplit=1)[0]
