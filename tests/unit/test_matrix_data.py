@@ -282,3 +282,12 @@ def test_a_host_driver_of_every_branch_resolves(driver: str) -> None:
     except Unsatisfiable:
         return
     assert res["stack"]["driver"]["branch"] == driver.split(".", maxsplit=1)[0]
+
+
+def test_cuda_toolkit_facts() -> None:
+    k = load()
+    assert k.toolkit("11.7").releases["U1"] == "515.48.07"
+    assert k.toolkit("13.2").releases["U2"] == "595.71.05"
+    assert "debian-12" not in k.toolkit("12.2").os and "debian-12" in k.toolkit("12.3").os
+    assert "debian-13" in k.toolkit("13.0").os
+    assert "ubuntu-20.04" not in k.toolkit("13.0").os and "ubuntu-24.04" in k.toolkit("12.5").os
