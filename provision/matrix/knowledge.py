@@ -352,6 +352,7 @@ def build_tables(d: dict[str, Any]) -> Tables:
                 max_cuda_minor={int(b["cuda_major"]): str(b["max_cuda"]) for b in r["builds"] if "max_cuda" in b},
                 source=_src(r),
                 confidence=str(r.get("confidence", "high")),
+                sass=tuple(str(cc) for cc in r.get("sass", [])),
             )
         )
     for r in d.get("pytorch", []):

@@ -176,6 +176,7 @@ class CudnnRelease:
     max_cuda_minor: dict[int, str]  # cuda major -> newest CUDA minor the build supports
     source: tuple[str, ...]
     confidence: str
+    sass: tuple[str, ...] = ()  # compute capabilities with SASS, where measured in full; () unknown
 
     @property
     def series(self) -> str:

@@ -291,3 +291,26 @@ def test_cuda_toolkit_facts() -> None:
     assert "debian-12" not in k.toolkit("12.2").os and "debian-12" in k.toolkit("12.3").os
     assert "debian-13" in k.toolkit("13.0").os
     assert "ubuntu-20.04" not in k.toolkit("13.0").os and "ubuntu-24.04" in k.toolkit("12.5").os
+
+
+def test_cudnn_facts() -> None:
+    k = load()
+    assert k.cudnn_release("9.13.0.50").min_cc == "7.5"
+    assert k.cudnn_release("9.17.0.29").version == "9.17.0.29"
+    assert k.cudnn_release("9.17").version == "9.17.1.4"  # a series finds its newest release
+    for version in ("8.6.0.163", "8.7.0.84", "9.3.0.75", "9.8.0.87", "9.10.2.21", "9.11.1.4", "9.11.0.98"):
+        assert k.cudnn_release(version).version == version
+    for rel in k.t.cudnn:
+        major_minor = tuple(int(p) for p in rel.version.split(".")[:2])
+        expected = "7.5" if major_minor >= (9, 11) else "5.0" if major_minor >= (8, 9) else "3.5"
+        assert rel.min_cc == expected, rel.version
+        majors = {b.cuda_major for b in rel.builds}
+        assert (11 in majors) == (major_minor <= (9, 10)), rel.version  # 9.10.2.21: the last CUDA 11 build
+    assert 11 in {b.cuda_major for b in k.cudnn_release("9.7.1.26").builds}
+
+
+def test_every_cudnn_a_framework_pins_is_known() -> None:
+    k = load()
+    known = {r.version for r in k.t.cudnn}
+    pinned = {v.cudnn for r in k.t.torch for v in r.variants if v.cudnn}
+    assert pinned <= known, pinned - known
