@@ -381,6 +381,7 @@ def build_tables(d: dict[str, Any]) -> Tables:
                     note=str(r.get("note", "")),
                     source=_src(r),
                     confidence=str(r.get("confidence", "high")),
+                    python_x86_64_only=tuple(str(p) for p in r.get("python_x86_64_only", [])),
                 )
             )
     for r in d.get("tensorflow", []):

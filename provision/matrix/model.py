@@ -209,6 +209,7 @@ class TorchRelease:
     note: str
     source: tuple[str, ...]
     confidence: str
+    python_x86_64_only: tuple[str, ...] = ()  # of `python`: no linux-aarch64 wheel for these
 
     def variant(self, name: str) -> TorchVariant | None:
         return next((v for v in self.variants if v.name == name), None)

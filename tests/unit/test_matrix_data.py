@@ -314,3 +314,13 @@ def test_every_cudnn_a_framework_pins_is_known() -> None:
     known = {r.version for r in k.t.cudnn}
     pinned = {v.cudnn for r in k.t.torch for v in r.variants if v.cudnn}
     assert pinned <= known, pinned - known
+
+
+def test_python_lists_from_pypi_wheels() -> None:
+    t = load().t
+    torch = {r.version: r for r in t.torch}
+    assert "3.13" in torch["2.5.1"].python and torch["2.5.1"].python_x86_64_only == ("3.13",)
+    assert "3.15" in torch["2.15.0"].python and "3.10" not in torch["2.15.0"].python
+    jax = {r.version: r for r in t.jax}
+    assert jax["0.12.0.1"].python[0] == "3.12" and jax["0.11.0"].python[0] == "3.12"
+    assert jax["0.11.2"].cudnn_min[12] == "9.10.2.21" and jax["0.11.1"].cudnn_min[12] == "9.8"

@@ -478,7 +478,7 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     (
         "jax-h100-cuda13",
         {"gpu": "H100-SXM", "frameworks": ["jax"]},
-        {"stack.frameworks.jax.version": "0.10.2", "stack.frameworks.jax.extras": ["cuda13"]},
+        {"stack.frameworks.jax.version": "0.12.0.1", "stack.frameworks.jax.extras": ["cuda13"]},
     ),
     ("jax-v100-cuda12", {"gpu": "V100", "frameworks": ["jax"]}, {"stack.frameworks.jax.extras": ["cuda12"]}),
     (
