@@ -385,19 +385,27 @@ def build_tables(d: dict[str, Any]) -> Tables:
                 )
             )
     for r in d.get("tensorflow", []):
+        python = tuple(str(p) for p in r["python"])
+        and_cuda = bool(r["and_cuda"])
+        # Without the field: the extra installs wherever the release has wheels.
+        and_cuda_python = tuple(str(p) for p in r.get("and_cuda_python", python if and_cuda else ()))
+        if not set(and_cuda_python) <= set(python) or (and_cuda_python and not and_cuda):
+            raise DataError(f"tensorflow {r['version']}: and_cuda_python {list(and_cuda_python)} outside its extra")
         t.tensorflow.append(
             TensorflowRelease(
                 version=str(r["version"]),
-                python=tuple(str(p) for p in r["python"]),
+                python=python,
                 cuda=str(r["cuda"]),
                 cudnn=str(r["cudnn"]),
-                and_cuda=bool(r["and_cuda"]),
+                and_cuda=and_cuda,
                 exact_pins=bool(r.get("exact_pins", False)),
                 nccl_min=_opt_str(r.get("nccl_min")),
                 min_cc=str(r.get("min_cc", "5.0")),
                 note=str(r.get("note", "")),
                 source=_src(r),
                 confidence=str(r.get("confidence", "high")),
+                and_cuda_python=and_cuda_python,
+                and_cuda_why=str(r.get("and_cuda_why", "")),
             )
         )
     for line in d.get("jax_cuda_lines", []):

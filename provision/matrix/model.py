@@ -228,6 +228,10 @@ class TensorflowRelease:
     note: str
     source: tuple[str, ...]
     confidence: str
+    # The Pythons on which `tensorflow[and-cuda]==version` installs from PyPI (every pin has a
+    # wheel); () = nowhere (2.15.0's tensorrt-libs==8.6.1) or no extra. and_cuda_why: why not.
+    and_cuda_python: tuple[str, ...] = ()
+    and_cuda_why: str = ""
 
 
 @dataclass(frozen=True)

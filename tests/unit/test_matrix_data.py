@@ -324,3 +324,45 @@ def test_python_lists_from_pypi_wheels() -> None:
     jax = {r.version: r for r in t.jax}
     assert jax["0.12.0.1"].python[0] == "3.12" and jax["0.11.0"].python[0] == "3.12"
     assert jax["0.11.2"].cudnn_min[12] == "9.10.2.21" and jax["0.11.1"].cudnn_min[12] == "9.8"
+
+
+def test_tensorflow_patch_releases_and_and_cuda_pythons() -> None:
+    t = load().t
+    tf = {r.version: r for r in t.tensorflow}
+    for version in ("2.12.1", "2.13.1", "2.14.1", "2.15.0.post1", "2.15.1", "2.16.2", "2.17.1", "2.18.1", "2.19.1"):
+        assert version in tf, version
+    assert tf["2.15.0"].and_cuda and tf["2.15.0"].and_cuda_python == ()
+    assert tf["2.15.1"].and_cuda_python == ("3.9", "3.10", "3.11")
+    assert tf["2.14.1"].and_cuda_python == ("3.9", "3.10") and tf["2.14.0"].and_cuda_python == ("3.9", "3.10")
+    assert tf["2.13.1"].and_cuda_python == ()
+    for r in t.tensorflow:
+        assert set(r.and_cuda_python) <= set(r.python), r.version
+
+
+def test_tensorflow_2_15_0_and_cuda_is_refused_naming_tensorrt_libs() -> None:
+    from provision.errors import Unsatisfiable
+    from provision.stack.request import HostSpec, StackRequest
+    from provision.stack.resolve import resolve
+
+    k = load()
+    host = HostSpec.describe(gpu="A100-80GB", os="ubuntu-22.04", knowledge=k)
+    with pytest.raises(Unsatisfiable) as err:
+        resolve(StackRequest.build(frameworks=["tensorflow[and-cuda]==2.15.0"], knowledge=k), host, k)
+    assert err.value.conflicts[0].startswith("tf_and_cuda:") and "tensorrt-libs" in err.value.conflicts[0]
+    assert any(s["value"] == "tensorflow[and-cuda]==2.15.1" for s in err.value.suggestions)
+    res = resolve(StackRequest.build(frameworks=["tensorflow[and-cuda]==2.15.1"], knowledge=k), host, k)
+    assert res.to_json()["stack"]["frameworks"]["tensorflow"]["version"] == "2.15.1"
+
+
+def test_tensorflow_2_14_and_cuda_on_python_3_11_is_refused() -> None:
+    from provision.errors import Unsatisfiable
+    from provision.stack.request import HostSpec, StackRequest
+    from provision.stack.resolve import resolve
+
+    k = load()
+    host = HostSpec.describe(gpu="A100-80GB", os="debian-12", knowledge=k)  # Python 3.11 only
+    with pytest.raises(Unsatisfiable) as err:
+        resolve(StackRequest.build(frameworks=["tensorflow==2.14.1"], knowledge=k), host, k)
+    assert any(c.startswith("tf_and_cuda:") and "tensorrt==8.5.3.1" in c for c in err.value.conflicts)
+    ok = HostSpec.describe(gpu="A100-80GB", os="ubuntu-22.04", knowledge=k)  # Python 3.10
+    assert resolve(StackRequest.build(frameworks=["tensorflow==2.14.1"], knowledge=k), ok, k).to_json()["ok"]

@@ -432,7 +432,7 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     (
         "tf-k80",
         {"gpu": "K80", "frameworks": ["tensorflow"], "os": "ubuntu-22.04"},
-        {"stack.frameworks.tensorflow.version": "2.14.0", "stack.driver.branch": "470"},
+        {"stack.frameworks.tensorflow.version": "2.14.1", "stack.driver.branch": "470"},
     ),
     (
         "tf-and-torch-different-majors",
