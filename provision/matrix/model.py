@@ -71,7 +71,7 @@ class Gpu:
 @dataclass(frozen=True)
 class Price:
     usd_per_hour: float
-    read: str  # when the price was read (YYYY-MM)
+    read: str  # when the price was read (YYYY-MM-DD, or YYYY-MM in older entries)
     source: tuple[str, ...]
     confidence: str
 

@@ -366,3 +366,13 @@ def test_tensorflow_2_14_and_cuda_on_python_3_11_is_refused() -> None:
     assert any(c.startswith("tf_and_cuda:") and "tensorrt==8.5.3.1" in c for c in err.value.conflicts)
     ok = HostSpec.describe(gpu="A100-80GB", os="ubuntu-22.04", knowledge=k)  # Python 3.10
     assert resolve(StackRequest.build(frameworks=["tensorflow==2.14.1"], knowledge=k), ok, k).to_json()["ok"]
+
+
+def test_ec2_prices_from_the_catalog() -> None:
+    k = load()
+    price = {it.name: it.price for it in k.instance_types}
+    for name, usd in {"g4dn.xlarge": 0.526, "g5.xlarge": 1.006, "g6.xlarge": 0.8048, "p4de.24xlarge": 27.44705}.items():
+        p = price[name]
+        assert p is not None and p.usd_per_hour == usd and p.read == "2026-12-01", name
+        assert p.source == ("ec2_prices_skypilot_catalog",) and p.confidence == "medium", name
+    assert price["p5e.48xlarge"] is None  # no on-demand row in the catalog
