@@ -18,6 +18,7 @@ import yaml
 
 from provision.errors import BadInput
 from provision.matrix.model import (
+    EOL_PAST,
     Architecture,
     BranchClass,
     CudaToolkit,
@@ -44,6 +45,7 @@ from provision.matrix.names import nearest, normalize
 from provision.matrix.packaging import PackagingError, build_packaging
 
 _PCI = re.compile(r"^\[?(?:0x)?(10de):(?:0x)?([0-9a-f]{4})\]?$", re.IGNORECASE)
+_MONTH = re.compile(r"^\d{4}-(0[1-9]|1[0-2])$")
 
 
 # Every torch release has CPU wheels (download.pytorch.org/whl/cpu, version tag +cpu) on both archs.
@@ -324,12 +326,15 @@ def build_tables(d: dict[str, Any]) -> Tables:
             )
         )
     for b in d.get("driver_branches", []):
+        eol = _opt_str(b.get("eol"))
+        if eol is not None and eol != EOL_PAST and not _MONTH.match(eol):
+            raise DataError(f"driver branch {b['branch']}: eol {eol!r} is neither YYYY-MM, {EOL_PAST!r} nor null")
         t.branches.append(
             DriverBranch(
                 branch=int(b["branch"]),
                 cls=cast(BranchClass, b["class"]),
                 max_cuda=str(b["max_cuda"]),
-                eol=_opt_str(b.get("eol")),
+                eol=eol,
                 newest=_opt_str(b.get("newest")),
                 releases=tuple(str(r) for r in b.get("releases", [])),
                 distro={str(k): str(v) for k, v in (b.get("distro") or {}).items()},
@@ -347,6 +352,7 @@ def build_tables(d: dict[str, Any]) -> Tables:
                 max_cuda_minor={int(b["cuda_major"]): str(b["max_cuda"]) for b in r["builds"] if "max_cuda" in b},
                 source=_src(r),
                 confidence=str(r.get("confidence", "high")),
+                sass=tuple(str(cc) for cc in r.get("sass", [])),
             )
         )
     for r in d.get("pytorch", []):
@@ -375,22 +381,31 @@ def build_tables(d: dict[str, Any]) -> Tables:
                     note=str(r.get("note", "")),
                     source=_src(r),
                     confidence=str(r.get("confidence", "high")),
+                    python_x86_64_only=tuple(str(p) for p in r.get("python_x86_64_only", [])),
                 )
             )
     for r in d.get("tensorflow", []):
+        python = tuple(str(p) for p in r["python"])
+        and_cuda = bool(r["and_cuda"])
+        # Without the field: the extra installs wherever the release has wheels.
+        and_cuda_python = tuple(str(p) for p in r.get("and_cuda_python", python if and_cuda else ()))
+        if not set(and_cuda_python) <= set(python) or (and_cuda_python and not and_cuda):
+            raise DataError(f"tensorflow {r['version']}: and_cuda_python {list(and_cuda_python)} outside its extra")
         t.tensorflow.append(
             TensorflowRelease(
                 version=str(r["version"]),
-                python=tuple(str(p) for p in r["python"]),
+                python=python,
                 cuda=str(r["cuda"]),
                 cudnn=str(r["cudnn"]),
-                and_cuda=bool(r["and_cuda"]),
+                and_cuda=and_cuda,
                 exact_pins=bool(r.get("exact_pins", False)),
                 nccl_min=_opt_str(r.get("nccl_min")),
                 min_cc=str(r.get("min_cc", "5.0")),
                 note=str(r.get("note", "")),
                 source=_src(r),
                 confidence=str(r.get("confidence", "high")),
+                and_cuda_python=and_cuda_python,
+                and_cuda_why=str(r.get("and_cuda_why", "")),
             )
         )
     for line in d.get("jax_cuda_lines", []):

@@ -71,7 +71,7 @@ class Gpu:
 @dataclass(frozen=True)
 class Price:
     usd_per_hour: float
-    read: str  # when the price was read (YYYY-MM)
+    read: str  # when the price was read (YYYY-MM-DD, or YYYY-MM in older entries)
     source: tuple[str, ...]
     confidence: str
 
@@ -131,18 +131,35 @@ class CudaToolkit:
         return int(self.version.split(".")[0])
 
 
+EOL_PAST = "past"  # drivers.yaml `eol: past`: NVIDIA lists the branch as end of life, with no month
+
+
 @dataclass(frozen=True)
 class DriverBranch:
     branch: int
     cls: BranchClass
     max_cuda: str
-    eol: str | None  # YYYY-MM, None while supported with no announced date
+    eol: str | None  # YYYY-MM, EOL_PAST (ended, month not given), None: no end of life announced
     newest: str | None  # newest known release; None: no exact version known
     releases: tuple[str, ...]
     distro: dict[str, str]  # os id -> the version the distribution's own packages carry
     note: str
     source: tuple[str, ...]
     confidence: str
+
+    def end_of_life(self, snapshot: str) -> bool:
+        """The branch had reached end of life by ``snapshot`` (YYYY-MM, the data's "now")."""
+        if self.eol == EOL_PAST:
+            return True
+        return bool(self.eol and snapshot and self.eol < snapshot)
+
+    def eol_text(self, snapshot: str) -> str:
+        """How the reasons phrase the branch's end of life ("" when none is announced)."""
+        if self.eol == EOL_PAST:
+            return "end of life (NVIDIA gives no month)"
+        if not self.eol:
+            return ""
+        return f"reached end of life in {self.eol}" if self.end_of_life(snapshot) else f"supported until {self.eol}"
 
 
 @dataclass(frozen=True)
@@ -159,6 +176,7 @@ class CudnnRelease:
     max_cuda_minor: dict[int, str]  # cuda major -> newest CUDA minor the build supports
     source: tuple[str, ...]
     confidence: str
+    sass: tuple[str, ...] = ()  # compute capabilities with SASS, where measured in full; () unknown
 
     @property
     def series(self) -> str:
@@ -191,6 +209,7 @@ class TorchRelease:
     note: str
     source: tuple[str, ...]
     confidence: str
+    python_x86_64_only: tuple[str, ...] = ()  # of `python`: no linux-aarch64 wheel for these
 
     def variant(self, name: str) -> TorchVariant | None:
         return next((v for v in self.variants if v.name == name), None)
@@ -209,6 +228,10 @@ class TensorflowRelease:
     note: str
     source: tuple[str, ...]
     confidence: str
+    # The Pythons on which `tensorflow[and-cuda]==version` installs from PyPI (every pin has a
+    # wheel); () = nowhere (2.15.0's tensorrt-libs==8.6.1) or no extra. and_cuda_why: why not.
+    and_cuda_python: tuple[str, ...] = ()
+    and_cuda_why: str = ""
 
 
 @dataclass(frozen=True)

@@ -159,7 +159,8 @@ def assemble(
     b = d.branch
     if b is not None and d.version is not None:
         driver = DriverPin(str(b.branch), d.version, d.flavour, d.method)
-        eol = f", supported until {b.eol}" if b.eol else ""
+        eol_text = b.eol_text(k.t.snapshot)
+        eol = f", {eol_text}" if eol_text else ""
         why = "pinned" if req.driver not in ("auto",) else "chosen"
         reasons.append(f"driver {d.version} ({why}; branch {b.branch}: {b.cls}{eol}) via {d.method}")
         rule = gpu.kernel_modules if gpu else "open-recommended"

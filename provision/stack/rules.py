@@ -181,6 +181,7 @@ class Rules:
         if fw.name == "torch":
             via_ptx = self._static_torch(fw, c)
         elif fw.name == "tensorflow":
+            c.merge(self.check_tf_and_cuda(fw, python))
             via_ptx = self._static_tf(fw, c)
         else:
             via_ptx = False
@@ -209,6 +210,20 @@ class Rules:
         arch_check, via_ptx = check_wheel_arch(host.gpu, fw.label, fw.arch_list, fw.ptx)
         c.merge(arch_check)
         return via_ptx
+
+    def check_tf_and_cuda(self, fw: FwChoice, python: str) -> Check:
+        """Rule tf_and_cuda: pip can install the [and-cuda] extra on this Python (every pin it
+        names has a wheel on PyPI): 2.15.0's tensorrt-libs==8.6.1 never, 2.14's tensorrt==8.5.3.1
+        only up to Python 3.10 (tensorflow.yaml and_cuda_python)."""
+        c = Check()
+        rel = fw.tf
+        if rel is None or "and-cuda" not in fw.extras or python not in rel.python:
+            return c  # no extra asked for, or the python rule already refuses this Python
+        if python not in rel.and_cuda_python:
+            where = f" on Python {python} (only on {', '.join(rel.and_cuda_python)})" if rel.and_cuda_python else ""
+            why = f": {rel.and_cuda_why}" if rel.and_cuda_why else ""
+            c.fail("tf_and_cuda", f"{fw.requirement} cannot be installed from PyPI{where}{why}")
+        return c
 
     def _static_tf(self, fw: FwChoice, c: Check) -> bool:
         host, rel = self.host, fw.tf
@@ -307,8 +322,8 @@ class Rules:
                     f"{gpu.name} ({gpu.arch}) is supported up to driver branch "
                     f"{gpu.last_driver_branch}, not {b.branch}",
                 )
-        if b.eol and self.k.t.snapshot and b.eol < self.k.t.snapshot:
-            c.warn("eol_branch", f"driver branch {b.branch} reached end of life in {b.eol}")
+        if b.end_of_life(self.k.t.snapshot):
+            c.warn("eol_branch", f"driver branch {b.branch} {b.eol_text(self.k.t.snapshot)}")
         return c
 
     # system CUDA toolkit and cuDNN ---------------------------------------------------------

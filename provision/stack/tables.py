@@ -41,7 +41,7 @@ def driver_rows(k: Knowledge, g: Gpu | None) -> list[dict[str, Any]]:
                 usable, why = False, f"{g.arch} ends at {g.last_driver_branch}"
             elif g.kernel_modules == "proprietary-only" and b.branch >= 620:
                 usable, why = False, "open kernel modules only"
-        eol = bool(b.eol and k.t.snapshot and b.eol < k.t.snapshot)
+        eol = b.end_of_life(k.t.snapshot)
         rows.append(
             {
                 "branch": str(b.branch),

@@ -45,8 +45,8 @@ def _cuda_repo(url: str, key_url: str, fingerprint: str) -> dict[str, Any]:
 
 # The releases the stand-in NVIDIA repository carries, each with the plans' packages at its version:
 # 570 and two of 575 (every name with the branch), 580 (Fabric Manager without it), two of 595
-# (the driver's names without it too, pinned by the pinning packages; 595.58.03 is the newest
-# branch's newest release, the default plan's).
+# (the driver's names without it too, pinned by the pinning packages; 595.58.03 stands for the
+# default plan's branch, 620, which packages the same way).
 STANDIN_RELEASES = ("570.124.06", "575.51.03", "575.57.08", "580.95.05", "595.45.04", "595.58.03")
 TOOLKIT: dict[str, Any] = {"cuda": ("12.8", "12.8.93"), "cudnn": "9.10.2.21"}
 
@@ -465,7 +465,9 @@ def test_default_plan_installs_holds_converges_and_changes_branch_from_580(
     default = rh.lock_group(
         "hgx", [host.name], gpu="H100-SXM", gpu_count=8, os="debian-12", install_method="nvidia-repo", frameworks=[]
     )
-    assert default["stack"]["driver"]["version"] == "595.58.03"  # what `provision plan` picks today
+    # What `provision plan` picks today (R620, the newest LTSB); the stand-in carries 595.58.03, whose
+    # packaging (590 and later: exact-version pinning, unversioned names) is the same as 620's.
+    assert default["stack"]["driver"]["version"] == "620.70.06"
     old = _contract_group(standin, host, "debian-12", "580.95.05")
     first = _contract_run(standin, testhosts, tmp_path / "r580", old)
     assert first.rc == 0, first.output[-3000:]

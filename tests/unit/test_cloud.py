@@ -358,7 +358,7 @@ def test_inventory_and_known_hosts(tmp_path: Path, host_pubkeys: list[tuple[str,
 def test_prices() -> None:
     price, read = on_demand("p5.4xlarge")
     assert price is not None and read
-    assert on_demand("g5.xlarge") == (None, None)  # the data has no price: unknown, never guessed
+    assert on_demand("p5e.48xlarge") == (None, None)  # no on-demand price in the data: unknown, never guessed
     assert on_demand("t3.micro") == (None, None)
     start = datetime(2026, 1, 1, tzinfo=timezone.utc)
     assert cost_so_far(2.0, start, start + timedelta(minutes=90)) == 3.0

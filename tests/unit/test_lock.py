@@ -26,7 +26,7 @@ from provision.stack.resolve import resolve
 
 def _lock() -> Lock:
     h100 = resolve(
-        StackRequest.build(frameworks=["torch==2.8.0"]),
+        StackRequest.build(frameworks=["torch==2.8.0"], driver="580"),
         HostSpec.describe(gpu="H100-SXM", gpu_count=8, os="ubuntu-22.04"),
     )
     cpu = resolve(StackRequest.build(frameworks=["torch==2.13.0+cpu"]), HostSpec.describe(os="debian-12"))
@@ -52,7 +52,7 @@ def test_lock_file_format(tmp_path: Path) -> None:
     assert g["packages"]["pip"]["requirements"] == ["torch==2.8.0+cu128"]
     assert list(g["packages"]) == ["manager", "repositories", "module_streams", "install", "holds", "services", "pip"]
     assert [(i["name"], i["version"]) for i in g["packages"]["install"] if i["role"] == "nvidia_driver"] == [
-        ("nvidia-open-580", "580.95.05-*")
+        ("nvidia-open-580", "580.178.04-*")
     ]
 
 
@@ -141,20 +141,20 @@ def test_cudnn_number_matches_torch_backends(version: str, number: str) -> None:
 
 def test_drift_against_observed_versions() -> None:
     group = _lock().groups[0]
-    same = {"driver": "580.95.05", "torch": "2.8.0+cu128", "torch_cuda": "12.8", "cudnn": "91002"}
+    same = {"driver": "580.178.04", "torch": "2.8.0+cu128", "torch_cuda": "12.8", "cudnn": "91002"}
     assert drift(group, same) == []
     found = drift(
         group,
         {"driver": "575.57.08", "torch": "2.7.1+cu126", "torch_cuda": "12.6", "cudnn": "90501", "fabric_manager": None},
     )
     items = {d.item: (d.expected, d.observed) for d in found}
-    assert items["driver"] == ("580.95.05", "575.57.08")
+    assert items["driver"] == ("580.178.04", "575.57.08")
     assert items["torch"] == ("2.8.0", "2.7.1+cu126")
     assert items["torch_variant"] == ("cu128", "cu126")
     assert items["torch_cuda"] == ("12.8", "12.6")
     assert items["cudnn"] == ("91002", "90501")
-    assert items["fabric_manager"] == ("580.95.05", None)
-    assert "driver: locked 580.95.05, found 575.57.08" in [str(d) for d in found]
+    assert items["fabric_manager"] == ("580.178.04", None)
+    assert "driver: locked 580.178.04, found 575.57.08" in [str(d) for d in found]
     assert all(set(d.to_json()) == {"item", "expected", "observed"} for d in found)
 
 

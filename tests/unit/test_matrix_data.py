@@ -218,3 +218,161 @@ def test_first_hand_checks_agree_with_the_data() -> None:
     assert "nvidia-cudnn-cu13==9.24.0.43" in text and t214.variant("cu130").cudnn == "9.24.0.43"  # type: ignore[union-attr]
     assert "cuda-toolkit[" in text and t214.pypi_default == "cu130"
     assert "tensorflow 2.21.0 requires_python >=3.10" in text
+
+
+# --- issue 15: facts read from primary sources on 2026-12-01 (/work/notes/i15-facts.md) --------
+
+EVERY_BRANCH = [620, 615, 610, 595, 590, 580, 575, 570, 565, 560, 555, 550, 545, 535, 530, 525, 520, 515, 510]
+EVERY_BRANCH += [495, 470, 465, 460, 450]
+
+
+def test_every_driver_branch_from_450_is_known_with_a_release() -> None:
+    t = load().t
+    assert [b.branch for b in t.branches] == EVERY_BRANCH
+    for b in t.branches:
+        assert b.newest is not None and b.releases, b.branch
+
+
+def test_driver_branch_facts() -> None:
+    k = load()
+    r620, r615 = k.branch(620), k.branch(615)
+    assert r620 is not None and r615 is not None
+    assert (r620.cls, r620.eol, r620.max_cuda, r620.newest) == ("ltsb", "2029-09", "13.5", "620.70.06")
+    assert (r615.cls, r615.eol, r615.newest) == ("new-feature", None, "615.71.10")
+    newest = {b.branch: b.newest for b in k.t.branches}
+    assert newest[580] == "580.178.04" and newest[595] == "595.91.07" and newest[610] == "610.57.04"
+    assert newest[570] == "570.211.01" and newest[550] == "550.163.01" and newest[535] == "535.309.01"
+    assert newest[470] == "470.256.02" and newest[450] == "450.248.02" and newest[460] == "460.106.00"
+
+
+def test_new_feature_branches_have_no_eol_date_but_old_ones_are_past() -> None:
+    """NVIDIA's R620 page: new-feature branches have no end-of-life date; the R580 page lists the
+    older ones as end of life without a month (`eol: past`)."""
+    t = load().t
+    snapshot = t.snapshot
+    for b in t.branches:
+        if b.cls == "new-feature" and b.branch >= 590:
+            assert b.eol is None and not b.end_of_life(snapshot), b.branch
+        if b.branch < 580 and b.branch != 570:  # 570 production until 2026-02, 535 until 2026-06
+            assert b.end_of_life(snapshot), b.branch
+    by = {b.branch: b for b in t.branches}
+    assert by[565].eol == "past" and by[565].eol_text(snapshot) == "end of life (NVIDIA gives no month)"
+    assert (by[470].eol, by[550].eol, by[460].eol, by[450].eol) == ("2024-07", "2025-06", "2022-01", "2023-07")
+    assert by[620].eol_text(snapshot) == "supported until 2029-09"
+
+
+def test_an_eol_that_is_neither_a_month_nor_past_is_refused() -> None:
+    data = raw()
+    data["driver_branches"][0]["eol"] = "soon"
+    with pytest.raises(Exception, match="neither YYYY-MM"):
+        build_tables(data)
+
+
+@pytest.mark.parametrize("driver", ["515", "565", "565.57.01", "450", "460", "615"])
+def test_a_host_driver_of_every_branch_resolves(driver: str) -> None:
+    """Branches that sit on many hosts (515, 565, ...) resolve (or refuse with a rule), never exit 2."""
+    from provision.errors import Unsatisfiable
+    from provision.stack.request import HostSpec, StackRequest
+    from provision.stack.resolve import resolve
+
+    k = load()
+    req = StackRequest.build(driver=driver, knowledge=k)
+    try:
+        res = resolve(req, HostSpec.describe(gpu="A100-80GB", knowledge=k), k).to_json()
+    except Unsatisfiable:
+        return
+    assert res["stack"]["driver"]["branch"] == driver.split(".", maxsplit=1)[0]
+
+
+def test_cuda_toolkit_facts() -> None:
+    k = load()
+    assert k.toolkit("11.7").releases["U1"] == "515.48.07"
+    assert k.toolkit("13.2").releases["U2"] == "595.71.05"
+    assert "debian-12" not in k.toolkit("12.2").os and "debian-12" in k.toolkit("12.3").os
+    assert "debian-13" in k.toolkit("13.0").os
+    assert "ubuntu-20.04" not in k.toolkit("13.0").os and "ubuntu-24.04" in k.toolkit("12.5").os
+
+
+def test_cudnn_facts() -> None:
+    k = load()
+    assert k.cudnn_release("9.13.0.50").min_cc == "7.5"
+    assert k.cudnn_release("9.17.0.29").version == "9.17.0.29"
+    assert k.cudnn_release("9.17").version == "9.17.1.4"  # a series finds its newest release
+    for version in ("8.6.0.163", "8.7.0.84", "9.3.0.75", "9.8.0.87", "9.10.2.21", "9.11.1.4", "9.11.0.98"):
+        assert k.cudnn_release(version).version == version
+    for rel in k.t.cudnn:
+        major_minor = tuple(int(p) for p in rel.version.split(".")[:2])
+        expected = "7.5" if major_minor >= (9, 11) else "5.0" if major_minor >= (8, 9) else "3.5"
+        assert rel.min_cc == expected, rel.version
+        majors = {b.cuda_major for b in rel.builds}
+        assert (11 in majors) == (major_minor <= (9, 10)), rel.version  # 9.10.2.21: the last CUDA 11 build
+    assert 11 in {b.cuda_major for b in k.cudnn_release("9.7.1.26").builds}
+
+
+def test_every_cudnn_a_framework_pins_is_known() -> None:
+    k = load()
+    known = {r.version for r in k.t.cudnn}
+    pinned = {v.cudnn for r in k.t.torch for v in r.variants if v.cudnn}
+    assert pinned <= known, pinned - known
+
+
+def test_python_lists_from_pypi_wheels() -> None:
+    t = load().t
+    torch = {r.version: r for r in t.torch}
+    assert "3.13" in torch["2.5.1"].python and torch["2.5.1"].python_x86_64_only == ("3.13",)
+    assert "3.15" in torch["2.15.0"].python and "3.10" not in torch["2.15.0"].python
+    jax = {r.version: r for r in t.jax}
+    assert jax["0.12.0.1"].python[0] == "3.12" and jax["0.11.0"].python[0] == "3.12"
+    assert jax["0.11.2"].cudnn_min[12] == "9.10.2.21" and jax["0.11.1"].cudnn_min[12] == "9.8"
+
+
+def test_tensorflow_patch_releases_and_and_cuda_pythons() -> None:
+    t = load().t
+    tf = {r.version: r for r in t.tensorflow}
+    for version in ("2.12.1", "2.13.1", "2.14.1", "2.15.0.post1", "2.15.1", "2.16.2", "2.17.1", "2.18.1", "2.19.1"):
+        assert version in tf, version
+    assert tf["2.15.0"].and_cuda and tf["2.15.0"].and_cuda_python == ()
+    assert tf["2.15.1"].and_cuda_python == ("3.9", "3.10", "3.11")
+    assert tf["2.14.1"].and_cuda_python == ("3.9", "3.10") and tf["2.14.0"].and_cuda_python == ("3.9", "3.10")
+    assert tf["2.13.1"].and_cuda_python == ()
+    for r in t.tensorflow:
+        assert set(r.and_cuda_python) <= set(r.python), r.version
+
+
+def test_tensorflow_2_15_0_and_cuda_is_refused_naming_tensorrt_libs() -> None:
+    from provision.errors import Unsatisfiable
+    from provision.stack.request import HostSpec, StackRequest
+    from provision.stack.resolve import resolve
+
+    k = load()
+    host = HostSpec.describe(gpu="A100-80GB", os="ubuntu-22.04", knowledge=k)
+    with pytest.raises(Unsatisfiable) as err:
+        resolve(StackRequest.build(frameworks=["tensorflow[and-cuda]==2.15.0"], knowledge=k), host, k)
+    assert err.value.conflicts[0].startswith("tf_and_cuda:") and "tensorrt-libs" in err.value.conflicts[0]
+    assert any(s["value"] == "tensorflow[and-cuda]==2.15.1" for s in err.value.suggestions)
+    res = resolve(StackRequest.build(frameworks=["tensorflow[and-cuda]==2.15.1"], knowledge=k), host, k)
+    assert res.to_json()["stack"]["frameworks"]["tensorflow"]["version"] == "2.15.1"
+
+
+def test_tensorflow_2_14_and_cuda_on_python_3_11_is_refused() -> None:
+    from provision.errors import Unsatisfiable
+    from provision.stack.request import HostSpec, StackRequest
+    from provision.stack.resolve import resolve
+
+    k = load()
+    host = HostSpec.describe(gpu="A100-80GB", os="debian-12", knowledge=k)  # Python 3.11 only
+    with pytest.raises(Unsatisfiable) as err:
+        resolve(StackRequest.build(frameworks=["tensorflow==2.14.1"], knowledge=k), host, k)
+    assert any(c.startswith("tf_and_cuda:") and "tensorrt==8.5.3.1" in c for c in err.value.conflicts)
+    ok = HostSpec.describe(gpu="A100-80GB", os="ubuntu-22.04", knowledge=k)  # Python 3.10
+    assert resolve(StackRequest.build(frameworks=["tensorflow==2.14.1"], knowledge=k), ok, k).to_json()["ok"]
+
+
+def test_ec2_prices_from_the_catalog() -> None:
+    k = load()
+    price = {it.name: it.price for it in k.instance_types}
+    for name, usd in {"g4dn.xlarge": 0.526, "g5.xlarge": 1.006, "g6.xlarge": 0.8048, "p4de.24xlarge": 27.44705}.items():
+        p = price[name]
+        assert p is not None and p.usd_per_hour == usd and p.read == "2026-12-01", name
+        assert p.source == ("ec2_prices_skypilot_catalog",) and p.confidence == "medium", name
+    assert price["p5e.48xlarge"] is None  # no on-demand row in the catalog

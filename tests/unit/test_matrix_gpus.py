@@ -92,7 +92,7 @@ def test_instance_types_carry_gpu_count_arch_and_price_date() -> None:
     assert k.instance_type("P5.4XLARGE").fabric_manager is False
     gb = k.instance_type("p6e-gb200.36xlarge")
     assert (gb.gpu.name, gb.gpu_count, gb.arch) == ("GB200", 4, "aarch64")
-    assert k.instance_type("g5.xlarge").price is None  # no sourced price: unknown, not invented
+    assert k.instance_type("p5e.48xlarge").price is None  # no sourced on-demand price: unknown, not invented
 
 
 def test_unknown_instance_type_suggests_nearest() -> None:

@@ -183,7 +183,7 @@ def test_plan_json_shows_each_groups_package_plan_exactly_as_the_lock_has_it(tmp
     assert list(group) == ["name", "hosts", "stack", "packages", "warnings"]
     packages = group["packages"]
     assert list(packages) == CONTRACT
-    assert packages["manager"] == "dnf" and packages["module_streams"] == ["nvidia-driver:595-open"]
+    assert packages["manager"] == "dnf" and packages["module_streams"] == ["nvidia-driver:620-open"]
     assert [r["name"] for r in packages["repositories"]] == ["epel", "cuda"]  # dkms from EPEL first
     assert all(list(r) == ["name", "url", "key_url", "key_fingerprint"] for r in packages["repositories"])
     assert all(list(i) == ["name", "version", "role", "repository"] for i in packages["install"])
@@ -201,9 +201,9 @@ def test_human_plan_lists_repositories_streams_packages_holds_and_services(tmp_p
     assert "group h100_sxm_x8_rhel_9  (h)" in out and "package manager: dnf" in out
     assert "+ repository cuda: https://developer.download.nvidia.com/compute/cuda/repos/rhel9/x86_64/" in out
     assert "(fingerprint 610C7B14E068A878070DA4E99CD0A493D42D0685)" in out
-    assert "+ module stream nvidia-driver:595-open" in out
-    assert "+ nvidia-open-3:595.58.03" in out and "(nvidia_driver, from cuda, held)" in out
-    assert "+ nvidia-fabricmanager-595.58.03" in out
+    assert "+ module stream nvidia-driver:620-open" in out
+    assert "+ nvidia-open-3:620.70.06" in out and "(nvidia_driver, from cuda, held)" in out
+    assert "+ nvidia-fabricmanager-620.70.06" in out
     assert "+ service nvidia-fabricmanager (enabled by fabric_manager)" in out
     assert all(len(line) < 200 for line in out.splitlines())  # one line each, not wrapped at 80
 

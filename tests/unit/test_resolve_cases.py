@@ -35,10 +35,10 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         "design-example",
         {"gpu": "H100-SXM", "gpu_count": 8, "os": "ubuntu-22.04", "frameworks": ["torch==2.8.0"]},
         {
-            "stack.driver.branch": "580",
-            "stack.driver.version": "580.95.05",
+            "stack.driver.branch": "620",
+            "stack.driver.version": "620.70.06",
             "stack.driver.kernel_modules": "open",
-            "stack.fabric_manager.version": "580.95.05",
+            "stack.fabric_manager.version": "620.70.06",
             "stack.frameworks.torch.variant": "cu128",
             "stack.frameworks.torch.index_url": "https://download.pytorch.org/whl/cu128",
             "stack.frameworks.torch.cudnn": "9.10.2.21",
@@ -55,7 +55,7 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
             "host.gpu": None,
             "host.os": "ubuntu-24.04",
             "stack.frameworks.torch.version": "2.15.0",
-            "stack.driver.branch": "595",
+            "stack.driver.branch": "620",
             "no_warn": True,
         },
     ),
@@ -135,7 +135,7 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     (
         "h100-torch28-driver535-minor",
         {"gpu": "H100-SXM", "frameworks": ["torch==2.8.0"], "driver": "535"},
-        {"stack.driver.version": "535.261.03", "warn": {"minor_version_compat", "eol_branch"}},
+        {"stack.driver.version": "535.309.01", "warn": {"minor_version_compat", "eol_branch"}},
     ),
     (
         "torch211-driver535-falls-to-cu128",
@@ -158,9 +158,9 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         {"stack.frameworks.torch.variant": "cu132", "warn": {"minor_version_compat"}},
     ),
     (
-        "cu132-auto-driver-595-full",
+        "cu132-auto-driver-620-full",
         {"gpu": "L40S", "frameworks": ["torch==2.13.0+cu132"]},
-        {"stack.driver.branch": "595", "no_warn": True},
+        {"stack.driver.branch": "620", "no_warn": True},
     ),
     (
         "driver575-torch215-falls-back",
@@ -219,7 +219,7 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         {"gpu": "T4", "driver": "620.10.01"},
         {"stack.driver.version": "620.10.01", "stack.driver.kernel_modules": "open"},
     ),
-    ("branch-620-no-release-unsat", {"gpu": "T4", "driver": "620"}, {"unsat": "driver"}),
+    ("branch-620-newest-release", {"gpu": "T4", "driver": "620"}, {"stack.driver.version": "620.70.06"}),
     # --- fabric_manager -------------------------------------------------------------------
     ("h100sxm-x8-fm", {"gpu": "H100-SXM", "gpu_count": 8}, {"stack.fabric_manager.version": "@stack.driver.version"}),
     ("h100sxm-x4-no-fm", {"gpu": "H100-SXM", "gpu_count": 4}, {"stack.fabric_manager": None}),
@@ -359,7 +359,7 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     (
         "cpu-torch-with-gpu-keeps-driver",
         {"gpu": "T4", "frameworks": ["torch==2.13.0+cpu"]},
-        {"stack.frameworks.torch.variant": "cpu", "stack.driver.branch": "580"},
+        {"stack.frameworks.torch.variant": "cpu", "stack.driver.branch": "620"},
     ),
     # --- system CUDA toolkit ------------------------------------------------------------
     (
@@ -432,7 +432,7 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     (
         "tf-k80",
         {"gpu": "K80", "frameworks": ["tensorflow"], "os": "ubuntu-22.04"},
-        {"stack.frameworks.tensorflow.version": "2.14.0", "stack.driver.branch": "470"},
+        {"stack.frameworks.tensorflow.version": "2.14.1", "stack.driver.branch": "470"},
     ),
     (
         "tf-and-torch-different-majors",
@@ -478,7 +478,7 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     (
         "jax-h100-cuda13",
         {"gpu": "H100-SXM", "frameworks": ["jax"]},
-        {"stack.frameworks.jax.version": "0.10.2", "stack.frameworks.jax.extras": ["cuda13"]},
+        {"stack.frameworks.jax.version": "0.12.0.1", "stack.frameworks.jax.extras": ["cuda13"]},
     ),
     ("jax-v100-cuda12", {"gpu": "V100", "frameworks": ["jax"]}, {"stack.frameworks.jax.extras": ["cuda12"]}),
     (
@@ -540,32 +540,32 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ),
     (
         "repo-ubuntu-580-open",
-        {"gpu": "H100-SXM", "os": "ubuntu-22.04", "frameworks": ["torch==2.8.0"]},
+        {"gpu": "H100-SXM", "os": "ubuntu-22.04", "frameworks": ["torch==2.8.0"], "driver": "580"},
         {
-            "specs.nvidia_driver": ["nvidia-open-580=580.95.05-*"],
+            "specs.nvidia_driver": ["nvidia-open-580=580.178.04-*"],
             "packages.repositories.0.url": "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64/",
         },
     ),
     (
         "repo-595-pinning",
-        {"gpu": "L4"},
+        {"gpu": "L4", "driver": "595"},
         {
             "stack.driver.branch": "595",
-            "specs.nvidia_driver": ["nvidia-driver-pinning-595.58.03", "nvidia-open=595.58.03-*"],
+            "specs.nvidia_driver": ["nvidia-driver-pinning-595.91.07", "nvidia-open=595.91.07-*"],
         },
     ),
     (
         "repo-rhel-module",
-        {"gpu": "H100-SXM", "os": "rhel-9", "frameworks": ["torch==2.8.0"]},
+        {"gpu": "H100-SXM", "os": "rhel-9", "frameworks": ["torch==2.8.0"], "driver": "580"},
         {
             "packages.module_streams": ["nvidia-driver:580-open"],
-            "specs.nvidia_driver": ["dkms", "nvidia-open-3:580.95.05"],
+            "specs.nvidia_driver": ["dkms", "nvidia-open-3:580.178.04"],
         },
     ),
     (
         "fm-package-debian",
-        {"gpu": "H100-SXM", "gpu_count": 8, "os": "ubuntu-22.04", "frameworks": ["torch==2.8.0"]},
-        {"specs.fabric_manager": ["nvidia-fabricmanager=580.95.05-*"]},
+        {"gpu": "H100-SXM", "gpu_count": 8, "os": "ubuntu-22.04", "frameworks": ["torch==2.8.0"], "driver": "580"},
+        {"specs.fabric_manager": ["nvidia-fabricmanager=580.178.04-*"]},
     ),
     ("amzn2023-alias", {"gpu": "A10G", "os": "amazonlinux-2023"}, {"host.os": "amzn-2023"}),
     (
@@ -573,7 +573,7 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         {"gpu": "L40S", "os": "debian-13", "driver": "580", "install_method": "nvidia-repo"},
         {"unsat": "install_method", "suggest": "--driver"},
     ),
-    ("debian13-repo-595", {"gpu": "L40S", "os": "debian-13"}, {"stack.driver.branch": "595"}),
+    ("debian13-repo-620", {"gpu": "L40S", "os": "debian-13"}, {"stack.driver.branch": "620"}),
     (
         # trixie's own 550.163.01-2 does not build for its kernel (drivers.yaml): no distro driver
         "debian13-distro-refused",
