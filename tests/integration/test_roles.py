@@ -508,8 +508,9 @@ def test_default_plan_installs_holds_converges_and_changes_branch_from_580(
 # --- Debian 13: NVIDIA's debian13 layout and key ---------------------------------------------------
 # Debian 13's own driver is not run here: trixie's nvidia-open-kernel-dkms 550.163.01-2 (the only
 # version in trixie, -updates and -security on 2026-12-01) does not build for trixie's kernel
-# 6.12.117 (nv-pci.c: too few arguments to pci_resize_resource), so the knowledge offers Debian 13
-# no distro driver (drivers.yaml) and `plan --install-method distro` refuses it.
+# 6.12.117 (nv-pci.c: too few arguments to pci_resize_resource), nor does trixie-backports'
+# 550.163.01-4~bpo13+1 (the same error, for 6.12.117 and 6.12.118), so the knowledge offers
+# Debian 13 no distro driver (drivers.yaml) and `plan --install-method distro` refuses it.
 
 
 @pytest.fixture(scope="module")

@@ -575,7 +575,8 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ),
     ("debian13-repo-620", {"gpu": "L40S", "os": "debian-13"}, {"stack.driver.branch": "620"}),
     (
-        # trixie's own 550.163.01-2 does not build for its kernel (drivers.yaml): no distro driver
+        # neither trixie's own 550.163.01-2 nor trixie-backports' 550.163.01-4~bpo13+1 builds for
+        # trixie's kernels (drivers.yaml): no distro driver
         "debian13-distro-refused",
         {"gpu": "L40S", "os": "debian-13", "install_method": "distro"},
         {"unsat": "install_method"},
