@@ -209,17 +209,24 @@ def compare_tensorflow(
 
 
 def compare_jax(
-    f: Findings, rel: JaxRelease, plugins: Mapping[int, Project], lines: Mapping[int, FrameworkPins | None]
+    f: Findings,
+    rel: JaxRelease,
+    plugins: Mapping[int, Project],
+    lines: Mapping[int, FrameworkPins | None],
+    *,
+    jaxlib: Project | None = None,
 ) -> None:
+    """``jaxlib`` (when given) narrows the Pythons: jax[cudaNN] needs its wheel as well as the plugin's."""
     what = f"jax {rel.version}"
     present = sorted((m for m, fp in lines.items() if fp is not None), reverse=True)
     f.compare(f"{what} cuda_majors (jax[cudaNN] installable)", list(rel.cuda_majors), present)
     for m in present:
         fp = lines[m]
         assert fp is not None
-        f.compare(
-            f"{what} python (jax-cuda{m}-plugin wheels)", set(rel.python), pythons_on_index(plugins[m], rel.version)
-        )
+        pys = pythons_on_index(plugins[m], rel.version)
+        if jaxlib is not None:
+            pys &= pythons_on_index(jaxlib, rel.version)
+        f.compare(f"{what} python (jaxlib and jax-cuda{m}-plugin wheels)", set(rel.python), pys)
         _requires_python(f, f"jax[cuda{m}] {rel.version}", rel.python, fp.requires_python)
         got = pinned_version(pin(fp, "x86_64", f"nvidia-cudnn-cu{m}"))
         want = rel.cudnn_min.get(m)
@@ -323,7 +330,7 @@ def report_nvidia(f: Findings, facts: Sequence[Fact], up: Mapping[str, bool]) ->
 def run(k: Knowledge, stored: WheelPins, reader: IndexReader, probe_nvidia: bool = True) -> Findings:
     f = Findings()
     plugin_names = ("jax-cuda12-plugin", "jax-cuda13-plugin")
-    projects = reader.projects(["torch", "tensorflow", "jax", *plugin_names])
+    projects = reader.projects(["torch", "tensorflow", "jax", "jaxlib", *plugin_names])
     reads = read_pins(reader, targets(k, reader))
     by_req: dict[str, FrameworkPins] = {}
     for r in reads:
@@ -344,7 +351,8 @@ def run(k: Knowledge, stored: WheelPins, reader: IndexReader, probe_nvidia: bool
         )
     plugins = {12: projects["jax-cuda12-plugin"], 13: projects["jax-cuda13-plugin"]}
     for jx in k.t.jax:
-        compare_jax(f, jx, plugins, {m: by_req.get(f"jax[cuda{m}]=={jx.version}") for m in (13, 12)})
+        lines = {m: by_req.get(f"jax[cuda{m}]=={jx.version}") for m in (13, 12)}
+        compare_jax(f, jx, plugins, lines, jaxlib=projects["jaxlib"])
     compare_wheels_yaml(f, stored, list(by_req.values()))
     compare_releases(f, stored, now)
     compare_newer(f, "torch", (r.version for r in k.t.torch), projects["torch"])

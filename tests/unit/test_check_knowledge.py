@@ -127,6 +127,9 @@ def test_jax_cuda_lines_python_and_cudnn_floor() -> None:
     f = Findings()
     compare_jax(f, JAX_0100, plugins, lines)
     assert not _contradictions(f), f.lines
+    f = Findings()  # jax[cudaNN] needs jaxlib's wheel too: a Python jaxlib lacks is not installable
+    compare_jax(f, JAX_0100, plugins, lines, jaxlib=_project("jaxlib", "0.10.0", ["3.11", "3.12", "3.13"]))
+    assert len(_contradictions(f)) == 2 and "jaxlib and jax-cuda13-plugin" in _contradictions(f)[0]
     f = Findings()
     compare_jax(f, JAX_0100, plugins, {13: None, 12: lines[12]})
     assert _contradictions(f) == ["jax 0.10.0 cuda_majors (jax[cudaNN] installable): data [13, 12], index [12]"]
