@@ -6,9 +6,10 @@ the code that wrote ``wheels.yaml``) against pytorch.yaml / tensorflow.yaml / ja
 NCCL, CUDA runtime and cuBLAS pins, Python tags and Requires-Python, platforms) and against
 ``wheels.yaml`` itself; releases newer than the data (reported, not failures); and each NVIDIA
 fact (driver, CUDA, cuDNN entries citing an NVIDIA URL) whose source it cannot reach, with that
-source and the fact's confidence. Exit 1 on a contradiction, else 0; the last line is the summary.
+source and the fact's confidence. Exit 1 on a contradiction, 2 when the index cannot be read, else
+0; the last line is the summary.
 
-Run: ``python -m provision.matrix.check [--cache DIR] [--index URL] [--jobs N] [--offline-nvidia]``.
+Run: ``python -m provision.matrix.check [--cache DIR] [--index URL] [--jobs N] [--no-probe]``.
 """
 
 from __future__ import annotations
@@ -376,7 +377,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     start = time.monotonic()
     reader = IndexReader(args.cache, args.index, args.jobs)
-    f = run(load_knowledge(), load_wheels(), reader, probe_nvidia=not args.no_probe)
+    try:
+        f = run(load_knowledge(), load_wheels(), reader, probe_nvidia=not args.no_probe)
+    except OSError as exc:  # the index itself unreachable: nothing was checked
+        print(f"knowledge: the index {args.index} cannot be read ({exc}); nothing checked", file=sys.stderr)
+        return 2
     order = {CONTRADICTION: 0, NEWER: 1, NOTE: 2, UNREACHABLE: 3}
     for kind, text in sorted(f.lines, key=lambda kt: order[kt[0]]):
         print(f"{kind}: {text}")

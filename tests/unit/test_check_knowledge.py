@@ -180,3 +180,33 @@ def test_torch_28_against_the_real_pypi(tmp_path: Path) -> None:
     again = IndexReader(tmp_path / "cache")
     read_pins(again, [Target("torch", "2.8.0", ((),), ("3.11",))])
     assert again.pip_runs == 0 and again.cache_hits == 2
+
+
+# --- reading the index: the pure parts of provision.matrix.pypi, with stand-in simple-API pages ---
+
+
+def test_simple_pages_batches_and_the_python_a_wheel_is_read_with() -> None:
+    from provision.matrix.pypi import Want, _batches, parse_simple, pick_python, platforms
+
+    page = {  # a stand-in PEP 691 page
+        "versions": ["1.0", "2.0"],
+        "files": [
+            {"filename": "demo-1.0-cp310-cp310-manylinux1_x86_64.whl"},
+            {"filename": "demo-1.0-cp311-cp311-manylinux_2_28_x86_64.whl"},
+            {"filename": "demo-1.0-cp313-cp313t-manylinux_2_28_x86_64.whl"},
+            {"filename": "demo-1.0-cp311-cp311-manylinux_2_28_aarch64.whl", "yanked": True},
+            {"filename": "demo-2.0-py3-none-any.whl", "requires-python": ">=3.12"},
+            {"filename": "demo-2.0.tar.gz"},
+        ],
+    }
+    proj = parse_simple("demo", page)
+    assert set(proj.files) == {"1.0", "2.0"} and len(proj.files["1.0"]) == 3
+    assert pick_python(proj, "1.0", "x86_64", ("3.11",)) == "3.11"
+    assert pick_python(proj, "1.0", "x86_64") == "3.11"  # free-threaded cp313t left out
+    assert pick_python(proj, "1.0", "aarch64") is None  # its only aarch64 wheel is yanked
+    assert pick_python(proj, "2.0", "aarch64", ("3.11", "3.12")) == "3.12"  # Requires-Python
+    assert "manylinux1_x86_64" in platforms("x86_64") and "manylinux_2_28_aarch64" in platforms("aarch64")
+    wants = [Want("a", str(v), "3.11", "x86_64") for v in range(4)] + [Want("b", "1", "3.11", "x86_64")]
+    batches = _batches(wants, jobs=2)
+    assert all(len({w.name for w in b}) == len(b) for b in batches)  # one version of a name per pip run
+    assert {w for b in batches for w in b} == set(wants) and sum(map(len, batches)) == len(wants)
