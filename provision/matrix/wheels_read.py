@@ -59,6 +59,26 @@ class Read:
     top: dict[str, Metadata | None] = field(default_factory=dict)
 
 
+# Read with these Pythons where the release has them: pip takes one Python per run, so wheels read
+# with the same one share runs (torch 2.2-2.15, TF 2.16+, every jax have 3.12; older ones 3.11).
+_BATCH_PYTHONS = ("3.12", "3.11")
+
+
+def _prefer(pythons: Sequence[str]) -> tuple[str, ...]:
+    return tuple(p for p in _BATCH_PYTHONS if p in pythons) + tuple(p for p in pythons if p not in _BATCH_PYTHONS)
+
+
+def _want(reader: IndexReader, name: str, version: str, arch: str, prefer: Sequence[str]) -> Want | None:
+    """The read of ``name==version`` for ``arch``; a pure wheel is read once for both arches."""
+    proj = reader.project(name)
+    py = pick_python(proj, version, arch, _prefer(prefer))
+    if py is None:
+        return None
+    files = proj.files.get(version, ())
+    pure = bool(files) and all(f.arch in ("any", None) for f in files) and any(f.arch == "any" for f in files)
+    return Want(name, version, py, ARCHS[0] if pure else arch)
+
+
 def _requirement(name: str, extras: Sequence[str], version: str) -> str:
     return f"{name}[{','.join(extras)}]=={version}" if extras else f"{name}=={version}"
 
@@ -122,11 +142,10 @@ def read_pins(reader: IndexReader, wanted: Sequence[Target]) -> list[Read]:
     reads = [Read(t) for t in wanted]
     tops: dict[tuple[int, str], Want] = {}
     for i, r in enumerate(reads):
-        proj = reader.project(r.target.name)
         for arch in ARCHS:
-            py = pick_python(proj, r.target.version, arch, r.target.prefer)
-            if py is not None:
-                tops[i, arch] = Want(r.target.name, r.target.version, py, arch)
+            w = _want(reader, r.target.name, r.target.version, arch, r.target.prefer)
+            if w is not None:
+                tops[i, arch] = w
     found = reader.metadata(list(tops.values()))
     nodes: list[_Node] = []
     for i, r in enumerate(reads):
@@ -179,13 +198,12 @@ def _expand(reader: IndexReader, nodes: list[_Node]) -> None:
         asks: dict[tuple[int, int], tuple[Want, Requirement]] = {}
         for ni, n in enumerate(nodes):
             for ri, req in enumerate(n.pending):
-                proj = reader.project(req.name)
-                matches = list(req.specifier.filter(proj.files))
-                py = pick_python(proj, matches[0], n.arch, n.read.target.prefer) if len(matches) == 1 else None
-                if py is None:
+                matches = list(req.specifier.filter(reader.project(req.name).files))
+                w = _want(reader, req.name, matches[0], n.arch, n.read.target.prefer) if len(matches) == 1 else None
+                if w is None:
                     n.broken = True  # not one installable version: this entry stays out (unchecked)
                     continue
-                asks[ni, ri] = (Want(req.name, matches[0], py, n.arch), req)
+                asks[ni, ri] = (w, req)
         found = reader.metadata([w for w, _ in asks.values()])
         for n in nodes:
             n.pending = []
