@@ -1,5 +1,6 @@
 # The README's commands: `make demo` (set up, run the main job on the local machine), `make test`
-# (set up everything the tests need, then lint, type-check and run every test but gpu) and
+# (set up everything the tests need, then lint, type-check, run every test but gpu and
+# `make check-knowledge`) and
 # `make check` (the fast loop: lint, type-check and the unit tests that need no network and start
 # no fleet of processes, on every core).
 PYTHON ?= python3
@@ -14,7 +15,7 @@ PYTEST_ARGS ?=
 # Tools that start ansible-playbook find the venv's without the venv being activated.
 IN_VENV := PATH="$(abspath $(BIN)):$$PATH"
 
-.PHONY: demo test check deps bases venv lint lint-python clean
+.PHONY: demo test check check-knowledge deps bases venv lint lint-python clean
 
 demo: venv
 	$(IN_VENV) $(BIN)/provision up --local --check --yes
@@ -33,6 +34,14 @@ BOTH_CORES := tests/unit/test_smoke_job.py
 test: deps bases venv lint-python
 	$(PYTEST_RUN) -n 2 --dist loadscope $(PYTEST_ARGS) tests/unit --ignore=$(BOTH_CORES) || test $$? -eq 5
 	$(PYTEST_RUN) $(PYTEST_ARGS) $(BOTH_CORES) tests/integration tests/gpu || test $$? -eq 5
+	$(MAKE) check-knowledge
+
+# The knowledge against the package index, with only the index reachable (docs/knowledge.md):
+# wheel METADATA through pip's metadata-only path and the release lists, cached per input under
+# ~/.cache/provision/pypi (CHECK_KNOWLEDGE_ARGS='--cache DIR' elsewhere). Exit 1 on a contradiction.
+CHECK_KNOWLEDGE_ARGS ?=
+check-knowledge: venv
+	$(IN_VENV) $(BIN)/python -m provision.matrix.check $(CHECK_KNOWLEDGE_ARGS)
 
 # ansible-lint is not run here: tests/unit/test_roles_lint.py runs it (the same profile).
 check: lint-python

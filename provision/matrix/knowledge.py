@@ -25,7 +25,6 @@ from provision.matrix.model import (
     CudnnBuild,
     CudnnRelease,
     DriverBranch,
-    EnvConflict,
     Gpu,
     InstanceType,
     JaxCudaLine,
@@ -212,6 +211,8 @@ def load() -> Knowledge:
     docs: dict[str, Any] = {}
     for name, data in files:
         digest.update(name.encode() + b"\0" + data + b"\0")
+        if name == "wheels.yaml":
+            continue  # provision.matrix.wheels parses it on first use (only a resolve of two frameworks reads it)
         docs[name] = _yaml(data) or {}
     merged: dict[str, Any] = {}
     for name, doc in docs.items():
@@ -427,17 +428,6 @@ def build_tables(d: dict[str, Any]) -> Tables:
                 note=str(r.get("note", "")),
                 source=_src(r),
                 confidence=str(r.get("confidence", "high")),
-            )
-        )
-    for c in d.get("environment_conflicts", []):
-        t.conflicts.append(
-            EnvConflict(
-                first=str(c["first"]),
-                second=str(c["second"]),
-                ok=bool(c["ok"]),
-                why=str(c["why"]),
-                source=_src(c),
-                confidence=str(c.get("confidence", "high")),
             )
         )
     p = d.get("packaging")

@@ -256,18 +256,6 @@ class JaxCudaLine:
 
 
 @dataclass(frozen=True)
-class EnvConflict:
-    """Two frameworks whose pinned CUDA libraries cannot share one environment (or can)."""
-
-    first: str  # requirement, e.g. "tensorflow[and-cuda]==2.21.0"
-    second: str
-    ok: bool
-    why: str
-    source: tuple[str, ...]
-    confidence: str
-
-
-@dataclass(frozen=True)
 class Source:
     id: str
     url: str
@@ -297,7 +285,6 @@ class Tables:
     tensorflow: list[TensorflowRelease] = field(default_factory=list)
     jax: list[JaxRelease] = field(default_factory=list)
     jax_lines: dict[int, JaxCudaLine] = field(default_factory=dict)
-    conflicts: list[EnvConflict] = field(default_factory=list)
     packaging: Packaging | None = None
     sources: dict[str, Source] = field(default_factory=dict)
     default_os: str = "ubuntu-24.04"

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from packaging.requirements import Requirement
 from packaging.version import Version
 
 from provision.matrix import Gpu, Knowledge, cc_tuple
+from provision.stack import venv_conflicts
 from provision.stack.candidates import DriverChoice, FwChoice
 from provision.stack.request import HostSpec, StackRequest
 
@@ -272,40 +272,16 @@ class Rules:
         assert fw.cuda is not None
         return check_driver_for_cuda(self.k, what, fw.cuda, driver, via_ptx)
 
-    def check_together(self, fws: Sequence[FwChoice]) -> Check:
-        """Rule env_conflict: frameworks whose pinned CUDA libraries cannot share one venv."""
+    def check_together(self, fws: Sequence[FwChoice], python: str) -> Check:
+        """Rule env_conflict: frameworks whose pins on shared CUDA packages cannot share one venv
+        (computed from data/wheels.yaml by :mod:`provision.stack.venv_conflicts`)."""
         c = Check()
-        for i, a in enumerate(fws):
-            for b in fws[i + 1 :]:
-                msg = self._conflict(a, b) or self._conflict(b, a)
-                if msg is not None:
-                    c.fail("env_conflict", msg)
+        verdict = venv_conflicts.check(venv_conflicts.members(self.k, fws), self.host.arch, python)
+        for msg in verdict.conflicts:
+            c.fail("env_conflict", msg)
+        for msg in verdict.unchecked:
+            c.warn("env_unchecked", msg)
         return c
-
-    def _conflict(self, a: FwChoice, b: FwChoice) -> str | None:
-        if a.variant == "cpu" or b.variant == "cpu":
-            return None
-        for known in self.k.t.conflicts:
-            if _matches(known.first, a) and _matches(known.second, b):
-                return None if known.ok else f"{a.requirement} and {b.requirement} in one environment: {known.why}"
-        a_major = (a.cuda or "").split(".")[0]
-        b_major = (b.cuda or "").split(".")[0]
-        if a_major != b_major:
-            return None  # different nvidia-*-cuNN package names: no shared pins
-        if a.tf is not None and a.tf.exact_pins and b.name == "torch":
-            return (
-                f"{a.requirement} pins exact CUDA {a.cuda} libraries and cuDNN {a.cudnn}; "
-                f"{b.requirement} pins CUDA {b.cuda} / cuDNN {b.cudnn}: pip cannot install both"
-            )
-        if a.tf is not None and b.name == "torch" and b.cuda and Version(b.cuda) < Version(a.tf.cuda):
-            return f"{a.requirement} needs CUDA {a.tf.cuda}+ libraries; {b.requirement} pins CUDA {b.cuda}"
-        nccl_min = a.tf.nccl_min if a.tf is not None else None
-        if nccl_min and b.name == "torch" and b.nccl and Version(b.nccl) < Version(nccl_min):
-            return f"{a.requirement} needs nvidia-nccl >= {nccl_min}; {b.requirement} pins {b.nccl}"
-        floor = (a.cudnn or "").lstrip(">=") if a.name in ("jax", "tensorflow") else None
-        if floor and b.name == "torch" and b.cudnn and Version(b.cudnn) < Version(floor):
-            return f"{a.requirement} needs cuDNN >= {floor}; {b.requirement} pins {b.cudnn}"
-        return None
 
     def check_driver_gpu(self, d: DriverChoice) -> Check:
         """Rules driver_gpu and eol_branch for the driver itself."""
@@ -383,8 +359,3 @@ class Rules:
                     f"cuDNN {rel.version} lists {host.gpu.name} as deprecated (the last release for it)",
                 )
         return c, cuda_major
-
-
-def _matches(requirement: str, fw: FwChoice) -> bool:
-    r = Requirement(requirement)
-    return r.name == fw.name and r.specifier.contains(Version(fw.version), prereleases=True)

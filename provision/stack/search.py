@@ -99,7 +99,7 @@ class Resolver:
                     ch, via = self.rules.check_framework_static(fw, python)
                     static.merge(ch)
                     ptx[fw.name] = via
-                static.merge(self.rules.check_together(combo))
+                static.merge(self.rules.check_together(combo, python))
                 if not static.ok:
                     self._closest(static.failures, stage=1)
                     continue

@@ -440,13 +440,14 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         {"stack.frameworks.tensorflow.version": "2.21.0", "stack.frameworks.torch.version": "2.15.0"},
     ),
     (
+        # the PyPI wheels (download.pytorch.org's cu118 build uses cu11 names: unchecked, not a conflict)
         "tf217-torch241-conflict",
-        {"gpu": "H100-SXM", "frameworks": ["tensorflow[and-cuda]==2.17.0", "torch==2.4.1"]},
+        {"gpu": "H100-SXM", "frameworks": ["tensorflow[and-cuda]==2.17.0", "torch==2.4.1"], "torch_index": "pypi"},
         {"unsat": "env_conflict", "suggest": "--framework"},
     ),
     (
         "tf221-torch210-conflict",
-        {"gpu": "H100-SXM", "frameworks": ["tensorflow==2.21.0", "torch==2.10.0"]},
+        {"gpu": "H100-SXM", "frameworks": ["tensorflow==2.21.0", "torch==2.10.0"], "torch_index": "pypi"},
         {"unsat": "env_conflict"},
     ),
     (

@@ -16,6 +16,7 @@ from packaging.version import Version
 
 from provision.errors import Unsatisfiable
 from provision.matrix import cc_tuple, load
+from provision.stack import venv_conflicts
 from provision.stack.request import HostSpec, StackRequest
 from provision.stack.resolve import resolve
 
@@ -99,11 +100,16 @@ def _check_invariants(req_in: dict[str, Any], host: HostSpec, doc: dict[str, Any
         assert stack["fabric_manager"] == {"version": driver["version"]}
     else:
         assert stack["fabric_manager"] is None
-    # frameworks never share a venv with a pair pip is known to refuse
-    for known in K.t.conflicts:
-        if not known.ok:
-            names = {r.split("[")[0].split("=")[0]: r.split("==")[1] for r in (known.first, known.second)}
-            assert not all(n in fws and fws[n]["version"] == v for n, v in names.items()), known
+    # frameworks never share a venv where a shared package has no release for all their pins
+    # (torch as the PyPI wheel; a download.pytorch.org-only variant is reported unchecked instead)
+    torch_rel = next((r for r in K.t.torch if r.version == fws["torch"]["version"]), None) if "torch" in fws else None
+    if len(fws) > 1 and (torch_rel is None or fws["torch"]["variant"] in ("cpu", torch_rel.pypi_default)):
+        reqs = [
+            f"{n}[{','.join(f['extras'])}]=={f['version']}" if f.get("extras") else f"{n}=={f['version']}"
+            for n, f in fws.items()
+            if f.get("variant") != "cpu"
+        ]
+        assert not venv_conflicts.check(reqs, host.arch, python).conflicts, reqs
     # system CUDA and cuDNN only when asked
     assert (stack["cuda_toolkit"] is None) == (req_in["cuda_toolkit"] is None)
     assert (stack["cudnn"] is None) == (req_in["cudnn"] is None)

@@ -1,0 +1,178 @@
+"""Frameworks in one venv: do their own pins on shared packages leave an installable version?
+
+Owns the env_conflict rule's logic (``Rules.check_together`` calls :func:`check`). Two or more
+frameworks conflict when a package they all pin (nvidia-cudnn-cu12, nvidia-nccl-cu13,
+cuda-toolkit, tensorrt-libs, ...) has no release on the index that satisfies every framework's
+specifier, with each wheel's markers evaluated for the group's arch and Python. The pins and the
+release lists are ``data/wheels.yaml``, read from the wheels' METADATA; this is a per-package
+test, not a full resolver (wheel tags of the shared packages are not checked), which is what
+makes pip refuse the pairs in practice (facts: i15 section 2). A framework whose pins the file
+does not hold (a download.pytorch.org variant, a release read after it) is reported unchecked,
+never passed as fine.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
+
+from provision.matrix import Knowledge, wheels
+from provision.matrix.wheels import WheelPins
+from provision.stack.candidates import FwChoice
+
+# The packages named first when several conflict: what a user recognises (cuDNN, NCCL, runtime, cuBLAS).
+_FIRST = ("nvidia-cudnn", "nvidia-nccl", "nvidia-cuda-runtime", "nvidia-cublas")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the rule found: conflicts (each makes the group fail) and members it could not check."""
+
+    conflicts: tuple[str, ...] = ()
+    unchecked: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Member:
+    """One framework of the group: its requirement (the ``wheels.yaml`` key) and, for a build the
+    file does not hold, the pins the other data knows (a torch variant's cuDNN and NCCL)."""
+
+    requirement: str
+    known: tuple[str, ...] = ()
+
+
+def members(k: Knowledge, fws: Sequence[FwChoice]) -> tuple[Member, ...]:
+    """What each framework is looked up as in ``wheels.yaml``. A torch CPU build pins no CUDA package
+    (left out); the download.pytorch.org build of a release's PyPI-default variant is the wheel PyPI
+    serves (``torch==2.6.0+cu124`` is ``torch==2.6.0``); another variant keeps its local tag (not in
+    the file) with the cuDNN and NCCL pins pytorch.yaml gives it, so that what is known still fails
+    and the rest is reported unchecked."""
+    out = []
+    for fw in fws:
+        if fw.variant == "cpu":
+            continue
+        rel = next((r for r in k.t.torch if r.version == fw.version), None) if fw.name == "torch" else None
+        if rel is None:
+            out.append(Member(fw.requirement))
+        elif fw.variant == rel.pypi_default:
+            out.append(Member(f"torch=={fw.version}"))
+        else:
+            major = (fw.cuda or "").split(".")[0]
+            known = [f"nvidia-cudnn-cu{major}=={fw.cudnn}"] if fw.cudnn else []
+            known += [f"nvidia-nccl-cu{major}=={fw.nccl}"] if fw.nccl else []
+            out.append(Member(fw.requirement, tuple(known)))
+    return tuple(out)
+
+
+def check(group: Sequence[Member | str], arch: str, python: str, pins: WheelPins | None = None) -> Verdict:
+    """The verdict on installing every member (``torch==2.8.0``, ``jax[cuda12]==0.6.0``) in one venv."""
+    ms = tuple(m if isinstance(m, Member) else Member(m) for m in group)
+    if len(ms) < 2:
+        return Verdict()
+    if pins is None:
+        return _check_shipped(ms, arch, python)
+    return _check(ms, arch, python, pins)
+
+
+@functools.lru_cache(maxsize=4096)
+def _check_shipped(group: tuple[Member, ...], arch: str, python: str) -> Verdict:
+    return _check(group, arch, python, wheels.load())
+
+
+def _check(group: tuple[Member, ...], arch: str, python: str, pins: WheelPins) -> Verdict:
+    requirements = tuple(m.requirement for m in group)
+    unchecked: list[str] = []
+    partial: list[str] = []
+    specs: dict[str, dict[str, SpecifierSet]] = {}  # package -> member -> its combined specifier
+    for m in group:
+        req = m.requirement
+        others = ", ".join(r for r in requirements if r != req)
+        fp = pins.get(req)
+        found = fp.requirements(arch, python) if fp is not None else None
+        if found is None and m.known:
+            found = [Requirement(t) for t in m.known]
+            partial.append(
+                f"{req}: only its {' and '.join(Requirement(t).name for t in m.known)} pins are known "
+                f"(pytorch.yaml; the build is not in wheels.yaml): whether its other pins install beside "
+                f"{others} is unchecked"
+            )
+        if found is None:
+            why = "not in wheels.yaml" if fp is None else f"no Linux {arch} wheel in wheels.yaml"
+            unchecked.append(
+                f"{req}: its pins on shared CUDA packages are unknown ({why}, read {pins.read}); "
+                f"whether it installs beside {others} is unchecked"
+            )
+            continue
+        for r in found:
+            name = canonicalize_name(r.name)
+            mine = specs.setdefault(name, {})
+            mine[req] = mine.get(req, SpecifierSet()) & r.specifier
+    conflicts: list[str] = []
+    for a_i, a in enumerate(requirements):
+        for b in requirements[a_i + 1 :]:
+            msg = _pair(a, b, specs, pins, unchecked)
+            if msg is not None:
+                conflicts.append(msg)
+    if not conflicts and len(requirements) > 2:
+        conflicts += _whole(specs, pins)
+    if not conflicts:
+        unchecked += partial
+    return Verdict(tuple(conflicts), tuple(dict.fromkeys(unchecked)))
+
+
+def _pair(
+    a: str, b: str, specs: dict[str, dict[str, SpecifierSet]], pins: WheelPins, unchecked: list[str]
+) -> str | None:
+    clashes = []
+    for name, by in specs.items():
+        if a in by and b in by:
+            if name not in pins.releases:
+                unchecked.append(f"{name}: no release list in wheels.yaml; {a} and {b} both pin it (unchecked)")
+                continue
+            if not _satisfiable(by[a] & by[b], pins.releases[name]):
+                clashes.append(name)
+    if not clashes:
+        return None
+    clashes.sort(key=_priority)
+    name = clashes[0]
+    more = f" (also {', '.join(clashes[1:])})" if clashes[1:] else ""
+    return (
+        f"{a} {_verb(specs[name][a])} {name}{specs[name][a]}, {b} {_verb(specs[name][b])} {name}{specs[name][b]}: "
+        f"no release of {name} satisfies both{more}"
+    )
+
+
+def _whole(specs: dict[str, dict[str, SpecifierSet]], pins: WheelPins) -> list[str]:
+    """Three or more frameworks that fit pairwise but not all together on one package."""
+    out = []
+    for name, by in sorted(specs.items(), key=lambda kv: _priority(kv[0])):
+        if len(by) < 3 or name not in pins.releases:
+            continue
+        combined = SpecifierSet()
+        for s in by.values():
+            combined &= s
+        if not _satisfiable(combined, pins.releases[name]):
+            needs = ", ".join(f"{req} {_verb(s)} {name}{s}" for req, s in by.items())
+            out.append(f"{needs}: no release of {name} satisfies all of them")
+    return out
+
+
+def _satisfiable(spec: SpecifierSet, releases: Sequence[str]) -> bool:
+    # filter() admits pre-releases only when no final release matches (pip's default choice).
+    return next(iter(spec.filter(releases)), None) is not None
+
+
+def _verb(spec: SpecifierSet) -> str:
+    items = list(spec)
+    exact = len(items) == 1 and items[0].operator in ("==", "===") and not items[0].version.endswith(".*")
+    return "pins" if exact else "needs"
+
+
+def _priority(name: str) -> tuple[int, str]:
+    rank = next((i for i, p in enumerate(_FIRST) if name.startswith(p)), len(_FIRST))
+    return rank, name
