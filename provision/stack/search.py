@@ -93,52 +93,67 @@ class Resolver:
             raise self._unsatisfiable(self.failures)
         for combo in _product(cand_lists):
             for python in pythons:
-                static = Check()
-                ptx: dict[str, bool] = {}
-                for fw in combo:
-                    ch, via = self.rules.check_framework_static(fw, python)
-                    static.merge(ch)
-                    ptx[fw.name] = via
-                static.merge(self.rules.check_together(combo))
-                if not static.ok:
-                    self._closest(static.failures, stage=1)
-                    continue
-                best: tuple[tuple[int, ...], DriverChoice, Check, int | None] | None = None
-                for d in drivers:
-                    c = Check()
-                    c.merge(driver_checks[id(d)])
-                    for fw in combo:
-                        c.merge(self.rules.check_framework_driver(fw, d.version, ptx[fw.name]))
-                    sys_check, cudnn_major = self.rules.check_system_cuda(d.version)
-                    c.merge(sys_check)
-                    if d.branch is not None and not has_driver_packages(self.k, self.host, d):
-                        c.fail(
-                            "install_method",
-                            f"{self.host.os.id}'s {d.method} packages do not carry branch {d.branch.branch}",
-                        )
-                    if fm_needed and d.method == "distro" and not has_fabric_manager(self.k, self.host, d):
-                        c.fail(
-                            "fabric_manager",
-                            f"{self.host.os.id}'s own packages have no Fabric Manager; use the nvidia-repo method",
-                        )
-                    if not c.ok:
-                        self._closest(c.failures, stage=0)
-                        continue
-                    key = driver_rank(d, c)
-                    if best is None or key < best[0]:
-                        best = (key, d, c, cudnn_major)
-                if best is not None:
+                found = self._best_driver(combo, python, drivers, driver_checks, fm_needed)
+                if found is not None:
                     total = Check()
                     total.merge(base)
-                    total.merge(static)
-                    total.merge(best[2])
-                    return assemble(self.req, self.host, self.k, (combo, python, best[1]), total, cudnn_major=best[3])
+                    total.merge(found[0])
+                    return assemble(self.req, self.host, self.k, (combo, python, found[1]), total, cudnn_major=found[2])
         # Rules every driver choice fails on its own (a pinned branch too old for the GPU) are
         # part of the answer whatever the nearest framework candidate was.
         driver_only = [f for d in drivers for f in driver_checks[id(d)].failures]
         if drivers and all(not driver_checks[id(d)].ok for d in drivers):
             self.failures += driver_only
         raise self._unsatisfiable(self.failures + (self._nearest_miss or []))
+
+    def _best_driver(
+        self,
+        combo: tuple[FwChoice, ...],
+        python: str,
+        drivers: list[DriverChoice],
+        driver_checks: dict[int, Check],
+        fm_needed: bool,
+    ) -> tuple[Check, DriverChoice, int | None] | None:
+        """The best driver for these wheels on this Python (rank: :func:`driver_rank`), with
+        everything the rules said; None when the wheels or every driver fail a rule."""
+        static = Check()
+        ptx: dict[str, bool] = {}
+        for fw in combo:
+            ch, via = self.rules.check_framework_static(fw, python)
+            static.merge(ch)
+            ptx[fw.name] = via
+        static.merge(self.rules.check_together(combo))
+        if not static.ok:
+            self._closest(static.failures, stage=1)
+            return None
+        best: tuple[tuple[int, ...], DriverChoice, Check, int | None] | None = None
+        for d in drivers:
+            c = Check()
+            c.merge(driver_checks[id(d)])
+            for fw in combo:
+                c.merge(self.rules.check_framework_driver(fw, d.version, ptx[fw.name]))
+            sys_check, cudnn_major = self.rules.check_system_cuda(d.version)
+            c.merge(sys_check)
+            if d.branch is not None and not has_driver_packages(self.k, self.host, d):
+                c.fail(
+                    "install_method",
+                    f"{self.host.os.id}'s {d.method} packages do not carry branch {d.branch.branch}",
+                )
+            if fm_needed and d.method == "distro" and not has_fabric_manager(self.k, self.host, d):
+                c.fail(
+                    "fabric_manager",
+                    f"{self.host.os.id}'s own packages have no Fabric Manager; use the nvidia-repo method",
+                )
+            if not c.ok:
+                self._closest(c.failures, stage=0)
+                continue
+            key = driver_rank(d, c)
+            if best is None or key < best[0]:
+                best = (key, d, c, cudnn_major)
+        if best is None:
+            return None
+        static.merge(best[2])
+        return static, best[1], best[3]
 
     def _closest(self, failures: list[str], stage: int) -> None:
         """Keep the failures of the candidate that came nearest: fewest failing rules, then the
