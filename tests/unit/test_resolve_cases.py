@@ -580,6 +580,12 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         {"gpu": "L40S", "os": "debian-13", "install_method": "distro"},
         {"unsat": "install_method"},
     ),
+    # --- fewest caveats: of one release's variants, the one without a caveat -----------------
+    (
+        "driver580-torch215-cu130-not-cu132",
+        {"gpu": "H100-SXM", "driver": "580", "frameworks": ["torch==2.15.0"]},
+        {"stack.frameworks.torch.variant": "cu130", "no_warn": True},
+    ),
     # --- end-of-life -------------------------------------------------------------------------
     ("eol-branch-pinned", {"gpu": "A10G", "driver": "550", "frameworks": ["torch==2.6.0"]}, {"warn": {"eol_branch"}}),
     ("no-eol-by-default", {"gpu": "A10G"}, {"no_warn": True}),
