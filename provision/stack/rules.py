@@ -110,6 +110,35 @@ def gpu_kernels(gpu: Gpu, arch_list: Sequence[str], ptx: bool) -> str | None:
     return None
 
 
+# cuDNN's compute-capability floors for releases cudnn.yaml does not list (torch pins many): cuDNN 9
+# starts at 5.0 (no Kepler, not even in its CUDA 11 build) and 9.11 drops everything before Turing.
+# Measured in the nvidia-cudnn-cu11/cu12 wheels' fatbins (notes/i15-facts.md section 3, [MEAS]).
+CUDNN_SERIES_MIN_CC = ((Version("9.11"), "7.5"), (Version("9"), "5.0"), (Version("0"), "3.5"))
+# The first cuDNN with kernels for an architecture newer than its predecessors' PTX reaches well:
+# Blackwell (10.x, 12.x) from 9.7 (support matrix 9.10.2 lists 10.0/12.0; 9.7.1.26 is the first
+# release measured with sm_100/sm_120 SASS, 9.6 and older have Hopper PTX only).
+CUDNN_FIRST_FOR_ARCH = {"blackwell": "9.7"}
+
+
+def cudnn_gpu_problem(k: Knowledge, version: str, gpu: Gpu) -> str | None:
+    """Why cuDNN ``version`` (a system package or a wheel's pin) cannot run on ``gpu``, or None."""
+    rel = next((r for r in k.t.cudnn if r.version == version), None)
+    floor = next(cc for start, cc in CUDNN_SERIES_MIN_CC if Version(version) >= start)
+    need = max(floor, rel.min_cc if rel else floor, key=cc_tuple)
+    if gpu.cc < cc_tuple(need):
+        return f"needs compute capability >= {need}; {gpu.name} is {gpu.compute_capability}"
+    first = CUDNN_FIRST_FOR_ARCH.get(gpu.arch)
+    if first is not None and Version(version) < Version(first):
+        return f"has no kernels for {gpu.arch.capitalize()} ({gpu.name}); it needs cuDNN >= {first}"
+    return None
+
+
+def abi_compatible(built: str, have: str) -> bool:
+    """A library built against ``built`` (major.minor) loads ``have``: same major, minor >= built's."""
+    b, h = Version(built).release, Version(have).release
+    return h[0] == b[0] and h[1:2] >= b[1:2]
+
+
 def check_wheel_arch(gpu: Gpu | None, what: str, arch_list: Sequence[str], ptx: bool) -> tuple[Check, bool]:
     """Rule gpu_arch: the wheel carries code this GPU can run. Returns (check, reached via PTX)."""
     c = Check()
@@ -206,9 +235,22 @@ class Rules:
             if (on_pypi and not rel.pypi_aarch64_cuda) or (not on_pypi and variant and not variant.aarch64):
                 where = " on PyPI" if on_pypi else ""
                 c.fail("arch", f"{fw.label} has no linux-aarch64 CUDA wheel{where}")
-        arch_check, via_ptx = check_wheel_arch(host.gpu, fw.label, fw.arch_list, fw.ptx)
+        variant = rel.variant(fw.variant or "")
+        arch_list = variant.archs(host.arch) if variant is not None else fw.arch_list
+        label = fw.label + (" (linux-aarch64 build)" if host.arch == "aarch64" and arch_list != fw.arch_list else "")
+        arch_check, via_ptx = check_wheel_arch(host.gpu, label, arch_list, fw.ptx)
         c.merge(arch_check)
+        if fw.cudnn is not None and host.gpu is not None and arch_check.ok:
+            self._wheel_cudnn_gpu(fw, host.gpu, c)
         return via_ptx
+
+    def _wheel_cudnn_gpu(self, fw: FwChoice, gpu: Gpu, c: Check) -> None:
+        """Rule cudnn_gpu for the cuDNN a torch wheel brings: its kernels must reach the GPU
+        (torch >= 2.4 brings cuDNN 9, which has no Kepler even in the cu118 build)."""
+        assert fw.cudnn is not None
+        why = cudnn_gpu_problem(self.k, fw.cudnn, gpu)
+        if why is not None:
+            c.fail("cudnn_gpu", f"{fw.label} brings cuDNN {fw.cudnn}, which {why}")
 
     def _static_tf(self, fw: FwChoice, c: Check) -> bool:
         host, rel = self.host, fw.tf
@@ -356,12 +398,9 @@ class Rules:
                 c.fail("cudnn_driver", f"cuDNN {rel.version} needs driver >= {builds[-1].min_driver}")
             else:
                 cuda_major = cuda_major or max(b.cuda_major for b in usable)
-            if host.gpu is not None and host.gpu.cc < cc_tuple(rel.min_cc):
-                c.fail(
-                    "cudnn_gpu",
-                    f"cuDNN {rel.version} no longer supports {host.gpu.name} (compute capability "
-                    f"{host.gpu.compute_capability}; needs >= {rel.min_cc})",
-                )
+            why = cudnn_gpu_problem(k, rel.version, host.gpu) if host.gpu is not None else None
+            if why is not None:
+                c.fail("cudnn_gpu", f"cuDNN {rel.version} {why}")
             elif host.gpu is not None and host.gpu.cc < (7, 5) and rel.series == "9.10":
                 c.warn(
                     "deprecated_gpu",

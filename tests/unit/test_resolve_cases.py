@@ -94,8 +94,10 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         "k80-newest",
         {"gpu": "K80"},
         {
-            "stack.frameworks.torch.version": "2.7.1",
+            # torch 2.4-2.7 cu118 list sm_37 but bring cuDNN 9, which has no Kepler kernels
+            "stack.frameworks.torch.version": "2.3.1",
             "stack.frameworks.torch.variant": "cu118",
+            "stack.frameworks.torch.cudnn": "8.7.0.84",
             "stack.driver.branch": "470",
             "warn": {"eol_branch", "minor_version_compat"},
         },
@@ -580,7 +582,23 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         {"gpu": "L40S", "os": "debian-13", "install_method": "distro"},
         {"unsat": "install_method"},
     ),
-    # --- fewest caveats: of one release's variants, the one without a caveat -----------------
+    # --- issue 15: rules that passed silently before -----------------------------------------
+    # cudnn_gpu: the cuDNN a wheel brings (cuDNN 9: no Kepler), a system cuDNN on Blackwell (>= 9.7)
+    ("k80-torch271-cudnn9-unsat", {"gpu": "K80", "frameworks": ["torch==2.7.1+cu118"]}, {"unsat": "cudnn_gpu"}),
+    ("b200-system-cudnn95-unsat", {"gpu": "B200", "cudnn": "9.5.1.17"}, {"unsat": "cudnn_gpu", "suggest": "--cudnn"}),
+    ("b200-system-cudnn910", {"gpu": "B200", "cudnn": "9.10.2.21"}, {"stack.cudnn.version": "9.10.2.21"}),
+    # gpu_arch on aarch64: the sbsa wheels list fewer architectures than x86_64's
+    (
+        "t4g-torch29-aarch64-no-sm75",
+        {"gpu": "T4G", "frameworks": ["torch==2.9.1"]},
+        {"unsat": "gpu_arch", "suggest": "--framework"},
+    ),
+    (
+        "gh200-torch29-aarch64",
+        {"gpu": "GH200", "frameworks": ["torch==2.9.1"]},
+        {"stack.frameworks.torch.variant": "cu128"},
+    ),
+    # fewest caveats: of one release's variants, the one without a caveat
     (
         "driver580-torch215-cu130-not-cu132",
         {"gpu": "H100-SXM", "driver": "580", "frameworks": ["torch==2.15.0"]},
