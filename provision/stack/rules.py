@@ -375,13 +375,12 @@ class Rules:
                         f"CUDA {tk.version} dropped {host.gpu.name} (sm_{sm}; from sm_{tk.sm_min})",
                     )
             if tk.os and host.os.id not in tk.os:
-                if tk.os_confidence == "low":
-                    c.warn(
-                        "os_not_listed",
-                        f"CUDA {tk.version} may not be packaged for {host.os.id} (unverified list)",
-                    )
-                else:
-                    c.fail("toolkit_os", f"CUDA {tk.version} is not packaged for {host.os.id}")
+                here = [t.version for t in k.t.toolkits if host.os.id in t.os]
+                c.fail(
+                    "toolkit_os",
+                    f"CUDA {tk.version} is not packaged for {host.os.id} (NVIDIA's repository has it for "
+                    f"{', '.join(tk.os)}); CUDA releases packaged for {host.os.id}: {', '.join(here) or 'none'}",
+                )
             if tk.gcc_max is not None and host.os.gcc > tk.gcc_max:
                 c.warn(
                     "host_gcc",

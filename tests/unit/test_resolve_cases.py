@@ -382,9 +382,9 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("toolkit-126-5090-unsat", {"gpu": "RTX-5090", "cuda_toolkit": "12.6"}, {"unsat": "toolkit_gpu"}),
     ("toolkit-130-v100-unsat", {"gpu": "V100", "cuda_toolkit": "13.0"}, {"unsat": "toolkit_gpu"}),
     (
-        "toolkit-118-noble-warns",
-        {"gpu": "T4", "cuda_toolkit": "11.8", "frameworks": ["torch==2.7.1+cu118"]},
-        {"warn": {"os_not_listed", "host_gcc"}},
+        "toolkit-118-jammy-gcc",
+        {"gpu": "T4", "cuda_toolkit": "11.8", "frameworks": ["torch==2.7.1+cu118"], "os": "ubuntu-22.04"},
+        {"stack.cuda_toolkit.version": "11.8", "stack.frameworks.torch.variant": "cu118"},
     ),
     ("toolkit-none-by-default", {"gpu": "T4"}, {"stack.cuda_toolkit": None, "names.cuda_toolkit": []}),
     (
@@ -583,6 +583,17 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         {"unsat": "install_method"},
     ),
     # --- issue 15: rules that passed silently before -----------------------------------------
+    # toolkit_os: a system toolkit on an OS its release is not packaged for (was a warning)
+    (
+        "toolkit-118-noble-unsat",
+        {"gpu": "T4", "cuda_toolkit": "11.8", "frameworks": ["torch==2.7.1+cu118"]},
+        {"unsat": "toolkit_os"},
+    ),
+    (
+        "toolkit-118-noble-other-release",
+        {"gpu": "T4", "cuda_toolkit": "11.8"},
+        {"unsat": "toolkit_os"},
+    ),
     # cudnn_gpu: the cuDNN a wheel brings (cuDNN 9: no Kepler), a system cuDNN on Blackwell (>= 9.7)
     ("k80-torch271-cudnn9-unsat", {"gpu": "K80", "frameworks": ["torch==2.7.1+cu118"]}, {"unsat": "cudnn_gpu"}),
     ("b200-system-cudnn95-unsat", {"gpu": "B200", "cudnn": "9.5.1.17"}, {"unsat": "cudnn_gpu", "suggest": "--cudnn"}),
