@@ -15,6 +15,7 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 
 from provision.matrix import Gpu, Knowledge, cc_tuple
+from provision.matrix.model import TensorflowRelease
 from provision.stack.candidates import DriverChoice, FwChoice
 from provision.stack.request import HostSpec, StackRequest
 
@@ -257,12 +258,8 @@ class Rules:
         assert rel is not None
         if host.arch != "x86_64":
             c.fail("arch", f"TensorFlow GPU wheels are Linux x86_64 only; this host is {host.arch}")
-        system_ok = self.req.cuda_toolkit == rel.cuda and (self.req.cudnn or "").startswith(rel.cudnn)
-        if not rel.and_cuda and not system_ok:
-            c.fail(
-                "tf_system_cuda",
-                f"{fw.label} has no [and-cuda] extra: it needs a system CUDA {rel.cuda} and cuDNN {rel.cudnn}",
-            )
+        if "and-cuda" not in fw.extras:
+            c.merge(self._tf_system_libs(fw, rel))
         gpu = host.gpu
         if gpu is None:
             return False
@@ -281,6 +278,59 @@ class Rules:
             )
             return True
         return False
+
+    def _tf_system_libs(self, fw: FwChoice, rel: TensorflowRelease) -> Check:
+        """Rule tf_system_cuda: TensorFlow without ``[and-cuda]`` loads the system CUDA and cuDNN,
+        which must have the major it was built with and at least its minor (libcudart.so.12,
+        libcudnn.so.9 are per major; a newer minor keeps the ABI, an older one lacks symbols)."""
+        c = Check()
+        why = "has no [and-cuda] extra" if not rel.and_cuda else "is installed without [and-cuda]"
+        problems = []
+        libs = (
+            ("CUDA", "--cuda-toolkit", rel.cuda, self.req.cuda_toolkit),
+            ("cuDNN", "--cudnn", rel.cudnn, self.req.cudnn),
+        )
+        for lib, option, built, have in libs:
+            major = built.split(".")[0]
+            if have is None:
+                problems.append(f"no system {lib} (needs {lib} {major}.x >= {built}: {option})")
+            elif not abi_compatible(built, have):
+                problems.append(f"system {lib} {have} does not load (needs {lib} {major}.x >= {built})")
+        if problems:
+            c.fail("tf_system_cuda", f"{fw.label} {why}: it loads the system CUDA and cuDNN; " + "; ".join(problems))
+        else:
+            c.reasons.append(
+                f"{fw.label} loads the system CUDA {self.req.cuda_toolkit} and cuDNN {self.req.cudnn} "
+                f"(built with {rel.cuda} / {rel.cudnn}: same major, newer or equal minor)"
+            )
+        return c
+
+    def check_system_use(self, fws: Sequence[FwChoice]) -> Check:
+        """What a system toolkit or cuDNN means to wheels that bring their own CUDA libraries.
+
+        A system cuDNN is unused by torch, TensorFlow[and-cuda] and JAX (each loads its wheel's);
+        a system toolkit whose CUDA major differs from the torch wheel's builds extensions
+        (``torch.utils.cpp_extension``) that fail against it: a caveat naming both (the search
+        prefers a variant of the same release that matches).
+        """
+        c = Check()
+        req = self.req
+        for fw in fws:
+            if fw.variant == "cpu" or (fw.name == "tensorflow" and "and-cuda" not in fw.extras):
+                continue
+            if req.cudnn is not None:
+                brings = f"cuDNN {fw.cudnn}" if fw.cudnn and not fw.cudnn.startswith(">") else "its own cuDNN"
+                c.reasons.append(f"the system cuDNN {req.cudnn} is unused by {fw.label}: its wheels bring {brings}")
+            if fw.name == "torch" and req.cuda_toolkit is not None and fw.cuda is not None:
+                tk_major, fw_major = req.cuda_toolkit.split(".")[0], fw.cuda.split(".")[0]
+                if tk_major != fw_major:
+                    c.warn(
+                        "toolkit_torch_cuda",
+                        f"the system CUDA toolkit {req.cuda_toolkit} and {fw.label} (CUDA {fw.cuda}) differ "
+                        f"in major version: extensions built with its nvcc fail to load in torch "
+                        f"(a torch variant built with CUDA {tk_major}, or a CUDA {fw_major} toolkit, matches)",
+                    )
+        return c
 
     def check_framework_driver(self, fw: FwChoice, driver: str | None, via_ptx: bool) -> Check:
         what = fw.label

@@ -137,6 +137,7 @@ class Resolver:
             static.merge(ch)
             ptx[fw.name] = via
         static.merge(self.rules.check_together(combo))
+        static.merge(self.rules.check_system_use(combo))
         if not static.ok:
             self._closest(static.failures, stage=1)
             return None

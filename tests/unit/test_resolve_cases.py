@@ -594,10 +594,59 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         {"gpu": "T4", "cuda_toolkit": "11.8"},
         {"unsat": "toolkit_os"},
     ),
+    # tf_system_cuda: TensorFlow without [and-cuda] loads the system CUDA/cuDNN (major, minor >=)
+    (
+        "tf213-system-cudnn89-loads",
+        {
+            "gpu": "A10G",
+            "frameworks": ["tensorflow==2.13.0"],
+            "cuda_toolkit": "11.8",
+            "cudnn": "8.9.7.29",
+            "os": "ubuntu-22.04",
+        },
+        {"stack.frameworks.tensorflow.extras": [], "reason~": "loads the system CUDA 11.8 and cuDNN 8.9.7.29"},
+    ),
+    (
+        "tf213-system-cudnn9-unsat",
+        {
+            "gpu": "A10G",
+            "frameworks": ["tensorflow==2.13.0"],
+            "cuda_toolkit": "11.8",
+            "cudnn": "9.10.2.21",
+            "os": "ubuntu-22.04",
+        },
+        {"unsat": "tf_system_cuda"},
+    ),
+    (
+        "tf221-plain-with-toolkit-uses-system",
+        {"gpu": "A10G", "frameworks": ["tensorflow==2.21.0"], "cuda_toolkit": "12.8", "cudnn": "9.10.2.21"},
+        {"stack.frameworks.tensorflow.extras": [], "reason~": "loads the system CUDA 12.8"},
+    ),
+    (
+        "tf221-plain-toolkit-without-cudnn-unsat",
+        {"gpu": "A10G", "frameworks": ["tensorflow==2.21.0"], "cuda_toolkit": "12.8"},
+        {"unsat": "tf_system_cuda"},
+    ),
+    (
+        "system-cudnn-unused-by-torch",
+        {"gpu": "H100-SXM", "frameworks": ["torch==2.8.0"], "cudnn": "9.10.2.21"},
+        {"reason~": "the system cuDNN 9.10.2.21 is unused by torch 2.8.0 cu128"},
+    ),
     # cudnn_gpu: the cuDNN a wheel brings (cuDNN 9: no Kepler), a system cuDNN on Blackwell (>= 9.7)
     ("k80-torch271-cudnn9-unsat", {"gpu": "K80", "frameworks": ["torch==2.7.1+cu118"]}, {"unsat": "cudnn_gpu"}),
     ("b200-system-cudnn95-unsat", {"gpu": "B200", "cudnn": "9.5.1.17"}, {"unsat": "cudnn_gpu", "suggest": "--cudnn"}),
     ("b200-system-cudnn910", {"gpu": "B200", "cudnn": "9.10.2.21"}, {"stack.cudnn.version": "9.10.2.21"}),
+    # toolkit_torch_cuda: a system toolkit of another CUDA major than the torch wheel's
+    (
+        "toolkit-130-prefers-cu130",
+        {"gpu": "H100-SXM", "frameworks": ["torch==2.10.0"], "cuda_toolkit": "13.0"},
+        {"stack.frameworks.torch.variant": "cu130", "no_warn": True},
+    ),
+    (
+        "toolkit-130-torch28-caveat",
+        {"gpu": "H100-SXM", "frameworks": ["torch==2.8.0"], "cuda_toolkit": "13.0"},
+        {"warn": {"toolkit_torch_cuda"}},
+    ),
     # gpu_arch on aarch64: the sbsa wheels list fewer architectures than x86_64's
     (
         "t4g-torch29-aarch64-no-sm75",
