@@ -169,6 +169,26 @@ def check_wheel_arch(gpu: Gpu | None, what: str, arch_list: Sequence[str], ptx: 
     return c, how == "ptx"
 
 
+# NVIDIA/open-gpu-kernel-modules README "Compatible GPUs": before R545 (tags 520.56.06 .. 535.x)
+# GeForce and workstation support "is still considered alpha-quality" and needs the nvidia.ko
+# parameter NVreg_OpenRmEnableUnsupportedGpus=1 to load at all; R545 .. R555 call it "Beta quality";
+# from 560.28.03 the caveat is gone (and open is the default, driver installation guide). Datacenter
+# GPUs (Turing and newer) are production quality from R515.
+OPEN_MODULES_PRODUCTION = 560
+OPEN_MODULES_BETA = 545
+
+
+def geforce_or_workstation(gpu: Gpu) -> bool:
+    """A GeForce or workstation card (every PCI form of it is a ``card``/``workstation`` board)."""
+    forms = [f.split()[0].lower() for f in gpu.pci_forms.values()]
+    return bool(forms) and all(f in ("card", "workstation", "max-q") for f in forms)
+
+
+def open_modules_beta(gpu: Gpu, branch: int) -> bool:
+    """Open modules of ``branch`` on ``gpu`` are short of production quality (a caveat)."""
+    return gpu.kernel_modules == "open-recommended" and geforce_or_workstation(gpu) and branch < OPEN_MODULES_PRODUCTION
+
+
 def install_methods(request: StackRequest, host: HostSpec) -> list[str]:
     """The driver install methods the request allows on this host's OS (none: rule install_method fails)."""
     avail = list(host.os.install_methods)
@@ -196,6 +216,20 @@ class Rules:
             c.warn("eol_os", f"{host.os.id} reached end of standard support in {host.os.eol}")
         if not install_methods(self.req, self.host):
             c.fail("install_method", f"{self.req.install_method} is not available on {host.os.id}")
+        gpu = host.gpu
+        last = self.k.branch(gpu.last_driver_branch) if gpu and gpu.last_driver_branch else None
+        if (
+            gpu is not None
+            and last is not None
+            and not (last.eol and self.k.t.snapshot and last.eol < self.k.t.snapshot)
+        ):
+            # Still driven by a supported branch, but the last one: CUDA 12.8+ deprecates Maxwell,
+            # Pascal and Volta, CUDA 13.0 drops them and R580 is their last driver branch.
+            c.warn(
+                "deprecated_gpu",
+                f"{gpu.name} ({gpu.arch.capitalize()}) is deprecated by NVIDIA: CUDA {gpu.last_cuda or '?'} is the "
+                f"last toolkit and R{last.branch} the last driver branch for it",
+            )
         return c
 
     # host-level rules (independent of the driver) ------------------------------------------
@@ -401,6 +435,12 @@ class Rules:
                 )
         if b.eol and self.k.t.snapshot and b.eol < self.k.t.snapshot:
             c.warn("eol_branch", f"driver branch {b.branch} reached end of life in {b.eol}")
+        if gpu is not None and d.flavour == "open" and open_modules_beta(gpu, b.branch):
+            c.warn(
+                "open_modules_beta",
+                f"the open kernel modules of branch {b.branch} are Beta quality on GeForce and workstation "
+                f"GPUs ({gpu.name}); production from R560 (NVIDIA/open-gpu-kernel-modules README)",
+            )
         return c
 
     # system CUDA toolkit and cuDNN ---------------------------------------------------------

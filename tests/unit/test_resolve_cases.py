@@ -658,6 +658,22 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         {"gpu": "GH200", "frameworks": ["torch==2.9.1"]},
         {"stack.frameworks.torch.variant": "cu128"},
     ),
+    # kernel_modules: open modules on GeForce/workstation cards are production from R560
+    ("rtx4090-550-proprietary", {"gpu": "RTX-4090", "driver": "550"}, {"stack.driver.kernel_modules": "proprietary"}),
+    (
+        "rtx4090-550-forced-open-beta",
+        {"gpu": "RTX-4090", "driver": "550", "kernel_modules": "open"},
+        {"stack.driver.kernel_modules": "open", "warn": {"open_modules_beta"}},
+    ),
+    (
+        "rtx4090-535-forced-open-unsat",
+        {"gpu": "RTX-4090", "driver": "535", "kernel_modules": "open"},
+        {"unsat": "kernel_modules", "suggest": "--kernel-modules"},
+    ),
+    ("rtx4090-595-open", {"gpu": "RTX-4090", "driver": "595"}, {"stack.driver.kernel_modules": "open"}),
+    ("l40s-550-open-datacenter", {"gpu": "L40S", "driver": "550"}, {"stack.driver.kernel_modules": "open"}),
+    ("v100-deprecated", {"gpu": "V100"}, {"warn": {"deprecated_gpu"}}),
+    ("p100-deprecated", {"gpu": "P100", "frameworks": ["torch==2.8.0"]}, {"warn": {"deprecated_gpu"}}),
     # fewest caveats: of one release's variants, the one without a caveat
     (
         "driver580-torch215-cu130-not-cu132",
