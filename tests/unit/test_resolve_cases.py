@@ -587,12 +587,12 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     (
         "toolkit-118-noble-unsat",
         {"gpu": "T4", "cuda_toolkit": "11.8", "frameworks": ["torch==2.7.1+cu118"]},
-        {"unsat": "toolkit_os"},
+        {"unsat": "toolkit_os", "suggest": "--os"},
     ),
     (
         "toolkit-118-noble-other-release",
         {"gpu": "T4", "cuda_toolkit": "11.8"},
-        {"unsat": "toolkit_os"},
+        {"unsat": "toolkit_os", "suggest": "--cuda-toolkit"},
     ),
     # tf_system_cuda: TensorFlow without [and-cuda] loads the system CUDA/cuDNN (major, minor >=)
     (
@@ -625,7 +625,7 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     (
         "tf221-plain-toolkit-without-cudnn-unsat",
         {"gpu": "A10G", "frameworks": ["tensorflow==2.21.0"], "cuda_toolkit": "12.8"},
-        {"unsat": "tf_system_cuda"},
+        {"unsat": "tf_system_cuda", "suggest": "--cudnn"},
     ),
     (
         "system-cudnn-unused-by-torch",
@@ -679,6 +679,18 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         "driver580-torch215-cu130-not-cu132",
         {"gpu": "H100-SXM", "driver": "580", "frameworks": ["torch==2.15.0"]},
         {"stack.frameworks.torch.variant": "cu130", "no_warn": True},
+    ),
+    # suggestions that work: the right direction, the real variants, another OS
+    ("k80-driver580-suggests-470", {"gpu": "K80", "driver": "580"}, {"unsat": "driver_gpu", "suggest": "--driver"}),
+    (
+        "torch271-cu130-real-variants",
+        {"gpu": "A10G", "frameworks": ["torch==2.7.1+cu130"]},
+        {"unsat": "torch", "suggest": "--framework"},
+    ),
+    (
+        "torch201-noble-suggests-jammy",
+        {"gpu": "A10G", "frameworks": ["torch==2.0.1"]},
+        {"unsat": "python", "suggest": "--os"},
     ),
     # --- end-of-life -------------------------------------------------------------------------
     ("eol-branch-pinned", {"gpu": "A10G", "driver": "550", "frameworks": ["torch==2.6.0"]}, {"warn": {"eol_branch"}}),
@@ -764,3 +776,35 @@ def test_host_from_probe_facts() -> None:
         HostSpec.from_facts({"os": "debian-12", "gpus": [{"model": "T4"}, {"model": "L4"}]})
     no_switch = HostSpec.from_facts({"os": "ubuntu-22.04", "nvswitch_count": 0, "gpus": [{"model": "H100-SXM"}] * 8})
     assert no_switch.needs_fabric_manager is False
+
+
+def _apply(inputs: dict[str, Any], changes: list[dict[str, str]]) -> dict[str, Any]:
+    """The case's inputs with a suggestion's changes applied, as a user would type them."""
+    out = dict(inputs)
+    frameworks: list[str] = []
+    for change in changes:
+        key = change["option"].removeprefix("--").replace("-", "_")
+        if key == "framework":
+            frameworks.append(change["value"])
+        else:
+            out[key] = change["value"]
+    if frameworks:  # a suggestion's --framework options are the whole framework list
+        out["frameworks"] = frameworks
+    return out
+
+
+UNSAT_CASES = [pytest.param(i, id=n) for n, i, e in CASES if "unsat" in e]
+
+
+@pytest.mark.parametrize("inputs", UNSAT_CASES)
+def test_every_suggestion_of_a_case_resolves(inputs: dict[str, Any]) -> None:
+    """Each suggestion an unsatisfiable case gets, fed back into the resolver, resolves."""
+    req = StackRequest.build(**{k: v for k, v in inputs.items() if k in REQ_KEYS})
+    host = HostSpec.describe(**{k: v for k, v in inputs.items() if k not in REQ_KEYS})
+    with pytest.raises(Unsatisfiable) as err:
+        resolve(req, host)
+    for s in err.value.suggestions:
+        applied = _apply(inputs, s["changes"])
+        req2 = StackRequest.build(**{k: v for k, v in applied.items() if k in REQ_KEYS})
+        host2 = HostSpec.describe(**{k: v for k, v in applied.items() if k not in REQ_KEYS})
+        assert resolve(req2, host2).stack is not None, s
