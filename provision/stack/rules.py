@@ -2,7 +2,9 @@
 
 Host rules (GPU on its host arch, OS arch, install method), framework rules that do not depend on
 the driver (Python, arch, GPU kernels, frameworks sharing one venv), driver rules (driver_gpu,
-driver_cuda, EOL branches) and the system CUDA toolkit and cuDNN rules. A :class:`Check`
+driver_cuda, EOL branches, open modules on GeForce/workstation cards, deprecated architectures),
+the cuDNN a wheel brings against the GPU, and the system CUDA toolkit and cuDNN rules (OS, GPU,
+driver, TensorFlow loading them, wheels that leave them unused). A :class:`Check`
 collects what they say about one candidate.
 """
 
