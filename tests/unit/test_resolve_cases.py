@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from provision.errors import BadInput, Unsatisfiable
+from provision.matrix import load
 from provision.stack.request import HostSpec, StackRequest
 from provision.stack.resolve import resolve
 
@@ -808,3 +809,13 @@ def test_every_suggestion_of_a_case_resolves(inputs: dict[str, Any]) -> None:
         req2 = StackRequest.build(**{k: v for k, v in applied.items() if k in REQ_KEYS})
         host2 = HostSpec.describe(**{k: v for k, v in applied.items() if k not in REQ_KEYS})
         assert resolve(req2, host2).stack is not None, s
+
+
+def test_aarch64_arch_list_defaults_to_the_x86_list() -> None:
+    """pytorch.yaml's ``arch_list_aarch64`` is read where given; absent, the aarch64 list is arch_list."""
+    k = load()
+    rel29 = next(r for r in k.t.torch if r.version == "2.9.1")
+    cu126 = rel29.variant("cu126")
+    assert cu126 is not None and cu126.archs("aarch64") == ("8.0", "9.0") and "7.5" in cu126.archs("x86_64")
+    rel28 = next(r for r in k.t.torch if r.version == "2.8.0")
+    assert all(v.archs("aarch64") == v.arch_list for v in rel28.variants)
