@@ -323,7 +323,7 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     (
         "variant-cu118-torch28-unsat",
         {"gpu": "H100-SXM", "torch_variant": "cu118", "frameworks": ["torch==2.8.0"]},
-        {"unsat": "torch", "suggest": "--framework"},
+        {"unsat": "torch", "suggest=": ("--framework", "torch==2.7.1+cu128")},
     ),
     (
         "local-tag-cu128",
@@ -682,11 +682,15 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         {"stack.frameworks.torch.variant": "cu130", "no_warn": True},
     ),
     # suggestions that work: the right direction, the real variants, another OS
-    ("k80-driver580-suggests-470", {"gpu": "K80", "driver": "580"}, {"unsat": "driver_gpu", "suggest": "--driver"}),
+    (
+        "k80-driver580-suggests-470",
+        {"gpu": "K80", "driver": "580"},
+        {"unsat": "driver_gpu", "suggest=": ("--driver", "470"), "summary~": "driver <= 470"},
+    ),
     (
         "torch271-cu130-real-variants",
         {"gpu": "A10G", "frameworks": ["torch==2.7.1+cu130"]},
-        {"unsat": "torch", "suggest": "--framework"},
+        {"unsat": "torch", "suggest=": ("--framework", "torch==2.7.1+cu128")},
     ),
     (
         "torch201-noble-suggests-jammy",
@@ -730,6 +734,11 @@ def test_case(inputs: dict[str, Any], expect: dict[str, Any]) -> None:
         if "suggest" in expect:
             options = {c["option"] for s in err.value.suggestions for c in s["changes"]}
             assert expect["suggest"] in options, err.value.suggestions
+        if "suggest=" in expect:  # (option, value) one suggestion must change
+            pairs = {(c["option"], c["value"]) for s in err.value.suggestions for c in s["changes"]}
+            assert expect["suggest="] in pairs, err.value.suggestions
+        if "summary~" in expect:
+            assert any(expect["summary~"] in s["summary"] for s in err.value.suggestions), err.value.suggestions
         # every suggestion really resolves: applying it gives a stack
         assert err.value.suggestions, "an unsatisfiable answer names at least one change that works"
         return
