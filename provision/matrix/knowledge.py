@@ -166,6 +166,21 @@ class Knowledge:
         return mc.min_driver if mc else None
 
 
+def _torch_variant(v: dict[str, Any], confidence: str) -> TorchVariant:
+    """One pytorch.yaml variant; ``arch_list_aarch64`` defaults to ``arch_list`` (same SASS on both)."""
+    arch_list = tuple(str(a) for a in v.get("arch_list", []))
+    return TorchVariant(
+        name=str(v["name"]),
+        cuda=_opt_str(v.get("cuda")),
+        cudnn=_opt_str(v.get("cudnn")),
+        arch_list=arch_list,
+        ptx=bool(v.get("ptx", False)),
+        aarch64=bool(v.get("aarch64", False)),
+        confidence=str(v.get("confidence", confidence)),
+        arch_list_aarch64=tuple(str(a) for a in v.get("arch_list_aarch64", arch_list)),
+    )
+
+
 def _lookup(what: str, name: str, index: dict[str, str], otherwise: str) -> str:
     """The canonical name for ``name`` in ``index``; unknown -> BadInput naming the nearest."""
     key = index.get(normalize(name))
@@ -357,18 +372,7 @@ def build_tables(d: dict[str, Any]) -> Tables:
             )
         )
     for r in d.get("pytorch", []):
-        variants = tuple(
-            TorchVariant(
-                name=str(v["name"]),
-                cuda=_opt_str(v.get("cuda")),
-                cudnn=_opt_str(v.get("cudnn")),
-                arch_list=tuple(str(a) for a in v.get("arch_list", [])),
-                ptx=bool(v.get("ptx", False)),
-                aarch64=bool(v.get("aarch64", False)),
-                confidence=str(v.get("confidence", r.get("confidence", "high"))),
-            )
-            for v in r["variants"]
-        )
+        variants = tuple(_torch_variant(v, str(r.get("confidence", "high"))) for v in r["variants"])
         variants = (*variants, _CPU_VARIANT)
         for version in r["releases"]:
             t.torch.append(

@@ -192,6 +192,13 @@ class TorchVariant:
     ptx: bool  # PTX for the last arch (newer GPUs can JIT)
     aarch64: bool  # a linux-aarch64 build of this variant exists
     confidence: str
+    # Compute capabilities with SASS in the linux-aarch64 (sbsa) build, which PyTorch compiles
+    # for fewer architectures than x86_64; the loader defaults it to ``arch_list``.
+    arch_list_aarch64: tuple[str, ...] = ()
+
+    def archs(self, arch: str) -> tuple[str, ...]:
+        """The SASS list of this variant's wheel for the host ``arch`` (x86_64 | aarch64)."""
+        return self.arch_list_aarch64 if arch == "aarch64" else self.arch_list
 
     @property
     def cuda_major(self) -> int | None:

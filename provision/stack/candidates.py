@@ -116,10 +116,13 @@ class Candidates:
         return vendor
 
     def tf_candidates(self, spec: FrameworkSpec) -> Iterator[FwChoice]:
+        # `tensorflow` without [and-cuda] next to a system CUDA toolkit asks for the build that
+        # loads the system CUDA and cuDNN; otherwise the extra (where it exists) brings them.
+        system = "and-cuda" not in spec.extras and self.req.cuda_toolkit is not None
         for rel in self.k.t.tensorflow:
             if not spec.allows(rel.version):
                 continue
-            extras = ("and-cuda",) if rel.and_cuda else ()
+            extras = ("and-cuda",) if rel.and_cuda and not system else ()
             name = "tensorflow[and-cuda]" if extras else "tensorflow"
             yield FwChoice(
                 "tensorflow",

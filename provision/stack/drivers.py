@@ -13,7 +13,7 @@ from provision.matrix.model import DriverBranch
 from provision.stack.candidates import DriverChoice
 from provision.stack.distro_versions import ubuntu_driver
 from provision.stack.request import DRIVER_SPEC, HostSpec, StackRequest
-from provision.stack.rules import Check, install_methods
+from provision.stack.rules import OPEN_MODULES_BETA, Check, install_methods, open_modules_beta
 
 BRANCH_RANK = {"ltsb": 0, "production": 1, "new-feature": 2}
 
@@ -109,14 +109,22 @@ class Drivers:
         rule = self.host.gpu.kernel_modules if self.host.gpu else "open-recommended"
         has_open = b.branch >= 515
         has_proprietary = b.branch < 620
+        gpu = self.host.gpu
+        beta = gpu is not None and open_modules_beta(gpu, b.branch)
         if want == "auto":
             if rule == "proprietary-only":
                 want = "proprietary"
-            elif rule == "open-only" or has_open:
+            elif rule == "open-only" or (has_open and not beta):
                 want = "open"
-            else:
+            else:  # GeForce and workstation cards: proprietary until the open modules are production (R560)
                 want = "proprietary"
-        name = self.host.gpu.name if self.host.gpu else "this GPU"
+        name = gpu.name if gpu else "this GPU"
+        if want == "open" and beta and b.branch < OPEN_MODULES_BETA:
+            self.failures.append(
+                f"kernel_modules: branch {b.branch}'s open kernel modules are alpha quality on {name} and do not "
+                "load on GeForce/workstation GPUs without NVreg_OpenRmEnableUnsupportedGpus=1; use proprietary"
+            )
+            return None
         if want == "open" and rule == "proprietary-only":
             self.failures.append(f"kernel_modules: {name} (pre-Turing) needs the proprietary kernel modules")
             return None

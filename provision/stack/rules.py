@@ -2,7 +2,9 @@
 
 Host rules (GPU on its host arch, OS arch, install method), framework rules that do not depend on
 the driver (Python, arch, GPU kernels, frameworks sharing one venv), driver rules (driver_gpu,
-driver_cuda, EOL branches) and the system CUDA toolkit and cuDNN rules. A :class:`Check`
+driver_cuda, EOL branches, open modules on GeForce/workstation cards, deprecated architectures),
+the cuDNN a wheel brings against the GPU, and the system CUDA toolkit and cuDNN rules (OS, GPU,
+driver, TensorFlow loading them, wheels that leave them unused). A :class:`Check`
 collects what they say about one candidate.
 """
 
@@ -14,6 +16,7 @@ from dataclasses import dataclass, field
 from packaging.version import Version
 
 from provision.matrix import Gpu, Knowledge, cc_tuple
+from provision.matrix.model import TensorflowRelease
 from provision.stack import venv_conflicts
 from provision.stack.candidates import DriverChoice, FwChoice
 from provision.stack.request import HostSpec, StackRequest
@@ -110,6 +113,35 @@ def gpu_kernels(gpu: Gpu, arch_list: Sequence[str], ptx: bool) -> str | None:
     return None
 
 
+# cuDNN's compute-capability floors for releases cudnn.yaml does not list (torch pins many): cuDNN 9
+# starts at 5.0 (no Kepler, not even in its CUDA 11 build) and 9.11 drops everything before Turing.
+# Measured in the nvidia-cudnn-cu11/cu12 wheels' fatbins (notes/i15-facts.md section 3, [MEAS]).
+CUDNN_SERIES_MIN_CC = ((Version("9.11"), "7.5"), (Version("9"), "5.0"), (Version("0"), "3.5"))
+# The first cuDNN with kernels for an architecture newer than its predecessors' PTX reaches well:
+# Blackwell (10.x, 12.x) from 9.7 (support matrix 9.10.2 lists 10.0/12.0; 9.7.1.26 is the first
+# release measured with sm_100/sm_120 SASS, 9.6 and older have Hopper PTX only).
+CUDNN_FIRST_FOR_ARCH = {"blackwell": "9.7"}
+
+
+def cudnn_gpu_problem(k: Knowledge, version: str, gpu: Gpu) -> str | None:
+    """Why cuDNN ``version`` (a system package or a wheel's pin) cannot run on ``gpu``, or None."""
+    rel = next((r for r in k.t.cudnn if r.version == version), None)
+    floor = next(cc for start, cc in CUDNN_SERIES_MIN_CC if Version(version) >= start)
+    need = max(floor, rel.min_cc if rel else floor, key=cc_tuple)
+    if gpu.cc < cc_tuple(need):
+        return f"needs compute capability >= {need}; {gpu.name} is {gpu.compute_capability}"
+    first = CUDNN_FIRST_FOR_ARCH.get(gpu.arch)
+    if first is not None and Version(version) < Version(first):
+        return f"has no kernels for {gpu.arch.capitalize()} ({gpu.name}); it needs cuDNN >= {first}"
+    return None
+
+
+def abi_compatible(built: str, have: str) -> bool:
+    """A library built against ``built`` (major.minor) loads ``have``: same major, minor >= built's."""
+    b, h = Version(built).release, Version(have).release
+    return h[0] == b[0] and h[1:2] >= b[1:2]
+
+
 def check_wheel_arch(gpu: Gpu | None, what: str, arch_list: Sequence[str], ptx: bool) -> tuple[Check, bool]:
     """Rule gpu_arch: the wheel carries code this GPU can run. Returns (check, reached via PTX)."""
     c = Check()
@@ -139,6 +171,26 @@ def check_wheel_arch(gpu: Gpu | None, what: str, arch_list: Sequence[str], ptx: 
     return c, how == "ptx"
 
 
+# NVIDIA/open-gpu-kernel-modules README "Compatible GPUs": before R545 (tags 520.56.06 .. 535.x)
+# GeForce and workstation support "is still considered alpha-quality" and needs the nvidia.ko
+# parameter NVreg_OpenRmEnableUnsupportedGpus=1 to load at all; R545 .. R555 call it "Beta quality";
+# from 560.28.03 the caveat is gone (and open is the default, driver installation guide). Datacenter
+# GPUs (Turing and newer) are production quality from R515.
+OPEN_MODULES_PRODUCTION = 560
+OPEN_MODULES_BETA = 545
+
+
+def geforce_or_workstation(gpu: Gpu) -> bool:
+    """A GeForce or workstation card (every PCI form of it is a ``card``/``workstation`` board)."""
+    forms = [f.split()[0].lower() for f in gpu.pci_forms.values()]
+    return bool(forms) and all(f in ("card", "workstation", "max-q") for f in forms)
+
+
+def open_modules_beta(gpu: Gpu, branch: int) -> bool:
+    """Open modules of ``branch`` on ``gpu`` are short of production quality (a caveat)."""
+    return gpu.kernel_modules == "open-recommended" and geforce_or_workstation(gpu) and branch < OPEN_MODULES_PRODUCTION
+
+
 def install_methods(request: StackRequest, host: HostSpec) -> list[str]:
     """The driver install methods the request allows on this host's OS (none: rule install_method fails)."""
     avail = list(host.os.install_methods)
@@ -166,6 +218,20 @@ class Rules:
             c.warn("eol_os", f"{host.os.id} reached end of standard support in {host.os.eol}")
         if not install_methods(self.req, self.host):
             c.fail("install_method", f"{self.req.install_method} is not available on {host.os.id}")
+        gpu = host.gpu
+        last = self.k.branch(gpu.last_driver_branch) if gpu and gpu.last_driver_branch else None
+        if (
+            gpu is not None
+            and last is not None
+            and not (last.eol and self.k.t.snapshot and last.eol < self.k.t.snapshot)
+        ):
+            # Still driven by a supported branch, but the last one: CUDA 12.8+ deprecates Maxwell,
+            # Pascal and Volta, CUDA 13.0 drops them and R580 is their last driver branch.
+            c.warn(
+                "deprecated_gpu",
+                f"{gpu.name} ({gpu.arch.capitalize()}) is deprecated by NVIDIA: CUDA {gpu.last_cuda or '?'} is the "
+                f"last toolkit and R{last.branch} the last driver branch for it",
+            )
         return c
 
     # host-level rules (independent of the driver) ------------------------------------------
@@ -207,8 +273,13 @@ class Rules:
             if (on_pypi and not rel.pypi_aarch64_cuda) or (not on_pypi and variant and not variant.aarch64):
                 where = " on PyPI" if on_pypi else ""
                 c.fail("arch", f"{fw.label} has no linux-aarch64 CUDA wheel{where}")
-        arch_check, via_ptx = check_wheel_arch(host.gpu, fw.label, fw.arch_list, fw.ptx)
+        variant = rel.variant(fw.variant or "")
+        arch_list = variant.archs(host.arch) if variant is not None else fw.arch_list
+        label = fw.label + (" (linux-aarch64 build)" if host.arch == "aarch64" and arch_list != fw.arch_list else "")
+        arch_check, via_ptx = check_wheel_arch(host.gpu, label, arch_list, fw.ptx)
         c.merge(arch_check)
+        if fw.cudnn is not None and host.gpu is not None and arch_check.ok:
+            self._wheel_cudnn_gpu(fw, host.gpu, c)
         return via_ptx
 
     def check_tf_and_cuda(self, fw: FwChoice, python: str) -> Check:
@@ -225,17 +296,21 @@ class Rules:
             c.fail("tf_and_cuda", f"{fw.requirement} cannot be installed from PyPI{where}{why}")
         return c
 
+    def _wheel_cudnn_gpu(self, fw: FwChoice, gpu: Gpu, c: Check) -> None:
+        """Rule cudnn_gpu for the cuDNN a torch wheel brings: its kernels must reach the GPU
+        (torch >= 2.4 brings cuDNN 9, which has no Kepler even in the cu118 build)."""
+        assert fw.cudnn is not None
+        why = cudnn_gpu_problem(self.k, fw.cudnn, gpu)
+        if why is not None:
+            c.fail("cudnn_gpu", f"{fw.label} brings cuDNN {fw.cudnn}, which {why}")
+
     def _static_tf(self, fw: FwChoice, c: Check) -> bool:
         host, rel = self.host, fw.tf
         assert rel is not None
         if host.arch != "x86_64":
             c.fail("arch", f"TensorFlow GPU wheels are Linux x86_64 only; this host is {host.arch}")
-        system_ok = self.req.cuda_toolkit == rel.cuda and (self.req.cudnn or "").startswith(rel.cudnn)
-        if not rel.and_cuda and not system_ok:
-            c.fail(
-                "tf_system_cuda",
-                f"{fw.label} has no [and-cuda] extra: it needs a system CUDA {rel.cuda} and cuDNN {rel.cudnn}",
-            )
+        if "and-cuda" not in fw.extras:
+            c.merge(self._tf_system_libs(fw, rel))
         gpu = host.gpu
         if gpu is None:
             return False
@@ -254,6 +329,59 @@ class Rules:
             )
             return True
         return False
+
+    def _tf_system_libs(self, fw: FwChoice, rel: TensorflowRelease) -> Check:
+        """Rule tf_system_cuda: TensorFlow without ``[and-cuda]`` loads the system CUDA and cuDNN,
+        which must have the major it was built with and at least its minor (libcudart.so.12,
+        libcudnn.so.9 are per major; a newer minor keeps the ABI, an older one lacks symbols)."""
+        c = Check()
+        why = "has no [and-cuda] extra" if not rel.and_cuda else "is installed without [and-cuda]"
+        problems = []
+        libs = (
+            ("CUDA", "--cuda-toolkit", rel.cuda, self.req.cuda_toolkit),
+            ("cuDNN", "--cudnn", rel.cudnn, self.req.cudnn),
+        )
+        for lib, option, built, have in libs:
+            major = built.split(".")[0]
+            if have is None:
+                problems.append(f"no system {lib} (needs {lib} {major}.x >= {built}: {option})")
+            elif not abi_compatible(built, have):
+                problems.append(f"system {lib} {have} does not load (needs {lib} {major}.x >= {built})")
+        if problems:
+            c.fail("tf_system_cuda", f"{fw.label} {why}: it loads the system CUDA and cuDNN; " + "; ".join(problems))
+        else:
+            c.reasons.append(
+                f"{fw.label} loads the system CUDA {self.req.cuda_toolkit} and cuDNN {self.req.cudnn} "
+                f"(built with {rel.cuda} / {rel.cudnn}: same major, newer or equal minor)"
+            )
+        return c
+
+    def check_system_use(self, fws: Sequence[FwChoice]) -> Check:
+        """What a system toolkit or cuDNN means to wheels that bring their own CUDA libraries.
+
+        A system cuDNN is unused by torch, TensorFlow[and-cuda] and JAX (each loads its wheel's);
+        a system toolkit whose CUDA major differs from the torch wheel's builds extensions
+        (``torch.utils.cpp_extension``) that fail against it: a caveat naming both (the search
+        prefers a variant of the same release that matches).
+        """
+        c = Check()
+        req = self.req
+        for fw in fws:
+            if fw.variant == "cpu" or (fw.name == "tensorflow" and "and-cuda" not in fw.extras):
+                continue
+            if req.cudnn is not None:
+                brings = f"cuDNN {fw.cudnn}" if fw.cudnn and not fw.cudnn.startswith(">") else "its own cuDNN"
+                c.reasons.append(f"the system cuDNN {req.cudnn} is unused by {fw.label}: its wheels bring {brings}")
+            if fw.name == "torch" and req.cuda_toolkit is not None and fw.cuda is not None:
+                tk_major, fw_major = req.cuda_toolkit.split(".")[0], fw.cuda.split(".")[0]
+                if tk_major != fw_major:
+                    c.warn(
+                        "toolkit_torch_cuda",
+                        f"the system CUDA toolkit {req.cuda_toolkit} and {fw.label} (CUDA {fw.cuda}) differ "
+                        f"in major version: extensions built with its nvcc fail to load in torch "
+                        f"(a torch variant built with CUDA {tk_major}, or a CUDA {fw_major} toolkit, matches)",
+                    )
+        return c
 
     def check_framework_driver(self, fw: FwChoice, driver: str | None, via_ptx: bool) -> Check:
         what = fw.label
@@ -300,6 +428,12 @@ class Rules:
                 )
         if b.end_of_life(self.k.t.snapshot):
             c.warn("eol_branch", f"driver branch {b.branch} {b.eol_text(self.k.t.snapshot)}")
+        if gpu is not None and d.flavour == "open" and open_modules_beta(gpu, b.branch):
+            c.warn(
+                "open_modules_beta",
+                f"the open kernel modules of branch {b.branch} are Beta quality on GeForce and workstation "
+                f"GPUs ({gpu.name}); production from R560 (NVIDIA/open-gpu-kernel-modules README)",
+            )
         return c
 
     # system CUDA toolkit and cuDNN ---------------------------------------------------------
@@ -324,13 +458,12 @@ class Rules:
                         f"CUDA {tk.version} dropped {host.gpu.name} (sm_{sm}; from sm_{tk.sm_min})",
                     )
             if tk.os and host.os.id not in tk.os:
-                if tk.os_confidence == "low":
-                    c.warn(
-                        "os_not_listed",
-                        f"CUDA {tk.version} may not be packaged for {host.os.id} (unverified list)",
-                    )
-                else:
-                    c.fail("toolkit_os", f"CUDA {tk.version} is not packaged for {host.os.id}")
+                here = [t.version for t in k.t.toolkits if host.os.id in t.os]
+                c.fail(
+                    "toolkit_os",
+                    f"CUDA {tk.version} is not packaged for {host.os.id} (NVIDIA's repository has it for "
+                    f"{', '.join(tk.os)}); CUDA releases packaged for {host.os.id}: {', '.join(here) or 'none'}",
+                )
             if tk.gcc_max is not None and host.os.gcc > tk.gcc_max:
                 c.warn(
                     "host_gcc",
@@ -347,12 +480,9 @@ class Rules:
                 c.fail("cudnn_driver", f"cuDNN {rel.version} needs driver >= {builds[-1].min_driver}")
             else:
                 cuda_major = cuda_major or max(b.cuda_major for b in usable)
-            if host.gpu is not None and host.gpu.cc < cc_tuple(rel.min_cc):
-                c.fail(
-                    "cudnn_gpu",
-                    f"cuDNN {rel.version} no longer supports {host.gpu.name} (compute capability "
-                    f"{host.gpu.compute_capability}; needs >= {rel.min_cc})",
-                )
+            why = cudnn_gpu_problem(k, rel.version, host.gpu) if host.gpu is not None else None
+            if why is not None:
+                c.fail("cudnn_gpu", f"cuDNN {rel.version} {why}")
             elif host.gpu is not None and host.gpu.cc < (7, 5) and rel.series == "9.10":
                 c.warn(
                     "deprecated_gpu",

@@ -1,14 +1,16 @@
-"""The search: candidates newest first, the first set that passes every rule wins.
+"""The search: candidates newest first, the first set of releases that passes every rule wins.
 
 Frameworks (each one's best candidates first), then Python, then the driver choice with the best
-rank. When nothing passes, :class:`Unsatisfiable` names the failing rules of the candidate that
-came nearest, the most fundamental rule first. Suggestions (changes that do resolve) are added
+rank; of one set of framework releases, the variants and Python that pass with the fewest
+caveats win. When nothing passes, :class:`Unsatisfiable` names the failing rules of the candidate
+that came nearest, the most fundamental rule first. Suggestions (changes that do resolve) are added
 by :func:`provision.stack.resolve.resolve`, above both this module and :mod:`provision.stack.suggest`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from typing import TypeVar
 
 from packaging.version import Version
 
@@ -20,6 +22,8 @@ from provision.stack.packages import dedupe, has_driver_packages, has_fabric_man
 from provision.stack.request import HostSpec, StackRequest
 from provision.stack.resolution import Resolution, assemble
 from provision.stack.rules import Check, Rules
+
+T = TypeVar("T")
 
 RULE_ORDER = {
     rule: i
@@ -91,54 +95,80 @@ class Resolver:
                 )
         if any(not c for c in cand_lists) or not pythons or not drivers:
             raise self._unsatisfiable(self.failures)
-        for combo in _product(cand_lists):
-            for python in pythons:
-                static = Check()
-                ptx: dict[str, bool] = {}
-                for fw in combo:
-                    ch, via = self.rules.check_framework_static(fw, python)
-                    static.merge(ch)
-                    ptx[fw.name] = via
-                static.merge(self.rules.check_together(combo, python))
-                if not static.ok:
-                    self._closest(static.failures, stage=1)
-                    continue
-                best: tuple[tuple[int, ...], DriverChoice, Check, int | None] | None = None
-                for d in drivers:
-                    c = Check()
-                    c.merge(driver_checks[id(d)])
-                    for fw in combo:
-                        c.merge(self.rules.check_framework_driver(fw, d.version, ptx[fw.name]))
-                    sys_check, cudnn_major = self.rules.check_system_cuda(d.version)
-                    c.merge(sys_check)
-                    if d.branch is not None and not has_driver_packages(self.k, self.host, d):
-                        c.fail(
-                            "install_method",
-                            f"{self.host.os.id}'s {d.method} packages do not carry branch {d.branch.branch}",
-                        )
-                    if fm_needed and d.method == "distro" and not has_fabric_manager(self.k, self.host, d):
-                        c.fail(
-                            "fabric_manager",
-                            f"{self.host.os.id}'s own packages have no Fabric Manager; use the nvidia-repo method",
-                        )
-                    if not c.ok:
-                        self._closest(c.failures, stage=0)
+        # The releases newest first; of one set of releases, the variants and Pythons that pass
+        # with the fewest caveats (a cu130 wheel the driver runs natively over the cu132 one it
+        # runs through minor-version compatibility), the first of them on a tie.
+        for releases in _product([_by_release(c) for c in cand_lists]):
+            best_set: tuple[int, Check, tuple[FwChoice, ...], str, DriverChoice, int | None] | None = None
+            for combo in _product(releases):
+                for python in pythons:
+                    found = self._best_driver(combo, python, drivers, driver_checks, fm_needed)
+                    if found is None:
                         continue
-                    key = driver_rank(d, c)
-                    if best is None or key < best[0]:
-                        best = (key, d, c, cudnn_major)
-                if best is not None:
                     total = Check()
                     total.merge(base)
-                    total.merge(static)
-                    total.merge(best[2])
-                    return assemble(self.req, self.host, self.k, (combo, python, best[1]), total, cudnn_major=best[3])
+                    total.merge(found[0])
+                    if best_set is None or len(total.warnings) < best_set[0]:
+                        best_set = (len(total.warnings), total, combo, python, found[1], found[2])
+            if best_set is not None:
+                _, total, combo, python, driver, cudnn_major = best_set
+                return assemble(self.req, self.host, self.k, (combo, python, driver), total, cudnn_major=cudnn_major)
         # Rules every driver choice fails on its own (a pinned branch too old for the GPU) are
         # part of the answer whatever the nearest framework candidate was.
         driver_only = [f for d in drivers for f in driver_checks[id(d)].failures]
         if drivers and all(not driver_checks[id(d)].ok for d in drivers):
             self.failures += driver_only
         raise self._unsatisfiable(self.failures + (self._nearest_miss or []))
+
+    def _best_driver(
+        self,
+        combo: tuple[FwChoice, ...],
+        python: str,
+        drivers: list[DriverChoice],
+        driver_checks: dict[int, Check],
+        fm_needed: bool,
+    ) -> tuple[Check, DriverChoice, int | None] | None:
+        """The best driver for these wheels on this Python (rank: :func:`driver_rank`), with
+        everything the rules said; None when the wheels or every driver fail a rule."""
+        static = Check()
+        ptx: dict[str, bool] = {}
+        for fw in combo:
+            ch, via = self.rules.check_framework_static(fw, python)
+            static.merge(ch)
+            ptx[fw.name] = via
+        static.merge(self.rules.check_together(combo, python))
+        static.merge(self.rules.check_system_use(combo))
+        if not static.ok:
+            self._closest(static.failures, stage=1)
+            return None
+        best: tuple[tuple[int, ...], DriverChoice, Check, int | None] | None = None
+        for d in drivers:
+            c = Check()
+            c.merge(driver_checks[id(d)])
+            for fw in combo:
+                c.merge(self.rules.check_framework_driver(fw, d.version, ptx[fw.name]))
+            sys_check, cudnn_major = self.rules.check_system_cuda(d.version)
+            c.merge(sys_check)
+            if d.branch is not None and not has_driver_packages(self.k, self.host, d):
+                c.fail(
+                    "install_method",
+                    f"{self.host.os.id}'s {d.method} packages do not carry branch {d.branch.branch}",
+                )
+            if fm_needed and d.method == "distro" and not has_fabric_manager(self.k, self.host, d):
+                c.fail(
+                    "fabric_manager",
+                    f"{self.host.os.id}'s own packages have no Fabric Manager; use the nvidia-repo method",
+                )
+            if not c.ok:
+                self._closest(c.failures, stage=0)
+                continue
+            key = driver_rank(d, c)
+            if best is None or key < best[0]:
+                best = (key, d, c, cudnn_major)
+        if best is None:
+            return None
+        static.merge(best[2])
+        return static, best[1], best[3]
 
     def _closest(self, failures: list[str], stage: int) -> None:
         """Keep the failures of the candidate that came nearest: fewest failing rules, then the
@@ -159,7 +189,18 @@ class Resolver:
         )
 
 
-def _product(lists: Sequence[Sequence[FwChoice]]) -> Iterator[tuple[FwChoice, ...]]:
+def _by_release(cands: Sequence[FwChoice]) -> list[list[FwChoice]]:
+    """One framework's candidates in runs of one release (its variants, CUDA lines), order kept."""
+    runs: list[list[FwChoice]] = []
+    for fw in cands:
+        if runs and runs[-1][0].version == fw.version:
+            runs[-1].append(fw)
+        else:
+            runs.append([fw])
+    return runs
+
+
+def _product(lists: Sequence[Sequence[T]]) -> Iterator[tuple[T, ...]]:
     """Combinations in preference order: the first framework's newest first, and so on."""
     if not lists:
         yield ()

@@ -2,7 +2,9 @@
 
 Each suggestion comes from resolving again with constraints relaxed (one at a time first, then
 several together) and lists every option it changes, with the values the relaxed resolve chose,
-so applying all of a suggestion's ``changes`` is guaranteed to resolve.
+so applying all of a suggestion's ``changes`` is guaranteed to resolve. Besides relaxing: the
+variants a pinned release really has, another OS (its Python, its packages), a CUDA toolkit
+packaged for the OS or an OS that packages the toolkit, the cuDNN a system TensorFlow loads.
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ from typing import Any
 from packaging.version import Version
 
 from provision.errors import Unsatisfiable
-from provision.matrix import Knowledge
+from provision.matrix import Knowledge, OsRelease
 from provision.stack.request import FRAMEWORKS, FrameworkSpec, HostSpec, StackRequest
 from provision.stack.resolution import Resolution, Stack
+from provision.stack.rules import abi_compatible
 from provision.stack.search import Resolver
 
 
@@ -56,8 +59,8 @@ def _changes(
         "torch_index": ("--torch-index", "auto"),
         "torch_variant": ("--torch-variant", torch.variant if torch else "auto"),
         "install_method": ("--install-method", drv.install_method if drv else "auto"),
-        "cuda_toolkit": ("--cuda-toolkit", "none"),
-        "cudnn": ("--cudnn", "none"),
+        "cuda_toolkit": ("--cuda-toolkit", stack.cuda_toolkit or "none"),
+        "cudnn": ("--cudnn", stack.cudnn.version if stack.cudnn else "none"),
     }
     for field_name, (option, value) in simple.items():
         if getattr(after, field_name) != getattr(before, field_name):
@@ -110,8 +113,33 @@ def suggest(request: StackRequest, host: HostSpec, k: Knowledge) -> list[dict[st
             relaxed[i] = spec.relaxed(keep_extras)
             if attempt(replace(request, frameworks=tuple(relaxed)), _fw_summary(spec.name)):
                 break
+    for i, spec in enumerate(request.frameworks):
+        for text in _real_variants(spec, k):  # torch==2.7.1+cu130 -> the variants 2.7.1 has
+            frameworks = list(request.frameworks)
+            frameworks[i] = FrameworkSpec.parse(text)
+            attempt(replace(request, frameworks=tuple(frameworks)), _fw_summary(spec.name))
+    for i, spec in enumerate(request.frameworks):
+        if spec.name == "tensorflow" and "and-cuda" not in spec.extras and request.cuda_toolkit is not None:
+            frameworks = list(request.frameworks)  # the [and-cuda] extra: the wheels bring CUDA and cuDNN
+            frameworks[i] = FrameworkSpec.parse(f"tensorflow[and-cuda]{spec.specifier}")
+            attempt(
+                replace(request, frameworks=tuple(frameworks)),
+                "tensorflow[and-cuda] {stack.frameworks[tensorflow].version}",
+            )
+            for version in [v for v in _cudnn_for_tf(spec, k) if v != request.cudnn][:4]:
+                if attempt(replace(request, cudnn=version), f"system cuDNN {version} for TensorFlow"):
+                    break
     if request.driver not in ("auto", "none"):
-        attempt(replace(request, driver="auto"), "driver >= {stack.driver.branch} ({stack.driver.version})")
+        attempt(replace(request, driver="auto"), _driver_summary(request.driver))
+    if request.cuda_toolkit is not None:
+        for version in _toolkits_for(request.cuda_toolkit, host, k)[:2]:
+            attempt(replace(request, cuda_toolkit=version), f"CUDA toolkit {version} (packaged for {host.os.id})")
+        for osr in _oses_for(request.cuda_toolkit, host, k)[:1]:
+            attempt(
+                replace(request, python=None),
+                f"{osr.id} (CUDA {request.cuda_toolkit} is packaged there)",
+                replace(host, os=osr),
+            )
     if request.torch_variant is not None:
         attempt(replace(request, torch_variant=None), "torch variant {stack.frameworks[torch].variant}")
     if request.torch_index != "auto":
@@ -128,12 +156,11 @@ def suggest(request: StackRequest, host: HostSpec, k: Knowledge) -> list[dict[st
         attempt(replace(request, cudnn=None), "no system cuDNN")
     if host.gpu is not None and host.gpu.host_arch and host.arch != host.gpu.host_arch:
         attempt(request, f"--arch {host.gpu.host_arch}", replace(host, arch=host.gpu.host_arch))
-    if not out:
-        for osr in k.os_releases:
-            if osr.id != host.os.id and attempt(
-                replace(request, python=None), f"{osr.id} (Python {{stack.python}})", replace(host, os=osr)
-            ):
-                break
+    others = [o for o in k.os_releases if o.id != host.os.id and host.arch in o.archs]
+    others.sort(key=lambda o: o.family != host.os.family)  # the same family first (stable: newest first)
+    for osr in others:  # another OS: its Python, its packages (torch 2.0.1 is no wheel for 3.12)
+        if attempt(replace(request, python=None), f"{osr.id} (Python {{stack.python}})", replace(host, os=osr)):
+            break
     if not out:
         for i, spec in enumerate(request.frameworks):
             for other in (f for f in FRAMEWORKS if f != spec.name and f not in {s.name for s in request.frameworks}):
@@ -154,7 +181,7 @@ def suggest(request: StackRequest, host: HostSpec, k: Knowledge) -> list[dict[st
         )
         if attempt(loose, "the newest set that fits these constraints") is None:
             attempt(replace(loose, cuda_toolkit=None, cudnn=None), "the newest set that fits")
-    return out[:5]
+    return out[:6]
 
 
 def _fw_summary(name: str) -> Callable[[Stack], str]:
@@ -179,3 +206,56 @@ def _later_versions(spec: FrameworkSpec, k: Knowledge) -> list[str]:
         if _v(v) > _v(pinned[0]):
             newest_patch.setdefault(_v(v).release[:2], v)
     return sorted(newest_patch.values(), key=_v)
+
+
+def _driver_summary(pinned: str) -> Callable[[Stack], str]:
+    """The summary of a driver change in its direction: "driver <= 470" for a GPU that needs an
+    older branch (a K80), "driver >= 570" for one that needs a newer (Blackwell)."""
+
+    def summary(stack: Stack) -> str:
+        drv = stack.driver
+        if drv is None:
+            return "no managed driver"
+        older = int(drv.branch) < int(pinned.split(".", maxsplit=1)[0])
+        return f"driver {'<=' if older else '>='} {drv.branch} ({drv.version})"
+
+    return summary
+
+
+def _real_variants(spec: FrameworkSpec, k: Knowledge) -> list[str]:
+    """For a torch pin with a local tag (``torch==2.7.1+cu130``): the variants those releases have."""
+    if spec.name != "torch" or spec.local is None:
+        return []
+    out: list[str] = []
+    for rel in k.t.torch:
+        if spec.allows(rel.version):
+            out += [f"torch=={rel.version}+{v.name}" for v in rel.variants if v.name != spec.local]
+            break  # the newest release the pin allows
+    return out
+
+
+def _toolkits_for(version: str, host: HostSpec, k: Knowledge) -> list[str]:
+    """CUDA toolkits packaged for the host's OS, nearest to ``version`` (the same major first)."""
+    want = _v(version)
+    here = [t for t in k.t.toolkits if host.os.id in t.os and t.version != version]
+    return [
+        t.version
+        for t in sorted(
+            here, key=lambda t: (t.major != want.major, abs(_v(t.version).minor - want.minor), -_v(t.version).minor)
+        )
+    ]
+
+
+def _oses_for(version: str, host: HostSpec, k: Knowledge) -> list[OsRelease]:
+    """The OS releases CUDA ``version`` is packaged for (the host's family first)."""
+    tk = k.toolkit(version)
+    oses = [o for o in k.os_releases if o.id in tk.os and o.id != host.os.id and host.arch in o.archs]
+    return sorted(oses, key=lambda o: o.family != host.os.family)
+
+
+def _cudnn_for_tf(spec: FrameworkSpec, k: Knowledge) -> list[str]:
+    """System cuDNN releases the newest TensorFlow ``spec`` allows can load (newest first)."""
+    rel = next((r for r in k.t.tensorflow if spec.allows(r.version)), None)
+    if rel is None:
+        return []
+    return [c.version for c in k.t.cudnn if abi_compatible(rel.cudnn, c.version)]

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from provision.errors import BadInput, Unsatisfiable
+from provision.matrix import load
 from provision.stack.request import HostSpec, StackRequest
 from provision.stack.resolve import resolve
 
@@ -94,8 +95,10 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         "k80-newest",
         {"gpu": "K80"},
         {
-            "stack.frameworks.torch.version": "2.7.1",
+            # torch 2.4-2.7 cu118 list sm_37 but bring cuDNN 9, which has no Kepler kernels
+            "stack.frameworks.torch.version": "2.3.1",
             "stack.frameworks.torch.variant": "cu118",
+            "stack.frameworks.torch.cudnn": "8.7.0.84",
             "stack.driver.branch": "470",
             "warn": {"eol_branch", "minor_version_compat"},
         },
@@ -320,7 +323,7 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     (
         "variant-cu118-torch28-unsat",
         {"gpu": "H100-SXM", "torch_variant": "cu118", "frameworks": ["torch==2.8.0"]},
-        {"unsat": "torch", "suggest": "--framework"},
+        {"unsat": "torch", "suggest=": ("--framework", "torch==2.7.1+cu128")},
     ),
     (
         "local-tag-cu128",
@@ -380,9 +383,9 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("toolkit-126-5090-unsat", {"gpu": "RTX-5090", "cuda_toolkit": "12.6"}, {"unsat": "toolkit_gpu"}),
     ("toolkit-130-v100-unsat", {"gpu": "V100", "cuda_toolkit": "13.0"}, {"unsat": "toolkit_gpu"}),
     (
-        "toolkit-118-noble-warns",
-        {"gpu": "T4", "cuda_toolkit": "11.8", "frameworks": ["torch==2.7.1+cu118"]},
-        {"warn": {"os_not_listed", "host_gcc"}},
+        "toolkit-118-jammy-gcc",
+        {"gpu": "T4", "cuda_toolkit": "11.8", "frameworks": ["torch==2.7.1+cu118"], "os": "ubuntu-22.04"},
+        {"stack.cuda_toolkit.version": "11.8", "stack.frameworks.torch.variant": "cu118"},
     ),
     ("toolkit-none-by-default", {"gpu": "T4"}, {"stack.cuda_toolkit": None, "names.cuda_toolkit": []}),
     (
@@ -582,6 +585,120 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         {"gpu": "L40S", "os": "debian-13", "install_method": "distro"},
         {"unsat": "install_method"},
     ),
+    # --- issue 15: rules that passed silently before -----------------------------------------
+    # toolkit_os: a system toolkit on an OS its release is not packaged for (was a warning)
+    (
+        "toolkit-118-noble-unsat",
+        {"gpu": "T4", "cuda_toolkit": "11.8", "frameworks": ["torch==2.7.1+cu118"]},
+        {"unsat": "toolkit_os", "suggest": "--os"},
+    ),
+    (
+        "toolkit-118-noble-other-release",
+        {"gpu": "T4", "cuda_toolkit": "11.8"},
+        {"unsat": "toolkit_os", "suggest": "--cuda-toolkit"},
+    ),
+    # tf_system_cuda: TensorFlow without [and-cuda] loads the system CUDA/cuDNN (major, minor >=)
+    (
+        "tf213-system-cudnn89-loads",
+        {
+            "gpu": "A10G",
+            "frameworks": ["tensorflow==2.13.0"],
+            "cuda_toolkit": "11.8",
+            "cudnn": "8.9.7.29",
+            "os": "ubuntu-22.04",
+        },
+        {"stack.frameworks.tensorflow.extras": [], "reason~": "loads the system CUDA 11.8 and cuDNN 8.9.7.29"},
+    ),
+    (
+        "tf213-system-cudnn9-unsat",
+        {
+            "gpu": "A10G",
+            "frameworks": ["tensorflow==2.13.0"],
+            "cuda_toolkit": "11.8",
+            "cudnn": "9.10.2.21",
+            "os": "ubuntu-22.04",
+        },
+        {"unsat": "tf_system_cuda"},
+    ),
+    (
+        "tf221-plain-with-toolkit-uses-system",
+        {"gpu": "A10G", "frameworks": ["tensorflow==2.21.0"], "cuda_toolkit": "12.8", "cudnn": "9.10.2.21"},
+        {"stack.frameworks.tensorflow.extras": [], "reason~": "loads the system CUDA 12.8"},
+    ),
+    (
+        "tf221-plain-toolkit-without-cudnn-unsat",
+        {"gpu": "A10G", "frameworks": ["tensorflow==2.21.0"], "cuda_toolkit": "12.8"},
+        {"unsat": "tf_system_cuda", "suggest": "--cudnn"},
+    ),
+    (
+        "system-cudnn-unused-by-torch",
+        {"gpu": "H100-SXM", "frameworks": ["torch==2.8.0"], "cudnn": "9.10.2.21"},
+        {"reason~": "the system cuDNN 9.10.2.21 is unused by torch 2.8.0 cu128"},
+    ),
+    # cudnn_gpu: the cuDNN a wheel brings (cuDNN 9: no Kepler), a system cuDNN on Blackwell (>= 9.7)
+    ("k80-torch271-cudnn9-unsat", {"gpu": "K80", "frameworks": ["torch==2.7.1+cu118"]}, {"unsat": "cudnn_gpu"}),
+    ("b200-system-cudnn95-unsat", {"gpu": "B200", "cudnn": "9.5.1.17"}, {"unsat": "cudnn_gpu", "suggest": "--cudnn"}),
+    ("b200-system-cudnn910", {"gpu": "B200", "cudnn": "9.10.2.21"}, {"stack.cudnn.version": "9.10.2.21"}),
+    # toolkit_torch_cuda: a system toolkit of another CUDA major than the torch wheel's
+    (
+        "toolkit-130-prefers-cu130",
+        {"gpu": "H100-SXM", "frameworks": ["torch==2.10.0"], "cuda_toolkit": "13.0"},
+        {"stack.frameworks.torch.variant": "cu130", "no_warn": True},
+    ),
+    (
+        "toolkit-130-torch28-caveat",
+        {"gpu": "H100-SXM", "frameworks": ["torch==2.8.0"], "cuda_toolkit": "13.0"},
+        {"warn": {"toolkit_torch_cuda"}},
+    ),
+    # gpu_arch on aarch64: the sbsa wheels list fewer architectures than x86_64's
+    (
+        "t4g-torch29-aarch64-no-sm75",
+        {"gpu": "T4G", "frameworks": ["torch==2.9.1"]},
+        {"unsat": "gpu_arch", "suggest": "--framework"},
+    ),
+    (
+        "gh200-torch29-aarch64",
+        {"gpu": "GH200", "frameworks": ["torch==2.9.1"]},
+        {"stack.frameworks.torch.variant": "cu128"},
+    ),
+    # kernel_modules: open modules on GeForce/workstation cards are production from R560
+    ("rtx4090-550-proprietary", {"gpu": "RTX-4090", "driver": "550"}, {"stack.driver.kernel_modules": "proprietary"}),
+    (
+        "rtx4090-550-forced-open-beta",
+        {"gpu": "RTX-4090", "driver": "550", "kernel_modules": "open"},
+        {"stack.driver.kernel_modules": "open", "warn": {"open_modules_beta"}},
+    ),
+    (
+        "rtx4090-535-forced-open-unsat",
+        {"gpu": "RTX-4090", "driver": "535", "kernel_modules": "open"},
+        {"unsat": "kernel_modules", "suggest": "--kernel-modules"},
+    ),
+    ("rtx4090-595-open", {"gpu": "RTX-4090", "driver": "595"}, {"stack.driver.kernel_modules": "open"}),
+    ("l40s-550-open-datacenter", {"gpu": "L40S", "driver": "550"}, {"stack.driver.kernel_modules": "open"}),
+    ("v100-deprecated", {"gpu": "V100"}, {"warn": {"deprecated_gpu"}}),
+    ("p100-deprecated", {"gpu": "P100", "frameworks": ["torch==2.8.0"]}, {"warn": {"deprecated_gpu"}}),
+    # fewest caveats: of one release's variants, the one without a caveat
+    (
+        "driver580-torch215-cu130-not-cu132",
+        {"gpu": "H100-SXM", "driver": "580", "frameworks": ["torch==2.15.0"]},
+        {"stack.frameworks.torch.variant": "cu130", "no_warn": True},
+    ),
+    # suggestions that work: the right direction, the real variants, another OS
+    (
+        "k80-driver580-suggests-470",
+        {"gpu": "K80", "driver": "580"},
+        {"unsat": "driver_gpu", "suggest=": ("--driver", "470"), "summary~": "driver <= 470"},
+    ),
+    (
+        "torch271-cu130-real-variants",
+        {"gpu": "A10G", "frameworks": ["torch==2.7.1+cu130"]},
+        {"unsat": "torch", "suggest=": ("--framework", "torch==2.7.1+cu128")},
+    ),
+    (
+        "torch201-noble-suggests-jammy",
+        {"gpu": "A10G", "frameworks": ["torch==2.0.1"]},
+        {"unsat": "python", "suggest": "--os"},
+    ),
     # --- end-of-life -------------------------------------------------------------------------
     ("eol-branch-pinned", {"gpu": "A10G", "driver": "550", "frameworks": ["torch==2.6.0"]}, {"warn": {"eol_branch"}}),
     ("no-eol-by-default", {"gpu": "A10G"}, {"no_warn": True}),
@@ -619,6 +736,11 @@ def test_case(inputs: dict[str, Any], expect: dict[str, Any]) -> None:
         if "suggest" in expect:
             options = {c["option"] for s in err.value.suggestions for c in s["changes"]}
             assert expect["suggest"] in options, err.value.suggestions
+        if "suggest=" in expect:  # (option, value) one suggestion must change
+            pairs = {(c["option"], c["value"]) for s in err.value.suggestions for c in s["changes"]}
+            assert expect["suggest="] in pairs, err.value.suggestions
+        if "summary~" in expect:
+            assert any(expect["summary~"] in s["summary"] for s in err.value.suggestions), err.value.suggestions
         # every suggestion really resolves: applying it gives a stack
         assert err.value.suggestions, "an unsatisfiable answer names at least one change that works"
         return
@@ -666,3 +788,45 @@ def test_host_from_probe_facts() -> None:
         HostSpec.from_facts({"os": "debian-12", "gpus": [{"model": "T4"}, {"model": "L4"}]})
     no_switch = HostSpec.from_facts({"os": "ubuntu-22.04", "nvswitch_count": 0, "gpus": [{"model": "H100-SXM"}] * 8})
     assert no_switch.needs_fabric_manager is False
+
+
+def _apply(inputs: dict[str, Any], changes: list[dict[str, str]]) -> dict[str, Any]:
+    """The case's inputs with a suggestion's changes applied, as a user would type them."""
+    out = dict(inputs)
+    frameworks: list[str] = []
+    for change in changes:
+        key = change["option"].removeprefix("--").replace("-", "_")
+        if key == "framework":
+            frameworks.append(change["value"])
+        else:
+            out[key] = change["value"]
+    if frameworks:  # a suggestion's --framework options are the whole framework list
+        out["frameworks"] = frameworks
+    return out
+
+
+UNSAT_CASES = [pytest.param(i, id=n) for n, i, e in CASES if "unsat" in e]
+
+
+@pytest.mark.parametrize("inputs", UNSAT_CASES)
+def test_every_suggestion_of_a_case_resolves(inputs: dict[str, Any]) -> None:
+    """Each suggestion an unsatisfiable case gets, fed back into the resolver, resolves."""
+    req = StackRequest.build(**{k: v for k, v in inputs.items() if k in REQ_KEYS})
+    host = HostSpec.describe(**{k: v for k, v in inputs.items() if k not in REQ_KEYS})
+    with pytest.raises(Unsatisfiable) as err:
+        resolve(req, host)
+    for s in err.value.suggestions:
+        applied = _apply(inputs, s["changes"])
+        req2 = StackRequest.build(**{k: v for k, v in applied.items() if k in REQ_KEYS})
+        host2 = HostSpec.describe(**{k: v for k, v in applied.items() if k not in REQ_KEYS})
+        assert resolve(req2, host2).stack is not None, s
+
+
+def test_aarch64_arch_list_defaults_to_the_x86_list() -> None:
+    """pytorch.yaml's ``arch_list_aarch64`` is read where given; absent, the aarch64 list is arch_list."""
+    k = load()
+    rel29 = next(r for r in k.t.torch if r.version == "2.9.1")
+    cu126 = rel29.variant("cu126")
+    assert cu126 is not None and cu126.archs("aarch64") == ("8.0", "9.0") and "7.5" in cu126.archs("x86_64")
+    rel28 = next(r for r in k.t.torch if r.version == "2.8.0")
+    assert all(v.archs("aarch64") == v.arch_list for v in rel28.variants)

@@ -25,6 +25,7 @@ GPUS = [g.name for g in K.gpus]
 OSES = [o.id for o in K.os_releases]
 TORCH = [r.version for r in K.t.torch]
 TF = [r.version for r in K.t.tensorflow if r.and_cuda]
+TF_ALL = [r.version for r in K.t.tensorflow]
 BRANCHES = [str(b.branch) for b in K.t.branches if b.newest]
 
 framework_sets = st.one_of(
@@ -36,6 +37,7 @@ framework_sets = st.one_of(
     st.sampled_from(["jax", "jax[cuda12]", "jax[cuda13]"]).map(lambda j: [j]),
     st.tuples(st.sampled_from(TORCH), st.sampled_from(TF)).map(lambda p: [f"torch=={p[0]}", f"tensorflow=={p[1]}"]),
     st.just(["torch", "jax"]),
+    st.sampled_from(TF_ALL).map(lambda v: [f"tensorflow=={v}"]),
 )
 
 requests = st.fixed_dictionaries(
@@ -45,7 +47,7 @@ requests = st.fixed_dictionaries(
         "kernel_modules": st.sampled_from(["auto", "auto", "open", "proprietary"]),
         "torch_index": st.sampled_from(["auto", "auto", "pypi", "pytorch"]),
         "cuda_toolkit": st.one_of(st.none(), st.sampled_from(["12.8", "13.0", "12.2", "11.8"])),
-        "cudnn": st.one_of(st.none(), st.sampled_from(["9.10.2.21", "9.17.1.4"])),
+        "cudnn": st.one_of(st.none(), st.sampled_from(["9.10.2.21", "9.17.1.4", "9.5.1.17", "8.9.7.29"])),
     }
 )
 hosts = st.fixed_dictionaries(
@@ -110,9 +112,21 @@ def _check_invariants(req_in: dict[str, Any], host: HostSpec, doc: dict[str, Any
             if f.get("variant") != "cpu"
         ]
         assert not venv_conflicts.check(reqs, host.arch, python).conflicts, reqs
-    # system CUDA and cuDNN only when asked
+    # system CUDA and cuDNN only when asked; packaged for the OS, running on the GPU
     assert (stack["cuda_toolkit"] is None) == (req_in["cuda_toolkit"] is None)
     assert (stack["cudnn"] is None) == (req_in["cudnn"] is None)
+    if req_in["cuda_toolkit"] is not None:
+        assert host.os.id in K.toolkit(req_in["cuda_toolkit"]).os
+    if stack["cudnn"] is not None and gpu is not None:
+        assert _cudnn_runs_on(stack["cudnn"]["version"], gpu)
+    # open kernel modules on GeForce/workstation cards: production from R560, alpha before R545
+    if driver is not None and gpu is not None and _geforce(gpu) and gpu.kernel_modules == "open-recommended":
+        branch = int(driver["branch"])
+        if branch < 560 and driver["kernel_modules"] == "open":
+            assert branch >= 545 and req_in["kernel_modules"] == "open" and "open_modules_beta" in codes
+    # Maxwell, Pascal, Volta: a deprecated caveat while a supported branch still drives them
+    if gpu is not None and gpu.arch in ("maxwell", "pascal", "volta"):
+        assert "deprecated_gpu" in codes
     # torch: the wheel reaches the GPU and the driver runs its CUDA
     t = fws.get("torch")
     if t is not None:
@@ -126,9 +140,15 @@ def _check_invariants(req_in: dict[str, Any], host: HostSpec, doc: dict[str, Any
             if req_in["torch_index"] == "pypi":
                 assert variant.name == rel.pypi_default and "pypi.org" in t["index_url"]
             if gpu is not None:
-                ccs = [cc_tuple(a) for a in variant.arch_list]
+                arch_list = variant.arch_list_aarch64 if host.arch == "aarch64" else variant.arch_list
+                ccs = [cc_tuple(a) for a in arch_list]
                 exact = gpu.cc in ccs or any(a[0] == gpu.cc[0] and a[1] <= gpu.cc[1] for a in ccs)
                 assert exact or (variant.ptx and gpu.cc > max(ccs) and "ptx_jit" in codes)
+                if variant.cudnn is not None:  # the cuDNN the wheel brings reaches the GPU
+                    assert _cudnn_runs_on(variant.cudnn, gpu), (variant.cudnn, gpu.name)
+            tk = req_in["cuda_toolkit"]
+            if tk is not None and variant.cuda is not None and tk.split(".")[0] != variant.cuda.split(".")[0]:
+                assert "toolkit_torch_cuda" in codes
             if driver is not None:
                 cuda = variant.cuda
                 assert cuda is not None
@@ -142,6 +162,11 @@ def _check_invariants(req_in: dict[str, Any], host: HostSpec, doc: dict[str, Any
         assert host.arch == "x86_64"
         rel_tf = next(r for r in K.t.tensorflow if r.version == tf["version"])
         assert python in rel_tf.python
+        if "and-cuda" not in tf["extras"]:  # it loads the system CUDA and cuDNN: major ==, minor >=
+            for built, have in ((rel_tf.cuda, req_in["cuda_toolkit"]), (rel_tf.cudnn, req_in["cudnn"])):
+                assert have is not None
+                b, h = Version(built).release, Version(have).release
+                assert h[0] == b[0] and h[1] >= b[1], (built, have)
         if gpu is not None:
             assert gpu.cc >= cc_tuple(rel_tf.min_cc)
         if driver is not None:
@@ -154,6 +179,22 @@ def _check_invariants(req_in: dict[str, Any], host: HostSpec, doc: dict[str, Any
             assert gpu.cc >= cc_tuple(line.min_cc)
         if driver is not None:
             assert Version(driver["version"]) >= Version(line.min_driver)
+
+
+def _cudnn_runs_on(version: str, gpu: Any) -> bool:
+    """cuDNN's own floors, from the knowledge and the measured series cuts (not the resolver's code):
+    cuDNN 9 from compute capability 5.0, 9.11 from 7.5, Blackwell from 9.7."""
+    v = Version(version)
+    rel = next((r for r in K.t.cudnn if r.version == version), None)
+    need = (7, 5) if v >= Version("9.11") else (5, 0) if v >= Version("9") else (3, 5)
+    if rel is not None:
+        need = max(need, cc_tuple(rel.min_cc))
+    return bool(gpu.cc >= need and (gpu.arch != "blackwell" or v >= Version("9.7")))
+
+
+def _geforce(gpu: Any) -> bool:
+    forms = [f.split()[0] for f in gpu.pci_forms.values()]
+    return bool(forms) and all(f in ("card", "workstation", "max-q") for f in forms)
 
 
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -215,3 +256,49 @@ def test_suggestions_of_unsatisfiable_answers_resolve(host_in: dict[str, Any]) -
             if frameworks:
                 args["frameworks"] = frameworks
             assert resolve(StackRequest.build(**args), HostSpec.describe(**host_args)).stack, s
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(req_in=requests, host_in=hosts)
+def test_no_variant_of_the_chosen_release_has_fewer_caveats(req_in: dict[str, Any], host_in: dict[str, Any]) -> None:
+    """Of the chosen torch release, every other variant resolves with at least as many caveats."""
+    if [f for f in req_in["frameworks"] if not f.startswith("torch")] or req_in["torch_index"] == "pypi":
+        return
+    host = HostSpec.describe(**{k: v for k, v in host_in.items() if k != "gpu_count" or host_in["gpu"]})
+    try:
+        doc = resolve(StackRequest.build(**req_in), host).to_json()
+    except Unsatisfiable:
+        return
+    t = doc["stack"]["frameworks"]["torch"]
+    rel = next(r for r in K.t.torch if r.version == t["version"])
+    for v in rel.variants:
+        if v.name in (t["variant"], "cpu"):
+            continue
+        other = {**req_in, "frameworks": [f"torch=={rel.version}+{v.name}"], "torch_index": "pytorch"}
+        try:
+            alt = resolve(StackRequest.build(**other), host).to_json()
+        except Unsatisfiable:
+            continue
+        assert len(alt["warnings"]) >= len(doc["warnings"]), (v.name, alt["warnings"], doc["warnings"])
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(req_in=requests, host_in=hosts)
+def test_every_suggestion_of_any_request_resolves(req_in: dict[str, Any], host_in: dict[str, Any]) -> None:
+    """Whatever the request, each suggestion of an unsatisfiable answer, applied, resolves."""
+    host_args = {k: v for k, v in host_in.items() if k != "gpu_count" or host_in["gpu"]}
+    try:
+        resolve(StackRequest.build(**req_in), HostSpec.describe(**host_args))
+    except Unsatisfiable as err:
+        for s in err.suggestions:
+            args, h = dict(req_in), dict(host_args)
+            frameworks = [c["value"] for c in s["changes"] if c["option"] == "--framework"]
+            for change in s["changes"]:
+                key = change["option"].removeprefix("--").replace("-", "_")
+                if key in ("os", "arch"):
+                    h[key] = change["value"]
+                elif key != "framework":
+                    args[key] = change["value"]
+            if frameworks:
+                args["frameworks"] = frameworks
+            assert resolve(StackRequest.build(**args), HostSpec.describe(**h)).stack, s
