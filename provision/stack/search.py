@@ -43,6 +43,7 @@ RULE_ORDER = {
             "cudnn_cuda",
             "cudnn_driver",
             "tf_system_cuda",
+            "tf_and_cuda",
             "env_conflict",
             "fabric_manager",
             "driver",

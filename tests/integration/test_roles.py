@@ -43,11 +43,14 @@ def _cuda_repo(url: str, key_url: str, fingerprint: str) -> dict[str, Any]:
     return {f"{role}_repositories": [repo] for role in PLAN_ROLES}
 
 
+# What `provision plan` picks today for an H100 host on Debian 12 and 13 (R620, the newest LTSB,
+# at its newest release): the stand-in carries it, so the default plan itself is what is installed.
+# A knowledge update that moves the default fails the tests' first assert: add the new release here.
+DEFAULT_RELEASE = "620.70.06"
 # The releases the stand-in NVIDIA repository carries, each with the plans' packages at its version:
-# 570 and two of 575 (every name with the branch), 580 (Fabric Manager without it), two of 595
-# (the driver's names without it too, pinned by the pinning packages; 595.58.03 stands for the
-# default plan's branch, 620, which packages the same way).
-STANDIN_RELEASES = ("570.124.06", "575.51.03", "575.57.08", "580.95.05", "595.45.04", "595.58.03")
+# 570 and two of 575 (every name with the branch), 580 (Fabric Manager without it), 595 and the
+# default (from 590 the driver's names carry no branch; the pinning packages pin them).
+STANDIN_RELEASES = ("570.124.06", "575.51.03", "575.57.08", "580.95.05", "595.45.04", DEFAULT_RELEASE)
 TOOLKIT: dict[str, Any] = {"cuda": ("12.8", "12.8.93"), "cudnn": "9.10.2.21"}
 
 
@@ -432,7 +435,7 @@ def test_distro_driver_builds_with_dkms_then_converges(distro_run: dict[str, Any
     assert second.rc == 0 and second.changed == 0, second.output[-4000:]
 
 
-# --- the default plan (the newest branch, 595) from the stand-in, through the contract's plan -----
+# --- the default plan (the newest LTSB, DEFAULT_RELEASE) from the stand-in, through the contract's plan
 
 
 def _contract_group(
@@ -457,7 +460,7 @@ def _contract_run(standin: dict[str, Any], testhosts: harness.HostSet, run: Path
 def test_default_plan_installs_holds_converges_and_changes_branch_from_580(
     standin: dict[str, Any], testhosts: harness.HostSet, tmp_path: Path
 ) -> None:
-    """The default plan (595.58.03, the newest release of the newest branch) against the stand-in
+    """The default plan (DEFAULT_RELEASE, the newest release of the newest LTSB) against the stand-in
     NVIDIA debian12 repository, after a 580 plan: the exact-version pinning package, the
     unversioned nvidia-open and nvidia-fabricmanager, held; a second run changes nothing; and back
     to 580, every part with it."""
@@ -465,38 +468,36 @@ def test_default_plan_installs_holds_converges_and_changes_branch_from_580(
     default = rh.lock_group(
         "hgx", [host.name], gpu="H100-SXM", gpu_count=8, os="debian-12", install_method="nvidia-repo", frameworks=[]
     )
-    # What `provision plan` picks today (R620, the newest LTSB); the stand-in carries 595.58.03, whose
-    # packaging (590 and later: exact-version pinning, unversioned names) is the same as 620's.
-    assert default["stack"]["driver"]["version"] == "620.70.06"
+    assert default["stack"]["driver"]["version"] == DEFAULT_RELEASE, "the default moved: update DEFAULT_RELEASE"
     old = _contract_group(standin, host, "debian-12", "580.95.05")
     first = _contract_run(standin, testhosts, tmp_path / "r580", old)
     assert first.rc == 0, first.output[-3000:]
     assert _installed(testhosts, host)["nvidia-open-580"] == "580.95.05-1"
 
-    new = _contract_group(standin, host, "debian-12", "595.58.03", cuda_toolkit="12.8", cudnn="9.10.2.21")
-    upgrade = _contract_run(standin, testhosts, tmp_path / "r595", new)
+    new = _contract_group(standin, host, "debian-12", DEFAULT_RELEASE, cuda_toolkit="12.8", cudnn="9.10.2.21")
+    upgrade = _contract_run(standin, testhosts, tmp_path / "r620", new)
     assert upgrade.rc == 0, upgrade.output[-3000:]
     have = _installed(testhosts, host)
     assert "nvidia-open-580" not in have  # the 580 branch metapackage went with the branch change
     for name in ("nvidia-open", "nvidia-kernel-open-dkms", "libnvidia-compute", "nvidia-fabricmanager"):
-        assert have[name] == "595.58.03-1", (name, have.get(name))
-    assert have["nvidia-driver-pinning-595.58.03"] == "595.58.03-1"
+        assert have[name] == f"{DEFAULT_RELEASE}-1", (name, have.get(name))
+    assert have[f"nvidia-driver-pinning-{DEFAULT_RELEASE}"] == f"{DEFAULT_RELEASE}-1"
     assert set(rh.ssh(testhosts, host, "apt-mark showhold").split()) == set(new["packages"]["holds"])
-    assert rh.ssh(testhosts, host, f"modinfo -k {sr.STANDIN_KERNEL} -F version nvidia").strip() == "595.58.03"
+    assert rh.ssh(testhosts, host, f"modinfo -k {sr.STANDIN_KERNEL} -F version nvidia").strip() == DEFAULT_RELEASE
     assert rh.ssh(testhosts, host, "systemctl is-active nvidia-fabricmanager").strip() == "active"
     assert have["cuda-toolkit-12-8"] == "12.8.93-1" and "release 12.8" in rh.ssh(
         testhosts, host, "bash -lc 'nvcc --version'"
     )
-    # newer releases are in the repository (none of 595 here, but the pins and holds say so), yet
+    # other releases are in the repository (595, below the default; the pins and holds keep them out), yet
     # nothing would move: a dist-upgrade simulation keeps every part
     sim = rh.ssh(testhosts, host, "apt-get -s -o Debug::NoLocking=1 dist-upgrade")
     assert "Inst " not in sim, sim
 
-    again = _contract_run(standin, testhosts, tmp_path / "r595b", new)
+    again = _contract_run(standin, testhosts, tmp_path / "r620b", new)
     assert again.rc == 0 and again.changed == 0, again.output[-3000:]
 
     # and back to 580: NVIDIA's metapackages depend with >= (standin_repo.RULES), so a plan that
-    # installs only nvidia-open-580 at its version would leave the 595 module and libraries in place
+    # installs only nvidia-open-580 at its version would leave the newer module and libraries in place
     back = _contract_run(standin, testhosts, tmp_path / "r580b", old)
     assert back.rc == 0, back.output[-3000:]
     have = _installed(testhosts, host)
@@ -529,7 +530,7 @@ def test_debian13_nvidia_repo_default_plan_from_the_debian13_layout_then_converg
     of NVIDIA's 8793F200, whose fingerprint the plan pins instead of the real one)."""
     hostset, host = debian13["hostset"], debian13["host"]
     root = tmp_path / "standin13"
-    repo = _standin_repo(root, "debian13", ("595.58.03",))
+    repo = _standin_repo(root, "debian13", (DEFAULT_RELEASE,))
     assert repo.key.name == "8793F200.pub"
     rh.reach_bridge_directly(hostset, host)
     rh.ssh(hostset, host, f"mkdir -p /lib/modules/{sr.STANDIN_KERNEL}/build")
@@ -543,11 +544,11 @@ def test_debian13_nvidia_repo_default_plan_from_the_debian13_layout_then_converg
                 **NO_FRAMEWORKS,
             }
             standin = {"host": host, "url": url, "repo": repo, "overrides": overrides}
-            group = _contract_group(standin, host, "debian-13", "595.58.03")
+            group = _contract_group(standin, host, "debian-13", DEFAULT_RELEASE)
             first = _contract_run(standin, hostset, tmp_path / "run1", group)
             assert first.rc == 0, first.output[-3000:]
             have = _installed(hostset, host)
-            assert have["nvidia-open"] == have["nvidia-driver-pinning-595.58.03"] == "595.58.03-1"
+            assert have["nvidia-open"] == have[f"nvidia-driver-pinning-{DEFAULT_RELEASE}"] == f"{DEFAULT_RELEASE}-1"
             sources = rh.ssh(hostset, host, "cat /etc/apt/sources.list.d/provision-cuda.list")
             assert f"{url}/ /" in sources
             again = _contract_run(standin, hostset, tmp_path / "run2", group)

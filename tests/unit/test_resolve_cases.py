@@ -323,7 +323,7 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     (
         "variant-cu118-torch28-unsat",
         {"gpu": "H100-SXM", "torch_variant": "cu118", "frameworks": ["torch==2.8.0"]},
-        {"unsat": "torch", "suggest=": ("--framework", "torch==2.7.1+cu128")},
+        {"unsat": "torch", "suggest=": ("--framework", "torch==2.7.1+cu118")},
     ),
     (
         "local-tag-cu128",
