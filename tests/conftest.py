@@ -78,14 +78,14 @@ def wheelhouse() -> Path:
 
 @pytest.fixture(scope="session")
 def testhosts(wheelhouse: Path) -> Iterator[harness.HostSet]:
-    """N Debian 12 hosts reachable by real SSH with verified host keys (N: PROVISION_TESTHOSTS, 3).
+    """N Debian 12 hosts reachable by real SSH with verified host keys (N: PROVISION_TESTHOSTS, 4).
 
     Brought up once per session over a cached base rootfs; torn down at the end even when
     tests fail (pytest runs the finalizer), and `up` first removes what a killed run left.
     TESTHOSTS_DIR / _PREFIX / _NET / _BRIDGE let two checkouts run their sets side by side.
     """
     require_testhost_support()
-    count = int(os.environ.get("PROVISION_TESTHOSTS", "3"))
+    count = int(os.environ.get("PROVISION_TESTHOSTS", "4"))
     settings = harness.session_settings()
     # the Debian 13 base builds meanwhile (minutes on a fresh machine); testhosts_debian13 waits for it
     _BASE_BUILDS.append(harness.start_base_build(harness.debian13_settings(settings)))
