@@ -321,6 +321,7 @@ def build_tables(d: dict[str, Any]) -> Tables:
             source=_src(o),
             confidence=str(o.get("confidence", "medium")),
             unmanaged=_opt_str(o.get("unmanaged")),
+            distro_cuda_toolkit=_opt_str(o.get("distro_cuda_toolkit")),
         )
     for m in d.get("minor_version_compatibility", []):
         major = int(m["cuda_major"])

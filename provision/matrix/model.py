@@ -106,6 +106,8 @@ class OsRelease:
     source: tuple[str, ...]
     confidence: str
     unmanaged: str | None = None  # why provision cannot manage it (plan refuses it); None: it can
+    # the major.minor of the OS archive's own nvidia-cuda-toolkit (the distro method's toolkit); None: none
+    distro_cuda_toolkit: str | None = None
 
     @property
     def default_python(self) -> str:

@@ -437,7 +437,7 @@ class Rules:
         return c
 
     # system CUDA toolkit and cuDNN ---------------------------------------------------------
-    def check_system_cuda(self, driver: str | None) -> tuple[Check, int | None]:
+    def check_system_cuda(self, driver: str | None, method: str) -> tuple[Check, int | None]:
         c = Check()
         req, host, k = self.req, self.host, self.k
         cuda_major: int | None = None
@@ -457,7 +457,17 @@ class Rules:
                         "toolkit_gpu",
                         f"CUDA {tk.version} dropped {host.gpu.name} (sm_{sm}; from sm_{tk.sm_min})",
                     )
-            if tk.os and host.os.id not in tk.os:
+            # NVIDIA's repository packages each release for some OSes only; the distro method installs
+            # the OS's own nvidia-cuda-toolkit instead, of the one version its archive carries (the
+            # role checks it against the lock on the host: cuda_toolkit/tasks/distro-check.yml).
+            own = host.os.distro_cuda_toolkit
+            if method == "distro" and own != tk.version:
+                c.fail(
+                    "toolkit_os",
+                    f"{host.os.id}'s own nvidia-cuda-toolkit is CUDA {own or 'none'}, not {tk.version}: "
+                    "the distro method installs the OS's",
+                )
+            elif method != "distro" and tk.os and host.os.id not in tk.os:
                 here = [t.version for t in k.t.toolkits if host.os.id in t.os]
                 c.fail(
                     "toolkit_os",

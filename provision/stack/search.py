@@ -148,7 +148,7 @@ class Resolver:
             c.merge(driver_checks[id(d)])
             for fw in combo:
                 c.merge(self.rules.check_framework_driver(fw, d.version, ptx[fw.name]))
-            sys_check, cudnn_major = self.rules.check_system_cuda(d.version)
+            sys_check, cudnn_major = self.rules.check_system_cuda(d.version, d.method)
             c.merge(sys_check)
             if d.branch is not None and not has_driver_packages(self.k, self.host, d):
                 c.fail(

@@ -387,6 +387,23 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         {"gpu": "T4", "cuda_toolkit": "11.8", "frameworks": ["torch==2.7.1+cu118"], "os": "ubuntu-22.04"},
         {"stack.cuda_toolkit.version": "11.8", "stack.frameworks.torch.variant": "cu118"},
     ),
+    # the distro method installs the OS archive's own nvidia-cuda-toolkit (os.yaml distro_cuda_toolkit,
+    # read from the Debian/Ubuntu Packages indexes): that version or none, whatever NVIDIA packages
+    (
+        "distro-toolkit-debian12-own-118",
+        {"gpu": "L4", "os": "debian-12", "install_method": "distro", "cuda_toolkit": "11.8", "frameworks": []},
+        {"stack.cuda_toolkit.version": "11.8", "stack.driver.install_method": "distro"},
+    ),
+    (
+        "distro-toolkit-debian12-not-128",
+        {"gpu": "L4", "os": "debian-12", "install_method": "distro", "cuda_toolkit": "12.8", "frameworks": []},
+        {"unsat": "toolkit_os"},
+    ),
+    (
+        "toolkit-118-noble-not-through-distro",
+        {"gpu": "L4", "os": "ubuntu-24.04", "cuda_toolkit": "11.8", "frameworks": []},
+        {"unsat": "toolkit_os"},
+    ),
     ("toolkit-none-by-default", {"gpu": "T4"}, {"stack.cuda_toolkit": None, "names.cuda_toolkit": []}),
     (
         "cpu-torch-toolkit130-driver575-unsat",
