@@ -180,7 +180,15 @@ def suggest(request: StackRequest, host: HostSpec, k: Knowledge) -> list[dict[st
             install_method="auto",
         )
         if attempt(loose, "the newest set that fits these constraints") is None:
-            attempt(replace(loose, cuda_toolkit=None, cudnn=None), "the newest set that fits")
+            bare = replace(loose, cuda_toolkit=None, cudnn=None)
+            if attempt(bare, "the newest set that fits") is None:
+                # nothing fits on this OS at all (a V100 on Debian 13: NVIDIA's debian13 repository
+                # starts after the last branch that drives it): the newest set on another OS
+                for osr in others:
+                    if attempt(
+                        replace(bare, python=None), f"{osr.id} with the newest set that fits", replace(host, os=osr)
+                    ):
+                        break
     return out[:6]
 
 
