@@ -360,6 +360,16 @@ def build_tables(d: dict[str, Any]) -> Tables:
                 confidence=str(b.get("confidence", "high")),
             )
         )
+    floors = d.get("cudnn_series_min_cc") or []
+    t.cudnn_series_min_cc = tuple((str(f["from"]), str(f["min_cc"])) for f in floors)
+    if not floors or floors[-1]["from"] != "0":
+        raise DataError('cudnn_series_min_cc must end with the series from "0" (every release has a floor)')
+    t.cudnn_first_for_arch = {str(a): str(v) for a, v in (d.get("cudnn_first_for_architecture") or {}).items()}
+    om = d.get("open_modules_geforce") or {}
+    t.open_modules_geforce_beta = int(om.get("beta_from", 0))
+    t.open_modules_geforce_production = int(om.get("production_from", 0))
+    if not 0 < t.open_modules_geforce_beta <= t.open_modules_geforce_production:
+        raise DataError("open_modules_geforce needs beta_from <= production_from")
     for r in d.get("cudnn", []):
         t.cudnn.append(
             CudnnRelease(

@@ -295,6 +295,13 @@ class Tables:
     jax: list[JaxRelease] = field(default_factory=list)
     jax_lines: dict[int, JaxCudaLine] = field(default_factory=dict)
     packaging: Packaging | None = None
+    # cuDNN floors for releases the cudnn table lacks: (series start, min compute capability),
+    # newest series first; and per architecture the first cuDNN with kernels for it
+    cudnn_series_min_cc: tuple[tuple[str, str], ...] = ()
+    cudnn_first_for_arch: dict[str, str] = field(default_factory=dict)
+    # branches from which the open kernel modules are Beta, then production, on GeForce/workstation
+    open_modules_geforce_beta: int = 0
+    open_modules_geforce_production: int = 0
     sources: dict[str, Source] = field(default_factory=dict)
     default_os: str = "ubuntu-24.04"
     snapshot: str = ""

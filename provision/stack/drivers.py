@@ -13,7 +13,7 @@ from provision.matrix.model import DriverBranch
 from provision.stack.candidates import DriverChoice
 from provision.stack.distro_versions import ubuntu_driver
 from provision.stack.request import DRIVER_SPEC, HostSpec, StackRequest
-from provision.stack.rules import OPEN_MODULES_BETA, Check, install_methods, open_modules_beta
+from provision.stack.rules import Check, install_methods, open_modules_alpha, open_modules_beta
 
 BRANCH_RANK = {"ltsb": 0, "production": 1, "new-feature": 2}
 
@@ -110,16 +110,16 @@ class Drivers:
         has_open = b.branch >= 515
         has_proprietary = b.branch < 620
         gpu = self.host.gpu
-        beta = gpu is not None and open_modules_beta(gpu, b.branch)
+        beta = gpu is not None and open_modules_beta(self.k, gpu, b.branch)
         if want == "auto":
             if rule == "proprietary-only":
                 want = "proprietary"
             elif rule == "open-only" or (has_open and not beta):
                 want = "open"
-            else:  # GeForce and workstation cards: proprietary until the open modules are production (R560)
+            else:  # GeForce/workstation cards: proprietary until open is production (open_modules_geforce)
                 want = "proprietary"
         name = gpu.name if gpu else "this GPU"
-        if want == "open" and beta and b.branch < OPEN_MODULES_BETA:
+        if want == "open" and gpu is not None and open_modules_alpha(self.k, gpu, b.branch):
             self.failures.append(
                 f"kernel_modules: branch {b.branch}'s open kernel modules are alpha quality on {name} and do not "
                 "load on GeForce/workstation GPUs without NVreg_OpenRmEnableUnsupportedGpus=1; use proprietary"

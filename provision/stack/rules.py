@@ -113,24 +113,15 @@ def gpu_kernels(gpu: Gpu, arch_list: Sequence[str], ptx: bool) -> str | None:
     return None
 
 
-# cuDNN's compute-capability floors for releases cudnn.yaml does not list (torch pins many): cuDNN 9
-# starts at 5.0 (no Kepler, not even in its CUDA 11 build) and 9.11 drops everything before Turing.
-# Measured in the nvidia-cudnn-cu11/cu12 wheels' fatbins (notes/i15-facts.md section 3, [MEAS]).
-CUDNN_SERIES_MIN_CC = ((Version("9.11"), "7.5"), (Version("9"), "5.0"), (Version("0"), "3.5"))
-# The first cuDNN with kernels for an architecture newer than its predecessors' PTX reaches well:
-# Blackwell (10.x, 12.x) from 9.7 (support matrix 9.10.2 lists 10.0/12.0; 9.7.1.26 is the first
-# release measured with sm_100/sm_120 SASS, 9.6 and older have Hopper PTX only).
-CUDNN_FIRST_FOR_ARCH = {"blackwell": "9.7"}
-
-
 def cudnn_gpu_problem(k: Knowledge, version: str, gpu: Gpu) -> str | None:
     """Why cuDNN ``version`` (a system package or a wheel's pin) cannot run on ``gpu``, or None."""
+    # cudnn.yaml's release when it lists it, else its series' floor (cudnn_series_min_cc)
     rel = next((r for r in k.t.cudnn if r.version == version), None)
-    floor = next(cc for start, cc in CUDNN_SERIES_MIN_CC if Version(version) >= start)
+    floor = next(cc for start, cc in k.t.cudnn_series_min_cc if Version(version) >= Version(start))
     need = max(floor, rel.min_cc if rel else floor, key=cc_tuple)
     if gpu.cc < cc_tuple(need):
         return f"needs compute capability >= {need}; {gpu.name} is {gpu.compute_capability}"
-    first = CUDNN_FIRST_FOR_ARCH.get(gpu.arch)
+    first = k.t.cudnn_first_for_arch.get(gpu.arch)
     if first is not None and Version(version) < Version(first):
         return f"has no kernels for {gpu.arch.capitalize()} ({gpu.name}); it needs cuDNN >= {first}"
     return None
@@ -171,13 +162,8 @@ def check_wheel_arch(gpu: Gpu | None, what: str, arch_list: Sequence[str], ptx: 
     return c, how == "ptx"
 
 
-# NVIDIA/open-gpu-kernel-modules README "Compatible GPUs": before R545 (tags 520.56.06 .. 535.x)
-# GeForce and workstation support "is still considered alpha-quality" and needs the nvidia.ko
-# parameter NVreg_OpenRmEnableUnsupportedGpus=1 to load at all; R545 .. R555 call it "Beta quality";
-# from 560.28.03 the caveat is gone (and open is the default, driver installation guide). Datacenter
-# GPUs (Turing and newer) are production quality from R515.
-OPEN_MODULES_PRODUCTION = 560
-OPEN_MODULES_BETA = 545
+# The open kernel modules on GeForce/workstation cards: alpha, then Beta, then production, by
+# branch (drivers.yaml open_modules_geforce, from NVIDIA/open-gpu-kernel-modules' README per tag).
 
 
 def geforce_or_workstation(gpu: Gpu) -> bool:
@@ -186,9 +172,18 @@ def geforce_or_workstation(gpu: Gpu) -> bool:
     return bool(forms) and all(f in ("card", "workstation", "max-q") for f in forms)
 
 
-def open_modules_beta(gpu: Gpu, branch: int) -> bool:
+def open_modules_beta(k: Knowledge, gpu: Gpu, branch: int) -> bool:
     """Open modules of ``branch`` on ``gpu`` are short of production quality (a caveat)."""
-    return gpu.kernel_modules == "open-recommended" and geforce_or_workstation(gpu) and branch < OPEN_MODULES_PRODUCTION
+    return (
+        gpu.kernel_modules == "open-recommended"
+        and geforce_or_workstation(gpu)
+        and branch < k.t.open_modules_geforce_production
+    )
+
+
+def open_modules_alpha(k: Knowledge, gpu: Gpu, branch: int) -> bool:
+    """Open modules of ``branch`` do not load on ``gpu`` without NVreg_OpenRmEnableUnsupportedGpus=1."""
+    return open_modules_beta(k, gpu, branch) and branch < k.t.open_modules_geforce_beta
 
 
 def install_methods(request: StackRequest, host: HostSpec) -> list[str]:
@@ -220,11 +215,7 @@ class Rules:
             c.fail("install_method", f"{self.req.install_method} is not available on {host.os.id}")
         gpu = host.gpu
         last = self.k.branch(gpu.last_driver_branch) if gpu and gpu.last_driver_branch else None
-        if (
-            gpu is not None
-            and last is not None
-            and not (last.eol and self.k.t.snapshot and last.eol < self.k.t.snapshot)
-        ):
+        if gpu is not None and last is not None and not last.end_of_life(self.k.t.snapshot):
             # Still driven by a supported branch, but the last one: CUDA 12.8+ deprecates Maxwell,
             # Pascal and Volta, CUDA 13.0 drops them and R580 is their last driver branch.
             c.warn(
@@ -428,11 +419,12 @@ class Rules:
                 )
         if b.end_of_life(self.k.t.snapshot):
             c.warn("eol_branch", f"driver branch {b.branch} {b.eol_text(self.k.t.snapshot)}")
-        if gpu is not None and d.flavour == "open" and open_modules_beta(gpu, b.branch):
+        if gpu is not None and d.flavour == "open" and open_modules_beta(self.k, gpu, b.branch):
             c.warn(
                 "open_modules_beta",
                 f"the open kernel modules of branch {b.branch} are Beta quality on GeForce and workstation "
-                f"GPUs ({gpu.name}); production from R560 (NVIDIA/open-gpu-kernel-modules README)",
+                f"GPUs ({gpu.name}); production from R{self.k.t.open_modules_geforce_production} "
+                "(NVIDIA/open-gpu-kernel-modules README)",
             )
         return c
 

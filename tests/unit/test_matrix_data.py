@@ -112,6 +112,7 @@ def test_every_source_is_used_and_has_an_url() -> None:
             for price in (entry.get("prices") or {}).values():
                 used |= set(_source_items(price))
     used |= set(data["wheel_pins"]["source"])  # wheels.yaml: one source for the whole file
+    used |= set(data["cudnn_floors_source"]) | set(_source_items(data["open_modules_geforce"]))  # one-entry sections
     for sid, src in data["sources"].items():
         assert src["url"].startswith("https://"), sid
         assert sid in used, f"source {sid} is listed but no entry cites it"
