@@ -23,7 +23,6 @@ import urllib.request
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
@@ -33,10 +32,10 @@ from packaging.version import Version
 from provision.matrix import Knowledge
 from provision.matrix import load as load_knowledge
 from provision.matrix.model import JaxRelease, TensorflowRelease, TorchRelease
-from provision.matrix.pypi import PYPI, IndexReader, Project
+from provision.matrix.pypi import IndexReader, Project, add_reader_arguments
 from provision.matrix.wheels import FrameworkPins, WheelPins
 from provision.matrix.wheels import load as load_wheels
-from provision.matrix.wheels_read import read_pins, release_lists, targets
+from provision.matrix.wheels_read import read_pins, release_lists, shared_names, targets
 
 CONTRADICTION, NEWER, UNREACHABLE, NOTE = "contradiction", "newer", "unreachable", "note"
 
@@ -187,9 +186,8 @@ def compare_tensorflow(
         return
     what = f"tensorflow[and-cuda] {rel.version}"
     # the extra's pins all have a release (2.15.0's tensorrt-libs==8.6.1 has none on PyPI); the
-    # data says so with and_cuda_python: [] where it has that field, else with and_cuda
-    python_list = getattr(rel, "and_cuda_python", None)
-    says = bool(python_list) if python_list is not None else rel.and_cuda
+    # data says so with and_cuda_python: [] (installable on no Python)
+    says = bool(rel.and_cuda_python)
     missing = unsatisfiable(cuda, "x86_64", releases)
     f.compare(f"{what} installable (every pin has a release)", says, not missing)
     if missing:
@@ -332,6 +330,9 @@ def run(k: Knowledge, stored: WheelPins, reader: IndexReader, probe_nvidia: bool
     f = Findings()
     plugin_names = ("jax-cuda12-plugin", "jax-cuda13-plugin")
     projects = reader.projects(["torch", "tensorflow", "jax", "jaxlib", *plugin_names])
+    empty = [n for n in ("torch", "tensorflow", "jax") if not projects[n].versions]
+    if empty:  # a wrong --index answers 404 for everything: that is no index of these frameworks
+        raise OSError(f"it lists no {', '.join(empty)}")
     reads = read_pins(reader, targets(k, reader))
     by_req: dict[str, FrameworkPins] = {}
     for r in reads:
@@ -339,8 +340,7 @@ def run(k: Knowledge, stored: WheelPins, reader: IndexReader, probe_nvidia: bool
             by_req[fp.requirement] = fp
     for rel in k.t.torch:
         compare_torch(f, rel, projects["torch"], by_req.get(f"torch=={rel.version}"))
-    names = {canonicalize_name(Requirement(p).name) for fp in by_req.values() for ps in fp.pins.values() for p in ps}
-    now = release_lists(reader, set(stored.releases) | names)
+    now = release_lists(reader, set(stored.releases) | shared_names(by_req.values()))
     for tf in k.t.tensorflow:
         compare_tensorflow(
             f,
@@ -370,13 +370,11 @@ def run(k: Knowledge, stored: WheelPins, reader: IndexReader, probe_nvidia: bool
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m provision.matrix.check", description=__doc__)
-    ap.add_argument("--cache", type=Path, default=None, help="METADATA cache (default ~/.cache/provision/pypi)")
-    ap.add_argument("--index", default=PYPI)
-    ap.add_argument("--jobs", type=int, default=12)
+    add_reader_arguments(ap, jobs=12)
     ap.add_argument("--no-probe", action="store_true", help="do not probe NVIDIA hosts: report them unreachable")
     args = ap.parse_args(argv)
     start = time.monotonic()
-    reader = IndexReader(args.cache, args.index, args.jobs)
+    reader = IndexReader.from_arguments(args)
     try:
         f = run(load_knowledge(), load_wheels(), reader, probe_nvidia=not args.no_probe)
     except OSError as exc:  # the index itself unreachable: nothing was checked

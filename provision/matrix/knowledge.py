@@ -213,7 +213,8 @@ def _files() -> list[tuple[str, bytes]]:
     return sorted(out)
 
 
-def _yaml(text: bytes) -> Any:
+def parse_yaml(text: bytes) -> Any:
+    """A data file's YAML (the C loader where PyYAML has it: the knowledge loads on every start)."""
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     return yaml.load(text, Loader=loader)
 
@@ -228,7 +229,7 @@ def load() -> Knowledge:
         digest.update(name.encode() + b"\0" + data + b"\0")
         if name == "wheels.yaml":
             continue  # provision.matrix.wheels parses it on first use (only a resolve of two frameworks reads it)
-        docs[name] = _yaml(data) or {}
+        docs[name] = parse_yaml(data) or {}
     merged: dict[str, Any] = {}
     for name, doc in docs.items():
         for key, value in doc.items():

@@ -14,6 +14,7 @@ METADATA never changes once uploaded.
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import os
@@ -26,6 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
@@ -148,6 +150,20 @@ class Want:
         return f"{self.name}=={self.version}"
 
 
+def _positive(text: str) -> int:
+    n = int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, not {n}")
+    return n
+
+
+def add_reader_arguments(ap: argparse.ArgumentParser, jobs: int) -> None:
+    """The options every command that reads the index takes (the check and the wheels.yaml writer)."""
+    ap.add_argument("--cache", type=Path, default=None, help="METADATA cache (default ~/.cache/provision/pypi)")
+    ap.add_argument("--index", default=PYPI)
+    ap.add_argument("--jobs", type=_positive, default=jobs, help="parallel pip runs and page fetches")
+
+
 class IndexReader:
     """Reads one package index; METADATA reads are cached on disk, release lists in memory."""
 
@@ -160,6 +176,10 @@ class IndexReader:
         self.pip_runs = 0
         self.errors: list[str] = []  # pip's last stderr line per failed run
         self.cache_hits = 0
+
+    @classmethod
+    def from_arguments(cls, args: argparse.Namespace) -> IndexReader:
+        return cls(args.cache, args.index, args.jobs)
 
     # --- release lists -----------------------------------------------------------------------
     def project(self, name: str) -> Project:
@@ -177,7 +197,8 @@ class IndexReader:
         return {canonicalize_name(n): self._projects[canonicalize_name(n)] for n in names}
 
     def _fetch_project(self, key: str) -> Project:
-        req = urllib.request.Request(f"{self.index}/{key}/", headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+        url = f"{self.index}/{key}/"
+        req = urllib.request.Request(url, headers={"Accept": "application/vnd.pypi.simple.v1+json"})
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as resp:
                 doc = json.load(resp)
@@ -185,6 +206,8 @@ class IndexReader:
             if getattr(exc, "code", None) == 404:
                 return Project(key, (), {})
             raise
+        except ValueError as exc:  # an index that answers with no PEP 691 JSON: unreadable, like no answer
+            raise OSError(f"{url} is no simple-API JSON page ({exc})") from exc
         return parse_simple(key, doc)
 
     # --- METADATA ------------------------------------------------------------------------------
@@ -272,16 +295,10 @@ class IndexReader:
         report = json.loads(proc.stdout)
         out: dict[str, Metadata] = {}
         for item in report.get("install", []):
-            md = item["metadata"]
+            # the report's metadata has the cache's keys (PEP 566 JSON form); the file name is the URL's
             url = str(item["download_info"]["url"])
-            out[canonicalize_name(md["name"])] = Metadata(
-                name=str(md["name"]),
-                version=str(md["version"]),
-                filename=url.rsplit("/", 1)[-1].split("#", 1)[0],
-                requires_dist=tuple(md.get("requires_dist") or ()),
-                requires_python=md.get("requires_python"),
-                provides_extra=tuple(md.get("provides_extra") or ()),
-            )
+            md = Metadata.from_json({**item["metadata"], "filename": url.rsplit("/", 1)[-1].split("#", 1)[0]})
+            out[canonicalize_name(md.name)] = md
         return out
 
 
@@ -313,8 +330,6 @@ def pick_python(project: Project, version: str, arch: str, prefer: Sequence[str]
     """The Python to read ``version``'s wheel for ``arch`` with: a preferred one it has a wheel for,
     else its newest CPython wheel; for a pure or ``py3-none-<platform>`` wheel the newest its
     Requires-Python allows."""
-    from packaging.specifiers import InvalidSpecifier, SpecifierSet
-
     files = project.files.get(version, ())
     compiled = set().union(*(f.pythons for f in files if f.arch == arch)) if files else set()
     if compiled:

@@ -21,6 +21,8 @@ from packaging.markers import Marker
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
+from provision.matrix.knowledge import parse_yaml
+
 ARCHS = ("x86_64", "aarch64")
 # The Pythons a marker is evaluated on (newest first; a pure wheel is read with the newest that fits).
 PYTHONS = ("3.15", "3.14", "3.13", "3.12", "3.11", "3.10", "3.9", "3.8")
@@ -184,9 +186,7 @@ def build(doc: Mapping[str, Any]) -> WheelPins:
 @functools.lru_cache(maxsize=1)
 def load() -> WheelPins:
     """The ``wheels.yaml`` shipped with this package (parsed once per process, on first use)."""
-    text = (resources.files("provision.matrix") / "data" / "wheels.yaml").read_bytes()
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    doc = yaml.load(text, Loader=loader) or {}
+    doc = parse_yaml((resources.files("provision.matrix") / "data" / "wheels.yaml").read_bytes()) or {}
     return build(doc.get("wheel_pins") or {})
 
 

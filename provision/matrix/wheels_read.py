@@ -23,7 +23,7 @@ from packaging.version import InvalidVersion, Version
 
 from provision.matrix import Knowledge
 from provision.matrix import load as load_knowledge
-from provision.matrix.pypi import PYPI, IndexReader, Metadata, Want, pick_python
+from provision.matrix.pypi import IndexReader, Metadata, Want, add_reader_arguments, pick_python
 from provision.matrix.wheels import (
     ARCHS,
     FrameworkPins,
@@ -231,13 +231,17 @@ def release_lists(reader: IndexReader, names: Iterable[str]) -> dict[str, tuple[
     return out
 
 
+def shared_names(pins: Iterable[FrameworkPins]) -> set[str]:
+    """The shared packages these frameworks pin, on any arch (their release lists go in the file)."""
+    return {canonicalize_name(Requirement(p).name) for fp in pins for ps in fp.pins.values() for p in ps}
+
+
 def build_pins(reader: IndexReader, reads: Sequence[Read], date: str) -> WheelPins:
     fws = {}
     for r in reads:
         for fp in r.pins.values():
             fws[requirement_key(fp.requirement)] = fp
-    names = {canonicalize_name(Requirement(p).name) for fp in fws.values() for ps in fp.pins.values() for p in ps}
-    return WheelPins(date, reader.index, (SOURCE,), fws, release_lists(reader, names))
+    return WheelPins(date, reader.index, (SOURCE,), fws, release_lists(reader, shared_names(fws.values())))
 
 
 HEADER = (
@@ -260,12 +264,10 @@ HEADER = (
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m provision.matrix.wheels_read", description=__doc__)
-    ap.add_argument("--cache", type=Path, default=None, help="METADATA cache (default ~/.cache/provision/pypi)")
-    ap.add_argument("--index", default=PYPI)
-    ap.add_argument("--jobs", type=int, default=8)
+    add_reader_arguments(ap, jobs=8)
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "data" / "wheels.yaml")
     args = ap.parse_args(argv)
-    reader = IndexReader(args.cache, args.index, args.jobs)
+    reader = IndexReader.from_arguments(args)
     reads = read_pins(reader, targets(load_knowledge(), reader))
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
     pins = build_pins(reader, reads, date)

@@ -210,3 +210,38 @@ def test_simple_pages_batches_and_the_python_a_wheel_is_read_with() -> None:
     batches = _batches(wants, jobs=2)
     assert all(len({w.name for w in b}) == len(b) for b in batches)  # one version of a name per pip run
     assert {w for b in batches for w in b} == set(wants) and sum(map(len, batches)) == len(wants)
+
+
+# --- bad input: one line, exit 2, nothing checked --------------------------------------------------
+
+
+class _NoFrameworksIndex(IndexReader):
+    """A STAND-IN index that answers 404 for every project (a wrong --index URL does)."""
+
+    def _fetch_project(self, key: str) -> Project:
+        return Project(key, (), {})
+
+
+def test_an_index_without_the_frameworks_is_unreadable_not_a_list_of_contradictions(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from provision.matrix import check
+
+    monkeypatch.setattr(check, "IndexReader", _NoFrameworksIndex)
+    assert check.main(["--cache", str(tmp_path), "--no-probe", "--index", "https://index.invalid/simple"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "knowledge: the index https://index.invalid/simple cannot be read (it lists no torch, tensorflow, jax); "
+        "nothing checked"
+    ]
+
+
+@pytest.mark.parametrize("jobs", ["0", "-3", "many"])
+def test_jobs_must_be_a_positive_number(jobs: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from provision.matrix import check
+
+    with pytest.raises(SystemExit) as exited:
+        check.main(["--jobs", jobs])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --jobs" in err and "Traceback" not in err
