@@ -74,97 +74,130 @@ def check(group: Sequence[Member | str], arch: str, python: str, pins: WheelPins
     ms = tuple(m if isinstance(m, Member) else Member(m) for m in group)
     if len(ms) < 2:
         return Verdict()
-    if pins is None:
-        return _check_shipped(ms, arch, python)
-    return _check(ms, arch, python, pins)
+    return (_shipped() if pins is None else _Pins(pins)).check(ms, arch, python)
 
 
-@functools.lru_cache(maxsize=4096)
-def _check_shipped(group: tuple[Member, ...], arch: str, python: str) -> Verdict:
-    return _check(group, arch, python, wheels.load())
+@functools.lru_cache(maxsize=1)
+def _shipped() -> _Pins:
+    return _Pins(wheels.load())
 
 
-def _check(group: tuple[Member, ...], arch: str, python: str, pins: WheelPins) -> Verdict:
-    requirements = tuple(m.requirement for m in group)
-    unchecked: list[str] = []
-    partial: list[str] = []
-    specs: dict[str, dict[str, SpecifierSet]] = {}  # package -> member -> its combined specifier
-    for m in group:
-        req = m.requirement
-        others = ", ".join(r for r in requirements if r != req)
-        fp = pins.get(req)
-        found = fp.requirements(arch, python) if fp is not None else None
-        if found is None and m.known:
-            found = [Requirement(t) for t in m.known]
-            partial.append(
-                f"{req}: only its {' and '.join(Requirement(t).name for t in m.known)} pins are known "
-                f"(pytorch.yaml; the build is not in wheels.yaml): whether its other pins install beside "
-                f"{others} is unchecked"
-            )
-        if found is None:
-            why = "not in wheels.yaml" if fp is None else f"no Linux {arch} wheel in wheels.yaml"
-            unchecked.append(
-                f"{req}: its pins on shared CUDA packages are unknown ({why}, read {pins.read}); "
-                f"whether it installs beside {others} is unchecked"
-            )
-            continue
-        for r in found:
-            name = canonicalize_name(r.name)
-            mine = specs.setdefault(name, {})
-            mine[req] = mine.get(req, SpecifierSet()) & r.specifier
-    conflicts: list[str] = []
-    for a_i, a in enumerate(requirements):
-        for b in requirements[a_i + 1 :]:
-            msg = _pair(a, b, specs, pins, unchecked)
-            if msg is not None:
-                conflicts.append(msg)
-    if not conflicts and len(requirements) > 2:
-        conflicts += _whole(specs, pins)
-    if not conflicts:
-        unchecked += partial
-    return Verdict(tuple(conflicts), tuple(dict.fromkeys(unchecked)))
+class _Pins:
+    """One wheels.yaml, with what the search asks of it again and again parsed and decided once.
 
+    The search tries every framework release x variant x Python, and so thousands of groups, but
+    only a few hundred members and pins: a member's pins on (arch, Python) and whether a combined
+    specifier leaves a release are each computed once (profiled: re-parsing the pins per group was
+    nine tenths of an unsatisfiable resolve with its suggestions)."""
 
-def _pair(
-    a: str, b: str, specs: dict[str, dict[str, SpecifierSet]], pins: WheelPins, unchecked: list[str]
-) -> str | None:
-    clashes = []
-    for name, by in specs.items():
-        if a in by and b in by:
-            if name not in pins.releases:
-                unchecked.append(f"{name}: no release list in wheels.yaml; {a} and {b} both pin it (unchecked)")
+    def __init__(self, pins: WheelPins) -> None:
+        self.pins = pins
+        self._specs: dict[tuple[Member, str, str], dict[str, SpecifierSet] | None] = {}
+        self._fits: dict[tuple[str, str], bool] = {}
+        self._verdicts: dict[tuple[tuple[Member, ...], str, str], Verdict] = {}
+
+    def check(self, group: tuple[Member, ...], arch: str, python: str) -> Verdict:
+        key = (group, arch, python)
+        if key not in self._verdicts:
+            if len(self._verdicts) > 8192:  # a long-lived process (property tests) stays bounded
+                self._verdicts.clear()
+            self._verdicts[key] = self._check(group, arch, python)
+        return self._verdicts[key]
+
+    def member_specs(self, m: Member, arch: str, python: str) -> dict[str, SpecifierSet] | None:
+        """The member's combined specifier per shared package (None: its pins are unknown)."""
+        key = (m, arch, python)
+        if key not in self._specs:
+            fp = self.pins.get(m.requirement)
+            found = fp.requirements(arch, python) if fp is not None else None
+            if found is None and m.known:
+                found = [Requirement(t) for t in m.known]
+            specs: dict[str, SpecifierSet] | None = None
+            if found is not None:
+                specs = {}
+                for r in found:
+                    name = canonicalize_name(r.name)
+                    specs[name] = specs.get(name, SpecifierSet()) & r.specifier
+            self._specs[key] = specs
+        return self._specs[key]
+
+    def satisfiable(self, name: str, spec: SpecifierSet) -> bool:
+        key = (name, str(spec))
+        if key not in self._fits:
+            # filter() admits pre-releases only when no final release matches (pip's default choice).
+            self._fits[key] = next(iter(spec.filter(self.pins.releases[name])), None) is not None
+        return self._fits[key]
+
+    def _check(self, group: tuple[Member, ...], arch: str, python: str) -> Verdict:
+        pins = self.pins
+        requirements = tuple(m.requirement for m in group)
+        unchecked: list[str] = []
+        partial: list[str] = []
+        specs: dict[str, dict[str, SpecifierSet]] = {}  # package -> member -> its combined specifier
+        for m in group:
+            req = m.requirement
+            others = ", ".join(r for r in requirements if r != req)
+            fp = pins.get(req)
+            mine = self.member_specs(m, arch, python)
+            if mine is None:
+                why = "not in wheels.yaml" if fp is None else f"no Linux {arch} wheel in wheels.yaml"
+                unchecked.append(
+                    f"{req}: its pins on shared CUDA packages are unknown ({why}, read {pins.read}); "
+                    f"whether it installs beside {others} is unchecked"
+                )
                 continue
-            if not _satisfiable(by[a] & by[b], pins.releases[name]):
-                clashes.append(name)
-    if not clashes:
-        return None
-    clashes.sort(key=_priority)
-    name = clashes[0]
-    more = f" (also {', '.join(clashes[1:])})" if clashes[1:] else ""
-    return (
-        f"{a} {_verb(specs[name][a])} {name}{specs[name][a]}, {b} {_verb(specs[name][b])} {name}{specs[name][b]}: "
-        f"no release of {name} satisfies both{more}"
-    )
+            if (fp is None or arch not in fp.pins) and m.known:  # the file lacks it: pytorch.yaml's pins only
+                partial.append(
+                    f"{req}: only its {' and '.join(Requirement(t).name for t in m.known)} pins are known "
+                    f"(pytorch.yaml; the build is not in wheels.yaml): whether its other pins install beside "
+                    f"{others} is unchecked"
+                )
+            for name, spec in mine.items():
+                specs.setdefault(name, {})[req] = spec
+        conflicts: list[str] = []
+        for a_i, a in enumerate(requirements):
+            for b in requirements[a_i + 1 :]:
+                msg = self._pair(a, b, specs, unchecked)
+                if msg is not None:
+                    conflicts.append(msg)
+        if not conflicts and len(requirements) > 2:
+            conflicts += self._whole(specs)
+        if not conflicts:
+            unchecked += partial
+        return Verdict(tuple(conflicts), tuple(dict.fromkeys(unchecked)))
 
+    def _pair(self, a: str, b: str, specs: dict[str, dict[str, SpecifierSet]], unchecked: list[str]) -> str | None:
+        clashes = []
+        for name, by in specs.items():
+            if a in by and b in by:
+                if name not in self.pins.releases:
+                    unchecked.append(f"{name}: no release list in wheels.yaml; {a} and {b} both pin it (unchecked)")
+                    continue
+                if not self.satisfiable(name, by[a] & by[b]):
+                    clashes.append(name)
+        if not clashes:
+            return None
+        clashes.sort(key=_priority)
+        name = clashes[0]
+        more = f" (also {', '.join(clashes[1:])})" if clashes[1:] else ""
+        return (
+            f"{a} {_verb(specs[name][a])} {name}{specs[name][a]}, {b} {_verb(specs[name][b])} {name}{specs[name][b]}: "
+            f"no release of {name} satisfies both{more}"
+        )
 
-def _whole(specs: dict[str, dict[str, SpecifierSet]], pins: WheelPins) -> list[str]:
-    """Three or more frameworks that fit pairwise but not all together on one package."""
-    out = []
-    for name, by in sorted(specs.items(), key=lambda kv: _priority(kv[0])):
-        if len(by) < 3 or name not in pins.releases:
-            continue
-        combined = SpecifierSet()
-        for s in by.values():
-            combined &= s
-        if not _satisfiable(combined, pins.releases[name]):
-            needs = ", ".join(f"{req} {_verb(s)} {name}{s}" for req, s in by.items())
-            out.append(f"{needs}: no release of {name} satisfies all of them")
-    return out
-
-
-def _satisfiable(spec: SpecifierSet, releases: Sequence[str]) -> bool:
-    # filter() admits pre-releases only when no final release matches (pip's default choice).
-    return next(iter(spec.filter(releases)), None) is not None
+    def _whole(self, specs: dict[str, dict[str, SpecifierSet]]) -> list[str]:
+        """Three or more frameworks that fit pairwise but not all together on one package."""
+        out = []
+        for name, by in sorted(specs.items(), key=lambda kv: _priority(kv[0])):
+            if len(by) < 3 or name not in self.pins.releases:
+                continue
+            combined = SpecifierSet()
+            for s in by.values():
+                combined &= s
+            if not self.satisfiable(name, combined):
+                needs = ", ".join(f"{req} {_verb(s)} {name}{s}" for req, s in by.items())
+                out.append(f"{needs}: no release of {name} satisfies all of them")
+        return out
 
 
 def _verb(spec: SpecifierSet) -> str:
