@@ -116,7 +116,13 @@ def _check_invariants(req_in: dict[str, Any], host: HostSpec, doc: dict[str, Any
     assert (stack["cuda_toolkit"] is None) == (req_in["cuda_toolkit"] is None)
     assert (stack["cudnn"] is None) == (req_in["cudnn"] is None)
     if req_in["cuda_toolkit"] is not None:
-        assert host.os.id in K.toolkit(req_in["cuda_toolkit"]).os
+        # the distro method installs the OS archive's own nvidia-cuda-toolkit (one version per OS,
+        # os.yaml distro_cuda_toolkit); every other path takes NVIDIA's repository, which packages
+        # each release for the OSes its list names
+        if driver is not None and driver["install_method"] == "distro":
+            assert host.os.distro_cuda_toolkit == req_in["cuda_toolkit"]
+        else:
+            assert host.os.id in K.toolkit(req_in["cuda_toolkit"]).os
     if stack["cudnn"] is not None and gpu is not None:
         assert _cudnn_runs_on(stack["cudnn"]["version"], gpu)
     # open kernel modules on GeForce/workstation cards: production from R560, alpha before R545
