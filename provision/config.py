@@ -8,6 +8,7 @@ The ``stack:`` section becomes the resolver's request (:meth:`StackConfig.as_req
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,11 @@ class InstallConfig:
     reboot: str = "auto"  # auto | never
     cache: str = "auto"  # auto | off: the fleet cache (provision/fleet/cache/)
     cache_dir: str | None = None  # where it keeps packages and wheels between runs
+    python_source: str = "auto"  # auto | os | standalone: where the venv's Python comes from
+    # A mirror of python-build-standalone's release downloads (uv's python-install-mirror) and a
+    # download list of the site's own (uv's python-downloads-json-url): air-gapped sites
+    python_mirror: str | None = None
+    python_downloads_json: str | None = None
 
 
 @dataclass(frozen=True)
@@ -91,13 +97,28 @@ class Config:
 
     def request_args(self) -> dict[str, Any]:
         """The stack request with install.method folded in (it decides the driver's packages)."""
-        return {**self.stack.as_request_args(), "install_method": self.install.method}
+        return {
+            **self.stack.as_request_args(),
+            "install_method": self.install.method,
+            "python_source": self.install.python_source,
+        }
 
 
 # The keys each section may hold (dotted paths for nested sections).
 _SCHEMA_KEYS: dict[str, Any] = {
     "stack": {"frameworks", "driver", "kernel_modules", "cuda_toolkit", "cudnn", "python", "torch_index"},
-    "install": {"method", "venv", "pip", "apt", "reboot", "cache", "cache_dir"},
+    "install": {
+        "method",
+        "venv",
+        "pip",
+        "apt",
+        "reboot",
+        "cache",
+        "cache_dir",
+        "python_source",
+        "python_mirror",
+        "python_downloads_json",
+    },
     "install.pip": {"index_url", "extra_index_urls", "find_links", "trusted_hosts"},
     "install.apt": {"mirror", "proxy"},
     "verify": {"allow_cpu"},
@@ -174,6 +195,9 @@ def parse_config(data: Any, where: str = "provision.yaml") -> Config:
         reboot=_choice(install, "reboot", ("auto", "never"), "install", where),
         cache=_choice(install, "cache", ("auto", "off"), "install", where),
         cache_dir=_string(install.get("cache_dir"), "install.cache_dir", where),
+        python_source=_choice(install, "python_source", ("auto", "os", "standalone"), "install", where),
+        python_mirror=_url(install.get("python_mirror"), "install.python_mirror", where),
+        python_downloads_json=_url(install.get("python_downloads_json"), "install.python_downloads_json", where),
     )
     allow_cpu = verify.get("allow_cpu", False)
     if not isinstance(allow_cpu, bool):
@@ -184,6 +208,21 @@ def parse_config(data: Any, where: str = "provision.yaml") -> Config:
     if state_path is not None and not state_path.strip():
         raise _bad(where, "state.path", "is empty", "give a file, e.g. path: .provision/state.db, or leave it out")
     return Config(sc, ic, VerifyConfig(allow_cpu), where, StateConfig(state_path))
+
+
+def _url(value: Any, key: str, where: str) -> str | None:
+    """An http(s) or file URL (uv reads both for Python downloads), or None."""
+    text = _string(value, key, where)
+    if text is None:
+        return None
+    if not re.match(r"^(https?|file)://\S+$", text):
+        raise _bad(
+            where,
+            key,
+            f"must be an http(s):// or file:// URL (got {text!r})",
+            f"e.g. {key.rsplit('.', maxsplit=1)[-1]}: file:///srv/python",
+        )
+    return text
 
 
 def _bad(where: str, key: str, what: str, hint: str, suggestions: list[str] | None = None) -> BadInput:

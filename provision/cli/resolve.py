@@ -48,6 +48,11 @@ if TYPE_CHECKING:
     type=click.Choice(["auto", "nvidia-repo", "distro"]),
     help="How the driver is installed.",
 )
+@click.option(
+    "--python-source",
+    type=click.Choice(["auto", "os", "standalone"]),
+    help="The venv's Python: the OS's, a standalone CPython (installed by uv), or auto (the OS's when it fits).",
+)
 @config_option("provision.yaml whose stack: section is the default request.")
 @command_options
 def resolve(
@@ -66,6 +71,7 @@ def resolve(
     cuda_toolkit: str | None,
     cudnn: str | None,
     install_method: str | None,
+    python_source: str | None,
     config_path: Path | None,
     as_json: bool,
 ) -> int:
@@ -92,6 +98,7 @@ def resolve(
         "torch_index": torch_index,
         "torch_variant": torch_variant,
         "install_method": install_method,
+        "python_source": python_source,
     }
     merged = {**stack, **{k: v for k, v in cli_args.items() if v is not None}}
     request = StackRequest.build(**merged)
@@ -127,7 +134,7 @@ def render(con: Console, result: Resolution) -> None:
         variant = fw.variant or (",".join(fw.extras) if name != "torch" else "") or "-"
         cuda = f"CUDA {fw.cuda}, cuDNN {fw.cudnn}" if fw.cuda else "CPU only"
         table.add_row(name, fw.version, f"{variant}: {cuda}; {fw.index_url}")
-    table.add_row("python", s.python, "venv")
+    table.add_row("python", s.python, "venv" if s.python_source == "os" else "venv, standalone CPython (uv)")
     con.print(table)
     for w in result.warnings:
         con.print(f"[yellow]warning[/yellow] {w.code}: {w.message}")

@@ -218,8 +218,8 @@ def plan(
             )
             python = a.python
         args = dict(request_args)
-        if args.get("python") in (None, "auto") and python:
-            args["python"] = python
+        if python:  # the host's python3: the only OS Python its venv can be built with
+            args["host_python"] = python
         try:
             check_plannable(host)  # EL8 is refused before its versions are looked at
             resolution = resolve(StackRequest.build(**args), host)

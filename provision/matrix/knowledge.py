@@ -34,6 +34,7 @@ from provision.matrix.model import (
     OsRelease,
     Price,
     Source,
+    StandalonePython,
     Tables,
     TensorflowRelease,
     TorchRelease,
@@ -323,6 +324,16 @@ def build_tables(d: dict[str, Any]) -> Tables:
             confidence=str(o.get("confidence", "medium")),
             unmanaged=_opt_str(o.get("unmanaged")),
             distro_cuda_toolkit=_opt_str(o.get("distro_cuda_toolkit")),
+        )
+    sp = d.get("standalone_python")
+    if sp:
+        t.standalone_python = StandalonePython(
+            uv=str(sp["uv"]),
+            pythons=tuple(str(p) for p in sp["pythons"]),
+            archs=tuple(sp["archs"]),
+            read=str(sp["read"]),
+            source=_src(sp),
+            confidence=str(sp.get("confidence", "medium")),
         )
     for m in d.get("minor_version_compatibility", []):
         major = int(m["cuda_major"])

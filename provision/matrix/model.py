@@ -115,6 +115,18 @@ class OsRelease:
 
 
 @dataclass(frozen=True)
+class StandalonePython:
+    """python-build-standalone CPython, installed by uv: the minors on offer (newest first)."""
+
+    uv: str  # the uv release that installs them (its embedded list and hashes)
+    pythons: tuple[str, ...]
+    archs: tuple[str, ...]
+    read: str
+    source: tuple[str, ...]
+    confidence: str
+
+
+@dataclass(frozen=True)
 class CudaToolkit:
     version: str  # "12.8"
     releases: dict[str, str]  # GA/U1.. -> bundled driver
@@ -286,6 +298,7 @@ class Tables:
     gpus: list[Gpu] = field(default_factory=list)
     instance_types: dict[str, InstanceType] = field(default_factory=dict)
     os_releases: dict[str, OsRelease] = field(default_factory=dict)
+    standalone_python: StandalonePython | None = None
     toolkits: list[CudaToolkit] = field(default_factory=list)
     minor_compat: dict[int, MinorCompat] = field(default_factory=dict)
     branches: list[DriverBranch] = field(default_factory=list)

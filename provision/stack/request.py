@@ -25,6 +25,8 @@ DRIVER_SPEC = re.compile(r"^(\d{3})(?:\.(\d+)(?:\.(\d+))?)?$")  # branch or exac
 _LOCAL_SPEC = re.compile(r"^(===?)\s*([^\s,;+]+)\+([A-Za-z0-9.]+)$")
 _VARIANT = re.compile(r"^(cu\d{3}|cpu)$")
 _PYTHON = re.compile(r"^3\.\d{1,2}$")
+# install.python_source: the OS's Pythons, a standalone CPython (python-build-standalone via uv), or auto.
+PYTHON_SOURCES = ("auto", "os", "standalone")
 
 
 # --- the request ------------------------------------------------------------------------------
@@ -105,6 +107,11 @@ class StackRequest:
     torch_index: str = "auto"  # auto | pypi | pytorch
     torch_variant: str | None = None
     install_method: str = "auto"  # auto | nvidia-repo | distro
+    # Where the venv's Python comes from: auto (the OS's when one fits, else a standalone CPython),
+    # os, or standalone (python-build-standalone, installed by uv).
+    python_source: str = "auto"
+    # The probed (or assumed) host's python3: the only OS Python a real host is planned with.
+    host_python: str | None = None
 
     @classmethod
     def build(
@@ -119,6 +126,8 @@ class StackRequest:
         torch_index: str | None = None,
         torch_variant: str | None = None,
         install_method: str | None = None,
+        python_source: str | None = None,
+        host_python: str | None = None,
         knowledge: Knowledge | None = None,
     ) -> StackRequest:
         """Validate user-typed values (BadInput, exit 2, on anything malformed or unknown)."""
@@ -166,7 +175,13 @@ class StackRequest:
         method = (install_method or "auto").lower()
         if method not in ("auto", "nvidia-repo", "distro"):
             raise BadInput(f"unknown install method `{install_method}`", "use auto, nvidia-repo or distro")
-        return cls(specs, drv, km, tk, dnn, py, index, variant, method)
+        source = (python_source or "auto").lower()
+        if source not in PYTHON_SOURCES:
+            raise BadInput(f"unknown Python source `{python_source}`", "use auto, os or standalone")
+        hp = _none_or(host_python, also=("auto",))
+        if hp is not None and not _PYTHON.match(hp):
+            raise BadInput(f"malformed host Python version `{host_python}`", "use X.Y, e.g. 3.11")
+        return cls(specs, drv, km, tk, dnn, py, index, variant, method, source, hp)
 
     @property
     def cpu_only(self) -> bool:

@@ -102,6 +102,7 @@ class Stack:
     cudnn: SystemCudnn | None
     frameworks: dict[str, FrameworkPin]
     python: str
+    python_source: str = "os"  # os | standalone (python-build-standalone, installed by uv)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -111,6 +112,7 @@ class Stack:
             "cudnn": self.cudnn.to_json() if self.cudnn else None,
             "frameworks": {name: fw.to_json() for name, fw in self.frameworks.items()},
             "python": self.python,
+            "python_source": self.python_source,
         }
 
 
@@ -142,10 +144,12 @@ def assemble(
     c: Check,
     *,
     cudnn_major: int | None,
+    standalone_why: str | None = None,
 ) -> Resolution:
     """The resolution of ``chosen`` (frameworks, Python, driver) that passed with ``c``.
 
-    ``cudnn_major`` is the CUDA major of the system cuDNN build (from the cudnn rules).
+    ``cudnn_major`` is the CUDA major of the system cuDNN build (from the cudnn rules);
+    ``standalone_why``, when set, says why the Python is a standalone CPython, not the OS's.
     """
     combo, python, d = chosen
     reasons: list[str] = []
@@ -199,9 +203,13 @@ def assemble(
         if python == host.os.default_python
         else f"packaged for {host.os.id}"
     )
+    sp = k.t.standalone_python
+    if standalone_why is not None and sp is not None:
+        py_why = f"a standalone CPython: python-build-standalone, installed by uv {sp.uv}; {standalone_why}"
     reasons.append(f"Python {python} ({py_why})")
     reasons += c.reasons
-    stack = Stack(driver, fm_version, toolkit, cudnn, frameworks, python)
+    source = "standalone" if standalone_why is not None else "os"
+    stack = Stack(driver, fm_version, toolkit, cudnn, frameworks, python, source)
     resolved = ResolvedHost(
         gpu.name if gpu else None,
         gpu.compute_capability if gpu else None,

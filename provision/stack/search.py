@@ -67,24 +67,62 @@ class Resolver:
         self._nearest_key: tuple[int, int] | None = None
         self._nearest_miss: list[str] | None = None
 
-    def pythons(self) -> list[str]:
+    def os_pythons(self) -> list[str]:
+        """The OS pass's Pythons: a pinned one, else the probed host's python3, else the OS's list."""
         osr = self.host.os
-        if self.req.python is not None:
-            if self.req.python not in osr.pythons:
+        want = self.req.python or self.req.host_python
+        if want is not None:
+            if want not in osr.pythons:
+                hint = "" if self.req.python_source != "os" else "; python_source auto or standalone installs one"
                 self.failures.append(
-                    f"python: Python {self.req.python} is not packaged for {osr.id} (it has {', '.join(osr.pythons)})"
+                    f"python: Python {want} is not packaged for {osr.id} (it has {', '.join(osr.pythons)}){hint}"
+                )
+                return []
+            return [want]
+        rest = sorted(osr.pythons[1:], key=Version, reverse=True)
+        return [osr.default_python, *rest]
+
+    def standalone_pythons(self) -> list[str]:
+        """The standalone pass's Pythons (python-build-standalone via uv), newest first."""
+        sp = self.k.t.standalone_python
+        if sp is None or self.host.arch not in sp.archs:
+            self.failures.append(f"python: no standalone CPython is known for {self.host.arch}")
+            return []
+        if self.req.python is not None:
+            if self.req.python not in sp.pythons:
+                self.failures.append(
+                    f"python: no standalone CPython {self.req.python} (uv {sp.uv} offers {', '.join(sp.pythons)})"
                 )
                 return []
             return [self.req.python]
-        rest = sorted(osr.pythons[1:], key=Version, reverse=True)
-        return [osr.default_python, *rest]
+        return list(sp.pythons)
+
+    def python_passes(self) -> list[tuple[list[str], str | None]]:
+        """(Pythons, why standalone or None) per pass: the OS's first; a standalone CPython only
+        when asked for, or under auto when no set of releases fits an OS Python."""
+        source = self.req.python_source
+        osr = self.host.os
+        passes: list[tuple[list[str], str | None]] = []
+        if source in ("auto", "os"):
+            passes.append((self.os_pythons(), None))
+        if source == "standalone":
+            passes.append((self.standalone_pythons(), "install.python_source is standalone"))
+        elif source == "auto":
+            have = self.req.python or self.req.host_python
+            why = (
+                f"Python {self.req.python} is not packaged for {osr.id}"
+                if self.req.python and self.req.python not in osr.pythons
+                else f"no release that fits the request supports {osr.id}'s Python {have or ', '.join(osr.pythons)}"
+            )
+            passes.append((self.standalone_pythons(), why))
+        return passes
 
     def run(self) -> Resolution:
         base = self.rules.host_check()
         if not base.ok:
             raise self._unsatisfiable(base.failures)
         specs = self.candidates.framework_specs()
-        pythons = self.pythons()
+        passes = self.python_passes()
         drivers = self.drivers.choices()
         driver_checks = {id(d): self.rules.check_driver_gpu(d) for d in drivers}
         fm_needed = self.host.needs_fabric_manager
@@ -94,8 +132,44 @@ class Resolver:
                 self.failures.append(
                     f"{spec.name}: no known release matches `{spec.text}`" + self.candidates.index_note(spec)
                 )
-        if any(not c for c in cand_lists) or not pythons or not drivers:
+        if any(not c for c in cand_lists) or not any(p for p, _ in passes) or not drivers:
             raise self._unsatisfiable(self.failures)
+        python_failures = [f for f in self.failures if f.startswith("python:")]
+        self.failures = [f for f in self.failures if not f.startswith("python:")]
+        for pythons, standalone_why in passes:
+            if not pythons:
+                continue
+            found = self._search(
+                cand_lists=cand_lists,
+                pythons=pythons,
+                drivers=drivers,
+                driver_checks=driver_checks,
+                fm_needed=fm_needed,
+                base=base,
+                standalone_why=standalone_why,
+            )
+            if found is not None:
+                return found
+        self.failures += python_failures
+        # Rules every driver choice fails on its own (a pinned branch too old for the GPU) are
+        # part of the answer whatever the nearest framework candidate was.
+        driver_only = [f for d in drivers for f in driver_checks[id(d)].failures]
+        if drivers and all(not driver_checks[id(d)].ok for d in drivers):
+            self.failures += driver_only
+        raise self._unsatisfiable(self.failures + (self._nearest_miss or []))
+
+    def _search(
+        self,
+        *,
+        cand_lists: list[list[FwChoice]],
+        pythons: list[str],
+        drivers: list[DriverChoice],
+        driver_checks: dict[int, Check],
+        fm_needed: bool,
+        base: Check,
+        standalone_why: str | None,
+    ) -> Resolution | None:
+        """The newest set of releases that passes on one of ``pythons``; None when none does."""
         # The releases newest first; of one set of releases, the variants and Pythons that pass
         # with the fewest caveats (a cu130 wheel the driver runs natively over the cu132 one it
         # runs through minor-version compatibility), the first of them on a tie.
@@ -113,13 +187,16 @@ class Resolver:
                         best_set = (len(total.warnings), total, combo, python, found[1], found[2])
             if best_set is not None:
                 _, total, combo, python, driver, cudnn_major = best_set
-                return assemble(self.req, self.host, self.k, (combo, python, driver), total, cudnn_major=cudnn_major)
-        # Rules every driver choice fails on its own (a pinned branch too old for the GPU) are
-        # part of the answer whatever the nearest framework candidate was.
-        driver_only = [f for d in drivers for f in driver_checks[id(d)].failures]
-        if drivers and all(not driver_checks[id(d)].ok for d in drivers):
-            self.failures += driver_only
-        raise self._unsatisfiable(self.failures + (self._nearest_miss or []))
+                return assemble(
+                    self.req,
+                    self.host,
+                    self.k,
+                    (combo, python, driver),
+                    total,
+                    cudnn_major=cudnn_major,
+                    standalone_why=standalone_why,
+                )
+        return None
 
     def _best_driver(
         self,

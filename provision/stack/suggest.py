@@ -59,6 +59,7 @@ def _changes(
         "torch_index": ("--torch-index", "auto"),
         "torch_variant": ("--torch-variant", torch.variant if torch else "auto"),
         "install_method": ("--install-method", drv.install_method if drv else "auto"),
+        "python_source": ("--python-source", stack.python_source),
         "cuda_toolkit": ("--cuda-toolkit", stack.cuda_toolkit or "none"),
         "cudnn": ("--cudnn", stack.cudnn.version if stack.cudnn else "none"),
     }
@@ -136,7 +137,7 @@ def suggest(request: StackRequest, host: HostSpec, k: Knowledge) -> list[dict[st
             attempt(replace(request, cuda_toolkit=version), f"CUDA toolkit {version} (packaged for {host.os.id})")
         for osr in _oses_for(request.cuda_toolkit, host, k)[:1]:
             attempt(
-                replace(request, python=None),
+                replace(request, python=None, host_python=None),
                 f"{osr.id} (CUDA {request.cuda_toolkit} is packaged there)",
                 replace(host, os=osr),
             )
@@ -148,6 +149,11 @@ def suggest(request: StackRequest, host: HostSpec, k: Knowledge) -> list[dict[st
         attempt(replace(request, kernel_modules="auto"), "{stack.driver.kernel_modules} kernel modules")
     if request.python is not None:
         attempt(replace(request, python=None), "Python {stack.python}")
+    if request.python_source == "os":  # a Python the OS does not package: a standalone CPython
+        attempt(
+            replace(request, python_source="auto"),
+            "a standalone CPython {stack.python} (python-build-standalone, installed by uv)",
+        )
     if request.install_method != "auto":
         attempt(replace(request, install_method="auto"), "install method {stack.driver.install_method}")
     if request.cuda_toolkit is not None:
@@ -159,7 +165,11 @@ def suggest(request: StackRequest, host: HostSpec, k: Knowledge) -> list[dict[st
     others = [o for o in k.os_releases if o.id != host.os.id and host.arch in o.archs]
     others.sort(key=lambda o: o.family != host.os.family)  # the same family first (stable: newest first)
     for osr in others:  # another OS: its Python, its packages (torch 2.0.1 is no wheel for 3.12)
-        if attempt(replace(request, python=None), f"{osr.id} (Python {{stack.python}})", replace(host, os=osr)):
+        if attempt(
+            replace(request, python=None, host_python=None),
+            f"{osr.id} (Python {{stack.python}})",
+            replace(host, os=osr),
+        ):
             break
     if not out:
         for i, spec in enumerate(request.frameworks):
@@ -186,7 +196,9 @@ def suggest(request: StackRequest, host: HostSpec, k: Knowledge) -> list[dict[st
                 # starts after the last branch that drives it): the newest set on another OS
                 for osr in others:
                     if attempt(
-                        replace(bare, python=None), f"{osr.id} with the newest set that fits", replace(host, os=osr)
+                        replace(bare, python=None, host_python=None),
+                        f"{osr.id} with the newest set that fits",
+                        replace(host, os=osr),
                     ):
                         break
     return out[:6]

@@ -112,6 +112,7 @@ def test_every_source_is_used_and_has_an_url() -> None:
             for price in (entry.get("prices") or {}).values():
                 used |= set(_source_items(price))
     used |= set(data["wheel_pins"]["source"])  # wheels.yaml: one source for the whole file
+    used |= set(data["standalone_python"]["source"])
     used |= set(data["cudnn_floors_source"]) | set(_source_items(data["open_modules_geforce"]))  # one-entry sections
     for sid, src in data["sources"].items():
         assert src["url"].startswith("https://"), sid
@@ -360,8 +361,8 @@ def test_tensorflow_2_14_and_cuda_on_python_3_11_is_refused() -> None:
 
     k = load()
     host = HostSpec.describe(gpu="A100-80GB", os="debian-12", knowledge=k)  # Python 3.11 only
-    with pytest.raises(Unsatisfiable) as err:
-        resolve(StackRequest.build(frameworks=["tensorflow==2.14.1"], knowledge=k), host, k)
+    with pytest.raises(Unsatisfiable) as err:  # the OS's Python only: no standalone 3.10
+        resolve(StackRequest.build(frameworks=["tensorflow==2.14.1"], python_source="os", knowledge=k), host, k)
     assert any(c.startswith("tf_and_cuda:") and "tensorrt==8.5.3.1" in c for c in err.value.conflicts)
     ok = HostSpec.describe(gpu="A100-80GB", os="ubuntu-22.04", knowledge=k)  # Python 3.10
     assert resolve(StackRequest.build(frameworks=["tensorflow==2.14.1"], knowledge=k), ok, k).to_json()["ok"]

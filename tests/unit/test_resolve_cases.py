@@ -27,6 +27,8 @@ REQ_KEYS = {
     "torch_index",
     "torch_variant",
     "install_method",
+    "python_source",
+    "host_python",
 }
 
 # (id, inputs, expectations)
@@ -268,7 +270,41 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         {"gpu": "A10", "os": "ubuntu-22.04", "python": "3.10"},
         {"stack.frameworks.torch.version": "2.14.1"},
     ),
-    ("debian12-python312-unsat", {"gpu": "A10", "os": "debian-12", "python": "3.12"}, {"unsat": "python"}),
+    # --- Python beyond the OS's (install.python_source; a standalone CPython installed by uv) ----
+    (
+        "debian12-python312-os-unsat",
+        {"gpu": "A10", "os": "debian-12", "python": "3.12", "python_source": "os"},
+        {"unsat": "python", "suggest=": ("--python-source", "standalone")},
+    ),
+    (
+        "debian12-python312-standalone",
+        {"gpu": "A10", "os": "debian-12", "python": "3.12"},
+        {
+            "stack.python": "3.12",
+            "stack.python_source": "standalone",
+            "reason~": "Python 3.12 is not packaged for debian-12",
+        },
+    ),
+    (
+        "debian12-os-python-when-it-fits",
+        {"gpu": "A10", "os": "debian-12"},
+        {"stack.python": "3.11", "stack.python_source": "os"},
+    ),
+    (
+        "host-python-bounds-the-os-pass-only",
+        {"gpu": "A10", "os": "ubuntu-24.04", "host_python": "3.12", "frameworks": ["torch==2.0.1"]},
+        {"stack.python": "3.11", "stack.python_source": "standalone", "reason~": "ubuntu-24.04's Python 3.12"},
+    ),
+    (
+        "python-source-standalone-forced",
+        {"gpu": "A10", "os": "debian-12", "python_source": "standalone", "frameworks": ["torch==2.6.0"]},
+        {"stack.python": "3.13", "stack.python_source": "standalone", "reason~": "install.python_source is standalone"},
+    ),
+    (
+        "python-standalone-unknown-minor-unsat",
+        {"gpu": "A10", "os": "debian-12", "python": "3.7", "python_source": "standalone"},
+        {"unsat": "python"},
+    ),
     (
         "rhel9-torch215-python312",
         {"gpu": "L4", "os": "rhel-9"},
@@ -712,9 +748,14 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         {"unsat": "torch", "suggest=": ("--framework", "torch==2.7.1+cu128")},
     ),
     (
-        "torch201-noble-suggests-jammy",
+        "torch201-noble-os-python-suggests-jammy-or-standalone",
+        {"gpu": "A10G", "frameworks": ["torch==2.0.1"], "python_source": "os"},
+        {"unsat": "python", "suggest": "--os", "suggest=": ("--python-source", "standalone")},
+    ),
+    (
+        "torch201-noble-standalone-311",
         {"gpu": "A10G", "frameworks": ["torch==2.0.1"]},
-        {"unsat": "python", "suggest": "--os"},
+        {"stack.python": "3.11", "stack.python_source": "standalone", "stack.frameworks.torch.version": "2.0.1"},
     ),
     # --- end-of-life -------------------------------------------------------------------------
     ("eol-branch-pinned", {"gpu": "A10G", "driver": "550", "frameworks": ["torch==2.6.0"]}, {"warn": {"eol_branch"}}),

@@ -46,7 +46,15 @@ def test_json_contract_shape(capsys: pytest.CaptureFixture[str]) -> None:
     assert list(doc) == ["ok", "host", "stack", "warnings", "reasons"]
     assert doc["ok"] is True
     assert set(doc["host"]) >= {"gpu", "compute_capability", "gpu_count", "os", "arch", "python"}
-    assert list(doc["stack"]) == ["driver", "fabric_manager", "cuda_toolkit", "cudnn", "frameworks", "python"]
+    assert list(doc["stack"]) == [
+        "driver",
+        "fabric_manager",
+        "cuda_toolkit",
+        "cudnn",
+        "frameworks",
+        "python",
+        "python_source",
+    ]
     assert {"branch", "version", "kernel_modules"} <= set(doc["stack"]["driver"])
     assert set(doc["stack"]["frameworks"]["torch"]) == {"version", "variant", "index_url", "cuda", "cudnn"}
     assert all(set(w) == {"code", "message"} for w in doc["warnings"])

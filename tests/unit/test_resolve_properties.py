@@ -66,8 +66,18 @@ def _check_invariants(req_in: dict[str, Any], host: HostSpec, doc: dict[str, Any
     driver = stack["driver"]
     fws = stack["frameworks"]
     python = stack["python"]
-    # python: from the OS, supported by every framework
-    assert python in host.os.pythons
+    # python: from the OS; a standalone CPython (python_source auto) only when no set fits an OS Python
+    if stack["python_source"] == "os":
+        assert python in host.os.pythons
+    else:
+        assert stack["python_source"] == "standalone" and K.t.standalone_python is not None
+        assert python in K.t.standalone_python.pythons
+        try:
+            resolve(StackRequest.build(**req_in, python_source="os"), host)
+        except Unsatisfiable:
+            pass
+        else:
+            raise AssertionError("a standalone Python was chosen although an OS Python fits")
     # frameworks: exactly those asked for (torch by default), each matching its specifier
     asked = {f.split("[")[0].split("=")[0].split(">")[0] for f in req_in["frameworks"]} or {"torch"}
     assert set(fws) == asked
