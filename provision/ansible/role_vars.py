@@ -62,13 +62,7 @@ def group_vars(group: Mapping[str, Any], install: InstallSettings) -> dict[str, 
         out["cudnn_version"] = _check_version(cudnn.get("version"), "cudnn.version")
 
     python = _check_version(stack.get("python") or host.get("python"), "python")
-    out.update(
-        {
-            "python_env_path": install.venv,
-            "python_env_python": python,
-            "python_env_os_packages": _python_packages(os_id, family, python),
-        }
-    )
+    out.update(_python_vars(stack, os_id, family, python, install))
     out.update(_framework_vars(stack, pip, install))
 
     for extra in ("container_toolkit", "dcgm"):
@@ -160,6 +154,44 @@ def _driver_vars(driver: Mapping[str, Any] | None, method: str, install: Install
             "nvidia_driver_branch": _check_version(str(driver.get("branch")), "driver.branch"),
             "nvidia_driver_version": _check_version(driver.get("version"), "driver.version"),
             "nvidia_driver_kernel_modules": flavour,
+        }
+    )
+    return out
+
+
+def _python_vars(
+    stack: Mapping[str, Any], os_id: str, family: str, python: str, install: InstallSettings
+) -> dict[str, Any]:
+    """python_env's interface: the OS's Python, or a standalone CPython that uv installs (then the
+    OS's own python3, whatever its version, only runs uv)."""
+    source = str(stack.get("python_source") or "os")
+    if source not in ("os", "standalone"):
+        raise BadInput(f"the lock's stack.python_source {source!r} is neither os nor standalone", "regenerate the lock")
+    out: dict[str, Any] = {"python_env_path": install.venv, "python_env_python": python, "python_env_source": source}
+    if source == "os":
+        out["python_env_os_packages"] = _python_packages(os_id, family, python)
+        return out
+    from provision.matrix import load
+
+    sp = load().t.standalone_python
+    if sp is None:
+        raise BadInput("the knowledge has no standalone_python entry (os.yaml)", "reinstall provision")
+    for url in (install.python_mirror, install.python_downloads_json):
+        if url:
+            _check_url(url, "Python download URL")
+    pip = install.pip
+    out.update(
+        {
+            "python_env_os_packages": _python_packages(os_id, family, _default_python(os_id) or python),
+            "python_env_uv_version": sp.uv,
+            "python_env_python_mirror": install.python_mirror or "",
+            "python_env_python_downloads_json": install.python_downloads_json or "",
+            "python_env_pip_args": (
+                ([f"--index-url={pip.index_url}"] if pip.index_url else [])
+                + [f"--extra-index-url={u}" for u in pip.extra_index_urls]
+                + [f"--find-links={u}" for u in pip.find_links]
+                + [f"--trusted-host={h}" for h in pip.trusted_hosts]
+            ),
         }
     )
     return out

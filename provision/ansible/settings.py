@@ -36,6 +36,8 @@ class InstallSettings:
     reboot_controller: bool = False
     mok_key: str | None = None
     mok_cert: str | None = None
+    python_mirror: str | None = None  # install.python_mirror (uv's python-install-mirror)
+    python_downloads_json: str | None = None  # install.python_downloads_json (uv's python-downloads-json-url)
 
     @classmethod
     def from_config(cls, install: Any) -> InstallSettings:
@@ -50,6 +52,8 @@ class InstallSettings:
             apt_mirror=install.apt.mirror,
             apt_proxy=install.apt.proxy,
             reboot=install.reboot,
+            python_mirror=install.python_mirror,
+            python_downloads_json=install.python_downloads_json,
         )
 
 

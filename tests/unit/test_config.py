@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from provision.config import Config, load_config, parse_config
 from provision.errors import BadInput
@@ -123,3 +124,30 @@ def test_cpu_only_config_resolves_to_a_cpu_stack_without_driver() -> None:
     torch = res.stack.frameworks["torch"]
     assert (torch.variant, torch.index_url) == ("cpu", "https://download.pytorch.org/whl/cpu")
     assert res.packages.to_json()["pip"]["requirements"] == ["torch==2.13.0+cpu"]
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("install: {python_source: conda}", "install.python_source` must be one of auto, os, standalone"),
+        ("install: {python_mirror: ftp://mirror/pbs}", "install.python_mirror` must be an http(s):// or file:// URL"),
+        ("install: {python_downloads_json: downloads.json}", "install.python_downloads_json` must be an http"),
+    ],
+)
+def test_python_source_settings_refuse_bad_values(text: str, needle: str) -> None:
+    with pytest.raises(BadInput) as err:
+        parse_config(yaml.safe_load(text))
+    assert needle in err.value.message
+
+
+def test_python_source_reaches_the_request_and_the_mirror_the_install_settings() -> None:
+    from provision.ansible.settings import InstallSettings
+
+    cfg = parse_config(
+        {"install": {"python_source": "standalone", "python_mirror": "file:///srv/pbs", "python_downloads_json": None}}
+    )
+    assert cfg.request_args()["python_source"] == "standalone"
+    assert StackRequest.build(**cfg.request_args()).python_source == "standalone"
+    settings = InstallSettings.from_config(cfg.install)
+    assert (settings.python_mirror, settings.python_downloads_json) == ("file:///srv/pbs", None)
+    assert parse_config(None).request_args()["python_source"] == "auto"

@@ -232,3 +232,34 @@ def test_a_users_ssh_args_are_still_checked_for_template_markers() -> None:
     hosts = {"gpu-1.example": {"ansible_ssh_common_args": "-o ProxyCommand={{ lookup('pipe', 'id') }}"}}
     with pytest.raises(BadInput, match="template marker"):
         render_files(_lock("debian-12"), hosts, INSTALL, roles_path="/usr/share/provision/roles")
+
+
+def test_a_standalone_python_renders_uv_from_the_knowledge_and_the_install_settings() -> None:
+    """stack.python_source standalone: python_env gets uv's pinned version (os.yaml), the mirror
+    settings and install.pip's index options; the OS packages are only what runs uv (python3-venv)."""
+    from provision.ansible.role_vars import group_vars
+    from provision.matrix import load
+
+    lock = _lock("debian-12")
+    group = lock["groups"][0]
+    group["stack"] = {**group["stack"], "python": "3.12", "python_source": "standalone"}
+    install = InstallSettings(
+        pip=PipSettings(index_url="https://mirror.example/simple", trusted_hosts=("mirror.example",)),
+        python_mirror="https://mirror.example/pbs",
+        python_downloads_json="file:///srv/python/downloads.json",
+    )
+    out = group_vars(group, install)
+    sp = load().t.standalone_python
+    assert sp is not None
+    assert out["python_env_source"] == "standalone" and out["python_env_python"] == "3.12"
+    assert out["python_env_uv_version"] == sp.uv
+    assert out["python_env_os_packages"] == ["python3", "python3-venv"]  # Debian 12's own 3.11 runs uv
+    assert out["python_env_python_mirror"] == "https://mirror.example/pbs"
+    assert out["python_env_python_downloads_json"] == "file:///srv/python/downloads.json"
+    assert out["python_env_pip_args"] == ["--index-url=https://mirror.example/simple", "--trusted-host=mirror.example"]
+    os_group = {**group, "stack": {**group["stack"], "python_source": "os"}}
+    assert "python_env_uv_version" not in group_vars(os_group, install)
+    with pytest.raises(BadInput, match="python_source"):
+        group_vars({**group, "stack": {**group["stack"], "python_source": "conda"}}, install)
+    with pytest.raises(BadInput, match="URL"):
+        group_vars(group, InstallSettings(python_mirror="https://x/ -o evil"))
