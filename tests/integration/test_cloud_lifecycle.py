@@ -106,13 +106,18 @@ def test_up_ls_down_lifecycle(aws: Aws, capsys: pytest.CaptureFixture[str]) -> N
     assert inv["all"]["vars"]["ansible_ssh_private_key_file"] == str(key_file)
     assert inv["all"]["vars"]["provision_run"] == run
 
-    # ls: both instances, on-demand, expiry in the future, cost so far from the data (g5: no price)
+    # ls: both instances, on-demand, expiry in the future, priced from the data (ec2.yaml's g5.xlarge)
+    from provision.matrix import load
+
+    price = load().instance_type("g5.xlarge").price
+    assert price is not None
     code, out, err = run_cli(["cloud", "ls", "--json"], capsys)
     assert code == 0, err
     listed = json.loads(out)
     assert sorted(i["id"] for i in listed["instances"]) == sorted(i["id"] for i in doc["instances"])
     assert all(i["run"] == run and i["market"] == "on-demand" and not i["expired"] for i in listed["instances"])
-    assert listed["unpriced"] == sorted(i["id"] for i in doc["instances"])
+    assert listed["unpriced"] == []
+    assert all(i["usd_per_hour"] == price.usd_per_hour for i in listed["instances"])
 
     code, out, err = run_cli(["cloud", "down", "--run", run, "--json"], capsys)
     assert code == 0, err
