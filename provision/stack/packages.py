@@ -297,6 +297,7 @@ def package_plan(
     *,
     cudnn_major: int | None,
     extras: Mapping[str, Mapping[str, str]] | None = None,
+    python: str = "",
 ) -> PackagePlan:
     """The package plan of a resolved stack on ``host``, from the packaging table.
 
@@ -347,19 +348,30 @@ def package_plan(
         install=install,
         holds=tuple(build.holds),
         services=tuple(build.services),
-        pip=pip_plan(k, combo),
+        pip=pip_plan(k, combo, host, python),
     )
 
 
-def pip_plan(k: Knowledge, combo: Sequence[FwChoice]) -> PipPlan:
-    """pip's index (the first non-PyPI index the frameworks need), extra indexes and pins."""
+def pip_plan(k: Knowledge, combo: Sequence[FwChoice], host: HostSpec | None = None, python: str = "") -> PipPlan:
+    """pip's index (the first non-PyPI index the frameworks need), extra indexes and pins; a cuDNN
+    pin where a framework's own range would give the GPU a cuDNN without its kernels (rules.range_cudnn)."""
     indexes = dedupe([fw.index_url for fw in combo])
     pypi = k.t.pypi_index
     index_url = next((i for i in indexes if i != pypi), pypi)
     extra = [i for i in indexes if i != index_url]
     if index_url != pypi and pypi not in extra:
         extra.append(pypi)  # torch's own dependencies (filelock, sympy, nvidia-*) come from PyPI
-    return PipPlan(index_url, tuple(extra), tuple(fw.requirement for fw in combo))
+    requirements = [fw.requirement for fw in combo]
+    if host is not None:
+        from provision.stack.rules import range_cudnn  # rules imports this module's callers' data
+
+        # a CUDA torch in the same venv pins cuDNN exactly: its pin governs (env_conflict checks the pair)
+        torch_pins = any(fw.name == "torch" and fw.variant != "cpu" for fw in combo)
+        for fw in [] if torch_pins else combo:
+            r = range_cudnn(k, fw, host, python)
+            if r is not None and r.fits is not None and r.fits != r.newest:
+                requirements.append(f"{r.package}=={r.fits}")
+    return PipPlan(index_url, tuple(extra), tuple(dict.fromkeys(requirements)))
 
 
 def check_plannable(host: HostSpec, plan: PackagePlan | None = None) -> None:

@@ -219,5 +219,5 @@ def assemble(
         python,
         host.instance_type or None,
     )
-    plan = package_plan(k, req, host, d, combo, cudnn_major=cudnn_major)
+    plan = package_plan(k, req, host, d, combo, cudnn_major=cudnn_major, python=python)
     return Resolution(resolved, stack, plan, list(c.warnings), dedupe(reasons))

@@ -127,6 +127,30 @@ def cudnn_gpu_problem(k: Knowledge, version: str, gpu: Gpu) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class RangeCudnn:
+    """The cuDNN a framework's own range pin admits, against the GPU."""
+
+    package: str  # nvidia-cudnn-cu12
+    pin: str  # the framework's specifier: <10.0,>=9.8
+    newest: str  # what a fresh install takes
+    fits: str | None  # the newest release in the range with kernels for the GPU (None: none has)
+
+
+def range_cudnn(k: Knowledge, fw: FwChoice, host: HostSpec, python: str) -> RangeCudnn | None:
+    """For jax's CUDA plugin and TensorFlow's [and-cuda] on a known GPU: the cuDNN their pins let pip
+    install (wheels.yaml), and the newest one in that range that runs on the GPU."""
+    gpu = host.gpu
+    if gpu is None or fw.name == "torch" or not fw.extras:
+        return None
+    found = venv_conflicts.allowed(fw.requirement, "nvidia-cudnn-cu", host.arch, python)
+    if found is None:
+        return None
+    name, pin, versions = found
+    fits = next((v for v in versions if cudnn_gpu_problem(k, v, gpu) is None), None)
+    return RangeCudnn(name, pin, versions[0], fits)
+
+
 def abi_compatible(built: str, have: str) -> bool:
     """A library built against ``built`` (major.minor) loads ``have``: same major, minor >= built's."""
     b, h = Version(built).release, Version(have).release
@@ -240,6 +264,8 @@ class Rules:
         elif fw.name == "tensorflow":
             c.merge(self.check_tf_and_cuda(fw, python))
             via_ptx = self._static_tf(fw, c)
+            if "and-cuda" in fw.extras:
+                self._pinned_cudnn_gpu(fw, python, c)
         else:
             via_ptx = False
             line = self.k.t.jax_lines[int(fw.cuda or 12)]
@@ -250,7 +276,29 @@ class Rules:
                     f"jax[{line.extra}] needs compute capability >= {line.min_cc}; "
                     f"{gpu.name} is {gpu.compute_capability}",
                 )
+            elif fw.extras:
+                self._pinned_cudnn_gpu(fw, python, c)
         return c, via_ptx
+
+    def _pinned_cudnn_gpu(self, fw: FwChoice, python: str, c: Check) -> None:
+        """Rule cudnn_gpu for the cuDNN that jax's CUDA plugin or TensorFlow's [and-cuda] lets pip
+        install: their pins are ranges (jax[cuda12]: nvidia-cudnn-cu12>=9.8,<10), and a fresh venv
+        gets the newest release, whose kernels may not reach the GPU (cuDNN 9.11 on has none below
+        Turing: a V100 fails at its first convolution). The plan then pins the newest release in the
+        range that does reach it (packages.pip_plan); none at all fails."""
+        r = range_cudnn(self.k, fw, self.host, python)
+        if r is None or r.fits == r.newest:
+            return
+        gpu = self.host.gpu
+        assert gpu is not None
+        why = cudnn_gpu_problem(self.k, r.newest, gpu)
+        if r.fits is None:
+            c.fail("cudnn_gpu", f"{fw.label} lets pip install {r.package} {r.newest} (its pin: {r.pin}), which {why}")
+        else:
+            c.reasons.append(
+                f"{fw.label}: {r.package} pinned to {r.fits}, the newest its pin {r.pin} allows with kernels "
+                f"for {gpu.name} (pip would take {r.newest}, which {why})"
+            )
 
     def _static_torch(self, fw: FwChoice, c: Check) -> bool:
         host = self.host

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 from provision.matrix import Knowledge, wheels
 from provision.matrix.wheels import WheelPins
@@ -75,6 +76,21 @@ def check(group: Sequence[Member | str], arch: str, python: str, pins: WheelPins
     if len(ms) < 2:
         return Verdict()
     return (_shipped() if pins is None else _Pins(pins)).check(ms, arch, python)
+
+
+def allowed(requirement: str, prefix: str, arch: str, python: str) -> tuple[str, str, tuple[str, ...]] | None:
+    """The shared package named ``prefix``* (``nvidia-cudnn-cu``) that ``requirement``'s own pins
+    name on (arch, Python): (package, the pin, the releases on the index it allows, newest first);
+    None where wheels.yaml does not know. A fresh install takes the first: a range
+    (``jax[cuda12]``'s ``>=9.8,<10``) gets the newest release on the index."""
+    pins = _shipped()
+    specs = pins.member_specs(Member(requirement), arch, python)
+    for name, spec in sorted((specs or {}).items()):
+        if name.startswith(prefix) and name in pins.pins.releases:
+            versions = sorted(spec.filter(pins.pins.releases[name]), key=Version, reverse=True)
+            if versions:
+                return name, str(spec), tuple(str(v) for v in versions)
+    return None
 
 
 @functools.lru_cache(maxsize=1)

@@ -270,6 +270,26 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         {"gpu": "A10", "os": "ubuntu-22.04", "python": "3.10"},
         {"stack.frameworks.torch.version": "2.14.1"},
     ),
+    # --- the cuDNN a range pin lets pip install (jax's plugin, TensorFlow's [and-cuda]) ---------
+    # (the newest release in the range with kernels for the GPU is pinned in the lock's pip plan)
+    (
+        "v100-jax-cuda12-pins-cudnn-9-10",
+        {"gpu": "V100", "os": "ubuntu-22.04", "frameworks": ["jax[cuda12]"]},
+        {
+            "packages.pip.requirements": ["jax[cuda12]==0.10.2", "nvidia-cudnn-cu12==9.10.2.21"],
+            "reason~": "pip would take 9.28",
+        },
+    ),
+    (
+        "v100-tf-and-cuda-221-pins-cudnn-9-10",
+        {"gpu": "V100", "os": "ubuntu-22.04", "frameworks": ["tensorflow[and-cuda]==2.21.0"]},
+        {"packages.pip.requirements": ["tensorflow[and-cuda]==2.21.0", "nvidia-cudnn-cu12==9.10.2.21"]},
+    ),
+    (
+        "a100-jax-cuda12-takes-the-newest-cudnn",
+        {"gpu": "A100-80GB", "os": "ubuntu-22.04", "frameworks": ["jax[cuda12]"]},
+        {"packages.pip.requirements": ["jax[cuda12]==0.10.2"]},
+    ),
     # --- Python beyond the OS's (install.python_source; a standalone CPython installed by uv) ----
     (
         "debian12-python312-os-unsat",

@@ -12,15 +12,17 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from provision.errors import Unsatisfiable
-from provision.matrix import cc_tuple, load
+from provision.matrix import cc_tuple, load, wheels
 from provision.stack import venv_conflicts
 from provision.stack.request import HostSpec, StackRequest
 from provision.stack.resolve import resolve
 
 K = load()
+WHEELS = wheels.load()
 GPUS = [g.name for g in K.gpus]
 OSES = [o.id for o in K.os_releases]
 TORCH = [r.version for r in K.t.torch]
@@ -135,6 +137,17 @@ def _check_invariants(req_in: dict[str, Any], host: HostSpec, doc: dict[str, Any
             assert host.os.id in K.toolkit(req_in["cuda_toolkit"]).os
     if stack["cudnn"] is not None and gpu is not None:
         assert _cudnn_runs_on(stack["cudnn"]["version"], gpu)
+    # the cuDNN jax's plugin or TensorFlow's [and-cuda] lets pip install (the newest release their own
+    # range allows, from wheels.yaml's METADATA pins and release lists) runs on the GPU too
+    if gpu is not None:
+        for name, fw in fws.items():
+            if name != "torch" and fw.get("extras"):
+                found = _newest_cudnn(f"{name}[{','.join(fw['extras'])}]=={fw['version']}", host.arch, python)
+                pinned = [r.split("==")[1] for r in doc["pip"] if r.startswith("nvidia-cudnn-cu")]
+                if "torch" in fws and fws["torch"]["variant"] != "cpu":
+                    continue  # torch's exact cuDNN pin governs the venv (its own rule checks it)
+                installed = pinned[0] if pinned else found
+                assert installed is None or _cudnn_runs_on(installed, gpu), (name, fw, found, pinned)
     # open kernel modules on GeForce/workstation cards: production from R560, alpha before R545
     if driver is not None and gpu is not None and _geforce(gpu) and gpu.kernel_modules == "open-recommended":
         branch = int(driver["branch"])
@@ -197,6 +210,17 @@ def _check_invariants(req_in: dict[str, Any], host: HostSpec, doc: dict[str, Any
             assert Version(driver["version"]) >= Version(line.min_driver)
 
 
+def _newest_cudnn(requirement: str, arch: str, python: str) -> str | None:
+    fp = WHEELS.get(requirement)
+    found = fp.requirements(arch, python) if fp is not None else None
+    for r in found or []:
+        name = canonicalize_name(r.name)
+        if name.startswith("nvidia-cudnn-cu") and name in WHEELS.releases:
+            allowed = [v for v in WHEELS.releases[name] if r.specifier.contains(v)]
+            return max(allowed, key=Version) if allowed else None
+    return None
+
+
 def _cudnn_runs_on(version: str, gpu: Any) -> bool:
     """cuDNN's own floors, from the knowledge and the measured series cuts (not the resolver's code):
     cuDNN 9 from compute capability 5.0, 9.11 from 7.5, Blackwell from 9.7."""
@@ -224,8 +248,10 @@ def test_every_lock_satisfies_every_rule(req_in: dict[str, Any], host_in: dict[s
         assert err.conflicts and all(":" in c for c in err.conflicts)
         return
     doc = res.to_json()
+    doc["pip"] = list(res.packages.pip.requirements) if res.packages.pip else []
     _check_invariants(req_in, host, doc)
-    assert resolve(req, host).to_json() == doc  # pure: the same question, the same answer
+    again = resolve(req, host).to_json()
+    assert again == {k: v for k, v in doc.items() if k != "pip"}  # pure: the same question, the same answer
 
 
 @settings(max_examples=80, deadline=None)
