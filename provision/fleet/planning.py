@@ -410,6 +410,8 @@ def _host_plan(t: _Target, group: str, stack: Mapping[str, Any], reboot_setting:
     cudnn = stack.get("cudnn")
     if cudnn and present.get("cudnn") != cudnn["version"]:
         changes.append(f"cudnn {cudnn['version']}")
+    if stack.get("python_source") == "standalone":
+        changes.append(f"python {stack['python']} (a standalone CPython, installed by uv)")
     have_fw = present.get("frameworks") or {}
     for name, fw in (stack.get("frameworks") or {}).items():
         if not _same_framework(have_fw.get(name), fw):

@@ -223,3 +223,19 @@ def test_debian_13_is_planned_with_its_own_repository_key(tmp_path: Path) -> Non
     [repo] = json.loads(r.stdout)["groups"][0]["packages"]["repositories"]
     assert repo["key_url"].endswith("/debian13/x86_64/8793F200.pub")
     assert repo["key_fingerprint"] == "02182E60104FCDC26EAE1B8597A5D4CB8793F200"
+
+
+def test_a_host_whose_python_no_wheel_fits_gets_a_standalone_cpython_in_the_plan(tmp_path: Path) -> None:
+    """The assumed host's python3 (3.12 on Ubuntu 24.04) bounds the OS's Pythons only: torch 2.0.1 has
+    no 3.12 wheel, so python_source auto plans a standalone 3.11, says so, and the run dir builds it."""
+    (tmp_path / "provision.yaml").write_text("stack: {frameworks: ['torch==2.0.1']}\n")
+    r = _plan("--assume", "os=ubuntu-24.04,gpu=A10G:1,python=3.12,name=gpu1", "-c", "provision.yaml", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "python 3.11 (a standalone CPython, installed by uv)" in r.stdout
+    [group] = read_lock(tmp_path / "provision.lock").groups
+    assert (group.stack["python"], group.stack["python_source"]) == ("3.11", "standalone")
+    vars_text = next((tmp_path / ".provision" / "run" / "group_vars").glob("a10g*.yml")).read_text()
+    assert "python_env_source: standalone" in vars_text and "python_env_uv_version:" in vars_text
+    (tmp_path / "os.yaml").write_text("stack: {frameworks: ['torch==2.0.1']}\ninstall: {python_source: os}\n")
+    refused = _plan("--assume", "os=ubuntu-24.04,gpu=A10G:1,python=3.12", "-c", "os.yaml", "--out", "r2", cwd=tmp_path)
+    assert refused.returncode == 3 and "python" in refused.stderr, refused.stderr
