@@ -2,7 +2,8 @@
 
 Run: ``.venv/bin/python benchmarks/bench_resolve.py [--runs 15]``. Prints a Markdown table
 (the one in the README's resolve section) and writes benchmarks/results/bench_resolve.json.
-Times are medians; the cold process is compared with ``python -c pass`` on the same machine,
+Times are medians; the cold process (byte-compiled, as ``pip install`` leaves a package, and with
+the parsed data cached as after the first start) is compared with ``python -c pass`` on the same machine,
 so the ratio travels between machines better than the seconds do. CPU time (user + sys of the
 child) is the headline because it does not count waiting for other processes on a busy box.
 """
@@ -14,16 +15,18 @@ import json
 import os
 import platform
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def time_process(cmd: list[str], runs: int) -> tuple[float, float]:
+def time_process(cmd: list[str], runs: int, env: dict[str, str] | None = None) -> tuple[float, float]:
     """(median wall seconds, median CPU seconds user+sys) of running ``cmd`` to completion.
 
     CPU time is what the process itself costs; it stays meaningful on a busy shared machine,
@@ -33,7 +36,7 @@ def time_process(cmd: list[str], runs: int) -> tuple[float, float]:
     for _ in range(runs):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
-        subprocess.run(cmd, check=False, capture_output=True, cwd=ROOT)
+        subprocess.run(cmd, check=False, capture_output=True, cwd=ROOT, env=env)
         walls.append(time.perf_counter() - t0)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpus.append((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime))
@@ -80,11 +83,30 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=15)
     args = ap.parse_args()
     py = sys.executable
-    base = time_process([py, "-c", "pass"], args.runs)
-    cold = time_process(
-        [py, "-m", "provision", "resolve", "--json", "--gpu", "H100-SXM", "--gpu-count", "8"], args.runs
+    # As installed: pip byte-compiles a package's modules, so a start reads bytecode. A checkout run
+    # with PYTHONDONTWRITEBYTECODE (as on this machine) compiles every module of its own on every
+    # start instead: measured too, in its own row (the project's __pycache__ folders are removed
+    # for it, and written back for the others; the venv's packages keep theirs).
+    scratch = Path(tempfile.mkdtemp(prefix="bench-resolve-"))
+    installed = {**os.environ, "XDG_CACHE_HOME": str(scratch / "cache")}
+    installed.pop("PYTHONDONTWRITEBYTECODE", None)
+    source = {**installed, "PYTHONDONTWRITEBYTECODE": "1"}
+    # no parsed copy of the data (the first start after an install or a data change): a cache
+    # folder that cannot be written
+    first = {**installed, "XDG_CACHE_HOME": "/proc/provision-no-cache"}
+    resolve_h100 = [py, "-m", "provision", "resolve", "--json", "--gpu", "H100-SXM", "--gpu-count", "8"]
+    base = time_process([py, "-c", "pass"], args.runs, installed)
+    for pycache in (ROOT / "provision").rglob("__pycache__"):
+        shutil.rmtree(pycache)
+    cold_source = time_process(resolve_h100, args.runs, source)
+    subprocess.run([py, "-m", "compileall", "-q", str(ROOT / "provision")], check=True, env=installed)
+    subprocess.run(resolve_h100, check=True, capture_output=True, cwd=ROOT, env=installed)  # fills the data cache
+    cold = time_process(resolve_h100, args.runs, installed)
+    cold_first = time_process(resolve_h100, args.runs, first)
+    unsat = time_process(
+        [py, "-m", "provision", "resolve", "--json", "--gpu", "K80", "--driver", "580"], args.runs, installed
     )
-    unsat = time_process([py, "-m", "provision", "resolve", "--json", "--gpu", "K80", "--driver", "580"], args.runs)
+    shutil.rmtree(scratch, ignore_errors=True)
     g = grid()
     pinned = grid(("torch==2.15.0",))
     result = {
@@ -92,6 +114,8 @@ def main() -> None:
         "load_average": os.getloadavg(),
         "python_c_pass": {"wall_s": base[0], "cpu_s": base[1]},
         "resolve_cold": {"wall_s": cold[0], "cpu_s": cold[1], "cpu_ratio": cold[1] / base[1]},
+        "resolve_cold_from_source": {"wall_s": cold_source[0], "cpu_s": cold_source[1]},
+        "resolve_cold_no_data_cache": {"wall_s": cold_first[0], "cpu_s": cold_first[1]},
         "resolve_unsat_cold": {"wall_s": unsat[0], "cpu_s": unsat[1], "cpu_ratio": unsat[1] / base[1]},
         "grid": g,
         "grid_torch_2_15_0": pinned,
@@ -108,6 +132,8 @@ def main() -> None:
     print("| measurement | CPU time | wall time | CPU ratio |\n|---|---|---|---|")
     print(row("`python -c pass`", base))
     print(row("cold `provision resolve --json` (H100-SXM x 8)", cold))
+    print(row("the same, no parsed copy of the data yet (first start after an install)", cold_first))
+    print(row("the same, every module compiled from source (PYTHONDONTWRITEBYTECODE checkout)", cold_source))
     print(row("cold `provision resolve --json`, unsatisfiable (K80 + driver 580, with suggestions)", unsat))
     print(f"| import + load knowledge, in process | | {g['import_and_load_s'] * 1000:.0f} ms | |")
     print(

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib
 import sys
-import traceback
 from collections.abc import Sequence
 from typing import Any
 
@@ -107,6 +106,8 @@ def _nearest(word: str, choices: list[str]) -> list[str]:
 def _report(exc: ProvisionError, as_json: bool, debug: bool, cause: BaseException | None = None) -> int:
     if debug:
         shown = cause or exc
+        import traceback  # only for --debug (6 ms of every start otherwise)
+
         traceback.print_exception(type(shown), shown, shown.__traceback__, file=sys.stderr)
     if as_json:
         from provision.cli.output import emit_json

@@ -6,6 +6,7 @@ resolver's reasons and ``provision matrix`` can say where a fact comes from.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -17,6 +18,7 @@ KernelModuleRule = Literal["open-only", "open-recommended", "proprietary-only"]
 BranchClass = Literal["ltsb", "production", "new-feature"]
 
 
+@functools.lru_cache(maxsize=256)  # the search compares the same few dozen strings tens of thousands of times
 def cc_tuple(cc: str) -> tuple[int, int]:
     """``"9.0"`` -> ``(9, 0)``; compute capabilities compare as tuples, never as floats."""
     major, _, minor = cc.partition(".")

@@ -10,18 +10,18 @@ arch (:func:`reduce_requires`).
 from __future__ import annotations
 
 import functools
+import hashlib
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-import yaml
 from packaging.markers import Marker
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from provision.matrix.knowledge import parse_yaml
+from provision.matrix.knowledge import cached_yaml, parse_yaml
 
 ARCHS = ("x86_64", "aarch64")
 # The Pythons a marker is evaluated on (newest first; a pure wheel is read with the newest that fits).
@@ -186,11 +186,15 @@ def build(doc: Mapping[str, Any]) -> WheelPins:
 @functools.lru_cache(maxsize=1)
 def load() -> WheelPins:
     """The ``wheels.yaml`` shipped with this package (parsed once per process, on first use)."""
-    doc = parse_yaml((resources.files("provision.matrix") / "data" / "wheels.yaml").read_bytes()) or {}
+    data = (resources.files("provision.matrix") / "data" / "wheels.yaml").read_bytes()
+    digest = hashlib.sha256(b"wheels.yaml\0" + data).hexdigest()
+    doc = cached_yaml(digest, lambda: parse_yaml(data) or {})
     return build(doc.get("wheel_pins") or {})
 
 
 def dump(pins: WheelPins, header: Sequence[str]) -> str:
     """``wheels.yaml``'s text: the header comment, then the data (flow lists, one framework per block)."""
+    import yaml  # only the writer (check-knowledge) needs it: not every start
+
     body = yaml.safe_dump(pins.to_yaml(), sort_keys=False, default_flow_style=None, width=200)
     return "".join(f"# {line}\n".replace("# \n", "#\n") for line in header) + body

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import functools
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -314,6 +315,17 @@ def test_every_cudnn_a_framework_pins_is_known() -> None:
     known = {r.version for r in k.t.cudnn}
     pinned = {v.cudnn for r in k.t.torch for v in r.variants if v.cudnn}
     assert pinned <= known, pinned - known
+    # and every exact cuDNN pin the wheels' own METADATA carries (TensorFlow 2.15's 8.9.4.25 was missing)
+    from provision.matrix import wheels
+
+    exact = {
+        text.split("==")[1].split(";")[0].strip()
+        for fp in wheels.load().frameworks.values()
+        for texts in fp.pins.values()
+        for text in texts
+        if text.startswith("nvidia-cudnn-cu") and "==" in text
+    }
+    assert exact and exact <= known, exact - known
 
 
 def test_python_lists_from_pypi_wheels() -> None:
@@ -376,3 +388,25 @@ def test_ec2_prices_from_the_catalog() -> None:
         assert p is not None and p.usd_per_hour == usd and p.read == "2026-12-01", name
         assert p.source == ("ec2_prices_skypilot_catalog",) and p.confidence == "medium", name
     assert price["p5e.48xlarge"] is None  # no on-demand row in the catalog
+
+
+def test_the_parsed_data_is_cached_per_digest_and_any_cache_trouble_means_parsing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from provision.matrix.knowledge import cached_yaml
+
+    calls: list[int] = []
+
+    def parse() -> dict[str, Any]:
+        calls.append(1)
+        return {"version": "x", "rows": [{"a": 1, "b": None, "c": ["d", 2.5, True]}]}
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    first = cached_yaml("abc", parse)
+    assert (tmp_path / "provision" / "knowledge" / "abc.marshal").is_file()
+    assert cached_yaml("abc", parse) == first and len(calls) == 1  # the second start reads the copy
+    assert cached_yaml("def", parse) == first and len(calls) == 2  # other data files: parsed anew
+    (tmp_path / "provision" / "knowledge" / "abc.marshal").write_bytes(b"\x00truncated")
+    assert cached_yaml("abc", parse) == first and len(calls) == 3  # a broken copy: parsed, rewritten
+    monkeypatch.setenv("XDG_CACHE_HOME", "/proc/no-such-cache")
+    assert cached_yaml("ghi", parse) == first and len(calls) == 4  # an unwritable cache: parsed
