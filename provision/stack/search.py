@@ -24,6 +24,9 @@ from provision.stack.resolution import Resolution, assemble
 from provision.stack.rules import Check, Rules
 
 T = TypeVar("T")
+# Rules whose verdict changes with the Python (its wheels, [and-cuda]'s pins, the wheels' markers):
+# only a candidate that failed one of these can pass with a standalone Python.
+_PER_PYTHON = ("python:", "tf_and_cuda:", "env_conflict:")
 
 RULE_ORDER = {
     rule: i
@@ -66,6 +69,7 @@ class Resolver:
         self.drivers = Drivers(request, host, knowledge, self.failures)
         self._nearest_key: tuple[int, int] | None = None
         self._nearest_miss: list[str] | None = None
+        self._python_blocked = False  # a candidate failed the python rule (a standalone Python may help)
 
     def os_pythons(self) -> list[str]:
         """The OS pass's Pythons: a pinned one, else the probed host's python3, else the OS's list."""
@@ -136,9 +140,13 @@ class Resolver:
             raise self._unsatisfiable(self.failures)
         python_failures = [f for f in self.failures if f.startswith("python:")]
         self.failures = [f for f in self.failures if not f.startswith("python:")]
+        os_searched = False
         for pythons, standalone_why in passes:
             if not pythons:
                 continue
+            if standalone_why is not None and os_searched and not self._python_blocked:
+                break  # no candidate failed on its Python: another Python cannot help
+            os_searched = standalone_why is None
             found = self._search(
                 cand_lists=cand_lists,
                 pythons=pythons,
@@ -217,6 +225,7 @@ class Resolver:
         static.merge(self.rules.check_together(combo, python))
         static.merge(self.rules.check_system_use(combo))
         if not static.ok:
+            self._python_blocked = self._python_blocked or any(f.startswith(_PER_PYTHON) for f in static.failures)
             self._closest(static.failures, stage=1)
             return None
         best: tuple[tuple[int, ...], DriverChoice, Check, int | None] | None = None

@@ -320,6 +320,11 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         {"gpu": "A10", "os": "debian-12", "python_source": "standalone", "frameworks": ["torch==2.6.0"]},
         {"stack.python": "3.13", "stack.python_source": "standalone", "reason~": "install.python_source is standalone"},
     ),
+    (  # tensorflow[and-cuda]==2.14.1 installs only up to Python 3.10 (its tensorrt pin): Debian 12 has 3.11
+        "tf214-and-cuda-debian12-standalone-310",
+        {"gpu": "A100-80GB", "os": "debian-12", "frameworks": ["tensorflow==2.14.1"]},
+        {"stack.python": "3.10", "stack.python_source": "standalone"},
+    ),
     (
         "python-standalone-unknown-minor-unsat",
         {"gpu": "A10", "os": "debian-12", "python": "3.7", "python_source": "standalone"},
