@@ -185,6 +185,8 @@ class Resolver:
             best_set: tuple[int, Check, tuple[FwChoice, ...], str, DriverChoice, int | None] | None = None
             for combo in _product(releases):
                 for python in pythons:
+                    if standalone_why is not None and any(python not in fw.python for fw in combo):
+                        continue  # a standalone minor no wheel of the set has: the OS pass said why already
                     found = self._best_driver(combo, python, drivers, driver_checks, fm_needed)
                     if found is None:
                         continue

@@ -20,6 +20,7 @@ from provision.matrix import cc_tuple, load, wheels
 from provision.stack import venv_conflicts
 from provision.stack.request import HostSpec, StackRequest
 from provision.stack.resolve import resolve
+from provision.stack.search import Resolver
 
 K = load()
 WHEELS = wheels.load()
@@ -74,8 +75,8 @@ def _check_invariants(req_in: dict[str, Any], host: HostSpec, doc: dict[str, Any
     else:
         assert stack["python_source"] == "standalone" and K.t.standalone_python is not None
         assert python in K.t.standalone_python.pythons
-        try:
-            resolve(StackRequest.build(**req_in, python_source="os"), host)
+        try:  # the search alone: the verdict without the suggestions resolve() would add
+            Resolver(StackRequest.build(**req_in, python_source="os"), host, K).run()
         except Unsatisfiable:
             pass
         else:
