@@ -71,54 +71,50 @@ class Resolver:
         self._nearest_miss: list[str] | None = None
         self._python_blocked = False  # a candidate failed the python rule (a standalone Python may help)
 
-    def os_pythons(self) -> list[str]:
-        """The OS pass's Pythons: a pinned one, else the probed host's python3, else the OS's list."""
+    def os_pythons(self) -> tuple[list[str], str | None]:
+        """The OS pass's Pythons (a pinned one, else the probed host's python3, else the OS's list),
+        or none and the python failure that says why."""
         osr = self.host.os
         want = self.req.python or self.req.host_python
-        if want is not None:
-            if want not in osr.pythons:
-                hint = "" if self.req.python_source != "os" else "; python_source auto or standalone installs one"
-                self.failures.append(
-                    f"python: Python {want} is not packaged for {osr.id} (it has {', '.join(osr.pythons)}){hint}"
-                )
-                return []
-            return [want]
-        rest = sorted(osr.pythons[1:], key=Version, reverse=True)
-        return [osr.default_python, *rest]
+        if want is None:
+            rest = sorted(osr.pythons[1:], key=Version, reverse=True)
+            return [osr.default_python, *rest], None
+        if want in osr.pythons:
+            return [want], None
+        hint = "; python_source auto or standalone installs one" if self.req.python_source == "os" else ""
+        return [], f"python: Python {want} is not packaged for {osr.id} (it has {', '.join(osr.pythons)}){hint}"
 
-    def standalone_pythons(self) -> list[str]:
-        """The standalone pass's Pythons (python-build-standalone via uv), newest first."""
+    def standalone_pythons(self) -> tuple[list[str], str | None]:
+        """The standalone pass's Pythons (python-build-standalone via uv), newest first, or none and
+        the python failure that says why."""
         sp = self.k.t.standalone_python
         if sp is None or self.host.arch not in sp.archs:
-            self.failures.append(f"python: no standalone CPython is known for {self.host.arch}")
-            return []
-        if self.req.python is not None:
-            if self.req.python not in sp.pythons:
-                self.failures.append(
-                    f"python: no standalone CPython {self.req.python} (uv {sp.uv} offers {', '.join(sp.pythons)})"
-                )
-                return []
-            return [self.req.python]
-        return list(sp.pythons)
+            return [], f"python: no standalone CPython is known for {self.host.arch}"
+        if self.req.python is None:
+            return list(sp.pythons), None
+        if self.req.python in sp.pythons:
+            return [self.req.python], None
+        return [], f"python: no standalone CPython {self.req.python} (uv {sp.uv} offers {', '.join(sp.pythons)})"
 
-    def python_passes(self) -> list[tuple[list[str], str | None]]:
-        """(Pythons, why standalone or None) per pass: the OS's first; a standalone CPython only
-        when asked for, or under auto when no set of releases fits an OS Python."""
-        source = self.req.python_source
-        osr = self.host.os
-        passes: list[tuple[list[str], str | None]] = []
+    def python_passes(self) -> list[tuple[list[str], str | None, str | None]]:
+        """(Pythons, why standalone or None, why no Python or None) per pass: the OS's first; a
+        standalone CPython only when asked for, or under auto when no set of releases fits an OS Python."""
+        source, osr = self.req.python_source, self.host.os
+        passes: list[tuple[list[str], str | None, str | None]] = []
         if source in ("auto", "os"):
-            passes.append((self.os_pythons(), None))
+            pythons, failure = self.os_pythons()
+            passes.append((pythons, None, failure))
+        if source == "os":
+            return passes
         if source == "standalone":
-            passes.append((self.standalone_pythons(), "install.python_source is standalone"))
-        elif source == "auto":
-            have = self.req.python or self.req.host_python
-            why = (
-                f"Python {self.req.python} is not packaged for {osr.id}"
-                if self.req.python and self.req.python not in osr.pythons
-                else f"no release that fits the request supports {osr.id}'s Python {have or ', '.join(osr.pythons)}"
-            )
-            passes.append((self.standalone_pythons(), why))
+            why = "install.python_source is standalone"
+        elif self.req.python and self.req.python not in osr.pythons:
+            why = f"Python {self.req.python} is not packaged for {osr.id}"
+        else:
+            have = self.req.python or self.req.host_python or ", ".join(osr.pythons)
+            why = f"no release that fits the request supports {osr.id}'s Python {have}"
+        pythons, failure = self.standalone_pythons()
+        passes.append((pythons, why, failure))
         return passes
 
     def run(self) -> Resolution:
@@ -136,12 +132,11 @@ class Resolver:
                 self.failures.append(
                     f"{spec.name}: no known release matches `{spec.text}`" + self.candidates.index_note(spec)
                 )
-        if any(not c for c in cand_lists) or not any(p for p, _ in passes) or not drivers:
-            raise self._unsatisfiable(self.failures)
-        python_failures = [f for f in self.failures if f.startswith("python:")]
-        self.failures = [f for f in self.failures if not f.startswith("python:")]
+        python_failures = [f for _, _, f in passes if f is not None]
+        if any(not c for c in cand_lists) or not any(p for p, _, _ in passes) or not drivers:
+            raise self._unsatisfiable(self.failures + python_failures)
         os_searched = False
-        for pythons, standalone_why in passes:
+        for pythons, standalone_why, _ in passes:
             if not pythons:
                 continue
             if standalone_why is not None and os_searched and not self._python_blocked:
