@@ -22,6 +22,7 @@ from provision.matrix.packaging import ROLES as PACKAGE_ROLES
 from provision.stack.candidates import DriverChoice, FwChoice
 from provision.stack.distro_versions import KERNEL, KERNEL_FLAVOUR
 from provision.stack.request import HostSpec, StackRequest
+from provision.stack.rules import range_cudnn_pins
 
 REGENERATE = "regenerate the lock with `provision plan`"
 
@@ -354,7 +355,7 @@ def package_plan(
 
 def pip_plan(k: Knowledge, combo: Sequence[FwChoice], host: HostSpec | None = None, python: str = "") -> PipPlan:
     """pip's index (the first non-PyPI index the frameworks need), extra indexes and pins; a cuDNN
-    pin where a framework's own range would give the GPU a cuDNN without its kernels (rules.range_cudnn)."""
+    pin where a framework's own range would give the GPU a cuDNN without its kernels (rules.range_cudnn_pins)."""
     indexes = dedupe([fw.index_url for fw in combo])
     pypi = k.t.pypi_index
     index_url = next((i for i in indexes if i != pypi), pypi)
@@ -363,14 +364,8 @@ def pip_plan(k: Knowledge, combo: Sequence[FwChoice], host: HostSpec | None = No
         extra.append(pypi)  # torch's own dependencies (filelock, sympy, nvidia-*) come from PyPI
     requirements = [fw.requirement for fw in combo]
     if host is not None:
-        from provision.stack.rules import range_cudnn  # rules imports this module's callers' data
-
-        # a CUDA torch in the same venv pins cuDNN exactly: its pin governs (env_conflict checks the pair)
-        torch_pins = any(fw.name == "torch" and fw.variant != "cpu" for fw in combo)
-        for fw in [] if torch_pins else combo:
-            r = range_cudnn(k, fw, host, python)
-            if r is not None and r.fits is not None and r.fits != r.newest:
-                requirements.append(f"{r.package}=={r.fits}")
+        pins = range_cudnn_pins(k, combo, host, python)
+        requirements += [f"{r.package}=={r.fits}" for _, r in pins if r.fits is not None]
     return PipPlan(index_url, tuple(extra), tuple(dict.fromkeys(requirements)))
 
 

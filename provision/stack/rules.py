@@ -151,6 +151,22 @@ def range_cudnn(k: Knowledge, fw: FwChoice, host: HostSpec, python: str) -> Rang
     return RangeCudnn(name, pin, versions[0], fits)
 
 
+def range_cudnn_pins(
+    k: Knowledge, fws: Sequence[FwChoice], host: HostSpec, python: str
+) -> list[tuple[FwChoice, RangeCudnn]]:
+    """The venv's frameworks whose cuDNN range would give the GPU a release without its kernels
+    (``fits`` then names the pin the plan adds, None: none in range has them). Empty beside a CUDA
+    torch: its exact cuDNN pin governs the venv, and env_conflict checks the pair."""
+    if any(fw.name == "torch" and fw.variant != "cpu" for fw in fws):
+        return []
+    out = []
+    for fw in fws:
+        r = range_cudnn(k, fw, host, python)
+        if r is not None and r.fits != r.newest:
+            out.append((fw, r))
+    return out
+
+
 def abi_compatible(built: str, have: str) -> bool:
     """A library built against ``built`` (major.minor) loads ``have``: same major, minor >= built's."""
     b, h = Version(built).release, Version(have).release
@@ -264,8 +280,6 @@ class Rules:
         elif fw.name == "tensorflow":
             c.merge(self.check_tf_and_cuda(fw, python))
             via_ptx = self._static_tf(fw, c)
-            if "and-cuda" in fw.extras:
-                self._pinned_cudnn_gpu(fw, python, c)
         else:
             via_ptx = False
             line = self.k.t.jax_lines[int(fw.cuda or 12)]
@@ -276,29 +290,7 @@ class Rules:
                     f"jax[{line.extra}] needs compute capability >= {line.min_cc}; "
                     f"{gpu.name} is {gpu.compute_capability}",
                 )
-            elif fw.extras:
-                self._pinned_cudnn_gpu(fw, python, c)
         return c, via_ptx
-
-    def _pinned_cudnn_gpu(self, fw: FwChoice, python: str, c: Check) -> None:
-        """Rule cudnn_gpu for the cuDNN that jax's CUDA plugin or TensorFlow's [and-cuda] lets pip
-        install: their pins are ranges (jax[cuda12]: nvidia-cudnn-cu12>=9.8,<10), and a fresh venv
-        gets the newest release, whose kernels may not reach the GPU (cuDNN 9.11 on has none below
-        Turing: a V100 fails at its first convolution). The plan then pins the newest release in the
-        range that does reach it (packages.pip_plan); none at all fails."""
-        r = range_cudnn(self.k, fw, self.host, python)
-        if r is None or r.fits == r.newest:
-            return
-        gpu = self.host.gpu
-        assert gpu is not None
-        why = cudnn_gpu_problem(self.k, r.newest, gpu)
-        if r.fits is None:
-            c.fail("cudnn_gpu", f"{fw.label} lets pip install {r.package} {r.newest} (its pin: {r.pin}), which {why}")
-        else:
-            c.reasons.append(
-                f"{fw.label}: {r.package} pinned to {r.fits}, the newest its pin {r.pin} allows with kernels "
-                f"for {gpu.name} (pip would take {r.newest}, which {why})"
-            )
 
     def _static_torch(self, fw: FwChoice, c: Check) -> bool:
         host = self.host
@@ -440,14 +432,32 @@ class Rules:
         return check_driver_for_cuda(self.k, what, fw.cuda, driver, via_ptx)
 
     def check_together(self, fws: Sequence[FwChoice], python: str) -> Check:
-        """Rule env_conflict: frameworks whose pins on shared CUDA packages cannot share one venv
-        (computed from data/wheels.yaml by :mod:`provision.stack.venv_conflicts`)."""
+        """The venv as a whole, from the wheels' own pins (data/wheels.yaml):
+        rule env_conflict, frameworks whose pins on shared CUDA packages cannot share one venv
+        (:mod:`provision.stack.venv_conflicts`); and rule cudnn_gpu for the cuDNN that jax's CUDA
+        plugin or TensorFlow's [and-cuda] lets pip take from its range: a fresh venv gets the newest
+        release, whose kernels may not reach the GPU (cuDNN 9.11 on has none below Turing: a V100
+        fails at its first convolution). The plan then pins the newest release in the range that
+        does reach it (:func:`range_cudnn_pins`, read by packages.pip_plan); none in range fails."""
         c = Check()
         verdict = venv_conflicts.check(venv_conflicts.members(self.k, fws), self.host.arch, python)
         for msg in verdict.conflicts:
             c.fail("env_conflict", msg)
         for msg in verdict.unchecked:
             c.warn("env_unchecked", msg)
+        gpu = self.host.gpu
+        for fw, r in range_cudnn_pins(self.k, fws, self.host, python):
+            assert gpu is not None  # range_cudnn answers only for a known GPU
+            why = cudnn_gpu_problem(self.k, r.newest, gpu)
+            if r.fits is None:
+                c.fail(
+                    "cudnn_gpu", f"{fw.label} lets pip install {r.package} {r.newest} (its pin: {r.pin}), which {why}"
+                )
+            else:
+                c.reasons.append(
+                    f"{fw.label}: {r.package} pinned to {r.fits}, the newest its pin {r.pin} allows with kernels "
+                    f"for {gpu.name} (pip would take {r.newest}, which {why})"
+                )
         return c
 
     def check_driver_gpu(self, d: DriverChoice) -> Check:

@@ -83,14 +83,7 @@ def allowed(requirement: str, prefix: str, arch: str, python: str) -> tuple[str,
     name on (arch, Python): (package, the pin, the releases on the index it allows, newest first);
     None where wheels.yaml does not know. A fresh install takes the first: a range
     (``jax[cuda12]``'s ``>=9.8,<10``) gets the newest release on the index."""
-    pins = _shipped()
-    specs = pins.member_specs(Member(requirement), arch, python)
-    for name, spec in sorted((specs or {}).items()):
-        if name.startswith(prefix) and name in pins.pins.releases:
-            versions = sorted(spec.filter(pins.pins.releases[name]), key=Version, reverse=True)
-            if versions:
-                return name, str(spec), tuple(str(v) for v in versions)
-    return None
+    return _shipped().allowed(requirement, prefix, arch, python)
 
 
 @functools.lru_cache(maxsize=1)
@@ -110,6 +103,7 @@ class _Pins:
         self.pins = pins
         self._specs: dict[tuple[Member, str, str], dict[str, SpecifierSet] | None] = {}
         self._fits: dict[tuple[str, str], bool] = {}
+        self._allowed: dict[tuple[str, str, str, str], tuple[str, str, tuple[str, ...]] | None] = {}
         self._verdicts: dict[tuple[tuple[Member, ...], str, str], Verdict] = {}
 
     def check(self, group: tuple[Member, ...], arch: str, python: str) -> Verdict:
@@ -136,6 +130,21 @@ class _Pins:
                     specs[name] = specs.get(name, SpecifierSet()) & r.specifier
             self._specs[key] = specs
         return self._specs[key]
+
+    def allowed(self, requirement: str, prefix: str, arch: str, python: str) -> tuple[str, str, tuple[str, ...]] | None:
+        """:func:`allowed`, decided once per (requirement, prefix, arch, Python): the rules ask it for
+        every candidate set the search tries."""
+        key = (requirement, prefix, arch, python)
+        if key not in self._allowed:
+            self._allowed[key] = None
+            specs = self.member_specs(Member(requirement), arch, python)
+            for name, spec in sorted((specs or {}).items()):
+                if name.startswith(prefix) and name in self.pins.releases:
+                    versions = sorted(spec.filter(self.pins.releases[name]), key=Version, reverse=True)
+                    if versions:
+                        self._allowed[key] = (name, str(spec), tuple(str(v) for v in versions))
+                        break
+        return self._allowed[key]
 
     def satisfiable(self, name: str, spec: SpecifierSet) -> bool:
         key = (name, str(spec))

@@ -913,3 +913,17 @@ def test_aarch64_arch_list_defaults_to_the_x86_list() -> None:
     assert cu126 is not None and cu126.archs("aarch64") == ("8.0", "9.0") and "7.5" in cu126.archs("x86_64")
     rel28 = next(r for r in k.t.torch if r.version == "2.8.0")
     assert all(v.archs("aarch64") == v.arch_list for v in rel28.variants)
+
+
+def test_beside_a_cuda_torch_its_exact_cudnn_pin_governs_the_venv() -> None:
+    """jax's cuDNN range on a V100 gets no pin of its own beside a CUDA torch (torch pins cuDNN
+    exactly, env_conflict checks the pair), and no reason claims one: the rule and the plan read the
+    same range_cudnn_pins."""
+    res = resolve(StackRequest.build(frameworks=["torch", "jax"]), HostSpec.describe(gpu="V100", os="ubuntu-22.04"))
+    assert res.packages.pip is not None
+    assert not [r for r in res.packages.pip.requirements if r.startswith("nvidia-cudnn")], res.packages.pip
+    assert not [r for r in res.reasons if "pinned to" in r], res.reasons
+    alone = resolve(StackRequest.build(frameworks=["jax"]), HostSpec.describe(gpu="V100", os="ubuntu-22.04"))
+    assert alone.packages.pip is not None
+    pins = [r for r in alone.packages.pip.requirements if r.startswith("nvidia-cudnn")]
+    assert len(pins) == 1 and any(pins[0].split("==")[1] in r for r in alone.reasons if "pinned to" in r)
