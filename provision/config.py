@@ -8,12 +8,13 @@ The ``stack:`` section becomes the resolver's request (:meth:`StackConfig.as_req
 from __future__ import annotations
 
 import difflib
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from provision.ansible.checks import _URL
 from provision.errors import BadInput
+from provision.stack.request import PYTHON_SOURCES
 
 DRIVER_WORDS = ("auto", "none")
 
@@ -195,7 +196,7 @@ def parse_config(data: Any, where: str = "provision.yaml") -> Config:
         reboot=_choice(install, "reboot", ("auto", "never"), "install", where),
         cache=_choice(install, "cache", ("auto", "off"), "install", where),
         cache_dir=_string(install.get("cache_dir"), "install.cache_dir", where),
-        python_source=_choice(install, "python_source", ("auto", "os", "standalone"), "install", where),
+        python_source=_choice(install, "python_source", PYTHON_SOURCES, "install", where),
         python_mirror=_url(install.get("python_mirror"), "install.python_mirror", where),
         python_downloads_json=_url(install.get("python_downloads_json"), "install.python_downloads_json", where),
     )
@@ -215,7 +216,7 @@ def _url(value: Any, key: str, where: str) -> str | None:
     text = _string(value, key, where)
     if text is None:
         return None
-    if not re.match(r"^(https?|file)://\S+$", text):
+    if not _URL.match(text):  # render's own check (provision.ansible.checks), so both agree
         raise _bad(
             where,
             key,

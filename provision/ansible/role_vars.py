@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from provision.ansible.checks import _check_package, _check_text, _check_url, _check_version
-from provision.ansible.settings import InstallSettings
+from provision.ansible.settings import InstallSettings, pip_sources
 from provision.errors import BadInput
 from provision.matrix.packaging import ROLES as PACKAGE_ROLES
 from provision.stack.packages import PackagePlan, PipPlan, Repository
@@ -186,12 +186,8 @@ def _python_vars(
             "python_env_uv_version": sp.uv,
             "python_env_python_mirror": install.python_mirror or "",
             "python_env_python_downloads_json": install.python_downloads_json or "",
-            "python_env_pip_args": (
-                ([f"--index-url={pip.index_url}"] if pip.index_url else [])
-                + [f"--extra-index-url={u}" for u in pip.extra_index_urls]
-                + [f"--find-links={u}" for u in pip.find_links]
-                + [f"--trusted-host={h}" for h in pip.trusted_hosts]
-            ),
+            "python_env_pip_args": ([f"--index-url={pip.index_url}"] if pip.index_url else [])
+            + pip_sources(pip.extra_index_urls, pip.find_links, pip.trusted_hosts),
         }
     )
     return out

@@ -23,6 +23,17 @@ class PipSettings:
     trusted_hosts: tuple[str, ...] = ()
 
 
+def pip_sources(
+    extra_index_urls: Sequence[str], find_links: Sequence[str], trusted_hosts: Sequence[str], *, no_index: bool = False
+) -> list[str]:
+    """pip's options for where packages come from besides the main index, as the frameworks role
+    passes them: the fleet cache's ``pip download`` and python_env's uv install say the same."""
+    out = ["--no-index"] if no_index else [f"--extra-index-url={u}" for u in extra_index_urls]
+    out += [f"--find-links={u}" for u in find_links]
+    out += [f"--trusted-host={h}" for h in trusted_hosts]
+    return out
+
+
 @dataclass(frozen=True)
 class InstallSettings:
     """provision.yaml's ``install:`` section, as render needs it."""

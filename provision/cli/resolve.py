@@ -13,6 +13,7 @@ import click
 
 from provision.cli.options import command_options, config_option
 from provision.cli.output import emit
+from provision.stack.request import PYTHON_SOURCES
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -50,7 +51,7 @@ if TYPE_CHECKING:
 )
 @click.option(
     "--python-source",
-    type=click.Choice(["auto", "os", "standalone"]),
+    type=click.Choice(PYTHON_SOURCES),
     help="The venv's Python: the OS's, a standalone CPython (installed by uv), or auto (the OS's when it fits).",
 )
 @config_option("provision.yaml whose stack: section is the default request.")

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from provision.ansible.settings import pip_sources
+
 if TYPE_CHECKING:
     from http.server import ThreadingHTTPServer
 
@@ -82,9 +84,7 @@ class WheelSet:
             f"--abi={abi}",
             *(f"--platform={p}" for p in wheel_platforms(self.arch)),
         ]
-        sources = ["--no-index"] if self.no_index else [f"--extra-index-url={u}" for u in self.extra_index_urls]
-        sources += [f"--find-links={u}" for u in self.find_links]
-        sources += [f"--trusted-host={h}" for h in self.trusted_hosts]
+        sources = pip_sources(self.extra_index_urls, self.find_links, self.trusted_hosts, no_index=self.no_index)
         out = []
         for packages, index_url in self.installs:
             index = index_url or self.index_url
