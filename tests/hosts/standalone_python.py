@@ -22,7 +22,9 @@ import tarfile
 from pathlib import Path
 
 BUILD = "20261202"  # the stand-in's build tag (a python-build-standalone release date in real ones)
-_SKIP = {"site-packages", "test", "tests", "__pycache__", "idlelib", "tkinter", "turtledemo", "ensurepip_", "lib2to3"}
+# what an install_only build needs least, left out to keep the archive small (site-packages: the
+# running venv's own packages, not CPython's)
+_SKIP = {"site-packages", "test", "__pycache__", "idlelib", "tkinter", "turtledemo", "lib2to3"}
 
 
 def version() -> str:
