@@ -22,6 +22,7 @@ from provision.cli.options import (
     command_options,
     config_option,
     limit_option,
+    lock_option,
     parse_sets,
     reboot_controller_option,
     set_option,
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
 @click.command(name="up")
 @target_options(local="Provision the machine provision runs on.", inventory="Provision an Ansible inventory's hosts.")
 @config_option()
+@lock_option("Apply exactly this lock (from `provision plan`): hosts are only checked against it, not resolved.")
 @click.option("--check", is_flag=True, help="Ansible check mode: change nothing, verify what is there.")
 @click.option("--yes", is_flag=True, help="Do not ask before changing hosts.")
 @limit_option()
@@ -71,6 +73,7 @@ def up(
     local: bool,
     inventory: str | None,
     config_path: Path | None,
+    lock_path: Path | None,
     check: bool,
     yes: bool,
     limit: str | None,
@@ -86,6 +89,9 @@ def up(
     """Probe, resolve, plan, apply with Ansible, verify every host, report.
 
     Without --yes it shows the plan and asks (check mode changes nothing and does not ask).
+    With --lock FILE it applies exactly that lock: each host is probed only to check it is the
+    host its lock group was planned for (OS, arch, GPU model and count); one that is not, or that
+    the lock does not name, is refused (exit 2) before any change.
     Hosts already converged with this lock (probed versions equal the lock, last verification
     with it passed) are only verified. Each run keeps .provision/runs/<run-id>/ (lock, Ansible
     run dir, events.jsonl, verify reports, report.json, report.html).
@@ -102,6 +108,8 @@ def up(
     from provision.fleet.up import check_options
     from provision.fleet.up import up as run_up
 
+    if lock_path is not None:
+        refuse_stack_with_lock(cloud)
     check_up_targets(
         cloud=cloud,
         local=local,
@@ -132,6 +140,7 @@ def up(
         ssh_config=ssh_config,
         reboot_controller=reboot_controller,
         state_path=state_path,
+        lock=lock_path,
     )
     check_options(options)
     view = ProgressView(as_json)
@@ -177,6 +186,42 @@ def up(
     # `up --json` plus the run: docs/design.md's document with one more key, `cloud`.
     emit({**result.to_json(), "cloud": run.to_json()}, as_json, lambda con: _human(con, result, run))
     return int(ExitCode.OK if result.ok else ExitCode.FAILED)
+
+
+# The parameters (resolve's stack options, as plan and up take them) a lock has already decided.
+LOCK_DECIDES = (
+    "frameworks",
+    "python",
+    "python_source",
+    "torch_index",
+    "torch_variant",
+    "driver",
+    "kernel_modules",
+    "cuda_toolkit",
+    "cudnn",
+    "install_method",
+)
+
+
+def refuse_stack_with_lock(cloud: bool) -> None:
+    """`up --lock` takes no stack option (the lock decided the versions) and no --cloud (the
+    instances it would launch have names no lock can know)."""
+    ctx = click.get_current_context()
+    given = [
+        f"--{name.replace('_', '-')}"
+        for name in LOCK_DECIDES
+        if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
+    ]
+    if given:
+        raise BadInput(
+            f"{', '.join(given)} with --lock: the lock already decided the stack",
+            "drop them, or run provision plan with them and apply its lock",
+        )
+    if cloud:
+        raise BadInput(
+            "--lock with --cloud: the instances it launches are in no lock",
+            "run provision cloud up, plan -i its inventory, then up -i that inventory --lock FILE",
+        )
 
 
 def _ask(planned: PlanResult, hosts: list[HostRun]) -> bool:
