@@ -90,7 +90,10 @@ def host_differences(group: LockGroup, host: HostSpec) -> list[str]:
     These are what the resolution stands on (`up --lock` applies a lock only to hosts it fits):
     the OS, the arch, the GPU model and count, and the EC2 instance type when the lock names one.
     The Python is not compared: the lock's is one the OS release installs (or a standalone
-    CPython), and the OS release is compared.
+    CPython), and the OS release is compared. Nor is the host's driver: a group with a driver
+    installs its own, and one that keeps the host's (``driver: none``) was resolved without its
+    version (the rules only warn ``driver_unmanaged``), so the lock holds none to compare; the
+    smoke job's verdict says whether the kept driver runs the locked frameworks.
     """
     locked = group.host
     gpu = host.gpu.name if host.gpu is not None else None
