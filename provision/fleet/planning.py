@@ -206,7 +206,7 @@ def plan(
         targets = [t for t in targets if t.facts is not None]
 
     if locked is not None:
-        lock, notes = check_locked(locked, targets)
+        lock, notes = check_locked(locked, targets, unprobed=[f.host for f in unprobed])
         lock_groups = lock.groups
     else:
         lock_groups = _resolve_groups(targets, config, assume)
@@ -310,13 +310,14 @@ def check_locked_names(locked: Lock, names: Sequence[str]) -> None:
             raise BadInput(f"host {name} is not in the lock", "run provision plan again for these hosts")
 
 
-def check_locked(locked: Lock, targets: Sequence[_Target]) -> tuple[Lock, list[str]]:
+def check_locked(locked: Lock, targets: Sequence[_Target], unprobed: Sequence[str] = ()) -> tuple[Lock, list[str]]:
     """The lock restricted to ``targets``, after checking each probed host still fits its group.
 
     A host that differs from its group's host description (another OS, arch, GPU model or count)
     is bad input naming the host and what differs, before any change: its versions were decided
     for another machine. The groups keep their name, stack and packages byte for byte (so the
     state DB's group hash is the plan's); only their host lists shrink to this run's hosts.
+    ``unprobed``: this run's hosts that could not be probed (`up` fails them alone; no note).
     """
     from provision.matrix import load
     from provision.stack.drift import host_differences
@@ -351,7 +352,7 @@ def check_locked(locked: Lock, targets: Sequence[_Target]) -> tuple[Lock, list[s
         f"{h}: in the lock, not among the hosts of this run: skipped"
         for g in locked.groups
         for h in g.hosts
-        if h not in names
+        if h not in names and h not in unprobed
     ]
     current = load()
     if locked.knowledge.get("sha256") != current.sha256:

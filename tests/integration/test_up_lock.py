@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,7 +24,7 @@ from tests.integration.up_harness import run_up, up_args
 pytestmark = pytest.mark.slow  # installs torch on every host
 
 
-def _plan(cwd: Path, *args: str) -> dict[str, object]:
+def _plan(cwd: Path, *args: str) -> dict[str, Any]:
     r = subprocess.run(
         [sys.executable, "-m", "provision", "plan", "--json", *args],
         cwd=cwd,
@@ -33,7 +34,7 @@ def _plan(cwd: Path, *args: str) -> dict[str, object]:
         timeout=600,
     )
     assert r.returncode == 0, r.stderr
-    doc: dict[str, object] = json.loads(r.stdout)
+    doc: dict[str, Any] = json.loads(r.stdout)
     return doc
 
 
@@ -72,7 +73,7 @@ def test_up_applies_the_planned_lock_and_refuses_one_for_another_host(
     )
     lock = read_lock(tmp_path / "planned" / "provision.lock")
     assert sorted(h for g in lock.groups for h in g.hosts) == sorted(h.name for h in testhosts.hosts)
-    assert [g["name"] for g in planned["groups"]] == [g.name for g in lock.groups]  # type: ignore[index]
+    assert [g["name"] for g in planned["groups"]] == [g.name for g in lock.groups]
     # up's config asks for a torch that does not exist: resolving would fail (exit 3)
     unsatisfiable = tmp_path / "unsatisfiable.yaml"
     unsatisfiable.write_text(config.read_text().replace(f"{harness.TORCH_CPU}+cpu", "torch==0.0.1"))
