@@ -208,9 +208,9 @@ def refuse_stack_with_lock(cloud: bool) -> None:
     instances it would launch have names no lock can know)."""
     ctx = click.get_current_context()
     given = [
-        f"--{name.replace('_', '-')}"
-        for name in LOCK_DECIDES
-        if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
+        p.opts[0]
+        for p in ctx.command.params
+        if p.name in LOCK_DECIDES and ctx.get_parameter_source(p.name) == click.core.ParameterSource.COMMANDLINE
     ]
     if given:
         raise BadInput(

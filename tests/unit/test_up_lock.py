@@ -101,7 +101,7 @@ def test_stack_options_and_cloud_with_lock_are_refused() -> None:
 
     runner = CliRunner()
     r = runner.invoke(cmd, ["--driver", "580", "--framework", "torch"])
-    assert r.exit_code == 2 and r.output == "--frameworks, --driver with --lock: the lock already decided the stack\n"
+    assert r.exit_code == 2 and r.output == "--driver, --framework with --lock: the lock already decided the stack\n"
     assert runner.invoke(cmd, []).exit_code == 0
     assert "with --cloud" in runner.invoke(cmd, ["--cloud"]).output
 
