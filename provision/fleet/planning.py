@@ -140,6 +140,7 @@ class _Target:
 def plan(
     *,
     config: Config,
+    stack_flags: Mapping[str, Any] | None = None,
     local: bool = False,
     inventory: str | None = None,
     assume: Assumed | None = None,
@@ -158,7 +159,8 @@ def plan(
     must not write a lock that silently lacks one) unless ``skip_unprobed``: then the host is
     left out of the lock and the run dir and listed in :attr:`PlanResult.unprobed` (`up` fails
     it alone). When no host at all can be probed there is nothing to plan: that raises with
-    every host's reason either way.
+    every host's reason either way. ``stack_flags`` (the command line's stack options) win over
+    the config's ``stack:``.
     """
     from provision.ansible.rundir import check_out_dir, ensure_dir, write_run_dir
     from provision.ansible.settings import InstallSettings
@@ -175,7 +177,13 @@ def plan(
     targets = _targets(local, inventory, assume)
     if only is not None:  # `up --limit`: plan (and probe) only these hosts
         targets = [t for t in targets if t.name in set(only)]
-    check_inputs(config, overrides, [t.target for t in targets if t.target is not None and assume is None], ssh_config)
+    check_inputs(
+        config,
+        overrides,
+        [t.target for t in targets if t.target is not None and assume is None],
+        ssh_config,
+        stack_flags,
+    )
     for t in targets:  # the apply's ssh trusts what the probe trusts (before any contact)
         if t.target is not None and not t.target.local and assume is None:
             from provision.hosts.ssh_config import ssh_trust_args
@@ -194,7 +202,7 @@ def plan(
         )
         targets = [t for t in targets if t.facts is not None]
 
-    request_args = config.request_args()
+    request_args = config.request_args(stack_flags)
     groups: dict[str, tuple[list[str], Any]] = {}
     for t in targets:
         if t.facts is not None:
@@ -263,21 +271,34 @@ def plan(
 
 
 def check_inputs(
-    config: Config, overrides: Mapping[str, Any] | None, targets: Sequence[HostTarget], ssh_config: Path | None
+    config: Config,
+    overrides: Mapping[str, Any] | None,
+    targets: Sequence[HostTarget],
+    ssh_config: Path | None,
+    stack_flags: Mapping[str, Any] | None = None,
 ) -> None:
     """Everything `plan` and `up` take that can be wrong, as BadInput before any host is contacted:
-    the install settings, ``--set`` names, the ``-F`` file, and each host's SSH settings (port,
-    ssh args, the SSH config it names), read from files only."""
+    the stack request (config and flags), the install settings, ``--set`` names, the ``-F`` file,
+    and each host's SSH settings (port, ssh args, the SSH config it names), read from files only."""
     from provision.ansible.roles import check_overrides
     from provision.ansible.settings import InstallSettings, check_settings
     from provision.hosts.ssh_config import resolve_settings
 
+    check_request(config, stack_flags)
     check_settings(InstallSettings.from_config(config.install))
     check_overrides(overrides or {})
     check_ssh_config(ssh_config)
     for t in targets:
         if not t.local:
             resolve_settings(t, ssh_config)
+
+
+def check_request(config: Config, stack_flags: Mapping[str, Any] | None) -> None:
+    """The stack request parses (a misspelt --framework, an unknown driver branch): BadInput before
+    any host is probed or, for `up --cloud`, any instance launched."""
+    from provision.stack.request import StackRequest
+
+    StackRequest.build(**config.request_args(stack_flags))
 
 
 def check_ssh_config(ssh_config: Path | None) -> None:
