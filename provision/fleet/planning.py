@@ -174,7 +174,7 @@ def plan(
     install = InstallSettings.from_config(config.install)
     install = InstallSettings(**{**install.__dict__, "reboot_controller": reboot_controller})
     check_out_dir(out)  # before any host is contacted: a user's folder is refused, nothing written
-    targets = _targets(local, inventory, assume)
+    targets, user_groups = _targets(local, inventory, assume)
     if only is not None:  # `up --limit`: plan (and probe) only these hosts
         targets = [t for t in targets if t.name in set(only)]
     check_inputs(
@@ -250,7 +250,13 @@ def plan(
     # The run dir first: it renders (and may refuse a value) before any file is written, and a
     # --lock inside --out would otherwise make the folder look like a user's non-empty folder.
     run = write_run_dir(
-        out, lock.to_json(), text, {t.name: t.connection for t in targets}, install, overrides=overrides
+        out,
+        lock.to_json(),
+        text,
+        {t.name: t.connection for t in targets},
+        install,
+        overrides=overrides,
+        user_groups=user_groups,
     )
     write_lock(lock, lock_path)
     by_name = {t.name: t for t in targets}
@@ -307,20 +313,24 @@ def check_ssh_config(ssh_config: Path | None) -> None:
         raise BadInput(f"SSH config {ssh_config} not found", "give an existing file with -F, or leave -F out")
 
 
-def _targets(local: bool, inventory: str | None, assume: Assumed | None) -> list[_Target]:
+def _targets(
+    local: bool, inventory: str | None, assume: Assumed | None
+) -> tuple[list[_Target], dict[str, dict[str, list[str]]]]:
+    """The hosts to plan, and the inventory's own groups (kept in the run dir's inventory)."""
     from provision.ansible.checks import check_host_name
 
     if inventory:
-        from provision.hosts.inventory import load_inventory
+        from provision.hosts.inventory import read_inventory
 
-        return [_Target(t.name, _connection_vars(t), t) for t in load_inventory(inventory)]
+        inv = read_inventory(inventory)
+        return [_Target(t.name, _connection_vars(t), t) for t in inv.targets], inv.group_tree()
     if local:
         from provision.hosts.inventory import LOCALHOST
 
-        return [_Target("localhost", _local_connection(), LOCALHOST)]
+        return [_Target("localhost", _local_connection(), LOCALHOST)], {}
     if assume is None:
         raise BadInput("nothing to plan for", "give --local, -i INVENTORY or --assume os=ubuntu-22.04,gpu=H100-SXM:8")
-    return [_Target(check_host_name(assume.name), {})]
+    return [_Target(check_host_name(assume.name), {})], {}
 
 
 def _local_connection() -> dict[str, Any]:

@@ -496,9 +496,33 @@ def _parse_file(path: Path, inv: _Inventory) -> None:
         _parse_ini(text, inv)
 
 
+@dataclass(frozen=True)
+class Inventory:
+    """An inventory as read: its hosts, and its groups (for the run dir's inventory.yml)."""
+
+    targets: list[HostTarget]
+    children: Mapping[str, tuple[str, ...]]  # group -> its child groups, as the inventory has them
+
+    def group_tree(self) -> dict[str, dict[str, list[str]]]:
+        """The user's groups (not ``all``/``ungrouped``): each with every host in it (through
+        children too) and its child groups, in the inventory's host order."""
+        tree: dict[str, dict[str, list[str]]] = {}
+        for t in self.targets:
+            for name in t.groups:
+                if name != "ungrouped":
+                    tree.setdefault(name, {"hosts": [], "children": list(self.children.get(name, ()))})
+                    tree[name]["hosts"].append(t.name)
+        return tree
+
+
 def load_inventory(path: Path | str) -> list[HostTarget]:
     """Hosts of an Ansible inventory (an INI or YAML file, or a folder of them), with merged vars
     (group_vars/ and host_vars/ beside the file, or in the folder) and their groups."""
+    return read_inventory(path).targets
+
+
+def read_inventory(path: Path | str) -> Inventory:
+    """:func:`load_inventory` with the inventory's group hierarchy."""
     path = Path(path)
     source = str(path)
     if path.is_dir():
@@ -516,4 +540,5 @@ def load_inventory(path: Path | str) -> list[HostTarget]:
     targets = inv.targets(path if path.is_dir() else path.parent)
     if not targets:
         raise BadInput(f"inventory {source} lists no hosts", "add at least one host")
-    return targets
+    children = {g.name: tuple(dict.fromkeys(g.children)) for g in inv.groups.values() if g.children}
+    return Inventory(targets, children)
