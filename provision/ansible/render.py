@@ -264,12 +264,12 @@ def _user_groups(
     """The user's groups for inventory.yml: each with its hosts the lock has (a host left out by
     ``--limit`` or an unprobed one is not in the run) and its child groups that are kept."""
     kept: dict[str, list[str]] = {}
-    for name, body in groups.items():
+    for name, group in groups.items():
         if name in ("all", "ungrouped"):
             continue
         if not _GROUP.match(name):
             raise BadInput(f"inventory group {name!r} cannot go into the run dir", "use letters, digits, `_`, `-`, `.`")
-        members = [h for h in body.get("hosts", ()) if h in lock_hosts]
+        members = [h for h in group.get("hosts", ()) if h in lock_hosts]
         if not members:
             continue
         if name in lock_groups:
