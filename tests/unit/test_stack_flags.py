@@ -14,6 +14,9 @@ from pathlib import Path
 import pytest
 
 from provision.stack.lock import read_lock
+from tests.unit.test_cloud import offline_aws, run_cli
+
+__all__ = ["offline_aws"]
 
 BIN = Path(sys.executable).parent
 STACK_FLAGS = (
@@ -162,3 +165,16 @@ def test_a_bad_stack_flag_is_one_line_exit_2_and_writes_nothing(command: str, ex
     assert r.returncode == 2, r.stderr
     assert r.stderr.count("\n") <= 2 and "torhc" in r.stderr and "Traceback" not in r.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+CLOUD = ["up", "--cloud", "--instance-type", "g5.xlarge", "--ssh-cidr", "203.0.113.7/32", "--ami", "ami-0abc1234"]
+
+
+def test_up_cloud_refuses_a_bad_stack_option_before_launching(
+    offline_aws: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No AWS (offline_aws): a run past its checks fails to connect (exit 1); a bad flag is exit 2 first."""
+    code, _, err = run_cli([*CLOUD, "--yes", "--framework", "torhc==2.13.0"], capsys)
+    assert code == 2 and "torhc" in err
+    code, _, err = run_cli([*CLOUD, "--yes", "--framework", "torch==2.13.0", "--driver", "580"], capsys)
+    assert code == 1, err  # the stack options were taken; the launch then could not reach AWS
