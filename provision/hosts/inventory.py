@@ -414,6 +414,8 @@ def inventory_files(folder: Path) -> list[Path]:
 def vars_files(folder: Path, name: str) -> list[Path]:
     """``folder/name`` as Ansible's DataLoader.find_vars_files finds it: the first of name,
     name.yml, name.yaml, name.json that exists; a folder is all its vars files, sorted."""
+    if name in (".", ".."):  # a group may be named so; its vars are not the folder above
+        return []
     for ext in VARS_EXTENSIONS:
         path = folder / f"{name}{ext}"
         if path.is_dir():
@@ -473,11 +475,14 @@ def _read(path: Path, what: str) -> str:
 
 
 def _parse_file(path: Path, inv: _Inventory) -> None:
+    """One inventory file, YAML or INI. Ansible tries its YAML plugin first on a name with no
+    extension too and falls back to INI when that gives no mapping: so does this."""
+    import yaml
+
     inv.source = str(path)
     text = _read(path, "inventory")
+    data: Any = None
     if path.suffix in (".yml", ".yaml", ".json") or text.lstrip().startswith(("all:", "---")):
-        import yaml
-
         try:
             data = yaml.safe_load(text)
         except yaml.YAMLError as exc:
@@ -486,14 +491,23 @@ def _parse_file(path: Path, inv: _Inventory) -> None:
             raise BadInput(
                 f"inventory does not parse: {path}{at} is not valid YAML", "fix the YAML (indentation, colons)"
             ) from None
-        if isinstance(data, dict) and isinstance(data.get("plugin"), str):
-            raise BadInput(
-                f"inventory {path} configures the plugin {data['plugin']}: provision runs no inventory plugin",
-                f"write its hosts out once: ansible-inventory -i {path} --list -y > hosts.yml",
-            )
-        _parse_yaml(data or {}, inv)
-    else:
+        data = data or {}
+    elif not path.suffix:
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError:
+            data = None
+        if not isinstance(data, dict):  # an INI file reads as a string, a list or not at all
+            data = None
+    if data is None:
         _parse_ini(text, inv)
+        return
+    if isinstance(data, dict) and isinstance(data.get("plugin"), str):
+        raise BadInput(
+            f"inventory {path} configures the plugin {data['plugin']}: provision runs no inventory plugin",
+            f"write its hosts out once: ansible-inventory -i {path} --list -y > hosts.yml",
+        )
+    _parse_yaml(data, inv)
 
 
 @dataclass(frozen=True)

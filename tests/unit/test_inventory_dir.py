@@ -43,6 +43,8 @@ FOLDER = {
         "      vars:\n        ansible_user: trainer\n        trainer_var: yes\n"
     ),
     "sub/03-extra.ini": "[extra]\nx1 ansible_host=10.0.0.7\n",
+    # no extension: YAML (after a comment, so only a YAML parse tells), as Ansible's yaml plugin takes it
+    "sub/04-lab": "# the lab\nall:\n  children:\n    lab:\n      hosts:\n        l1:\n          ansible_host: 10.0.0.11\n",
     # skipped by Ansible's defaults: they would not parse, or would add hosts
     "README.md": "this is [not an inventory\n",
     "notes.txt": "zz1 ansible_host=10.9.9.1\n",
@@ -181,4 +183,4 @@ def test_plan_takes_a_folder_inventory(tmp_path: Path) -> None:
         timeout=120,
     )
     assert r.returncode == 0, r.stderr
-    assert sorted(h["host"] for h in json.loads(r.stdout)["hosts"]) == ["g1", "g2", "lone", "t1", "x1"]
+    assert sorted(h["host"] for h in json.loads(r.stdout)["hosts"]) == ["g1", "g2", "l1", "lone", "t1", "x1"]
