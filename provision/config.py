@@ -8,6 +8,7 @@ The ``stack:`` section becomes the resolver's request (:meth:`StackConfig.as_req
 from __future__ import annotations
 
 import difflib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -96,12 +97,15 @@ class Config:
     path: str | None = None
     state: StateConfig = field(default_factory=StateConfig)
 
-    def request_args(self) -> dict[str, Any]:
-        """The stack request with install.method folded in (it decides the driver's packages)."""
+    def request_args(self, flags: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The stack request with install.method and install.python_source folded in (they decide
+        the driver's packages and the venv's Python), and ``flags`` over it: the command line's
+        stack options (provision/cli/options.py stack_options, only those given) win."""
         return {
             **self.stack.as_request_args(),
             "install_method": self.install.method,
             "python_source": self.install.python_source,
+            **{k: v for k, v in (flags or {}).items() if v is not None},
         }
 
 

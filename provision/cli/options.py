@@ -1,4 +1,4 @@
-"""The option blocks commands share, declared once: targets, SSH, timeouts, config, lock, --set, output.
+"""The option blocks commands share, declared once: targets, SSH, timeouts, config, stack, lock, --set, output.
 
 A command stacks these decorators instead of declaring its own copy, so that ``--limit``, ``-F``
 or ``--set`` mean the same, parse the same and default the same everywhere. Where the wording of
@@ -8,6 +8,7 @@ it as an argument; the option's name, type and default do not vary.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -128,6 +129,95 @@ def parallel_option(default: int, help: str) -> Callable[[F], F]:
 
 def config_option(help: str = "provision.yaml.") -> Callable[[F], F]:
     return click.option("-c", "--config", "config_path", type=click.Path(path_type=Path), help=help)
+
+
+# --- the stack request: what to install (resolve, plan, up) -------------------------------------
+
+
+def _stack_option_list() -> list[tuple[str, Callable[[Any], Any]]]:
+    """The options that override the config's ``stack:`` (and install.method / install.python_source),
+    by the keyword of StackRequest.build each one sets.
+
+    Built when a command that takes them is imported, not with this module: app.py imports this
+    module on every start, and the choices of --python-source live beside the request's parser.
+    """
+    from provision.stack.request import PYTHON_SOURCES
+
+    return [
+        (
+            "frameworks",
+            click.option(
+                "--framework",
+                "frameworks",
+                multiple=True,
+                help="PEP 508 spec, repeatable: torch>=2.6, torch==2.7.1+cu128, jax[cuda12].",
+            ),
+        ),
+        ("driver", click.option("--driver", help="auto, none, a branch (580) or an exact version (580.95.05).")),
+        (
+            "kernel_modules",
+            click.option(
+                "--kernel-modules",
+                type=click.Choice(["auto", "open", "proprietary"]),
+                help="Driver kernel-module flavour.",
+            ),
+        ),
+        ("cuda_toolkit", click.option("--cuda-toolkit", help="System CUDA toolkit VERSION or none (default none).")),
+        ("cudnn", click.option("--cudnn", help="System cuDNN VERSION or none (default none).")),
+        ("python", click.option("--python", help="Python X.Y for the venv (default: the OS's python3 when it fits).")),
+        (
+            "torch_index",
+            click.option(
+                "--torch-index",
+                type=click.Choice(["auto", "pypi", "pytorch"]),
+                help="Where torch wheels may come from.",
+            ),
+        ),
+        (
+            "torch_variant",
+            click.option(
+                "--torch-variant", help="Constrain torch's CUDA variant (cu128, cpu) when the spec is a range."
+            ),
+        ),
+        (
+            "install_method",
+            click.option(
+                "--install-method",
+                type=click.Choice(["auto", "nvidia-repo", "distro"]),
+                help="How the driver is installed (overrides install.method).",
+            ),
+        ),
+        (
+            "python_source",
+            click.option(
+                "--python-source",
+                type=click.Choice(PYTHON_SOURCES),
+                help="The venv's Python: the OS's, a standalone CPython (installed by uv), or auto (the OS's when it "
+                "fits; overrides install.python_source).",
+            ),
+        ),
+    ]
+
+
+def stack_options(func: F) -> F:
+    """Declare the stack options and pass them to ``func`` as one ``stack_flags``: the given ones only.
+
+    ``stack_flags`` maps StackRequest.build's keywords to the values typed (``frameworks`` as a
+    list); what is not there comes from the config (:meth:`provision.config.Config.request_args`).
+    """
+
+    options = _stack_option_list()
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        values = {name: kwargs.pop(name) for name, _ in options}
+        values["frameworks"] = list(values["frameworks"]) or None
+        return func(*args, stack_flags={k: v for k, v in values.items() if v is not None}, **kwargs)
+
+    decorated: Any = wrapper
+    for _, option in reversed(options):
+        decorated = option(decorated)
+    return decorated  # type: ignore[no-any-return]
 
 
 def lock_option(help: str, default: Path | None = None) -> Callable[[F], F]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -15,6 +15,7 @@ from provision.cli.options import (
     reboot_controller_option,
     set_option,
     ssh_options,
+    stack_options,
     target_options,
 )
 from provision.stack.packages import PackagePlan
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     help="Do not contact hosts; assume os=ID-VERSION,gpu=NAME:COUNT[,arch=,nvswitch=N,python=X.Y,name=HOST].",
 )
 @config_option()
+@stack_options
 @click.option(
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
@@ -54,6 +56,7 @@ def plan(
     inventory: str | None,
     assume: str | None,
     config_path: Path | None,
+    stack_flags: dict[str, Any],
     out: Path,
     lock_path: Path,
     sets: tuple[str, ...],
@@ -65,7 +68,8 @@ def plan(
     """Resolve per host, write provision.lock and the Ansible run dir; no host is changed.
 
     Then `cd OUT && ansible-playbook site.yml` applies it with plain Ansible. With --assume the
-    hosts are not contacted (with -i: the inventory's hosts, all assumed alike).
+    hosts are not contacted (with -i: the inventory's hosts, all assumed alike). The stack
+    options override the config's stack: section.
     Exit status: 0 planned, 1 a host could not be probed, 2 bad input, 3 unsatisfiable.
     """
     from provision.config import Config, load_config
@@ -75,6 +79,7 @@ def plan(
     config = load_config(config_path) if config_path is not None else Config()
     result = run_plan(
         config=config,
+        stack_flags=stack_flags,
         local=local,
         inventory=inventory,
         assume=parse_assume(assume) if assume else None,

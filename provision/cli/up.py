@@ -26,6 +26,7 @@ from provision.cli.options import (
     reboot_controller_option,
     set_option,
     ssh_options,
+    stack_options,
     state_option,
     target_options,
 )
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
 @click.command(name="up")
 @target_options(local="Provision the machine provision runs on.", inventory="Provision an Ansible inventory's hosts.")
 @config_option()
+@stack_options
 @click.option("--check", is_flag=True, help="Ansible check mode: change nothing, verify what is there.")
 @click.option("--yes", is_flag=True, help="Do not ask before changing hosts.")
 @limit_option()
@@ -71,6 +73,7 @@ def up(
     local: bool,
     inventory: str | None,
     config_path: Path | None,
+    stack_flags: dict[str, Any],
     check: bool,
     yes: bool,
     limit: str | None,
@@ -94,9 +97,12 @@ def up(
     provisions them through the run's inventory; --down-after terminates them and deletes the
     run's security group and key pair at the end, also after a failure or Ctrl-C.
 
+    The stack options override the config's stack: section.
+
     Exit status: 0 every host passes, 1 a host failed, 2 bad input, 3 unsatisfiable.
     """
     from provision.config import Config, load_config
+    from provision.fleet.planning import check_request
     from provision.fleet.records import UpOptions
     from provision.fleet.targets import check_up_targets
     from provision.fleet.up import check_options
@@ -132,8 +138,10 @@ def up(
         ssh_config=ssh_config,
         reboot_controller=reboot_controller,
         state_path=state_path,
+        stack_flags=stack_flags,
     )
     check_options(options)
+    check_request(config, stack_flags)  # a bad stack option launches nothing
     view = ProgressView(as_json)
     confirm = None if (yes or check) else _ask
 

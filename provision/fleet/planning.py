@@ -140,6 +140,7 @@ class _Target:
 def plan(
     *,
     config: Config,
+    stack_flags: Mapping[str, Any] | None = None,
     local: bool = False,
     inventory: str | None = None,
     assume: Assumed | None = None,
@@ -158,7 +159,8 @@ def plan(
     must not write a lock that silently lacks one) unless ``skip_unprobed``: then the host is
     left out of the lock and the run dir and listed in :attr:`PlanResult.unprobed` (`up` fails
     it alone). When no host at all can be probed there is nothing to plan: that raises with
-    every host's reason either way.
+    every host's reason either way. ``stack_flags`` (the command line's stack options) win over
+    the config's ``stack:``.
     """
     from provision.ansible.rundir import check_out_dir, ensure_dir, write_run_dir
     from provision.ansible.settings import InstallSettings
@@ -172,10 +174,16 @@ def plan(
     install = InstallSettings.from_config(config.install)
     install = InstallSettings(**{**install.__dict__, "reboot_controller": reboot_controller})
     check_out_dir(out)  # before any host is contacted: a user's folder is refused, nothing written
-    targets = _targets(local, inventory, assume)
+    targets, user_groups = _targets(local, inventory, assume)
     if only is not None:  # `up --limit`: plan (and probe) only these hosts
         targets = [t for t in targets if t.name in set(only)]
-    check_inputs(config, overrides, [t.target for t in targets if t.target is not None and assume is None], ssh_config)
+    check_inputs(
+        config,
+        overrides,
+        [t.target for t in targets if t.target is not None and assume is None],
+        ssh_config,
+        stack_flags,
+    )
     for t in targets:  # the apply's ssh trusts what the probe trusts (before any contact)
         if t.target is not None and not t.target.local and assume is None:
             from provision.hosts.ssh_config import ssh_trust_args
@@ -194,7 +202,7 @@ def plan(
         )
         targets = [t for t in targets if t.facts is not None]
 
-    request_args = config.request_args()
+    request_args = config.request_args(stack_flags)
     groups: dict[str, tuple[list[str], Any]] = {}
     for t in targets:
         if t.facts is not None:
@@ -242,7 +250,13 @@ def plan(
     # The run dir first: it renders (and may refuse a value) before any file is written, and a
     # --lock inside --out would otherwise make the folder look like a user's non-empty folder.
     run = write_run_dir(
-        out, lock.to_json(), text, {t.name: t.connection for t in targets}, install, overrides=overrides
+        out,
+        lock.to_json(),
+        text,
+        {t.name: t.connection for t in targets},
+        install,
+        overrides=overrides,
+        user_groups=user_groups,
     )
     write_lock(lock, lock_path)
     by_name = {t.name: t for t in targets}
@@ -263,15 +277,20 @@ def plan(
 
 
 def check_inputs(
-    config: Config, overrides: Mapping[str, Any] | None, targets: Sequence[HostTarget], ssh_config: Path | None
+    config: Config,
+    overrides: Mapping[str, Any] | None,
+    targets: Sequence[HostTarget],
+    ssh_config: Path | None,
+    stack_flags: Mapping[str, Any] | None = None,
 ) -> None:
     """Everything `plan` and `up` take that can be wrong, as BadInput before any host is contacted:
-    the install settings, ``--set`` names, the ``-F`` file, and each host's SSH settings (port,
-    ssh args, the SSH config it names), read from files only."""
+    the stack request (config and flags), the install settings, ``--set`` names, the ``-F`` file,
+    and each host's SSH settings (port, ssh args, the SSH config it names), read from files only."""
     from provision.ansible.roles import check_overrides
     from provision.ansible.settings import InstallSettings, check_settings
     from provision.hosts.ssh_config import resolve_settings
 
+    check_request(config, stack_flags)
     check_settings(InstallSettings.from_config(config.install))
     check_overrides(overrides or {})
     check_ssh_config(ssh_config)
@@ -280,26 +299,38 @@ def check_inputs(
             resolve_settings(t, ssh_config)
 
 
+def check_request(config: Config, stack_flags: Mapping[str, Any] | None) -> None:
+    """The stack request parses (a misspelt --framework, an unknown driver branch): BadInput before
+    any host is probed or, for `up --cloud`, any instance launched."""
+    from provision.stack.request import StackRequest
+
+    StackRequest.build(**config.request_args(stack_flags))
+
+
 def check_ssh_config(ssh_config: Path | None) -> None:
     """``-F FILE`` must exist: SSH would silently fall back to ~/.ssh/config without it."""
     if ssh_config is not None and not ssh_config.is_file():
         raise BadInput(f"SSH config {ssh_config} not found", "give an existing file with -F, or leave -F out")
 
 
-def _targets(local: bool, inventory: str | None, assume: Assumed | None) -> list[_Target]:
+def _targets(
+    local: bool, inventory: str | None, assume: Assumed | None
+) -> tuple[list[_Target], dict[str, dict[str, list[str]]]]:
+    """The hosts to plan, and the inventory's own groups (kept in the run dir's inventory)."""
     from provision.ansible.checks import check_host_name
 
     if inventory:
-        from provision.hosts.inventory import load_inventory
+        from provision.hosts.inventory import read_inventory
 
-        return [_Target(t.name, _connection_vars(t), t) for t in load_inventory(inventory)]
+        inv = read_inventory(inventory)
+        return [_Target(t.name, _connection_vars(t), t) for t in inv.targets], inv.group_tree()
     if local:
         from provision.hosts.inventory import LOCALHOST
 
-        return [_Target("localhost", _local_connection(), LOCALHOST)]
+        return [_Target("localhost", _local_connection(), LOCALHOST)], {}
     if assume is None:
         raise BadInput("nothing to plan for", "give --local, -i INVENTORY or --assume os=ubuntu-22.04,gpu=H100-SXM:8")
-    return [_Target(check_host_name(assume.name), {})]
+    return [_Target(check_host_name(assume.name), {})], {}
 
 
 def _local_connection() -> dict[str, Any]:

@@ -131,6 +131,7 @@ class UpOptions:
     reboot_controller: bool = False
     state_path: Path | None = None  # --state; else config.state.path; else the default
     runs_dir: Path = RUNS_DIR
+    stack_flags: dict[str, Any] = field(default_factory=dict)  # the stack options given; they beat the config
 
 
 Progress = Callable[["HostProgress"], None]

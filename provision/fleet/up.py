@@ -127,7 +127,7 @@ def _up(
     check_options(options)
     targets = load_targets(options.local, options.inventory)
     selected = apply_limit(list(targets), limit_patterns(options.limit))
-    check_inputs(config, options.overrides, [targets[n] for n in selected], options.ssh_config)
+    check_inputs(config, options.overrides, [targets[n] for n in selected], options.ssh_config, options.stack_flags)
     state = State(state_path(options.state_path, config.state.path))
 
     run = new_run_id()
@@ -144,6 +144,7 @@ def _up(
     try:
         planned = plan(
             config=config,
+            stack_flags=options.stack_flags,
             local=options.local,
             inventory=options.inventory,
             out=run_dir / "ansible",
