@@ -236,6 +236,9 @@ def plan(
     _unique_names(lock_groups)
     lock = build_lock(lock_groups)
     text = dumps_lock(lock)
+    from provision.ansible.role_vars import check_installs_override
+
+    check_installs_override(overrides or {}, lock.to_json(), install)  # before anything is written
     # both places are checked before either is written: bad paths leave nothing half-made
     ensure_dir(out, "--out")
     ensure_dir(lock_path.parent, "--lock")
@@ -266,13 +269,14 @@ def check_inputs(
     config: Config, overrides: Mapping[str, Any] | None, targets: Sequence[HostTarget], ssh_config: Path | None
 ) -> None:
     """Everything `plan` and `up` take that can be wrong, as BadInput before any host is contacted:
-    the install settings, ``--set`` names, the ``-F`` file, and each host's SSH settings (port,
-    ssh args, the SSH config it names), read from files only."""
-    from provision.ansible.roles import check_overrides
+    the install settings, ``--set`` names and values (none the lock owns), the ``-F`` file, and
+    each host's SSH settings (port, ssh args, the SSH config it names), read from files only."""
+    from provision.ansible.roles import check_overrides, check_user_sets
     from provision.ansible.settings import InstallSettings, check_settings
     from provision.hosts.ssh_config import resolve_settings
 
     check_settings(InstallSettings.from_config(config.install))
+    check_user_sets(overrides or {})
     check_overrides(overrides or {})
     check_ssh_config(ssh_config)
     for t in targets:
