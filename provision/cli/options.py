@@ -21,6 +21,22 @@ Decorator = Callable[[F], F]
 
 # --- every command --------------------------------------------------------------------------
 
+
+class NonEmpty(click.ParamType):  # type: ignore[type-arg]  # generic from click 8.2; pyproject takes 8.1
+    """Text that must say something: ``--gpu ''`` would otherwise read as "not given" (any GPU)
+    and a run would go ahead on a meaning the user never typed. Click reports the failure as a
+    usage error, which the group turns into one line and exit 2."""
+
+    name = "text"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not value.strip():
+            self.fail("is empty (give a value, or leave the option out)", param, ctx)
+        return value
+
+
+NONEMPTY = NonEmpty()
+
 DEBUG_HELP = "Show the traceback of an error."
 
 
@@ -62,7 +78,7 @@ def local_option(help: str) -> Callable[[F], F]:  # click's own keyword
 
 
 def inventory_option(help: str) -> Callable[[F], F]:
-    return click.option("-i", "--inventory", metavar="INVENTORY", help=help)
+    return click.option("-i", "--inventory", metavar="INVENTORY", type=NONEMPTY, help=help)
 
 
 def target_options(local: str, inventory: str) -> Callable[[F], F]:
@@ -71,7 +87,9 @@ def target_options(local: str, inventory: str) -> Callable[[F], F]:
 
 
 def limit_option() -> Callable[[F], F]:
-    return click.option("--limit", metavar="PATTERN", help="Only these hosts: names or globs, comma-separated.")
+    return click.option(
+        "--limit", metavar="PATTERN", type=NONEMPTY, help="Only these hosts: names or globs, comma-separated."
+    )
 
 
 # --- reaching hosts: SSH and timeouts -------------------------------------------------------

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from provision.cli.options import (
+    NONEMPTY,
     command_options,
     config_option,
     lock_option,
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 )
 @click.option(
     "--assume",
+    type=NONEMPTY,
     metavar="FACTS",
     help="Do not contact hosts; assume os=ID-VERSION,gpu=NAME:COUNT[,arch=,nvswitch=N,python=X.Y,name=HOST].",
 )

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from provision.cli.options import command_options, config_option
+from provision.cli.options import NONEMPTY, command_options, config_option
 from provision.cli.output import emit
 from provision.stack.request import PYTHON_SOURCES
 
@@ -22,28 +22,35 @@ if TYPE_CHECKING:
 
 
 @click.command(name="resolve")
-@click.option("--gpu", help="GPU model, NVML name or PCI ID (10de:2330); case, spaces and hyphens ignored.")
+@click.option(
+    "--gpu", type=NONEMPTY, help="GPU model, NVML name or PCI ID (10de:2330); case, spaces and hyphens ignored."
+)
 @click.option("--gpu-count", type=int, help="GPUs per host (default 1 with --gpu).")
-@click.option("--instance-type", help="EC2 instance type; implies GPU, count and arch.")
-@click.option("--os", "os_name", help="os-release ID-VERSION_ID, e.g. ubuntu-22.04, debian-12, rhel-9, amzn-2023.")
-@click.option("--arch", help="x86_64 or aarch64 (default: the GPU's host arch, else x86_64).")
-@click.option("--python", help="Python X.Y for the venv (default: the OS's python3 when it fits).")
+@click.option("--instance-type", type=NONEMPTY, help="EC2 instance type; implies GPU, count and arch.")
+@click.option(
+    "--os", "os_name", type=NONEMPTY, help="os-release ID-VERSION_ID, e.g. ubuntu-22.04, debian-12, rhel-9, amzn-2023."
+)
+@click.option("--arch", type=NONEMPTY, help="x86_64 or aarch64 (default: the GPU's host arch, else x86_64).")
+@click.option("--python", type=NONEMPTY, help="Python X.Y for the venv (default: the OS's python3 when it fits).")
 @click.option(
     "--framework",
     "frameworks",
+    type=NONEMPTY,
     multiple=True,
     help="PEP 508 spec, repeatable: torch>=2.6, torch==2.7.1+cu128, jax[cuda12].",
 )
 @click.option("--torch-index", type=click.Choice(["auto", "pypi", "pytorch"]), help="Where torch wheels may come from.")
-@click.option("--torch-variant", help="Constrain torch's CUDA variant (cu128, cpu) when the spec is a range.")
-@click.option("--driver", help="auto, none, a branch (580) or an exact version (580.95.05).")
+@click.option(
+    "--torch-variant", type=NONEMPTY, help="Constrain torch's CUDA variant (cu128, cpu) when the spec is a range."
+)
+@click.option("--driver", type=NONEMPTY, help="auto, none, a branch (580) or an exact version (580.95.05).")
 @click.option(
     "--kernel-modules",
     type=click.Choice(["auto", "open", "proprietary"]),
     help="Driver kernel-module flavour.",
 )
-@click.option("--cuda-toolkit", help="System CUDA toolkit VERSION or none (default none).")
-@click.option("--cudnn", help="System cuDNN VERSION or none (default none).")
+@click.option("--cuda-toolkit", type=NONEMPTY, help="System CUDA toolkit VERSION or none (default none).")
+@click.option("--cudnn", type=NONEMPTY, help="System cuDNN VERSION or none (default none).")
 @click.option(
     "--install-method",
     type=click.Choice(["auto", "nvidia-repo", "distro"]),
