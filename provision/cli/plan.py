@@ -102,6 +102,8 @@ def _human(con: Console, result: PlanResult) -> None:
         else:
             now = "not probed (--assume)"
         con.print(f"  there now:    {now}", markup=False)
+        for note in h.notes:
+            con.print(f"  note:         {note}", markup=False)
         con.print("  will install: " + ("\n                ".join(h.changes) or "nothing"), markup=False)
         con.print(f"  reboot:       {h.reboot}", markup=False)
     for g in result.groups:

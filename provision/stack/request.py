@@ -209,6 +209,10 @@ def _none_or(value: str | None, also: tuple[str, ...] = ()) -> str | None:
 
 # --- the host ---------------------------------------------------------------------------------
 
+# What plan and resolve say of a probed host whose probe found no NVIDIA GPU (HostSpec.gpu None
+# with facts): no driver is planned for it unless one is pinned.
+NO_GPU_FOUND = "no NVIDIA GPU found on this host"
+
 
 @dataclass(frozen=True)
 class HostSpec:
