@@ -114,7 +114,11 @@ def group_vars(group: Mapping[str, Any], install: InstallSettings) -> dict[str, 
         {
             "preflight_driver_install": driver is not None,
             "preflight_driver_uses_dkms": uses_dkms,
-            "preflight_require_gpu": driver is not None,
+            # A driver or a CUDA build of a framework is useless without a GPU: preflight refuses
+            # such a host before any change (a probed host without one has no driver in the
+            # lock, but its CUDA torch would still be installed for nothing).
+            "preflight_require_gpu": driver is not None
+            or any((fw or {}).get("cuda") for fw in (stack.get("frameworks") or {}).values()),
             "preflight_mok_signing": bool(install.mok_key and install.mok_cert),
             "preflight_disk_paths": ["/", str(Path(install.venv).parent)],
         }

@@ -456,10 +456,15 @@ def _host_plan(t: _Target, group: str, stack: Mapping[str, Any], reboot_setting:
     if facts is not None and not facts.gpus:
         from provision.stack.request import NO_GPU_FOUND
 
-        notes.append(
-            f"{NO_GPU_FOUND}: no driver is planned, frameworks run on the CPU"
-            if not driver
-            else f"{NO_GPU_FOUND}: the pinned driver {driver['version']} is planned, but the apply's "
-            "preflight stops a driver install where no GPU is"
-        )
+        cuda = sorted(n for n, fw in (stack.get("frameworks") or {}).items() if fw.get("cuda"))
+        if driver:
+            note = f"the pinned driver {driver['version']} is planned, but up's preflight refuses it here"
+        elif cuda:  # role_vars: preflight_require_gpu, as a CUDA build is of no use without a GPU
+            note = (
+                f"no driver is planned; up's preflight refuses the CUDA build of {', '.join(cuda)} here "
+                "(a CPU-only stack, e.g. torch==X+cpu, passes; up --check runs the rest on the CPU)"
+            )
+        else:
+            note = "no driver is planned, the frameworks run on the CPU"
+        notes.append(f"{NO_GPU_FOUND}: {note}")
     return HostPlan(t.name, group, facts is not None, present, changes, reboot, notes)
