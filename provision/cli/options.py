@@ -22,6 +22,22 @@ Decorator = Callable[[F], F]
 
 # --- every command --------------------------------------------------------------------------
 
+
+class NonEmpty(click.ParamType):  # type: ignore[type-arg]  # generic from click 8.2; pyproject takes 8.1
+    """Text that must say something: ``--gpu ''`` would otherwise read as "not given" (any GPU)
+    and a run would go ahead on a meaning the user never typed. Click reports the failure as a
+    usage error, which the group turns into one line and exit 2."""
+
+    name = "text"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not value.strip():
+            self.fail("is empty (give a value, or leave the option out)", param, ctx)
+        return value
+
+
+NONEMPTY = NonEmpty()
+
 DEBUG_HELP = "Show the traceback of an error."
 
 
@@ -63,7 +79,7 @@ def local_option(help: str) -> Callable[[F], F]:  # click's own keyword
 
 
 def inventory_option(help: str) -> Callable[[F], F]:
-    return click.option("-i", "--inventory", metavar="INVENTORY", help=help)
+    return click.option("-i", "--inventory", metavar="INVENTORY", type=NONEMPTY, help=help)
 
 
 def target_options(local: str, inventory: str) -> Callable[[F], F]:
@@ -72,7 +88,9 @@ def target_options(local: str, inventory: str) -> Callable[[F], F]:
 
 
 def limit_option() -> Callable[[F], F]:
-    return click.option("--limit", metavar="PATTERN", help="Only these hosts: names or globs, comma-separated.")
+    return click.option(
+        "--limit", metavar="PATTERN", type=NONEMPTY, help="Only these hosts: names or globs, comma-separated."
+    )
 
 
 # --- reaching hosts: SSH and timeouts -------------------------------------------------------
@@ -149,11 +167,15 @@ def _stack_option_list() -> list[tuple[str, Callable[[Any], Any]]]:
             click.option(
                 "--framework",
                 "frameworks",
+                type=NONEMPTY,
                 multiple=True,
                 help="PEP 508 spec, repeatable: torch>=2.6, torch==2.7.1+cu128, jax[cuda12].",
             ),
         ),
-        ("driver", click.option("--driver", help="auto, none, a branch (580) or an exact version (580.95.05).")),
+        (
+            "driver",
+            click.option("--driver", type=NONEMPTY, help="auto, none, a branch (580) or an exact version (580.95.05)."),
+        ),
         (
             "kernel_modules",
             click.option(
@@ -162,9 +184,17 @@ def _stack_option_list() -> list[tuple[str, Callable[[Any], Any]]]:
                 help="Driver kernel-module flavour.",
             ),
         ),
-        ("cuda_toolkit", click.option("--cuda-toolkit", help="System CUDA toolkit VERSION or none (default none).")),
-        ("cudnn", click.option("--cudnn", help="System cuDNN VERSION or none (default none).")),
-        ("python", click.option("--python", help="Python X.Y for the venv (default: the OS's python3 when it fits).")),
+        (
+            "cuda_toolkit",
+            click.option("--cuda-toolkit", type=NONEMPTY, help="System CUDA toolkit VERSION or none (default none)."),
+        ),
+        ("cudnn", click.option("--cudnn", type=NONEMPTY, help="System cuDNN VERSION or none (default none).")),
+        (
+            "python",
+            click.option(
+                "--python", type=NONEMPTY, help="Python X.Y for the venv (default: the OS's python3 when it fits)."
+            ),
+        ),
         (
             "torch_index",
             click.option(
@@ -176,7 +206,9 @@ def _stack_option_list() -> list[tuple[str, Callable[[Any], Any]]]:
         (
             "torch_variant",
             click.option(
-                "--torch-variant", help="Constrain torch's CUDA variant (cu128, cpu) when the spec is a range."
+                "--torch-variant",
+                type=NONEMPTY,
+                help="Constrain torch's CUDA variant (cu128, cpu) when the spec is a range.",
             ),
         ),
         (

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from provision.cli.options import (
+    NONEMPTY,
     command_options,
     config_option,
     lock_option,
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 )
 @click.option(
     "--assume",
+    type=NONEMPTY,
     metavar="FACTS",
     help="Do not contact hosts; assume os=ID-VERSION,gpu=NAME:COUNT[,arch=,nvswitch=N,python=X.Y,name=HOST].",
 )
@@ -105,6 +107,8 @@ def _human(con: Console, result: PlanResult) -> None:
         else:
             now = "not probed (--assume)"
         con.print(f"  there now:    {now}", markup=False)
+        for note in h.notes:
+            con.print(f"  note:         {note}", markup=False)
         con.print("  will install: " + ("\n                ".join(h.changes) or "nothing"), markup=False)
         con.print(f"  reboot:       {h.reboot}", markup=False)
     for g in result.groups:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from provision.cli.options import command_options, config_option, stack_options
+from provision.cli.options import NONEMPTY, command_options, config_option, stack_options
 from provision.cli.output import emit
 
 if TYPE_CHECKING:
@@ -21,11 +21,15 @@ if TYPE_CHECKING:
 
 
 @click.command(name="resolve")
-@click.option("--gpu", help="GPU model, NVML name or PCI ID (10de:2330); case, spaces and hyphens ignored.")
+@click.option(
+    "--gpu", type=NONEMPTY, help="GPU model, NVML name or PCI ID (10de:2330); case, spaces and hyphens ignored."
+)
 @click.option("--gpu-count", type=int, help="GPUs per host (default 1 with --gpu).")
-@click.option("--instance-type", help="EC2 instance type; implies GPU, count and arch.")
-@click.option("--os", "os_name", help="os-release ID-VERSION_ID, e.g. ubuntu-22.04, debian-12, rhel-9, amzn-2023.")
-@click.option("--arch", help="x86_64 or aarch64 (default: the GPU's host arch, else x86_64).")
+@click.option("--instance-type", type=NONEMPTY, help="EC2 instance type; implies GPU, count and arch.")
+@click.option(
+    "--os", "os_name", type=NONEMPTY, help="os-release ID-VERSION_ID, e.g. ubuntu-22.04, debian-12, rhel-9, amzn-2023."
+)
+@click.option("--arch", type=NONEMPTY, help="x86_64 or aarch64 (default: the GPU's host arch, else x86_64).")
 @stack_options
 @config_option("provision.yaml whose stack: section is the default request.")
 @command_options

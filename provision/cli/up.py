@@ -199,6 +199,8 @@ def _ask(planned: PlanResult, hosts: list[HostRun]) -> bool:
             f"[bold]{h.host}[/bold] ({h.group}): " + ("; ".join(h.plan.changes) or "no version change"), markup=True
         )
         con.print(f"  reboot: {h.plan.reboot}", markup=False)
+        for note in h.plan.notes:
+            con.print(f"  note: {note}", markup=False)
     return click.confirm("apply this plan?", default=False)
 
 

@@ -36,7 +36,7 @@ class Assumed:
     instance_type: str | None = None
     nvswitch_count: int | None = None
     python: str | None = None
-    name: str = "assumed"
+    name: str | None = None  # the host described; None: the inventory's hosts (-i) are
 
 
 def parse_assume(text: str) -> Assumed:
@@ -70,7 +70,7 @@ def parse_assume(text: str) -> Assumed:
         instance_type=values.get("instance_type"),
         nvswitch_count=int(nvswitch) if nvswitch else None,
         python=values.get("python"),
-        name=values.get("name", "assumed"),
+        name=values.get("name"),
     )
 
 
@@ -84,6 +84,8 @@ class HostPlan:
     present: dict[str, Any]
     changes: list[str]
     reboot: str
+    # What the user should know beyond the changes, e.g. that the probe found no NVIDIA GPU.
+    notes: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -93,6 +95,7 @@ class HostPlan:
             "present": self.present,
             "changes": self.changes,
             "reboot": self.reboot,
+            "notes": self.notes,
         }
 
 
@@ -171,6 +174,7 @@ def plan(
 
     if local and inventory:
         raise BadInput("give --local or -i INVENTORY, not both", "plan the local machine or an inventory's hosts")
+    check_assume(assume, local, inventory)
     install = InstallSettings.from_config(config.install)
     install = InstallSettings(**{**install.__dict__, "reboot_controller": reboot_controller})
     check_out_dir(out)  # before any host is contacted: a user's folder is refused, nothing written
@@ -244,6 +248,9 @@ def plan(
     _unique_names(lock_groups)
     lock = build_lock(lock_groups)
     text = dumps_lock(lock)
+    from provision.ansible.role_vars import check_installs_override
+
+    check_installs_override(overrides or {}, lock.to_json(), install)  # before anything is written
     # both places are checked before either is written: bad paths leave nothing half-made
     ensure_dir(out, "--out")
     ensure_dir(lock_path.parent, "--lock")
@@ -276,6 +283,24 @@ def plan(
     return result
 
 
+def check_assume(assume: Assumed | None, local: bool, inventory: str | None) -> None:
+    """``--assume`` describes hosts that are not contacted: the inventory's (``-i``) or the one
+    its ``name=`` gives. With ``--local`` the machine would be both probed and described, and
+    without either the lock would name a host called "assumed" that nothing can apply to."""
+    if assume is None:
+        return
+    if local:
+        raise BadInput(
+            "--assume and --local together: --local probes this machine, --assume describes hosts not contacted",
+            "drop --assume to plan this machine as it is, or drop --local and add name=HOST to --assume",
+        )
+    if not inventory and assume.name is None:
+        raise BadInput(
+            "--assume does not say which host it describes",
+            "add name=HOST (e.g. --assume os=ubuntu-22.04,gpu=H100-SXM:8,name=gpu1) or give -i INVENTORY",
+        )
+
+
 def check_inputs(
     config: Config,
     overrides: Mapping[str, Any] | None,
@@ -284,14 +309,16 @@ def check_inputs(
     stack_flags: Mapping[str, Any] | None = None,
 ) -> None:
     """Everything `plan` and `up` take that can be wrong, as BadInput before any host is contacted:
-    the stack request (config and flags), the install settings, ``--set`` names, the ``-F`` file,
-    and each host's SSH settings (port, ssh args, the SSH config it names), read from files only."""
-    from provision.ansible.roles import check_overrides
+    the stack request (config and flags), the install settings, ``--set`` names and values (none the
+    lock owns), the ``-F`` file, and each host's SSH settings (port, ssh args, the SSH config it
+    names), read from files only."""
+    from provision.ansible.roles import check_overrides, check_user_sets
     from provision.ansible.settings import InstallSettings, check_settings
     from provision.hosts.ssh_config import resolve_settings
 
     check_request(config, stack_flags)
     check_settings(InstallSettings.from_config(config.install))
+    check_user_sets(overrides or {})
     check_overrides(overrides or {})
     check_ssh_config(ssh_config)
     for t in targets:
@@ -328,8 +355,10 @@ def _targets(
         from provision.hosts.inventory import LOCALHOST
 
         return [_Target("localhost", _local_connection(), LOCALHOST)], {}
-    if assume is None:
-        raise BadInput("nothing to plan for", "give --local, -i INVENTORY or --assume os=ubuntu-22.04,gpu=H100-SXM:8")
+    if assume is None or assume.name is None:  # check_assume refused a nameless --assume already
+        raise BadInput(
+            "nothing to plan for", "give --local, -i INVENTORY or --assume os=ubuntu-22.04,gpu=H100-SXM:8,name=HOST"
+        )
     return [_Target(check_host_name(assume.name), {})], {}
 
 
@@ -455,4 +484,19 @@ def _host_plan(t: _Target, group: str, stack: Mapping[str, Any], reboot_setting:
             reboot = (
                 "yes" if reboot_setting == "auto" else "needed; install.reboot is never, the run stops and asks for one"
             )
-    return HostPlan(t.name, group, facts is not None, present, changes, reboot)
+    notes: list[str] = []
+    if facts is not None and not facts.gpus:
+        from provision.stack.request import NO_GPU_FOUND
+
+        cuda = sorted(n for n, fw in (stack.get("frameworks") or {}).items() if fw.get("cuda"))
+        if driver:
+            note = f"the pinned driver {driver['version']} is planned, but up's preflight refuses it here"
+        elif cuda:  # role_vars: preflight_require_gpu, as a CUDA build is of no use without a GPU
+            note = (
+                f"no driver is planned; up's preflight refuses the CUDA build of {', '.join(cuda)} here "
+                "(a CPU-only stack, e.g. torch==X+cpu, passes; up --check runs the rest on the CPU)"
+            )
+        else:
+            note = "no driver is planned, the frameworks run on the CPU"
+        notes.append(f"{NO_GPU_FOUND}: {note}")
+    return HostPlan(t.name, group, facts is not None, present, changes, reboot, notes)

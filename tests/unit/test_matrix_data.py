@@ -234,6 +234,22 @@ def test_every_driver_branch_from_450_is_known_with_a_release() -> None:
         assert b.newest is not None and b.releases, b.branch
 
 
+def test_every_known_driver_release_has_a_form_a_pin_may_take() -> None:
+    """`--driver` and `stack.driver` take an exact version by its form (request.DRIVER_SPEC), not
+    by the list: the forms must cover every release the data knows, and the branch must be its own."""
+    from provision.stack.request import DRIVER_SPEC
+
+    seen = 0
+    for b in load().t.branches:
+        for version in {*b.releases, *([b.newest] if b.newest else []), *b.distro.values()}:
+            m = DRIVER_SPEC.match(version)
+            assert m is not None and int(m.group(1)) == b.branch, version
+            seen += 1
+    assert seen > 50
+    for impossible in ("580.1", "580.95.5", "580.1234", "58.95.05", "580.95.05.1"):
+        assert DRIVER_SPEC.match(impossible) is None, impossible
+
+
 def test_driver_branch_facts() -> None:
     k = load()
     r620, r615 = k.branch(620), k.branch(615)

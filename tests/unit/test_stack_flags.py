@@ -155,7 +155,7 @@ def test_resolve_merges_the_same_way(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("command", "extra"),
     [
-        ("plan", ["--assume", "os=debian-12,gpu=T4:1"]),
+        ("plan", ["--assume", "os=debian-12,gpu=T4:1,name=h1"]),
         # up: refused before any host is read or contacted (the inventory does not even exist)
         ("up", ["-i", "missing-inventory.ini", "--yes"]),
     ],
