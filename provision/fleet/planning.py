@@ -234,6 +234,10 @@ def plan(
 
     lock_groups = [LockGroup.from_resolution(_group_label(res.host), names, res) for names, res in groups.values()]
     _unique_names(lock_groups)
+    from provision.fleet.closure import lock_closures, wants_closure
+
+    if wants_closure(config.install.lock_closure, assume is not None):
+        lock_closures(lock_groups, install, overrides)  # before anything is written: a conflict leaves no lock
     lock = build_lock(lock_groups)
     text = dumps_lock(lock)
     # both places are checked before either is written: bad paths leave nothing half-made

@@ -74,21 +74,24 @@ class WheelSet:
             netrc=netrc,
         )
 
+    def target_args(self) -> list[str]:
+        """pip's options for the hosts' interpreter and platform (besides ``--python-version``)."""
+        abi = f"cp{self.python.replace('.', '')}"
+        return ["--implementation=cp", f"--abi={abi}", *(f"--platform={p}" for p in wheel_platforms(self.arch))]
+
+    def source_args(self, index_url: str) -> list[str]:
+        """pip's options for where one install entry's packages come from, as the role passes them."""
+        index = index_url or self.index_url
+        index_args = [f"--index-url={index}"] if index and not self.no_index else []
+        return index_args + pip_sources(
+            self.extra_index_urls, self.find_links, self.trusted_hosts, no_index=self.no_index
+        )
+
     def download_commands(self, python_exe: str, dest: Path) -> list[list[str]]:
         """One ``pip download`` per role install entry, with the options the role would pass."""
-        abi = f"cp{self.python.replace('.', '')}"
-        common = [
-            "--only-binary=:all:",
-            f"--python-version={self.python}",
-            "--implementation=cp",
-            f"--abi={abi}",
-            *(f"--platform={p}" for p in wheel_platforms(self.arch)),
-        ]
-        sources = pip_sources(self.extra_index_urls, self.find_links, self.trusted_hosts, no_index=self.no_index)
+        common = ["--only-binary=:all:", f"--python-version={self.python}", *self.target_args()]
         out = []
         for packages, index_url in self.installs:
-            index = index_url or self.index_url
-            index_args = [f"--index-url={index}"] if index and not self.no_index else []
             out.append(
                 [
                     python_exe,
@@ -99,8 +102,7 @@ class WheelSet:
                     "--quiet",
                     f"--dest={dest}",
                     *common,
-                    *index_args,
-                    *sources,
+                    *self.source_args(index_url),
                     *packages,
                 ]
             )
