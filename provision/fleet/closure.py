@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import time
 import urllib.parse
 import urllib.request
@@ -38,7 +39,16 @@ from provision.stack.lock import LockGroup, PythonPackage
 CACHE_TTL_S = 24 * 3600
 # pip's own defaults (5 retries, 15 s) make an unreachable index a minute's wait at plan time
 _NETWORK = ("--retries=1", "--timeout=20")
-_UNREACHABLE = ("NewConnectionError", "Max retries exceeded", "Could not fetch URL", "ProxyError", "ConnectTimeout")
+_UNREACHABLE = (
+    "NewConnectionError",
+    "NameResolutionError",
+    "connection broken by",
+    "Max retries exceeded",
+    "Could not fetch URL",
+    "ProxyError",
+    "ConnectTimeout",
+)
+_HOST = re.compile(r"host='([^']+)'(?:, port=(\d+))?")
 _PYPI_FILES = "files.pythonhosted.org"
 
 
@@ -94,7 +104,9 @@ def _resolve_entry(
     with netrc_env(ws.netrc) as env:
         proc = pip_dry_run(packages, ws.python, ws.target_args(), [*sources, *_NETWORK], deps=True, env=env)
     where = f"group {group} (Python {ws.python}, {ws.arch})"
-    if proc.returncode != 0:
+    # pip takes what it can reach and only warns about an index it cannot: a closure without that
+    # index's wheels is not the one the hosts would install, so that is a failure too
+    if proc.returncode != 0 or any(m in proc.stderr for m in _UNREACHABLE):
         raise _failure(proc.stderr, packages, where, sources)
     indexes = [i for i in [index_url or ws.index_url, *ws.extra_index_urls] if i and not ws.no_index]
     found = [_package(item, indexes, where) for item in json.loads(proc.stdout).get("install", [])]
@@ -110,7 +122,11 @@ def _failure(stderr: str, packages: Sequence[str], where: str, sources: Sequence
     errors = [ln.removeprefix("ERROR: ").strip() for ln in stderr.splitlines() if ln.startswith("ERROR:")]
     pins = " ".join(packages)
     if any(m in stderr for m in _UNREACHABLE):
-        index = next((s.split("=", 1)[1] for s in sources if s.startswith("--index-url=")), "the index")
+        found = _HOST.search(stderr)
+        index = "the index"
+        if found:
+            port = found.group(2)
+            index = found.group(1) + (f":{port}" if port and port not in ("80", "443") else "")
         return Unreachable(
             f"{where}: cannot reach {index} to lock the wheel closure of {pins}",
             "check the network and install.pip, or set install.lock_closure: never to lock the frameworks alone",

@@ -258,6 +258,7 @@ def plan(
                 "hosts": g.hosts,
                 "stack": g.stack,
                 "packages": g.packages.to_json() if g.packages else None,
+                "python_packages": g.to_json()["python_packages"],
                 "warnings": g.warnings,
             }
         )

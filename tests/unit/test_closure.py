@@ -6,7 +6,10 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import re
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -16,7 +19,7 @@ from provision.ansible.role_vars import locked_installs
 from provision.errors import BadInput, OperationFailed, Unreachable, Unsatisfiable
 from provision.fleet import closure
 from provision.fleet.cache.wheels import WheelSet
-from provision.stack.lock import Lock, LockGroup, PythonPackage, dumps_lock, parse_lock
+from provision.stack.lock import Lock, LockGroup, PythonPackage, dumps_lock, parse_lock, read_lock
 
 PYPI = "https://pypi.org/simple"
 # the py3-none-any wheel of requests 2.32.3 on PyPI: a file's hash never changes once uploaded
@@ -108,7 +111,7 @@ def test_an_index_pip_cannot_reach_is_one_line_saying_so(tmp_path: Path) -> None
     ws = WheelSet("3.11", "x86_64", ((("alpha==1.0",), "http://127.0.0.1:9/simple"),))
     with pytest.raises(Unreachable) as exc:
         closure.resolve(ws, "g", tmp_path / "cache")
-    assert "cannot reach http://127.0.0.1:9/simple to lock the wheel closure of alpha==1.0" in exc.value.message
+    assert "cannot reach 127.0.0.1:9 to lock the wheel closure of alpha==1.0" in exc.value.message
     assert "install.lock_closure: never" in (exc.value.hint or "")
     assert not (tmp_path / "cache").exists()  # nothing cached from a failure
 
@@ -217,3 +220,76 @@ def test_the_role_gets_one_hashed_requirement_list_per_index_and_a_mirror_for_py
     assert got[1]["requirements"] == [f"torch==2.8.0+cu128 --hash=sha256:{pkgs[0].sha256}"]
     mirrored = locked_installs(pkgs, "https://mirror.example/simple")
     assert [e["index_url"] for e in mirrored] == ["", torch, "https://mirror.example/simple"]
+
+
+def _plan(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "provision", "plan", "--assume", "os=debian-12,python=3.11,name=a", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"},
+    )
+
+
+def _config(tmp_path: Path, house: Path, closure_setting: str, *frameworks: str) -> None:
+    (tmp_path / "provision.yaml").write_text(
+        json.dumps(
+            {
+                "stack": {"frameworks": list(frameworks)},
+                "install": {"lock_closure": closure_setting, "pip": {"find_links": [str(house)]}},
+            }
+        )
+    )
+
+
+def test_plan_locks_the_closure_from_the_wheelhouse_the_hosts_install_from(tmp_path: Path) -> None:
+    """The test hosts' way: `--set frameworks_no_index=true` and a find-links wheelhouse; the lock's
+    closure comes from that same folder, and the role gets it as hashed requirement lines."""
+    house = tmp_path / "house"
+    house.mkdir()
+    make_wheel(house, "torch", "2.13.0+cpu", ("filelock", "typing_extensions>=4"))
+    make_wheel(house, "filelock", "3.18.0")
+    make_wheel(house, "typing_extensions", "4.14.0")
+    _config(tmp_path, house, "always", "torch==2.13.0+cpu")
+    r = _plan(tmp_path, "-c", "provision.yaml", "--out", "run", "--json", "--set", "frameworks_no_index=true")
+    assert r.returncode == 0, r.stderr
+    [group] = json.loads(r.stdout)["groups"]
+    got = {p["name"]: p for p in group["python_packages"]}
+    assert {n: p["version"] for n, p in got.items()} == {
+        "filelock": "3.18.0",
+        "torch": "2.13.0+cpu",
+        "typing_extensions": "4.14.0",
+    }
+    torch = house / "torch-2.13.0+cpu-py3-none-any.whl"
+    assert got["torch"]["sha256"] == hashlib.sha256(torch.read_bytes()).hexdigest()
+    assert read_lock(tmp_path / "provision.lock").groups[0].to_json()["python_packages"] == group["python_packages"]
+    text = next((tmp_path / "run" / "group_vars").glob("cpu_*.yml")).read_text()
+    assert f"- torch==2.13.0+cpu --hash=sha256:{got['torch']['sha256']}" in text
+
+
+def test_plan_refuses_a_conflict_with_exit_3_and_writes_nothing(tmp_path: Path) -> None:
+    house = tmp_path / "house"
+    house.mkdir()
+    make_wheel(house, "torch", "2.13.0+cpu", ("filelock>=4",))
+    make_wheel(house, "filelock", "3.18.0")
+    _config(tmp_path, house, "always", "torch==2.13.0+cpu")
+    r = _plan(tmp_path, "-c", "provision.yaml", "--out", "run", "--set", "frameworks_no_index=true")
+    assert r.returncode == 3, r.stderr
+    assert "no wheel" in r.stderr and "filelock>=4" in r.stderr and len(r.stderr.strip().splitlines()) <= 2
+    assert not (tmp_path / "provision.lock").exists() and not (tmp_path / "run").exists()
+
+
+def test_an_index_pip_only_warns_about_still_fails_the_closure(tmp_path: Path, wheelhouse: Path) -> None:
+    """pip resolves from the find-links folder and warns that the index is down: the hosts, which
+    would try that index, might get other wheels, so the lock is not written from half the sources."""
+    ws = WheelSet("3.11", "x86_64", ((("alpha==1.0",), "http://127.0.0.1:9/simple"),), find_links=(str(wheelhouse),))
+    with pytest.raises(Unreachable, match=re.escape("cannot reach 127.0.0.1:9")):
+        closure.resolve(ws, "g", tmp_path / "cache")
+
+
+def test_an_assumed_plan_reaches_no_index_by_default(tmp_path: Path) -> None:
+    _config(tmp_path, tmp_path / "no-such-folder", "auto", "torch==2.13.0+cpu")
+    r = _plan(tmp_path, "-c", "provision.yaml", "--out", "run", "--set", "frameworks_no_index=true")
+    assert r.returncode == 0, r.stderr
+    assert read_lock(tmp_path / "provision.lock").groups[0].python_packages == []
