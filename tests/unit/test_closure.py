@@ -293,3 +293,33 @@ def test_an_assumed_plan_reaches_no_index_by_default(tmp_path: Path) -> None:
     r = _plan(tmp_path, "-c", "provision.yaml", "--out", "run", "--set", "frameworks_no_index=true")
     assert r.returncode == 0, r.stderr
     assert read_lock(tmp_path / "provision.lock").groups[0].python_packages == []
+
+
+def _fill(ws: WheelSet, dest: Path, work: Path) -> list[subprocess.CompletedProcess[str]]:
+    return [subprocess.run(c, capture_output=True, text=True) for c in ws.download_commands(sys.executable, dest, work)]
+
+
+def test_the_wheelhouse_fills_with_exactly_the_locked_files_and_refuses_a_changed_one(
+    tmp_path: Path, wheelhouse: Path
+) -> None:
+    locked = locked_installs(closure.resolve(local(wheelhouse, "alpha==1.0"), "g", tmp_path / "cache"))
+    data = {
+        "frameworks_installs": [{"packages": ["alpha==1.0"], "index_url": ""}],
+        "frameworks_locked": locked,
+        "frameworks_find_links": [str(wheelhouse)],
+        "frameworks_no_index": True,
+    }
+    ws = WheelSet.from_group_vars(data, {"python": "3.11", "arch": "x86_64"})
+    assert ws is not None and ws.locked == (("", tuple(locked[0]["requirements"])),)
+    dest = tmp_path / "house-cache"
+    assert [r.returncode for r in _fill(ws, dest, tmp_path / "reqs")] == [0]
+    assert sorted(p.name for p in dest.iterdir()) == [
+        "alpha-1.0-py3-none-any.whl",
+        "beta-2.0-py3-none-any.whl",  # the locked beta, not every beta the source has
+        "gamma-0.5-py3-none-any.whl",
+    ]
+    # the mirror's beta 2.0 changes under the same name: the lock's hash no longer matches
+    make_wheel(wheelhouse, "beta", "2.0", ("gamma", "evil"))
+    fresh = tmp_path / "house-2"
+    [r] = _fill(ws, fresh, tmp_path / "reqs")
+    assert r.returncode != 0 and "THESE PACKAGES DO NOT MATCH THE HASHES" in r.stderr
