@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from provision.ansible.role_vars import locked_installs
+from provision.config import parse_config
 from provision.errors import BadInput, OperationFailed, Unreachable, Unsatisfiable
 from provision.fleet import closure
 from provision.fleet.cache.wheels import WheelSet
@@ -323,3 +324,10 @@ def test_the_wheelhouse_fills_with_exactly_the_locked_files_and_refuses_a_change
     fresh = tmp_path / "house-2"
     [r] = _fill(ws, fresh, tmp_path / "reqs")
     assert r.returncode != 0 and "THESE PACKAGES DO NOT MATCH THE HASHES" in r.stderr
+
+
+def test_install_lock_closure_is_a_choice_of_the_config() -> None:
+    assert parse_config({}).install.lock_closure == "auto"
+    assert parse_config({"install": {"lock_closure": "Never"}}).install.lock_closure == "never"
+    with pytest.raises(BadInput, match=re.escape("install.lock_closure` must be one of auto, always, never")):
+        parse_config({"install": {"lock_closure": True}})
