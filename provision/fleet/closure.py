@@ -31,7 +31,7 @@ from packaging.utils import canonicalize_name
 
 from provision.ansible.role_vars import PYPI, group_vars
 from provision.ansible.settings import InstallSettings, netrc_text, split_credentials
-from provision.errors import OperationFailed, Unreachable, Unsatisfiable
+from provision.errors import BadInput, OperationFailed, Unreachable, Unsatisfiable
 from provision.fleet.cache.wheels import WheelSet, last_error, netrc_env
 from provision.matrix.pypi import default_cache, pip_dry_run
 from provision.stack.lock import LockGroup, PythonPackage
@@ -99,7 +99,7 @@ def _resolve_entry(
         doc = json.loads(path.read_text())
         if time.time() - float(doc["time"]) < CACHE_TTL_S:
             return [PythonPackage.from_json(p, f"closure cache {path}") for p in doc["packages"]]
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, BadInput):
         pass  # no cache entry, or an unreadable one: resolve again
     with netrc_env(ws.netrc) as env:
         proc = pip_dry_run(packages, ws.python, ws.target_args(), [*sources, *_NETWORK], deps=True, env=env)

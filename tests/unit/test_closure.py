@@ -331,3 +331,13 @@ def test_install_lock_closure_is_a_choice_of_the_config() -> None:
     assert parse_config({"install": {"lock_closure": "Never"}}).install.lock_closure == "never"
     with pytest.raises(BadInput, match=re.escape("install.lock_closure` must be one of auto, always, never")):
         parse_config({"install": {"lock_closure": True}})
+
+
+def test_a_damaged_cache_entry_is_resolved_again(tmp_path: Path, wheelhouse: Path) -> None:
+    cache = tmp_path / "cache"
+    first = closure.resolve(local(wheelhouse, "alpha==1.0"), "g", cache)
+    [entry] = (cache / "closure").iterdir()
+    doc = json.loads(entry.read_text())
+    doc["packages"][0]["sha256"] = "not-a-hash"
+    entry.write_text(json.dumps(doc))
+    assert closure.resolve(local(wheelhouse, "alpha==1.0"), "g", cache) == first
