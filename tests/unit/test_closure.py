@@ -267,6 +267,8 @@ def test_plan_locks_the_closure_from_the_wheelhouse_the_hosts_install_from(tmp_p
     assert read_lock(tmp_path / "provision.lock").groups[0].to_json()["python_packages"] == group["python_packages"]
     text = next((tmp_path / "run" / "group_vars").glob("cpu_*.yml")).read_text()
     assert f"- torch==2.13.0+cpu --hash=sha256:{got['torch']['sha256']}" in text
+    human = _plan(tmp_path, "-c", "provision.yaml", "--out", "run", "--set", "frameworks_no_index=true")
+    assert human.returncode == 0 and "+ 3 wheels by sha256 (the lock's python_packages)" in human.stdout
 
 
 def test_plan_refuses_a_conflict_with_exit_3_and_writes_nothing(tmp_path: Path) -> None:
