@@ -17,6 +17,9 @@ from provision.ansible.checks import _URL
 from provision.errors import BadInput
 from provision.stack.request import DRIVER_FORMS, DRIVER_SPEC, PYTHON_SOURCES
 
+# install.lock_closure's choices, the default first (docs/design.md, "The lock")
+LOCK_CLOSURE = ("auto", "always", "never")
+
 DRIVER_WORDS = ("auto", "none")
 
 
@@ -71,6 +74,9 @@ class InstallConfig:
     # download list of the site's own (uv's python-downloads-json-url): air-gapped sites
     python_mirror: str | None = None
     python_downloads_json: str | None = None
+    # auto | always | never: the lock's wheel closure (provision/fleet/closure.py); auto resolves
+    # it where hosts are probed and leaves it out of --assume plans, which reach nothing
+    lock_closure: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -123,6 +129,7 @@ _SCHEMA_KEYS: dict[str, Any] = {
         "python_source",
         "python_mirror",
         "python_downloads_json",
+        "lock_closure",
     },
     "install.pip": {"index_url", "extra_index_urls", "find_links", "trusted_hosts"},
     "install.apt": {"mirror", "proxy"},
@@ -207,6 +214,7 @@ def parse_config(data: Any, where: str = "provision.yaml") -> Config:
         python_source=_choice(install, "python_source", PYTHON_SOURCES, "install", where),
         python_mirror=_url(install.get("python_mirror"), "install.python_mirror", where),
         python_downloads_json=_url(install.get("python_downloads_json"), "install.python_downloads_json", where),
+        lock_closure=_choice(install, "lock_closure", LOCK_CLOSURE, "install", where),
     )
     allow_cpu = verify.get("allow_cpu", False)
     if not isinstance(allow_cpu, bool):

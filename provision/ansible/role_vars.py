@@ -15,6 +15,7 @@ from provision.ansible.checks import _check_package, _check_text, _check_url, _c
 from provision.ansible.settings import InstallSettings, pip_sources
 from provision.errors import BadInput
 from provision.matrix.packaging import ROLES as PACKAGE_ROLES
+from provision.stack.lock import PythonPackage
 from provision.stack.packages import PackagePlan, PipPlan, Repository
 
 PYPI = "https://pypi.org/simple"
@@ -143,6 +144,11 @@ def group_vars(group: Mapping[str, Any], install: InstallSettings) -> dict[str, 
     python = _check_version(stack.get("python") or host.get("python"), "python")
     out.update(_python_vars(stack, os_id, family, python, install))
     out.update(_framework_vars(stack, pip, install))
+    closure = [
+        PythonPackage.from_json(p, f"the lock's python_packages[{i}]")
+        for i, p in enumerate(group.get("python_packages") or [])
+    ]
+    out["frameworks_locked"] = locked_installs(closure, install.pip.index_url or "")
 
     for extra in ("container_toolkit", "dcgm"):
         item = stack.get(extra)
@@ -317,3 +323,18 @@ def _framework_vars(stack: Mapping[str, Any], pip: PipPlan | None, install: Inst
         "frameworks_find_links": list(install.pip.find_links),
         "frameworks_trusted_hosts": list(install.pip.trusted_hosts),
     }
+
+
+def locked_installs(closure: Sequence[PythonPackage], mirror: str = "") -> list[dict[str, Any]]:
+    """The frameworks role's ``frameworks_locked``: the lock's wheel closure as one hashed
+    requirement list per index, so each wheel comes only from the index it was locked on (the
+    PyTorch index's copy of a PyPI name is never taken for PyPI's); ``mirror``
+    (install.pip.index_url) stands in for PyPI, "" is the install's find-links. The same lists
+    suit ``uv pip install --require-hashes --no-deps``."""
+    by_index: dict[str, list[str]] = {}
+    for p in closure:
+        index = mirror if mirror and p.index.rstrip("/") == PYPI else p.index
+        if index:
+            _check_url(index, "index URL")
+        by_index.setdefault(index, []).append(p.requirement())
+    return [{"index_url": i, "requirements": sorted(reqs)} for i, reqs in sorted(by_index.items())]

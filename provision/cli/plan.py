@@ -117,6 +117,10 @@ def _human(con: Console, result: PlanResult) -> None:
             con.print(f"[bold]group {g['name']}[/bold]  ({', '.join(g['hosts'])})", markup=True)
             for line in package_lines(PackagePlan.from_json(g["packages"])):
                 con.print(f"  {line}", markup=False, soft_wrap=True)
+            if g.get("python_packages"):  # the wheel closure: the lock lists each one
+                con.print(
+                    f"  + {len(g['python_packages'])} wheels by sha256 (the lock's python_packages)", markup=False
+                )
     for g in result.groups:
         for w in g["warnings"]:
             con.print(f"warning ({g['name']}): {w['message']}", markup=False)

@@ -246,6 +246,10 @@ def plan(
 
     lock_groups = [LockGroup.from_resolution(_group_label(res.host), names, res) for names, res in groups.values()]
     _unique_names(lock_groups)
+    from provision.fleet.closure import lock_closures, wants_closure
+
+    if wants_closure(config.install.lock_closure, assume is not None):
+        lock_closures(lock_groups, install, overrides)  # before anything is written: a conflict leaves no lock
     lock = build_lock(lock_groups)
     text = dumps_lock(lock)
     from provision.ansible.role_vars import check_installs_override
@@ -275,6 +279,7 @@ def plan(
                 "hosts": g.hosts,
                 "stack": g.stack,
                 "packages": g.packages.to_json() if g.packages else None,
+                "python_packages": g.to_json()["python_packages"],
                 "warnings": g.warnings,
             }
         )

@@ -180,7 +180,8 @@ def test_plan_json_shows_each_groups_package_plan_exactly_as_the_lock_has_it(tmp
     r = _plan("--assume", "os=rocky-9,gpu=B200:8,name=b", "--out", "run", "--json", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     [group] = json.loads(r.stdout)["groups"]
-    assert list(group) == ["name", "hosts", "stack", "packages", "warnings"]
+    assert list(group) == ["name", "hosts", "stack", "packages", "python_packages", "warnings"]
+    assert group["python_packages"] == []  # an --assume plan reaches no index (install.lock_closure: auto)
     packages = group["packages"]
     assert list(packages) == CONTRACT
     assert packages["manager"] == "dnf" and packages["module_streams"] == ["nvidia-driver:620-open"]
