@@ -28,9 +28,9 @@ PYPI = "https://pypi.org/simple"
 # pinned), and frameworks_installs' index, whose packages must stay the lock's
 # (check_installs_override). The rest comes from the install settings (venv, reboot, pip).
 # tests/unit/test_render.py checks both tables against group_vars itself.
-_DRIVER = "stack.driver / stack.kernel_modules / install.method in provision.yaml (resolve: --driver)"
-_FRAMEWORKS = "stack.frameworks / stack.torch_index in provision.yaml (resolve: --framework)"
-_PYTHON = "stack.python / install.python_source in provision.yaml (resolve: --python, --python-source)"
+_DRIVER = "stack.driver / stack.kernel_modules / install.method in provision.yaml (or --driver)"
+_FRAMEWORKS = "stack.frameworks / stack.torch_index in provision.yaml (or --framework)"
+_PYTHON = "stack.python / install.python_source in provision.yaml (or --python, --python-source)"
 _BY_GPU = "nothing: the lock decides it from the GPU and driver (change stack.driver in provision.yaml)"
 _UNPLANNED = "nothing: the lock does not plan it"
 LOCK_OWNED: dict[str, str] = {
@@ -39,8 +39,8 @@ LOCK_OWNED: dict[str, str] = {
         for role, hint in (
             ("nvidia_driver", _DRIVER),
             ("fabric_manager", _BY_GPU),
-            ("cuda_toolkit", "stack.cuda_toolkit in provision.yaml (resolve: --cuda-toolkit)"),
-            ("cudnn", "stack.cudnn in provision.yaml (resolve: --cudnn)"),
+            ("cuda_toolkit", "stack.cuda_toolkit in provision.yaml (or --cuda-toolkit)"),
+            ("cudnn", "stack.cudnn in provision.yaml (or --cudnn)"),
             ("container_toolkit", _UNPLANNED),
             ("dcgm", _UNPLANNED),
         )
@@ -56,15 +56,16 @@ LOCK_OWNED: dict[str, str] = {
     "preflight_require_gpu": _DRIVER,
     "verify_driver_version": _DRIVER,
     "fabric_manager_version": _BY_GPU,
-    "cuda_toolkit_version": "stack.cuda_toolkit in provision.yaml (resolve: --cuda-toolkit)",
+    "cuda_toolkit_version": "stack.cuda_toolkit in provision.yaml (or --cuda-toolkit)",
     "cuda_toolkit_method": _DRIVER,
-    "cudnn_version": "stack.cudnn in provision.yaml (resolve: --cudnn)",
+    "cudnn_version": "stack.cudnn in provision.yaml (or --cudnn)",
     "container_toolkit_version": _UNPLANNED,
     "dcgm_version": _UNPLANNED,
     "python_env_python": _PYTHON,
     "python_env_source": _PYTHON,
     "python_env_os_packages": _PYTHON,
     "frameworks_enabled": _FRAMEWORKS,
+    "frameworks_locked": _FRAMEWORKS,  # the closure by hash; its index follows install.pip
     "verify_frameworks": _FRAMEWORKS,
     "verify_stack": _FRAMEWORKS,
 }

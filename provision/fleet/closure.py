@@ -52,10 +52,12 @@ _HOST = re.compile(r"host='([^']+)'(?:, port=(\d+))?")
 _PYPI_FILES = "files.pythonhosted.org"
 
 
-def wants_closure(setting: str, assumed: bool) -> bool:
-    """install.lock_closure: ``auto`` resolves where hosts are probed (an ``--assume`` plan
-    reaches nothing, no host and no index), ``always`` for every plan, ``never`` not at all."""
-    return setting == "always" or (setting == "auto" and not assumed)
+def wants_closure(setting: str, applied: bool) -> bool:
+    """install.lock_closure: ``auto`` resolves for a lock that will be applied: not for an
+    ``--assume`` plan (it reaches nothing, no host and no index) nor for `up --check`'s plan
+    (check mode installs nothing, and `make demo` runs it where only PyPI is reachable);
+    ``always`` for every plan, ``never`` not at all."""
+    return setting == "always" or (setting == "auto" and applied)
 
 
 def lock_closures(

@@ -155,6 +155,7 @@ def plan(
     ssh_config: Path | None = None,
     only: Sequence[str] | None = None,
     skip_unprobed: bool = False,
+    check: bool = False,
 ) -> PlanResult:
     """Resolve per host, write ``lock_path`` and the run dir ``out``; contact hosts only to probe.
 
@@ -163,7 +164,8 @@ def plan(
     left out of the lock and the run dir and listed in :attr:`PlanResult.unprobed` (`up` fails
     it alone). When no host at all can be probed there is nothing to plan: that raises with
     every host's reason either way. ``stack_flags`` (the command line's stack options) win over
-    the config's ``stack:``.
+    the config's ``stack:``. ``check``: the plan of `up --check`, which installs nothing (see
+    :func:`provision.fleet.closure.wants_closure`).
     """
     from provision.ansible.rundir import check_out_dir, ensure_dir, write_run_dir
     from provision.ansible.settings import InstallSettings
@@ -248,7 +250,7 @@ def plan(
     _unique_names(lock_groups)
     from provision.fleet.closure import lock_closures, wants_closure
 
-    if wants_closure(config.install.lock_closure, assume is not None):
+    if wants_closure(config.install.lock_closure, applied=assume is None and not check):
         lock_closures(lock_groups, install, overrides)  # before anything is written: a conflict leaves no lock
     lock = build_lock(lock_groups)
     text = dumps_lock(lock)

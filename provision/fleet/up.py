@@ -155,6 +155,7 @@ def _up(
             ssh_config=options.ssh_config,
             only=selected,
             skip_unprobed=True,
+            check=options.check,
         )
     except BaseException:
         state.close()

@@ -154,10 +154,10 @@ def test_an_index_without_hashes_cannot_be_locked() -> None:
 
 
 def test_assume_plans_leave_the_closure_out_unless_always() -> None:
-    assert closure.wants_closure("auto", assumed=False)
-    assert not closure.wants_closure("auto", assumed=True)
-    assert closure.wants_closure("always", assumed=True)
-    assert not closure.wants_closure("never", assumed=False)
+    assert closure.wants_closure("auto", applied=True)
+    assert not closure.wants_closure("auto", applied=False)
+    assert closure.wants_closure("always", applied=False)
+    assert not closure.wants_closure("never", applied=True)
 
 
 def _pkg(name: str, version: str, index: str = PYPI) -> PythonPackage:

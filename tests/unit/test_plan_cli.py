@@ -281,7 +281,10 @@ def test_plan_local_on_a_machine_without_an_nvidia_gpu_says_so(tmp_path: Path) -
     )
     if json.loads(probe.stdout)["hosts"][0]["facts"]["gpus"]:
         pytest.skip("this machine has an NVIDIA GPU")
-    r = _plan("--local", "--out", "run", "--json", cwd=tmp_path)
+    # the frameworks alone: the default torch's index (download.pytorch.org) is not reachable
+    # from the test machines, and the wheel closure is test_closure.py's
+    (tmp_path / "p.yaml").write_text("install: {lock_closure: never}\n")
+    r = _plan("--local", "-c", "p.yaml", "--out", "run", "--json", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     [host] = json.loads(r.stdout)["hosts"]
     assert host["notes"] == [
@@ -291,9 +294,9 @@ def test_plan_local_on_a_machine_without_an_nvidia_gpu_says_so(tmp_path: Path) -
     assert not any(c.startswith("driver ") for c in host["changes"]) and host["reboot"] == "no"
     assert read_lock(tmp_path / "provision.lock").groups[0].stack["driver"] is None
     assert "preflight_require_gpu: true" in "".join(p.read_text() for p in (tmp_path / "run" / "group_vars").iterdir())
-    human = _plan("--local", "--out", "run2", "--lock", "l2", cwd=tmp_path)
+    human = _plan("--local", "-c", "p.yaml", "--out", "run2", "--lock", "l2", cwd=tmp_path)
     assert "note:         no NVIDIA GPU found on this host" in human.stdout
-    (tmp_path / "cpu.yaml").write_text("stack: {frameworks: ['torch==2.13.0+cpu']}\n")
+    (tmp_path / "cpu.yaml").write_text("stack: {frameworks: ['torch==2.13.0+cpu']}\ninstall: {lock_closure: never}\n")
     cpu = _plan("--local", "-c", "cpu.yaml", "--out", "run3", "--lock", "l3", "--json", cwd=tmp_path)
     assert cpu.returncode == 0, cpu.stderr
     [host] = json.loads(cpu.stdout)["hosts"]
