@@ -221,6 +221,20 @@ def test_first_hand_checks_agree_with_the_data() -> None:
     assert "tensorflow 2.21.0 requires_python >=3.10" in text
 
 
+@pytest.mark.parametrize(("os_id", "suite"), [("debian-12", "bookworm"), ("debian-13", "trixie")])
+def test_debian_pythons_and_gcc_are_the_archives(os_id: str, suite: str) -> None:
+    """The Packages index read 2026-12-02 (evidence file): python3's interpreter first, the only one, and gcc's."""
+    text = (resources.files("provision.matrix") / "evidence" / "debian-packages-2026-12-02.txt").read_text()
+    section = text.split(f"== {suite} ")[1].split("\n== ")[0]
+    rows = {m.split(" | ")[0].removeprefix("Package: "): m for m in section.splitlines() if m.startswith("Package: ")}
+    interpreters = sorted(name.removeprefix("python") for name in rows if name.startswith("python3."))
+    default = rows["python3"].split("Depends: python")[1].split(" ")[0]
+    gcc_major = int(rows["gcc"].split("Depends: ")[1].split("gcc-")[1].split(" ")[0])
+    osr = load().os_release(os_id)
+    assert osr.pythons[0] == default and sorted(osr.pythons) == interpreters
+    assert osr.gcc == gcc_major
+
+
 # --- issue 15: facts read from primary sources on 2026-12-01 (/work/notes/i15-facts.md) --------
 
 EVERY_BRANCH = [620, 615, 610, 595, 590, 580, 575, 570, 565, 560, 555, 550, 545, 535, 530, 525, 520, 515, 510]
