@@ -13,6 +13,11 @@
 #                    included) and peak host memory (max RSS of the job and its children)
 #   summary.json     time to verdict, GEMM job / reference ratio, utilization, memory vs targets
 #   env.txt, nvidia-smi.txt, job.stderr, gpu_check.log
+#   provision/       provision itself on the machine (issue 14): `probe --local` (probe.json), a
+#                    plan that keeps the driver it finds (`plan --local --driver none`: plan.json,
+#                    plan.txt, provision.lock) and `up --local --check` (up_check.json); skipped,
+#                    not failed, where provision's own dependencies are not importable (carry
+#                    them as wheels: benchmarks/gpu_wheels.sh)
 #   tune/            `provision tune`'s job on the same GPU (benchmarks/tune_gpu.sh: tune.json,
 #                    tune.md, tune.log), run last so that it cannot disturb the job's figures
 # Exit status: 0 when every step ran (the targets' outcome is in summary.json), 1 when a step
@@ -176,7 +181,30 @@ print(json.dumps(summary, indent=2))
 sys.exit(0 if report else 1)
 PY
 
-# 5. The tuning sweeps (issue 9), after the verdict's figures are safely written.
+# 5. provision itself on this host: what it probes, a plan that keeps the driver that is there
+# (driver: none, not managed: nothing of it is planned) for the torch the machine has (no network:
+# nothing could be fetched), and `up --check`, which changes nothing.
+if PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PY" -c 'import provision.cli.app, ansible_runner' 2>/dev/null; then
+  P=$OUT/provision
+  mkdir -p "$P"
+  TORCH=$("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null)
+  { echo "stack:"; echo "  driver: none"; echo "  frameworks: [\"torch==${TORCH:-none}\"]"
+    [[ $MODE == cpu ]] && { echo "verify:"; echo "  allow_cpu: true"; }; } > "$P/provision.yaml"
+  # provision runs from this checkout, with ansible-playbook beside the Python that runs it
+  PROV=(env "PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH}" "PATH=$(dirname "$(command -v "$PY")"):$PATH" "$PY" -m provision)
+  cd "$P" || exit 1
+  step provision-probe 120 sh -c '"$@" > probe.json' - "${PROV[@]}" probe --local --json
+  step provision-plan 120 sh -c '"$@" --json > plan.json && "$@" > plan.txt' - \
+    "${PROV[@]}" plan --local -c provision.yaml --out run --lock provision.lock
+  step provision-up-check 300 sh -c '"$@" > up_check.json' - \
+    "${PROV[@]}" up --local --check --yes -c provision.yaml --json
+  rm -rf run .provision
+  cd "$ROOT" || exit 1
+else
+  log "provision: skipped (its dependencies are not importable by $PY; benchmarks/gpu_wheels.sh carries them)"
+fi
+
+# 6. The tuning sweeps (issue 9), after the verdict's figures are safely written.
 if [[ $MODE == cpu ]]; then
   step tune 90 env PYTHON="$PY" ALLOW_CPU=1 SCALE=test TIME_LIMIT=30 bash "$ROOT/benchmarks/tune_gpu.sh" "$OUT/tune"
 else

@@ -8,13 +8,17 @@ The ``stack:`` section becomes the resolver's request (:meth:`StackConfig.as_req
 from __future__ import annotations
 
 import difflib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from provision.ansible.checks import _URL
 from provision.errors import BadInput
-from provision.stack.request import PYTHON_SOURCES
+from provision.stack.request import DRIVER_FORMS, DRIVER_SPEC, PYTHON_SOURCES
+
+# install.lock_closure's choices, the default first (docs/design.md, "The lock")
+LOCK_CLOSURE = ("auto", "always", "never")
 
 DRIVER_WORDS = ("auto", "none")
 
@@ -70,6 +74,9 @@ class InstallConfig:
     # download list of the site's own (uv's python-downloads-json-url): air-gapped sites
     python_mirror: str | None = None
     python_downloads_json: str | None = None
+    # auto | always | never: the lock's wheel closure (provision/fleet/closure.py); auto resolves
+    # it where hosts are probed and leaves it out of --assume plans, which reach nothing
+    lock_closure: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -96,12 +103,15 @@ class Config:
     path: str | None = None
     state: StateConfig = field(default_factory=StateConfig)
 
-    def request_args(self) -> dict[str, Any]:
-        """The stack request with install.method folded in (it decides the driver's packages)."""
+    def request_args(self, flags: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The stack request with install.method and install.python_source folded in (they decide
+        the driver's packages and the venv's Python), and ``flags`` over it: the command line's
+        stack options (provision/cli/options.py stack_options, only those given) win."""
         return {
             **self.stack.as_request_args(),
             "install_method": self.install.method,
             "python_source": self.install.python_source,
+            **{k: v for k, v in (flags or {}).items() if v is not None},
         }
 
 
@@ -119,6 +129,7 @@ _SCHEMA_KEYS: dict[str, Any] = {
         "python_source",
         "python_mirror",
         "python_downloads_json",
+        "lock_closure",
     },
     "install.pip": {"index_url", "extra_index_urls", "find_links", "trusted_hosts"},
     "install.apt": {"mirror", "proxy"},
@@ -136,6 +147,10 @@ def load_config(path: Path | str) -> Config:
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadInput(
+            f"{p} is not UTF-8 text (byte {exc.start} cannot be decoded)", "save the config as UTF-8"
+        ) from None
     except FileNotFoundError:
         raise BadInput(f"config file not found: {p}", "check the -c path") from None
     except OSError as exc:
@@ -173,8 +188,8 @@ def parse_config(data: Any, where: str = "provision.yaml") -> Config:
         frameworks=tuple(frameworks),
         driver=_driver(stack.get("driver", "auto"), where),
         kernel_modules=_choice(stack, "kernel_modules", ("auto", "open", "proprietary"), "stack", where),
-        cuda_toolkit=_version(stack.get("cuda_toolkit", "none"), "stack.cuda_toolkit", where),
-        cudnn=_version(stack.get("cudnn", "none"), "stack.cudnn", where),
+        cuda_toolkit=_version(stack.get("cuda_toolkit", "none"), "stack.cuda_toolkit", "12.8", where),
+        cudnn=_version(stack.get("cudnn", "none"), "stack.cudnn", "9.10.2.21", where),
         python=_python(stack.get("python", "auto"), where),
         torch_index=_choice(stack, "torch_index", ("auto", "pypi", "pytorch"), "stack", where),
     )
@@ -199,6 +214,7 @@ def parse_config(data: Any, where: str = "provision.yaml") -> Config:
         python_source=_choice(install, "python_source", PYTHON_SOURCES, "install", where),
         python_mirror=_url(install.get("python_mirror"), "install.python_mirror", where),
         python_downloads_json=_url(install.get("python_downloads_json"), "install.python_downloads_json", where),
+        lock_closure=_choice(install, "lock_closure", LOCK_CLOSURE, "install", where),
     )
     allow_cpu = verify.get("allow_cpu", False)
     if not isinstance(allow_cpu, bool):
@@ -273,6 +289,7 @@ def _choice(body: dict[str, Any], key: str, choices: tuple[str, ...], section: s
 
 
 def _driver(value: Any, where: str) -> str:
+    _not_a_float(value, "stack.driver", "580.95.05", where)
     if isinstance(value, bool) or not isinstance(value, (str, int)):
         raise _bad(
             where,
@@ -280,31 +297,44 @@ def _driver(value: Any, where: str) -> str:
             f"must be auto, none, a branch or a version (got {value!r})",
             'e.g. driver: "580"',
         )
-    return str(value).strip().lower()
+    text = str(value).strip().lower()
+    if text not in DRIVER_WORDS and not DRIVER_SPEC.match(text):
+        raise _bad(where, "stack.driver", f"is not a driver branch or version (got {value!r})", DRIVER_FORMS)
+    return text
 
 
-def _version(value: Any, key: str, where: str) -> str:
-    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+def _version(value: Any, key: str, example: str, where: str) -> str:
+    _not_a_float(value, key, example, where)
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
         raise _bad(
             where,
             key,
             f"must be none or a version string (got {value!r})",
-            f'quote it, e.g. {key.rsplit(".", maxsplit=1)[-1]}: "12.8"',
+            f'quote it, e.g. {key.rsplit(".", maxsplit=1)[-1]}: "{example}"',
         )
     return str(value).strip()
 
 
 def _python(value: Any, where: str) -> str:
-    if isinstance(value, float):  # YAML reads 3.10 as 3.1: refuse rather than guess
-        raise _bad(
-            where,
-            "stack.python",
-            f"is a number ({value!r}); YAML turns 3.10 into 3.1",
-            'quote it: python: "3.10"',
-        )
+    _not_a_float(value, "stack.python", "3.10", where)
     if not isinstance(value, str):
         raise _bad(where, "stack.python", f"must be auto or X.Y (got {value!r})", 'e.g. python: "3.11"')
     return value.strip()
+
+
+def _not_a_float(value: Any, key: str, example: str, where: str) -> None:
+    """A version-valued key must not be a YAML number with a fraction: YAML has already dropped
+    what made it a version (``12.10`` is the float 12.1, ``9.10`` is 9.1), and the text the user
+    typed is gone, so every float is refused rather than guessed at, even one that reads back the
+    same (``12.8``): the rule is then the same for every value."""
+    if isinstance(value, float):
+        name = key.rsplit(".", maxsplit=1)[-1]
+        raise _bad(
+            where,
+            key,
+            f"is a number ({value!r}); YAML drops a version's trailing zeros (12.10 becomes 12.1)",
+            f'quote it, e.g. {name}: "{example}"',
+        )
 
 
 def _string(value: Any, key: str, where: str) -> str | None:

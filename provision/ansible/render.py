@@ -18,7 +18,7 @@ This module renders the run dir's text (pure); its parts live beside it: ``check
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -64,10 +64,15 @@ def render_files(
     *,
     roles_path: str,
     overrides: Mapping[str, Any] | None = None,
+    user_groups: Mapping[str, Mapping[str, Sequence[str]]] | None = None,
 ) -> dict[str, str]:
     """The run dir's files as {relative path: text}; pure, so golden tests compare it byte for byte.
 
     ``hosts`` maps each host of the lock to its connection variables (``ansible_host``, ...).
+    ``user_groups`` are the user's inventory groups ({group: {"hosts": [...], "children": [...]}},
+    :meth:`provision.hosts.inventory.Inventory.group_tree`): they go into inventory.yml beside the
+    lock's groups, holding the lock's hosts only and no variables (the hosts' connection variables
+    are already in the lock groups' entries, and every role variable stays in group_vars/).
     """
     import jinja2
 
@@ -144,8 +149,11 @@ def render_files(
         },
         "inventory",
     )
+    # after the check: the user's groups hold host names only (checked with the lock's hosts)
+    inventory.update(_user_groups(user_groups or {}, {h for g in inventory.values() for h in g["hosts"]}, names))
     files["inventory.yml"] = env.get_template("data.yml.j2").render(
         what="the hosts of provision.lock, by host group"
+        + ("; the inventory's own groups beside them" if user_groups else "")
         + ("; a sudo password comes from the play's prompt, never from a file" if prompts else ""),
         body=yaml.safe_dump({"all": {"children": inventory}}, sort_keys=False, default_flow_style=False, width=1000),
     )
@@ -245,6 +253,43 @@ def _credentials_play() -> dict[str, Any]:
             }
         ],
     }
+
+
+_GROUP = re.compile(r"^[A-Za-z0-9_.-]+$")  # provision.hosts.inventory takes no other group name
+
+
+def _user_groups(
+    groups: Mapping[str, Mapping[str, Sequence[str]]], lock_hosts: set[str], lock_groups: Sequence[str]
+) -> dict[str, Any]:
+    """The user's groups for inventory.yml: each with its hosts the lock has (a host left out by
+    ``--limit`` or an unprobed one is not in the run) and its child groups that are kept."""
+    kept: dict[str, list[str]] = {}
+    for name, group in groups.items():
+        if name in ("all", "ungrouped"):
+            continue
+        if not _GROUP.match(name):
+            raise BadInput(f"inventory group {name!r} cannot go into the run dir", "use letters, digits, `_`, `-`, `.`")
+        members = [h for h in group.get("hosts", ()) if h in lock_hosts]
+        if not members:
+            continue
+        if name in lock_groups:
+            # one name for both would give the lock group's role variables to all the user's hosts
+            raise BadInput(
+                f"inventory group {name!r} has the name of a lock group", "rename that group in the inventory"
+            )
+        kept[name] = members
+    out: dict[str, Any] = {}
+    for name, members in kept.items():
+        children = [c for c in groups[name].get("children", ()) if c in kept]
+        # a host of a child group is in the parent through it (members count hosts of children too)
+        through = {h for c in children for h in kept[c]}
+        body: dict[str, Any] = {}
+        if direct := [h for h in members if h not in through]:
+            body["hosts"] = dict.fromkeys(direct)
+        if children:
+            body["children"] = {c: {} for c in children}
+        out[name] = body
+    return out
 
 
 def _forks(hosts: int) -> int:

@@ -15,9 +15,86 @@ from provision.ansible.checks import _check_package, _check_text, _check_url, _c
 from provision.ansible.settings import InstallSettings, pip_sources
 from provision.errors import BadInput
 from provision.matrix.packaging import ROLES as PACKAGE_ROLES
+from provision.stack.lock import PythonPackage
 from provision.stack.packages import PackagePlan, PipPlan, Repository
 
 PYPI = "https://pypi.org/simple"
+
+# The role variables group_vars() takes from the lock group (its host, stack and packages) that
+# say *what* is installed, and where a user changes that instead. `--set` of one of them is
+# refused by plan and up: the run dir would install what provision.lock does not say, and verify,
+# drift and the fast converge path, which read the lock, would disagree with the host. Those that
+# say only *where from* (WHERE_FROM) stay settable for mirrors: a repository's URL (its key stays
+# pinned), and frameworks_installs' index, whose packages must stay the lock's
+# (check_installs_override). The rest comes from the install settings (venv, reboot, pip).
+# tests/unit/test_render.py checks both tables against group_vars itself.
+_DRIVER = "stack.driver / stack.kernel_modules / install.method in provision.yaml (or --driver)"
+_FRAMEWORKS = "stack.frameworks / stack.torch_index in provision.yaml (or --framework)"
+_PYTHON = "stack.python / install.python_source in provision.yaml (or --python, --python-source)"
+_BY_GPU = "nothing: the lock decides it from the GPU and driver (change stack.driver in provision.yaml)"
+_UNPLANNED = "nothing: the lock does not plan it"
+LOCK_OWNED: dict[str, str] = {
+    **{
+        f"{role}_{part}": hint
+        for role, hint in (
+            ("nvidia_driver", _DRIVER),
+            ("fabric_manager", _BY_GPU),
+            ("cuda_toolkit", "stack.cuda_toolkit in provision.yaml (or --cuda-toolkit)"),
+            ("cudnn", "stack.cudnn in provision.yaml (or --cudnn)"),
+            ("container_toolkit", _UNPLANNED),
+            ("dcgm", _UNPLANNED),
+        )
+        for part in ("packages", "holds", "services", "enabled")
+    },
+    "nvidia_driver_module_streams": _DRIVER,
+    "nvidia_driver_method": _DRIVER,
+    "nvidia_driver_branch": _DRIVER,
+    "nvidia_driver_version": _DRIVER,
+    "nvidia_driver_kernel_modules": _DRIVER,
+    "preflight_driver_install": _DRIVER,
+    "preflight_driver_uses_dkms": _DRIVER,
+    "preflight_require_gpu": _DRIVER,
+    "verify_driver_version": _DRIVER,
+    "fabric_manager_version": _BY_GPU,
+    "cuda_toolkit_version": "stack.cuda_toolkit in provision.yaml (or --cuda-toolkit)",
+    "cuda_toolkit_method": _DRIVER,
+    "cudnn_version": "stack.cudnn in provision.yaml (or --cudnn)",
+    "container_toolkit_version": _UNPLANNED,
+    "dcgm_version": _UNPLANNED,
+    "python_env_python": _PYTHON,
+    "python_env_source": _PYTHON,
+    "python_env_os_packages": _PYTHON,
+    "frameworks_enabled": _FRAMEWORKS,
+    "frameworks_locked": _FRAMEWORKS,  # the closure by hash; its index follows install.pip
+    "verify_frameworks": _FRAMEWORKS,
+    "verify_stack": _FRAMEWORKS,
+}
+
+WHERE_FROM = frozenset({*(f"{role}_repositories" for role in PACKAGE_ROLES), "frameworks_installs"})
+
+
+def check_installs_override(overrides: Mapping[str, Any], lock: Mapping[str, Any], install: InstallSettings) -> None:
+    """``--set frameworks_installs`` may send the lock's wheels to another index, not change them:
+    its requirements must be each lock group's own (BadInput otherwise, before anything is written)."""
+    value = overrides.get("frameworks_installs")
+    if value is None:
+        return
+    if not isinstance(value, list) or not all(
+        isinstance(e, Mapping) and isinstance(e.get("packages"), list) for e in value
+    ):
+        raise BadInput(
+            "--set frameworks_installs: not a list of {packages: [...], index_url: ...}",
+            "see the frameworks role's variables in the README",
+        )
+    given = sorted(str(p) for e in value for p in e["packages"])
+    for group in lock.get("groups") or []:
+        locked = sorted(str(p) for e in group_vars(group, install)["frameworks_installs"] for p in e["packages"])
+        if given != locked:
+            raise BadInput(
+                f"--set frameworks_installs: its packages {', '.join(given) or 'none'} are not the lock's "
+                f"({', '.join(locked) or 'none'}, group {group.get('name')})",
+                f"change only its index_url; the versions follow {_FRAMEWORKS}",
+            )
 
 
 def group_vars(group: Mapping[str, Any], install: InstallSettings) -> dict[str, Any]:
@@ -39,7 +116,11 @@ def group_vars(group: Mapping[str, Any], install: InstallSettings) -> dict[str, 
         {
             "preflight_driver_install": driver is not None,
             "preflight_driver_uses_dkms": uses_dkms,
-            "preflight_require_gpu": driver is not None,
+            # A driver or a CUDA build of a framework is useless without a GPU: preflight refuses
+            # such a host before any change (a probed host without one has no driver in the
+            # lock, but its CUDA torch would still be installed for nothing).
+            "preflight_require_gpu": driver is not None
+            or any((fw or {}).get("cuda") for fw in (stack.get("frameworks") or {}).values()),
             "preflight_mok_signing": bool(install.mok_key and install.mok_cert),
             "preflight_disk_paths": ["/", str(Path(install.venv).parent)],
         }
@@ -64,6 +145,11 @@ def group_vars(group: Mapping[str, Any], install: InstallSettings) -> dict[str, 
     python = _check_version(stack.get("python") or host.get("python"), "python")
     out.update(_python_vars(stack, os_id, family, python, install))
     out.update(_framework_vars(stack, pip, install))
+    closure = [
+        PythonPackage.from_json(p, f"the lock's python_packages[{i}]")
+        for i, p in enumerate(group.get("python_packages") or [])
+    ]
+    out["frameworks_locked"] = locked_installs(closure, install.pip.index_url or "")
 
     for extra in ("container_toolkit", "dcgm"):
         item = stack.get(extra)
@@ -238,3 +324,18 @@ def _framework_vars(stack: Mapping[str, Any], pip: PipPlan | None, install: Inst
         "frameworks_find_links": list(install.pip.find_links),
         "frameworks_trusted_hosts": list(install.pip.trusted_hosts),
     }
+
+
+def locked_installs(closure: Sequence[PythonPackage], mirror: str = "") -> list[dict[str, Any]]:
+    """The frameworks role's ``frameworks_locked``: the lock's wheel closure as one hashed
+    requirement list per index, so each wheel comes only from the index it was locked on (the
+    PyTorch index's copy of a PyPI name is never taken for PyPI's); ``mirror``
+    (install.pip.index_url) stands in for PyPI, "" is the install's find-links. The same lists
+    suit ``uv pip install --require-hashes --no-deps``."""
+    by_index: dict[str, list[str]] = {}
+    for p in closure:
+        index = mirror if mirror and p.index.rstrip("/") == PYPI else p.index
+        if index:
+            _check_url(index, "index URL")
+        by_index.setdefault(index, []).append(p.requirement())
+    return [{"index_url": i, "requirements": sorted(reqs)} for i, reqs in sorted(by_index.items())]

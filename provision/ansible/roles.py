@@ -62,6 +62,29 @@ def check_overrides(overrides: Mapping[str, Any]) -> None:
             raise BadInput(f"--set {name}: {problem}", "see the role's variables in the README")
 
 
+def check_user_sets(overrides: Mapping[str, Any]) -> None:
+    """What `plan` and `up` refuse of ``--set`` beyond the argument specs (render, which tests and
+    the integration harness call with any role variable, checks only those).
+
+    A variable the lock owns (:data:`provision.ansible.role_vars.LOCK_OWNED`) would make the run
+    dir install what provision.lock does not say. A string variable that YAML read as a float
+    (``--set nvidia_driver_kernel=6.10`` is 6.1) has lost the text typed: quote it.
+    """
+    from provision.ansible.role_vars import LOCK_OWNED
+
+    specs = role_argument_specs()
+    for name, value in overrides.items():
+        instead = LOCK_OWNED.get(name)
+        if instead is not None:
+            raise BadInput(f"--set {name}: the lock decides this variable, not --set", f"use {instead}")
+        spec = specs.get(name) or {}
+        if isinstance(value, float) and spec.get("type", "str") in ("str", "path"):
+            raise BadInput(
+                f"--set {name}: {value!r} is a number; YAML drops a version's trailing zeros (6.10 becomes 6.1)",
+                f"""quote it as you mean it, e.g. --set '{name}="6.10"'""",
+            )
+
+
 _KIND_NAMES = {
     "bool": "a boolean",
     "int": "an integer",

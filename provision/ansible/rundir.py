@@ -6,7 +6,7 @@ dir), the marker, replacing the files render owns, and the private file, folder 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,6 +84,7 @@ def write_run_dir(
     *,
     overrides: Mapping[str, Any] | None = None,
     roles_path: str | None = None,
+    user_groups: Mapping[str, Mapping[str, Sequence[str]]] | None = None,
     bundle_roles: bool = False,
 ) -> RunDir:
     """Render and write the run dir (replacing the files it owns, keeping anything else there).
@@ -95,7 +96,14 @@ def write_run_dir(
     """
     if bundle_roles:
         roles_path = BUNDLED_ROLES_PATH
-    files = render_files(lock, hosts, install, roles_path=roles_path or default_roles_path(), overrides=overrides)
+    files = render_files(
+        lock,
+        hosts,
+        install,
+        roles_path=roles_path or default_roles_path(),
+        overrides=overrides,
+        user_groups=user_groups,
+    )
     check_out_dir(out)
     ensure_dir(out, "--out")
     private_dir(out)

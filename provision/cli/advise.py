@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from provision.cli.options import command_options
+from provision.cli.options import NONEMPTY, command_options
 from provision.cli.output import emit
 from provision.errors import BadInput
 
@@ -26,7 +26,9 @@ def advise() -> None:
 
 @advise.command(name="cost")
 @click.option("--cloud-price", type=float, metavar="USD_PER_HOUR", help="Cloud price per GPU-machine hour.")
-@click.option("--instance-type", metavar="T", help="EC2 instance type: its price from the knowledge data.")
+@click.option(
+    "--instance-type", type=NONEMPTY, metavar="T", help="EC2 instance type: its price from the knowledge data."
+)
 @click.option("--spot", is_flag=True, help="With --instance-type: the spot price (where the data has one).")
 @click.option("--hours-per-day", type=float, required=True, metavar="H", help="Hours of use per day, 0-24.")
 @click.option("--server-price", type=float, required=True, metavar="USD", help="Price of the own server.")
@@ -122,7 +124,9 @@ def _cost_human(con: Console, doc: dict[str, Any]) -> None:
 
 
 @advise.command(name="gpu")
-@click.option("--params", "params_text", required=True, metavar="N", help="Parameter count: 7e9, 7B, 70b, 350M.")
+@click.option(
+    "--params", "params_text", type=NONEMPTY, required=True, metavar="N", help="Parameter count: 7e9, 7B, 70b, 350M."
+)
 @click.option(
     "--precision",
     type=click.Choice(["fp32", "bf16", "fp16", "fp8", "int8", "int4"]),
@@ -139,7 +143,9 @@ def _cost_human(con: Console, doc: dict[str, Any]) -> None:
 )
 @click.option("--batch", type=int, default=1, show_default=True)
 @click.option("--seq-len", type=int, default=2048, show_default=True)
-@click.option("--top", type=int, default=12, show_default=True, help="Rows of the table (JSON has all).")
+@click.option(
+    "--top", type=click.IntRange(min=1), default=12, show_default=True, help="Rows of the table (JSON has all)."
+)
 @command_options
 def gpu(
     *,

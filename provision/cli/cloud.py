@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import click
 
-from provision.cli.options import command_options
+from provision.cli.options import NONEMPTY, command_options
 from provision.cloud.launcher import DEFAULT_KEY, LaunchArgs
 from provision.errors import BadInput
 
@@ -52,22 +52,38 @@ def warn_before_launch(prepared: Prepared) -> None:
 # The launch options `cloud up` and `up --cloud` share: declared once, gathered into LaunchArgs.
 _LAUNCH_OPTIONS: list[Callable[[Any], Any]] = [
     click.option(
-        "--instance-type", "instance_type", metavar="T[,T2...]", help="EC2 type(s); a list is the fallback order."
+        "--instance-type",
+        "instance_type",
+        type=NONEMPTY,
+        metavar="T[,T2...]",
+        help="EC2 type(s); a list is the fallback order.",
     ),
-    click.option("--gpu", metavar="NAME", help="GPU model; the cheapest type that fits is chosen (with --gpus)."),
+    click.option(
+        "--gpu", type=NONEMPTY, metavar="NAME", help="GPU model; the cheapest type that fits is chosen (with --gpus)."
+    ),
     click.option("--gpus", type=int, metavar="N", help="GPUs per instance with --gpu (default 1)."),
     click.option("--count", type=int, default=1, show_default=True, help="Instances to launch."),
-    click.option("--region", help="AWS region (default: the profile's or AWS_REGION)."),
+    click.option("--region", type=NONEMPTY, help="AWS region (default: the profile's or AWS_REGION)."),
     click.option("--spot", is_flag=True, help="Spot instances (one-time, terminate on interruption)."),
     click.option("--on-demand-fallback", is_flag=True, help="With --spot: on-demand when no spot capacity is left."),
     click.option(
-        "--ttl", default="8h", show_default=True, help="Expiry written in provision:expires-at (30m, 8h, 2d)."
+        "--ttl",
+        type=NONEMPTY,
+        default="8h",
+        show_default=True,
+        help="Expiry written in provision:expires-at (30m, 8h, 2d).",
     ),
-    click.option("--ssh-cidr", metavar="CIDR", help="Who may reach port 22 (required; e.g. your-ip/32)."),
-    click.option("--ssh-key", metavar="PUB", help=f"Public key to import (default {DEFAULT_KEY} when it exists)."),
+    click.option(
+        "--ssh-cidr", type=NONEMPTY, metavar="CIDR", help="Who may reach port 22 (required; e.g. your-ip/32)."
+    ),
+    click.option(
+        "--ssh-key", type=NONEMPTY, metavar="PUB", help=f"Public key to import (default {DEFAULT_KEY} when it exists)."
+    ),
     click.option("--new-key", is_flag=True, help="Create a key pair; its private key goes 0600 into the run dir."),
-    click.option("--ami", help="The image to boot (its OS given by --os for the SSH user)."),
-    click.option("--os", "os_name", default=None, help="ubuntu-22.04|ubuntu-24.04|debian-12|amzn-2023|rhel-9."),
+    click.option("--ami", type=NONEMPTY, help="The image to boot (its OS given by --os for the SSH user)."),
+    click.option(
+        "--os", "os_name", type=NONEMPTY, default=None, help="ubuntu-22.04|ubuntu-24.04|debian-12|amzn-2023|rhel-9."
+    ),
     click.option(
         "--base",
         type=click.Choice(["os", "dlami"]),
@@ -140,7 +156,7 @@ def _up_human(con: Console, r: LaunchResult) -> None:
 
 
 @cloud.command(name="ls")
-@click.option("--region", help="AWS region (default: the profile's or AWS_REGION).")
+@click.option("--region", type=NONEMPTY, help="AWS region (default: the profile's or AWS_REGION).")
 @command_options
 def ls(region: str | None, as_json: bool) -> int:
     """List the instances provision launched, with price per hour, cost so far and expiry."""
@@ -209,10 +225,10 @@ def _ls_human(con: Console, items: list[CloudInstance], now: Any, doc: dict[str,
 
 
 @cloud.command(name="down")
-@click.option("--run", "run", metavar="ID", help="Terminate one run.")
+@click.option("--run", "run", type=NONEMPTY, metavar="ID", help="Terminate one run.")
 @click.option("--expired", is_flag=True, help="Terminate every run past its provision:expires-at (cron-able).")
 @click.option("--all", "all_runs", is_flag=True, help="Terminate everything provision launched in the region.")
-@click.option("--region", help="AWS region (default: the profile's or AWS_REGION).")
+@click.option("--region", type=NONEMPTY, help="AWS region (default: the profile's or AWS_REGION).")
 @command_options
 def down(run: str | None, expired: bool, all_runs: bool, region: str | None, as_json: bool) -> int:
     """Terminate instances by run, expiry or all; then their security groups and key pairs."""

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from provision.cli.options import command_options
+from provision.cli.options import NONEMPTY, command_options
 from provision.cli.output import emit
 
 if TYPE_CHECKING:
@@ -20,8 +20,10 @@ if TYPE_CHECKING:
 
 
 @click.command(name="matrix")
-@click.option("--gpu", help="Show what runs on this GPU (drivers, framework wheels).")
-@click.option("--framework", "frameworks", multiple=True, help="torch, tensorflow or jax (a specifier narrows it).")
+@click.option("--gpu", type=NONEMPTY, help="Show what runs on this GPU (drivers, framework wheels).")
+@click.option(
+    "--framework", "frameworks", type=NONEMPTY, multiple=True, help="torch, tensorflow or jax (a specifier narrows it)."
+)
 @click.option("--instances", is_flag=True, help="List the known EC2 GPU instance types.")
 @click.option("--drivers", is_flag=True, help="List the driver branches.")
 @command_options

@@ -1,4 +1,4 @@
-"""The option blocks commands share, declared once: targets, SSH, timeouts, config, lock, --set, output.
+"""The option blocks commands share, declared once: targets, SSH, timeouts, config, stack, lock, --set, output.
 
 A command stacks these decorators instead of declaring its own copy, so that ``--limit``, ``-F``
 or ``--set`` mean the same, parse the same and default the same everywhere. Where the wording of
@@ -8,6 +8,7 @@ it as an argument; the option's name, type and default do not vary.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -20,6 +21,22 @@ F = TypeVar("F", bound=Callable[..., Any])
 Decorator = Callable[[F], F]
 
 # --- every command --------------------------------------------------------------------------
+
+
+class NonEmpty(click.ParamType):  # type: ignore[type-arg]  # generic from click 8.2; pyproject takes 8.1
+    """Text that must say something: ``--gpu ''`` would otherwise read as "not given" (any GPU)
+    and a run would go ahead on a meaning the user never typed. Click reports the failure as a
+    usage error, which the group turns into one line and exit 2."""
+
+    name = "text"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not value.strip():
+            self.fail("is empty (give a value, or leave the option out)", param, ctx)
+        return value
+
+
+NONEMPTY = NonEmpty()
 
 DEBUG_HELP = "Show the traceback of an error."
 
@@ -62,7 +79,7 @@ def local_option(help: str) -> Callable[[F], F]:  # click's own keyword
 
 
 def inventory_option(help: str) -> Callable[[F], F]:
-    return click.option("-i", "--inventory", metavar="INVENTORY", help=help)
+    return click.option("-i", "--inventory", metavar="INVENTORY", type=NONEMPTY, help=help)
 
 
 def target_options(local: str, inventory: str) -> Callable[[F], F]:
@@ -71,7 +88,9 @@ def target_options(local: str, inventory: str) -> Callable[[F], F]:
 
 
 def limit_option() -> Callable[[F], F]:
-    return click.option("--limit", metavar="PATTERN", help="Only these hosts: names or globs, comma-separated.")
+    return click.option(
+        "--limit", metavar="PATTERN", type=NONEMPTY, help="Only these hosts: names or globs, comma-separated."
+    )
 
 
 # --- reaching hosts: SSH and timeouts -------------------------------------------------------
@@ -128,6 +147,109 @@ def parallel_option(default: int, help: str) -> Callable[[F], F]:
 
 def config_option(help: str = "provision.yaml.") -> Callable[[F], F]:
     return click.option("-c", "--config", "config_path", type=click.Path(path_type=Path), help=help)
+
+
+# --- the stack request: what to install (resolve, plan, up) -------------------------------------
+
+
+def _stack_option_list() -> list[tuple[str, Callable[[Any], Any]]]:
+    """The options that override the config's ``stack:`` (and install.method / install.python_source),
+    by the keyword of StackRequest.build each one sets.
+
+    Built when a command that takes them is imported, not with this module: app.py imports this
+    module on every start, and the choices of --python-source live beside the request's parser.
+    """
+    from provision.stack.request import PYTHON_SOURCES
+
+    return [
+        (
+            "frameworks",
+            click.option(
+                "--framework",
+                "frameworks",
+                type=NONEMPTY,
+                multiple=True,
+                help="PEP 508 spec, repeatable: torch>=2.6, torch==2.7.1+cu128, jax[cuda12].",
+            ),
+        ),
+        (
+            "driver",
+            click.option("--driver", type=NONEMPTY, help="auto, none, a branch (580) or an exact version (580.95.05)."),
+        ),
+        (
+            "kernel_modules",
+            click.option(
+                "--kernel-modules",
+                type=click.Choice(["auto", "open", "proprietary"]),
+                help="Driver kernel-module flavour.",
+            ),
+        ),
+        (
+            "cuda_toolkit",
+            click.option("--cuda-toolkit", type=NONEMPTY, help="System CUDA toolkit VERSION or none (default none)."),
+        ),
+        ("cudnn", click.option("--cudnn", type=NONEMPTY, help="System cuDNN VERSION or none (default none).")),
+        (
+            "python",
+            click.option(
+                "--python", type=NONEMPTY, help="Python X.Y for the venv (default: the OS's python3 when it fits)."
+            ),
+        ),
+        (
+            "torch_index",
+            click.option(
+                "--torch-index",
+                type=click.Choice(["auto", "pypi", "pytorch"]),
+                help="Where torch wheels may come from.",
+            ),
+        ),
+        (
+            "torch_variant",
+            click.option(
+                "--torch-variant",
+                type=NONEMPTY,
+                help="Constrain torch's CUDA variant (cu128, cpu) when the spec is a range.",
+            ),
+        ),
+        (
+            "install_method",
+            click.option(
+                "--install-method",
+                type=click.Choice(["auto", "nvidia-repo", "distro"]),
+                help="How the driver is installed (overrides install.method).",
+            ),
+        ),
+        (
+            "python_source",
+            click.option(
+                "--python-source",
+                type=click.Choice(PYTHON_SOURCES),
+                help="The venv's Python: the OS's, a standalone CPython (installed by uv), or auto (the OS's when it "
+                "fits; overrides install.python_source).",
+            ),
+        ),
+    ]
+
+
+def stack_options(func: F) -> F:
+    """Declare the stack options and pass them to ``func`` as one ``stack_flags``: the given ones only.
+
+    ``stack_flags`` maps StackRequest.build's keywords to the values typed (``frameworks`` as a
+    list); what is not there comes from the config (:meth:`provision.config.Config.request_args`).
+    """
+
+    options = _stack_option_list()
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        values = {name: kwargs.pop(name) for name, _ in options}
+        values["frameworks"] = list(values["frameworks"]) or None
+        return func(*args, stack_flags={k: v for k, v in values.items() if v is not None}, **kwargs)
+
+    decorated: Any = wrapper
+    for _, option in reversed(options):
+        decorated = option(decorated)
+    return decorated  # type: ignore[no-any-return]
 
 
 def lock_option(help: str, default: Path | None = None) -> Callable[[F], F]:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from provision.cli.options import (
+    NONEMPTY,
     command_options,
     config_option,
     lock_option,
@@ -15,6 +16,7 @@ from provision.cli.options import (
     reboot_controller_option,
     set_option,
     ssh_options,
+    stack_options,
     target_options,
 )
 from provision.stack.packages import PackagePlan
@@ -32,10 +34,12 @@ if TYPE_CHECKING:
 )
 @click.option(
     "--assume",
+    type=NONEMPTY,
     metavar="FACTS",
     help="Do not contact hosts; assume os=ID-VERSION,gpu=NAME:COUNT[,arch=,nvswitch=N,python=X.Y,name=HOST].",
 )
 @config_option()
+@stack_options
 @click.option(
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
@@ -54,6 +58,7 @@ def plan(
     inventory: str | None,
     assume: str | None,
     config_path: Path | None,
+    stack_flags: dict[str, Any],
     out: Path,
     lock_path: Path,
     sets: tuple[str, ...],
@@ -66,8 +71,8 @@ def plan(
 
     Then `cd OUT && ansible-playbook site.yml` applies it with plain Ansible (OUT holds the roles
     too: commit it or copy it to another machine), or `provision up --lock LOCK` applies exactly
-    this lock and verifies. With --assume the
-    hosts are not contacted (with -i: the inventory's hosts, all assumed alike).
+    this lock and verifies. With --assume the hosts are not contacted (with -i: the inventory's
+    hosts, all assumed alike). The stack options override the config's stack: section.
     Exit status: 0 planned, 1 a host could not be probed, 2 bad input, 3 unsatisfiable.
     """
     from provision.config import Config, load_config
@@ -77,6 +82,7 @@ def plan(
     config = load_config(config_path) if config_path is not None else Config()
     result = run_plan(
         config=config,
+        stack_flags=stack_flags,
         local=local,
         inventory=inventory,
         assume=parse_assume(assume) if assume else None,
@@ -102,6 +108,8 @@ def _human(con: Console, result: PlanResult) -> None:
         else:
             now = "not probed (--assume)"
         con.print(f"  there now:    {now}", markup=False)
+        for note in h.notes:
+            con.print(f"  note:         {note}", markup=False)
         con.print("  will install: " + ("\n                ".join(h.changes) or "nothing"), markup=False)
         con.print(f"  reboot:       {h.reboot}", markup=False)
     for g in result.groups:
@@ -110,6 +118,10 @@ def _human(con: Console, result: PlanResult) -> None:
             con.print(f"[bold]group {g['name']}[/bold]  ({', '.join(g['hosts'])})", markup=True)
             for line in package_lines(PackagePlan.from_json(g["packages"])):
                 con.print(f"  {line}", markup=False, soft_wrap=True)
+            if g.get("python_packages"):  # the wheel closure: the lock lists each one
+                con.print(
+                    f"  + {len(g['python_packages'])} wheels by sha256 (the lock's python_packages)", markup=False
+                )
     for g in result.groups:
         for w in g["warnings"]:
             con.print(f"warning ({g['name']}): {w['message']}", markup=False)

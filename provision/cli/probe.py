@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from provision.cli.options import (
+    NONEMPTY,
     command_options,
     connect_timeout_option,
     parallel_option,
@@ -35,7 +36,9 @@ if TYPE_CHECKING:
     local="Probe the machine provision runs on (the default).",
     inventory="Probe the hosts of an Ansible inventory (INI or YAML).",
 )
-@click.option("--venv", metavar="PATH", help="Also report the framework versions in this venv on each host.")
+@click.option(
+    "--venv", type=NONEMPTY, metavar="PATH", help="Also report the framework versions in this venv on each host."
+)
 @ssh_options()
 @connect_timeout_option()
 @timeout_option(120.0, "Give up on a host whose probe commands run longer.", minimum=1, dest="command_timeout")

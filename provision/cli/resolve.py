@@ -11,9 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from provision.cli.options import command_options, config_option
+from provision.cli.options import NONEMPTY, command_options, config_option, stack_options
 from provision.cli.output import emit
-from provision.stack.request import PYTHON_SOURCES
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -22,38 +21,16 @@ if TYPE_CHECKING:
 
 
 @click.command(name="resolve")
-@click.option("--gpu", help="GPU model, NVML name or PCI ID (10de:2330); case, spaces and hyphens ignored.")
+@click.option(
+    "--gpu", type=NONEMPTY, help="GPU model, NVML name or PCI ID (10de:2330); case, spaces and hyphens ignored."
+)
 @click.option("--gpu-count", type=int, help="GPUs per host (default 1 with --gpu).")
-@click.option("--instance-type", help="EC2 instance type; implies GPU, count and arch.")
-@click.option("--os", "os_name", help="os-release ID-VERSION_ID, e.g. ubuntu-22.04, debian-12, rhel-9, amzn-2023.")
-@click.option("--arch", help="x86_64 or aarch64 (default: the GPU's host arch, else x86_64).")
-@click.option("--python", help="Python X.Y for the venv (default: the OS's python3 when it fits).")
+@click.option("--instance-type", type=NONEMPTY, help="EC2 instance type; implies GPU, count and arch.")
 @click.option(
-    "--framework",
-    "frameworks",
-    multiple=True,
-    help="PEP 508 spec, repeatable: torch>=2.6, torch==2.7.1+cu128, jax[cuda12].",
+    "--os", "os_name", type=NONEMPTY, help="os-release ID-VERSION_ID, e.g. ubuntu-22.04, debian-12, rhel-9, amzn-2023."
 )
-@click.option("--torch-index", type=click.Choice(["auto", "pypi", "pytorch"]), help="Where torch wheels may come from.")
-@click.option("--torch-variant", help="Constrain torch's CUDA variant (cu128, cpu) when the spec is a range.")
-@click.option("--driver", help="auto, none, a branch (580) or an exact version (580.95.05).")
-@click.option(
-    "--kernel-modules",
-    type=click.Choice(["auto", "open", "proprietary"]),
-    help="Driver kernel-module flavour.",
-)
-@click.option("--cuda-toolkit", help="System CUDA toolkit VERSION or none (default none).")
-@click.option("--cudnn", help="System cuDNN VERSION or none (default none).")
-@click.option(
-    "--install-method",
-    type=click.Choice(["auto", "nvidia-repo", "distro"]),
-    help="How the driver is installed.",
-)
-@click.option(
-    "--python-source",
-    type=click.Choice(PYTHON_SOURCES),
-    help="The venv's Python: the OS's, a standalone CPython (installed by uv), or auto (the OS's when it fits).",
-)
+@click.option("--arch", type=NONEMPTY, help="x86_64 or aarch64 (default: the GPU's host arch, else x86_64).")
+@stack_options
 @config_option("provision.yaml whose stack: section is the default request.")
 @command_options
 def resolve(
@@ -63,16 +40,7 @@ def resolve(
     instance_type: str | None,
     os_name: str | None,
     arch: str | None,
-    python: str | None,
-    frameworks: tuple[str, ...],
-    torch_index: str | None,
-    torch_variant: str | None,
-    driver: str | None,
-    kernel_modules: str | None,
-    cuda_toolkit: str | None,
-    cudnn: str | None,
-    install_method: str | None,
-    python_source: str | None,
+    stack_flags: dict[str, Any],
     config_path: Path | None,
     as_json: bool,
 ) -> int:
@@ -81,28 +49,12 @@ def resolve(
     With no options: any NVIDIA GPU, the default OS, the newest compatible versions.
     Exit 3 when no compatible set exists, naming the failing rule and changes that would work.
     """
+    from provision.config import Config, load_config
     from provision.stack.request import HostSpec, StackRequest
     from provision.stack.resolve import resolve as run_resolve
 
-    stack: dict[str, Any] = {}
-    if config_path is not None:
-        from provision.config import load_config
-
-        stack = load_config(config_path).request_args()
-    cli_args = {
-        "frameworks": list(frameworks) or None,
-        "driver": driver,
-        "kernel_modules": kernel_modules,
-        "cuda_toolkit": cuda_toolkit,
-        "cudnn": cudnn,
-        "python": python,
-        "torch_index": torch_index,
-        "torch_variant": torch_variant,
-        "install_method": install_method,
-        "python_source": python_source,
-    }
-    merged = {**stack, **{k: v for k, v in cli_args.items() if v is not None}}
-    request = StackRequest.build(**merged)
+    config = load_config(config_path) if config_path is not None else Config()
+    request = StackRequest.build(**config.request_args(stack_flags))
     host = HostSpec.describe(gpu=gpu, gpu_count=gpu_count, instance_type=instance_type, os=os_name, arch=arch)
     result = run_resolve(request, host)
     emit(result.to_json(), as_json, lambda con: render(con, result))

@@ -1,6 +1,7 @@
 """`provision status`: the fleet as the state DB remembers it; with --check-drift, what drifted.
 
-Exit status: 0 listed (and nothing drifted), 1 a host drifted or could not be probed, 2 bad input.
+Exit status: 0 listed (and nothing drifted; also when there is no state yet), 1 a host drifted or
+could not be probed, 2 bad input. It only reads: no state DB is created, none is written to.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from provision.cli.options import command_options, config_option, ssh_options, state_option, target_options
+from provision.cli.options import NONEMPTY, command_options, config_option, ssh_options, state_option, target_options
 from provision.errors import BadInput, ExitCode
 
 if TYPE_CHECKING:
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
 )
 @click.option(
     "--venv",
+    type=NONEMPTY,
     metavar="PATH",
     help="With --check-drift: the venv whose frameworks are compared (default: install.venv "
     "in the config, else /opt/provision/venv).",
@@ -70,20 +72,24 @@ def status(
     if local and inventory:
         raise BadInput("give --local or -i INVENTORY, not both", "check drift on this machine or an inventory's hosts")
     check_ssh_config(ssh_config)
-    hosts = fleet_hosts(path)
+    known = fleet_hosts(path)  # None: no state DB yet (the default path; a named one must exist)
+    hosts = known or []
     ok = True
-    if check_drift:
+    if check_drift and hosts:
         ok = run_check_drift(hosts, runs_dir, inventory, venv or config.install.venv, accept_new_host_keys, ssh_config)
-    doc = {"ok": ok, "state": str(path), "hosts": hosts}
+    doc = {"ok": ok, "state": str(path), "state_exists": known is not None, "hosts": hosts}
     from provision.cli.output import emit
 
-    emit(doc, as_json, lambda con: _human(con, hosts, check_drift))
+    emit(doc, as_json, lambda con: _human(con, hosts, check_drift, None if known is not None else path))
     return int(ExitCode.OK if ok else ExitCode.FAILED)
 
 
-def _human(con: Console, hosts: list[dict[str, Any]], check_drift: bool) -> None:
+def _human(con: Console, hosts: list[dict[str, Any]], check_drift: bool, missing: Path | None) -> None:
     from rich.table import Table
 
+    if missing is not None:
+        con.print(f"no state yet ({missing} does not exist): run `provision up`", markup=False)
+        return
     if not hosts:
         con.print("no hosts yet: run `provision up`", markup=False)
         return

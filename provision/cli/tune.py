@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from provision.cli.options import command_options, host_keys_option, target_options, timeout_option
+from provision.cli.options import NONEMPTY, command_options, host_keys_option, target_options, timeout_option
 from provision.cli.output import emit
 from provision.errors import BadInput, ExitCode, ProvisionError
 
@@ -40,6 +40,7 @@ REMOTE_PYTHON = "/opt/provision/venv/bin/python"
 @click.option(
     "--python",
     "python",
+    type=NONEMPTY,
     metavar="PATH",
     help=f"Interpreter with torch on the target [local: this one; remote: {REMOTE_PYTHON}].",
 )

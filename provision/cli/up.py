@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +28,7 @@ from provision.cli.options import (
     reboot_controller_option,
     set_option,
     ssh_options,
+    stack_options,
     state_option,
     target_options,
 )
@@ -46,6 +48,7 @@ if TYPE_CHECKING:
 @target_options(local="Provision the machine provision runs on.", inventory="Provision an Ansible inventory's hosts.")
 @config_option()
 @lock_option("Apply exactly this lock (from `provision plan`): hosts are only checked against it, not resolved.")
+@stack_options
 @click.option("--check", is_flag=True, help="Ansible check mode: change nothing, verify what is there.")
 @click.option("--yes", is_flag=True, help="Do not ask before changing hosts.")
 @limit_option()
@@ -74,6 +77,7 @@ def up(
     inventory: str | None,
     config_path: Path | None,
     lock_path: Path | None,
+    stack_flags: dict[str, Any],
     check: bool,
     yes: bool,
     limit: str | None,
@@ -100,16 +104,19 @@ def up(
     provisions them through the run's inventory; --down-after terminates them and deletes the
     run's security group and key pair at the end, also after a failure or Ctrl-C.
 
+    The stack options override the config's stack: section.
+
     Exit status: 0 every host passes, 1 a host failed, 2 bad input, 3 unsatisfiable.
     """
     from provision.config import Config, load_config
+    from provision.fleet.planning import check_request
     from provision.fleet.records import UpOptions
     from provision.fleet.targets import check_up_targets
     from provision.fleet.up import check_options
     from provision.fleet.up import up as run_up
 
     if lock_path is not None:
-        refuse_stack_with_lock(cloud)
+        refuse_stack_with_lock(cloud, stack_flags)
     check_up_targets(
         cloud=cloud,
         local=local,
@@ -140,9 +147,11 @@ def up(
         ssh_config=ssh_config,
         reboot_controller=reboot_controller,
         state_path=state_path,
+        stack_flags=stack_flags,
         lock=lock_path,
     )
     check_options(options)
+    check_request(config, stack_flags)  # a bad stack option launches nothing
     view = ProgressView(as_json)
     confirm = None if (yes or check) else _ask
 
@@ -188,30 +197,11 @@ def up(
     return int(ExitCode.OK if result.ok else ExitCode.FAILED)
 
 
-# The parameters (resolve's stack options, as plan and up take them) a lock has already decided.
-LOCK_DECIDES = (
-    "frameworks",
-    "python",
-    "python_source",
-    "torch_index",
-    "torch_variant",
-    "driver",
-    "kernel_modules",
-    "cuda_toolkit",
-    "cudnn",
-    "install_method",
-)
-
-
-def refuse_stack_with_lock(cloud: bool) -> None:
+def refuse_stack_with_lock(cloud: bool, stack_flags: Mapping[str, Any]) -> None:
     """`up --lock` takes no stack option (the lock decided the versions) and no --cloud (the
     instances it would launch have names no lock can know)."""
     ctx = click.get_current_context()
-    given = [
-        p.opts[0]
-        for p in ctx.command.params
-        if p.name in LOCK_DECIDES and ctx.get_parameter_source(p.name) == click.core.ParameterSource.COMMANDLINE
-    ]
+    given = [p.opts[0] for p in ctx.command.params if p.name in stack_flags]
     if given:
         raise BadInput(
             f"{', '.join(given)} with --lock: the lock already decided the stack",
@@ -236,6 +226,8 @@ def _ask(planned: PlanResult, hosts: list[HostRun]) -> bool:
             f"[bold]{h.host}[/bold] ({h.group}): " + ("; ".join(h.plan.changes) or "no version change"), markup=True
         )
         con.print(f"  reboot: {h.plan.reboot}", markup=False)
+        for note in h.plan.notes:
+            con.print(f"  note: {note}", markup=False)
     return click.confirm("apply this plan?", default=False)
 
 

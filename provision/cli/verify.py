@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import click
 
 from provision.cli.options import (
+    NONEMPTY,
     command_options,
     connect_timeout_option,
     lock_option,
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
 @lock_option("Compare installed versions with this provision.lock.")
 @click.option(
     "--venv",
+    type=NONEMPTY,
     metavar="PATH",
     help="Run the job with this venv's Python (default: /opt/provision/venv when present, "
     "else python3 on hosts and this Python locally).",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +37,7 @@ class Assumed:
     instance_type: str | None = None
     nvswitch_count: int | None = None
     python: str | None = None
-    name: str = "assumed"
+    name: str | None = None  # the host described; None: the inventory's hosts (-i) are
 
 
 def parse_assume(text: str) -> Assumed:
@@ -71,7 +71,7 @@ def parse_assume(text: str) -> Assumed:
         instance_type=values.get("instance_type"),
         nvswitch_count=int(nvswitch) if nvswitch else None,
         python=values.get("python"),
-        name=values.get("name", "assumed"),
+        name=values.get("name"),
     )
 
 
@@ -85,6 +85,8 @@ class HostPlan:
     present: dict[str, Any]
     changes: list[str]
     reboot: str
+    # What the user should know beyond the changes, e.g. that the probe found no NVIDIA GPU.
+    notes: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -94,6 +96,7 @@ class HostPlan:
             "present": self.present,
             "changes": self.changes,
             "reboot": self.reboot,
+            "notes": self.notes,
         }
 
 
@@ -142,6 +145,7 @@ class _Target:
 def plan(
     *,
     config: Config,
+    stack_flags: Mapping[str, Any] | None = None,
     local: bool = False,
     inventory: str | None = None,
     assume: Assumed | None = None,
@@ -153,6 +157,7 @@ def plan(
     ssh_config: Path | None = None,
     only: Sequence[str] | None = None,
     skip_unprobed: bool = False,
+    check: bool = False,
     locked: Lock | None = None,
     bundle_roles: bool = True,
 ) -> PlanResult:
@@ -162,13 +167,15 @@ def plan(
     must not write a lock that silently lacks one) unless ``skip_unprobed``: then the host is
     left out of the lock and the run dir and listed in :attr:`PlanResult.unprobed` (`up` fails
     it alone). When no host at all can be probed there is nothing to plan: that raises with
-    every host's reason either way.
+    every host's reason either way. ``stack_flags`` (the command line's stack options) win over
+    the config's ``stack:``. ``check``: the plan of `up --check`, which installs nothing (see
+    :func:`provision.fleet.closure.wants_closure`).
 
     With ``locked`` (`up --lock`) nothing is resolved: each host is probed only to check that it
     is still the host its lock group was resolved for (:func:`check_locked`), and the lock's
-    groups, restricted to these hosts, are what the run dir renders and ``lock_path`` gets.
-    ``bundle_roles``: the run dir carries a copy of the roles (`plan --out`; `up` runs its own
-    run dir in place and passes False).
+    groups (their wheel closure included), restricted to these hosts, are what the run dir
+    renders and ``lock_path`` gets. ``bundle_roles``: the run dir carries a copy of the roles
+    (`plan --out`; `up` runs its own run dir in place and passes False).
     """
     from provision.ansible.rundir import check_out_dir, ensure_dir, write_run_dir
     from provision.ansible.settings import InstallSettings
@@ -176,13 +183,20 @@ def plan(
 
     if local and inventory:
         raise BadInput("give --local or -i INVENTORY, not both", "plan the local machine or an inventory's hosts")
+    check_assume(assume, local, inventory)
     install = InstallSettings.from_config(config.install)
     install = InstallSettings(**{**install.__dict__, "reboot_controller": reboot_controller})
     check_out_dir(out)  # before any host is contacted: a user's folder is refused, nothing written
-    targets = _targets(local, inventory, assume)
+    targets, user_groups = _targets(local, inventory, assume)
     if only is not None:  # `up --limit`: plan (and probe) only these hosts
         targets = [t for t in targets if t.name in set(only)]
-    check_inputs(config, overrides, [t.target for t in targets if t.target is not None and assume is None], ssh_config)
+    check_inputs(
+        config,
+        overrides,
+        [t.target for t in targets if t.target is not None and assume is None],
+        ssh_config,
+        stack_flags,
+    )
     if locked is not None:
         if assume is not None:
             raise BadInput("--assume with a given lock", "the lock already describes its hosts")
@@ -209,10 +223,17 @@ def plan(
         lock, notes = check_locked(locked, targets, unprobed=[f.host for f in unprobed])
         lock_groups = lock.groups
     else:
-        lock_groups = _resolve_groups(targets, config, assume)
+        lock_groups = _resolve_groups(targets, config, stack_flags, assume)
+        from provision.fleet.closure import lock_closures, wants_closure
+
+        if wants_closure(config.install.lock_closure, applied=assume is None and not check):
+            lock_closures(lock_groups, install, overrides)  # before anything is written: a conflict leaves no lock
         lock = build_lock(lock_groups)
         notes = []
     text = dumps_lock(lock)
+    from provision.ansible.role_vars import check_installs_override
+
+    check_installs_override(overrides or {}, lock.to_json(), install)  # before anything is written
     # both places are checked before either is written: bad paths leave nothing half-made
     ensure_dir(out, "--out")
     ensure_dir(lock_path.parent, "--lock")
@@ -225,6 +246,7 @@ def plan(
         {t.name: t.connection for t in targets},
         install,
         overrides=overrides,
+        user_groups=user_groups,
         bundle_roles=bundle_roles,
     )
     write_lock(lock, lock_path)
@@ -237,6 +259,7 @@ def plan(
                 "hosts": g.hosts,
                 "stack": g.stack,
                 "packages": g.packages.to_json() if g.packages else None,
+                "python_packages": g.to_json()["python_packages"],
                 "warnings": g.warnings,
             }
         )
@@ -245,14 +268,16 @@ def plan(
     return result
 
 
-def _resolve_groups(targets: Sequence[_Target], config: Config, assume: Assumed | None) -> list[LockGroup]:
+def _resolve_groups(
+    targets: Sequence[_Target], config: Config, stack_flags: Mapping[str, Any] | None, assume: Assumed | None
+) -> list[LockGroup]:
     """Resolve each host's stack; hosts with the same resolution share a lock group."""
     from provision.stack.lock import LockGroup
     from provision.stack.packages import check_plannable
     from provision.stack.request import HostSpec, StackRequest
     from provision.stack.resolve import resolve
 
-    request_args = config.request_args()
+    request_args = config.request_args(stack_flags)
     groups: dict[str, tuple[list[str], Any]] = {}
     for t in targets:
         if t.facts is not None:
@@ -321,7 +346,7 @@ def check_locked(locked: Lock, targets: Sequence[_Target], unprobed: Sequence[st
     """
     from provision.matrix import load
     from provision.stack.drift import host_differences
-    from provision.stack.lock import Lock, LockGroup, find_group
+    from provision.stack.lock import Lock, find_group
     from provision.stack.request import HostSpec
 
     names = {t.name for t in targets}
@@ -343,10 +368,7 @@ def check_locked(locked: Lock, targets: Sequence[_Target], unprobed: Sequence[st
                 f"host {t.name} does not match lock group {group.name}: " + "; ".join(differs),
                 "run provision plan again for this host, or apply a lock planned for it",
             )
-    groups = [
-        LockGroup(g.name, [h for h in g.hosts if h in names], g.host, g.stack, g.packages, g.warnings, g.reasons)
-        for g in locked.groups
-    ]
+    groups = [replace(g, hosts=[h for h in g.hosts if h in names]) for g in locked.groups]
     lock = Lock(dict(locked.knowledge), [g for g in groups if g.hosts])
     notes = [
         f"{h}: in the lock, not among the hosts of this run: skipped"
@@ -366,22 +388,55 @@ def check_locked(locked: Lock, targets: Sequence[_Target], unprobed: Sequence[st
     return lock, notes
 
 
+def check_assume(assume: Assumed | None, local: bool, inventory: str | None) -> None:
+    """``--assume`` describes hosts that are not contacted: the inventory's (``-i``) or the one
+    its ``name=`` gives. With ``--local`` the machine would be both probed and described, and
+    without either the lock would name a host called "assumed" that nothing can apply to."""
+    if assume is None:
+        return
+    if local:
+        raise BadInput(
+            "--assume and --local together: --local probes this machine, --assume describes hosts not contacted",
+            "drop --assume to plan this machine as it is, or drop --local and add name=HOST to --assume",
+        )
+    if not inventory and assume.name is None:
+        raise BadInput(
+            "--assume does not say which host it describes",
+            "add name=HOST (e.g. --assume os=ubuntu-22.04,gpu=H100-SXM:8,name=gpu1) or give -i INVENTORY",
+        )
+
+
 def check_inputs(
-    config: Config, overrides: Mapping[str, Any] | None, targets: Sequence[HostTarget], ssh_config: Path | None
+    config: Config,
+    overrides: Mapping[str, Any] | None,
+    targets: Sequence[HostTarget],
+    ssh_config: Path | None,
+    stack_flags: Mapping[str, Any] | None = None,
 ) -> None:
     """Everything `plan` and `up` take that can be wrong, as BadInput before any host is contacted:
-    the install settings, ``--set`` names, the ``-F`` file, and each host's SSH settings (port,
-    ssh args, the SSH config it names), read from files only."""
-    from provision.ansible.roles import check_overrides
+    the stack request (config and flags), the install settings, ``--set`` names and values (none the
+    lock owns), the ``-F`` file, and each host's SSH settings (port, ssh args, the SSH config it
+    names), read from files only."""
+    from provision.ansible.roles import check_overrides, check_user_sets
     from provision.ansible.settings import InstallSettings, check_settings
     from provision.hosts.ssh_config import resolve_settings
 
+    check_request(config, stack_flags)
     check_settings(InstallSettings.from_config(config.install))
+    check_user_sets(overrides or {})
     check_overrides(overrides or {})
     check_ssh_config(ssh_config)
     for t in targets:
         if not t.local:
             resolve_settings(t, ssh_config)
+
+
+def check_request(config: Config, stack_flags: Mapping[str, Any] | None) -> None:
+    """The stack request parses (a misspelt --framework, an unknown driver branch): BadInput before
+    any host is probed or, for `up --cloud`, any instance launched."""
+    from provision.stack.request import StackRequest
+
+    StackRequest.build(**config.request_args(stack_flags))
 
 
 def check_ssh_config(ssh_config: Path | None) -> None:
@@ -390,20 +445,26 @@ def check_ssh_config(ssh_config: Path | None) -> None:
         raise BadInput(f"SSH config {ssh_config} not found", "give an existing file with -F, or leave -F out")
 
 
-def _targets(local: bool, inventory: str | None, assume: Assumed | None) -> list[_Target]:
+def _targets(
+    local: bool, inventory: str | None, assume: Assumed | None
+) -> tuple[list[_Target], dict[str, dict[str, list[str]]]]:
+    """The hosts to plan, and the inventory's own groups (kept in the run dir's inventory)."""
     from provision.ansible.checks import check_host_name
 
     if inventory:
-        from provision.hosts.inventory import load_inventory
+        from provision.hosts.inventory import read_inventory
 
-        return [_Target(t.name, _connection_vars(t), t) for t in load_inventory(inventory)]
+        inv = read_inventory(inventory)
+        return [_Target(t.name, _connection_vars(t), t) for t in inv.targets], inv.group_tree()
     if local:
         from provision.hosts.inventory import LOCALHOST
 
-        return [_Target("localhost", _local_connection(), LOCALHOST)]
-    if assume is None:
-        raise BadInput("nothing to plan for", "give --local, -i INVENTORY or --assume os=ubuntu-22.04,gpu=H100-SXM:8")
-    return [_Target(check_host_name(assume.name), {})]
+        return [_Target("localhost", _local_connection(), LOCALHOST)], {}
+    if assume is None or assume.name is None:  # check_assume refused a nameless --assume already
+        raise BadInput(
+            "nothing to plan for", "give --local, -i INVENTORY or --assume os=ubuntu-22.04,gpu=H100-SXM:8,name=HOST"
+        )
+    return [_Target(check_host_name(assume.name), {})], {}
 
 
 def _local_connection() -> dict[str, Any]:
@@ -528,4 +589,19 @@ def _host_plan(t: _Target, group: str, stack: Mapping[str, Any], reboot_setting:
             reboot = (
                 "yes" if reboot_setting == "auto" else "needed; install.reboot is never, the run stops and asks for one"
             )
-    return HostPlan(t.name, group, facts is not None, present, changes, reboot)
+    notes: list[str] = []
+    if facts is not None and not facts.gpus:
+        from provision.stack.request import NO_GPU_FOUND
+
+        cuda = sorted(n for n, fw in (stack.get("frameworks") or {}).items() if fw.get("cuda"))
+        if driver:
+            note = f"the pinned driver {driver['version']} is planned, but up's preflight refuses it here"
+        elif cuda:  # role_vars: preflight_require_gpu, as a CUDA build is of no use without a GPU
+            note = (
+                f"no driver is planned; up's preflight refuses the CUDA build of {', '.join(cuda)} here "
+                "(a CPU-only stack, e.g. torch==X+cpu, passes; up --check runs the rest on the CPU)"
+            )
+        else:
+            note = "no driver is planned, the frameworks run on the CPU"
+        notes.append(f"{NO_GPU_FOUND}: {note}")
+    return HostPlan(t.name, group, facts is not None, present, changes, reboot, notes)

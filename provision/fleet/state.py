@@ -69,6 +69,34 @@ class HostState:
         return self.lock_hash == lock_hash and self.verified_lock_hash == lock_hash and self.verdict == "pass"
 
 
+_HOST_COLUMNS = "host, lock_hash, applied_at, verdict, verified_lock_hash, verified_at, last_run"
+
+
+def read_hosts(path: Path) -> list[HostState] | None:
+    """The hosts a state DB remembers, read without writing anything (``provision status``).
+
+    None when there is no file: no ``up`` has run with this state yet, and a read-only command
+    must not create one (:class:`State` would). SQLite opens the file read-only (``mode=ro``),
+    so a file that is no state DB is refused as bad input and left as it was, byte for byte.
+    """
+    if not path.exists():
+        return None
+    try:
+        db = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True, timeout=30)
+    except sqlite3.Error as exc:
+        raise BadInput(f"cannot open the state database {path}: {exc}", "check the file's permissions") from None
+    try:
+        rows = db.execute(f"SELECT {_HOST_COLUMNS} FROM hosts ORDER BY host").fetchall()
+    except sqlite3.DatabaseError as exc:  # not SQLite, or SQLite without provision's tables
+        raise BadInput(
+            f"{path} is not a provision state database ({exc})",
+            "give --state the file `provision up` keeps (default .provision/state.db), or fix state.path",
+        ) from None
+    finally:
+        db.close()
+    return [HostState(*row) for row in rows]
+
+
 class State:
     def __init__(self, path: Path = DEFAULT_PATH) -> None:
         self.path = path
@@ -91,18 +119,11 @@ class State:
             yield self._db
 
     def host(self, name: str) -> HostState | None:
-        row = self._db.execute(
-            "SELECT host, lock_hash, applied_at, verdict, verified_lock_hash, verified_at, last_run"
-            " FROM hosts WHERE host = ?",
-            (name,),
-        ).fetchone()
+        row = self._db.execute(f"SELECT {_HOST_COLUMNS} FROM hosts WHERE host = ?", (name,)).fetchone()
         return HostState(*row) if row else None
 
     def hosts(self) -> list[HostState]:
-        rows = self._db.execute(
-            "SELECT host, lock_hash, applied_at, verdict, verified_lock_hash, verified_at, last_run"
-            " FROM hosts ORDER BY host"
-        ).fetchall()
+        rows = self._db.execute(f"SELECT {_HOST_COLUMNS} FROM hosts ORDER BY host").fetchall()
         return [HostState(*row) for row in rows]
 
     def record_applied(self, run: str, host: str, lock_hash: str, changed: int) -> None:

@@ -35,15 +35,14 @@ def _when(ts: float | None) -> str | None:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts)) if ts else None
 
 
-def fleet_hosts(path: Path) -> list[dict[str, Any]]:
-    """One row per host the state DB knows: lock applied, last verdict, when, last run."""
-    from provision.fleet.state import State
+def fleet_hosts(path: Path) -> list[dict[str, Any]] | None:
+    """One row per host the state DB knows: lock applied, last verdict, when, last run; None when
+    there is no state DB yet (nothing is created: status only reads)."""
+    from provision.fleet.state import read_hosts
 
-    state = State(path)
-    try:
-        rows = state.hosts()
-    finally:
-        state.close()
+    rows = read_hosts(path)
+    if rows is None:
+        return None
     return [
         {
             "host": r.host,

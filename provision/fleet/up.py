@@ -131,7 +131,7 @@ def _up(
     check_options(options)
     targets = load_targets(options.local, options.inventory)
     selected = apply_limit(list(targets), limit_patterns(options.limit))
-    check_inputs(config, options.overrides, [targets[n] for n in selected], options.ssh_config)
+    check_inputs(config, options.overrides, [targets[n] for n in selected], options.ssh_config, options.stack_flags)
     locked = None
     if options.lock is not None:  # --lock: read and checked against the hosts' names before any contact
         from provision.fleet.planning import check_locked_names
@@ -154,6 +154,7 @@ def _up(
     try:
         planned = plan(
             config=config,
+            stack_flags=options.stack_flags,
             local=options.local,
             inventory=options.inventory,
             out=run_dir / "ansible",
@@ -164,6 +165,7 @@ def _up(
             ssh_config=options.ssh_config,
             only=selected,
             skip_unprobed=True,
+            check=options.check,
             locked=locked,
             bundle_roles=False,
         )

@@ -6,12 +6,16 @@ result is a list of :class:`HostTarget`, the one description of a host that the 
 the renderer and the reports share.
 
 Only the parts of Ansible's inventory formats that describe hosts are read (groups, children,
-vars, host ranges such as ``gpu[01:08]``); inventory plugins and scripts are not run.
+vars, host ranges such as ``gpu[01:08]``); inventory plugins and scripts are not run. As Ansible
+reads them: a folder given as the inventory is every file in it (sorted, recursively, without the
+names Ansible ignores), and ``group_vars/`` and ``host_vars/`` beside the inventory file (inside
+the folder) add their variables with Ansible's precedence.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 import shlex
 from collections.abc import Iterable, Mapping
@@ -174,6 +178,7 @@ class _Inventory:
         self.source = source
         self.groups: dict[str, _Group] = {"all": _Group("all"), "ungrouped": _Group("ungrouped")}
         self.host_order: list[str] = []
+        self.vars_cache: dict[tuple[str, str], dict[str, Any]] = {}
 
     def group(self, name: str) -> _Group:
         if not re.match(r"^[A-Za-z0-9_.-]+$", name):
@@ -188,7 +193,8 @@ class _Inventory:
                 self.host_order.append(host)
             self.group(group).hosts.setdefault(host, {}).update(host_vars)
 
-    def targets(self) -> list[HostTarget]:
+    def targets(self, base: Path | None = None) -> list[HostTarget]:
+        """The hosts with their merged vars; ``base``: the folder whose group_vars/host_vars apply."""
         parents: dict[str, set[str]] = {}
         for g in self.groups.values():
             for child in g.children:  # both parsers define a child group when they meet it
@@ -209,14 +215,33 @@ class _Inventory:
                 names = {"ungrouped"}
             else:
                 names.discard("ungrouped")
-            # Ansible's precedence: all < parent groups < child groups (by depth, then name) < host.
+            # Ansible's precedence (ansible-core's VariableManager.get_vars with its default
+            # VARIABLE_PRECEDENCE): the inventory's vars of all, then of the host's groups (parent
+            # before child: by depth, then name), then group_vars/all, then group_vars/<group> in
+            # the same order, then the inventory's host vars, then host_vars/<host>.
+            ordered = sorted(names, key=lambda n: (depth[n], n))
             merged: dict[str, Any] = dict(self.groups["all"].vars)
-            for name in sorted(names, key=lambda n: (depth[n], n)):
+            for name in ordered:
                 merged.update(self.groups[name].vars)
+            if base is not None:
+                for name in ("all", *ordered):
+                    merged.update(self._vars_files(base, "group_vars", name))
             for g in direct:
                 merged.update(g.hosts[host])
+            if base is not None:
+                merged.update(self._vars_files(base, "host_vars", host))
             result.append(self._target(host, merged, tuple(sorted(names))))
         return result
+
+    def _vars_files(self, base: Path, kind: str, name: str) -> dict[str, Any]:
+        """``kind/name`` beside the inventory, read once (a group's file serves all its hosts)."""
+        key = (kind, name)
+        if key not in self.vars_cache:
+            merged: dict[str, Any] = {}
+            for path in vars_files(base / kind, name):
+                merged.update(_read_vars(path))
+            self.vars_cache[key] = merged
+        return self.vars_cache[key]
 
     def _depth(self, name: str, parents: dict[str, set[str]], path: tuple[str, ...]) -> int:
         if name in path:
@@ -366,34 +391,168 @@ def _parse_yaml(data: Any, inv: _Inventory) -> None:
         walk(str(name), body)
 
 
-def load_inventory(path: Path | str) -> list[HostTarget]:
-    """Hosts of an Ansible inventory file (INI or YAML), with merged vars and their groups."""
-    path = Path(path)
-    source = str(path)
+# Ansible's defaults (ansible-core 2.19's config/base.yml and constants.py): the extensions a
+# folder inventory skips (INVENTORY_IGNORE_EXTS: REJECT_EXTS + .orig, .cfg, .retry), the names it
+# always skips (inventory/manager.py IGNORED_ALWAYS, besides dot files), and the extensions of a
+# vars file (YAML_FILENAME_EXTENSIONS, tried after the bare name).
+IGNORED_EXTENSIONS = (".pyc", ".pyo", ".swp", ".bak", "~", ".rpm", ".md", ".txt", ".rst", ".orig", ".cfg", ".retry")
+_IGNORED_NAMES = ("host_vars", "group_vars", "vars_plugins")
+VARS_EXTENSIONS = ("", ".yml", ".yaml", ".json")
+
+
+def inventory_files(folder: Path) -> list[Path]:
+    """The files of a folder inventory in the order Ansible parses them (sorted, depth first)."""
+    out: list[Path] = []
+    for name in sorted(os.listdir(folder)):
+        if name.startswith(".") or name in _IGNORED_NAMES or name.endswith(IGNORED_EXTENSIONS):
+            continue
+        path = folder / name
+        out.extend(inventory_files(path) if path.is_dir() else [path])
+    return out
+
+
+def vars_files(folder: Path, name: str) -> list[Path]:
+    """``folder/name`` as Ansible's DataLoader.find_vars_files finds it: the first of name,
+    name.yml, name.yaml, name.json that exists; a folder is all its vars files, sorted."""
+    if name in (".", ".."):  # a group may be named so; its vars are not the folder above
+        return []
+    for ext in VARS_EXTENSIONS:
+        path = folder / f"{name}{ext}"
+        if path.is_dir():
+            return _vars_folder(path)
+        if path.exists():
+            return [path]
+    return []
+
+
+def _vars_folder(folder: Path) -> list[Path]:
+    out: list[Path] = []
+    for name in sorted(os.listdir(folder)):
+        if name.startswith(".") or name.endswith("~"):  # hidden files and backups, as Ansible skips them
+            continue
+        path, ext = folder / name, os.path.splitext(name)[1]
+        if path.is_dir() and not ext:
+            out.extend(_vars_folder(path))
+        elif path.is_file() and ext in VARS_EXTENSIONS:
+            out.append(path)
+    return out
+
+
+def _read_vars(path: Path) -> dict[str, Any]:
+    import yaml
+
+    text = _read(path, "vars file")
+    if text.lstrip().startswith("$ANSIBLE_VAULT"):
+        raise BadInput(
+            f"vars file {path} is vault-encrypted",
+            "provision does not decrypt Ansible Vault: keep these vars elsewhere",
+        )
     try:
-        text = path.read_text()
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        if "!vault" in str(exc):
+            raise BadInput(
+                f"vars file {path} holds a vault-encrypted value",
+                "provision does not decrypt Ansible Vault: keep these vars elsewhere",
+            ) from None
+        raise BadInput(f"vars file {path} is not valid YAML", "fix the YAML (indentation, colons)") from None
+    if data is None:  # an empty file, as Ansible ignores it
+        return {}
+    if not isinstance(data, dict):
+        raise BadInput(f"vars file {path} is not a mapping of variables", "write it as `name: value` lines")
+    return {str(k): v for k, v in data.items()}
+
+
+def _read(path: Path, what: str) -> str:
+    try:
+        return path.read_text()
     except FileNotFoundError:
-        raise BadInput(f"inventory not found: {source}", "give the path of an inventory file") from None
+        raise BadInput(f"{what} not found: {path}", "give the path of an inventory file or folder") from None
     except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
         raise BadInput(
-            f"cannot read inventory {source}: {exc.__class__.__name__}", "give a readable INI or YAML inventory file"
+            f"cannot read {what} {path}: {exc.__class__.__name__}", "give a readable INI or YAML inventory"
         ) from None
-    inv = _Inventory(source)
-    if path.suffix in (".yml", ".yaml") or text.lstrip().startswith(("all:", "---")):
-        import yaml
 
+
+def _parse_file(path: Path, inv: _Inventory) -> None:
+    """One inventory file, YAML or INI. Ansible tries its YAML plugin first on a name with no
+    extension too and falls back to INI when that gives no mapping: so does this."""
+    import yaml
+
+    inv.source = str(path)
+    text = _read(path, "inventory")
+    data: Any = None
+    if path.suffix in (".yml", ".yaml", ".json") or text.lstrip().startswith(("all:", "---")):
         try:
             data = yaml.safe_load(text)
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             at = f" at line {mark.line + 1}" if mark is not None else ""
             raise BadInput(
-                f"inventory does not parse: {source}{at} is not valid YAML", "fix the YAML (indentation, colons)"
+                f"inventory does not parse: {path}{at} is not valid YAML", "fix the YAML (indentation, colons)"
             ) from None
-        _parse_yaml(data or {}, inv)
-    else:
+        data = data or {}
+    elif not path.suffix:
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError:
+            data = None
+        if not isinstance(data, dict):  # an INI file reads as a string, a list or not at all
+            data = None
+    if data is None:
         _parse_ini(text, inv)
-    targets = inv.targets()
+        return
+    if isinstance(data, dict) and isinstance(data.get("plugin"), str):
+        raise BadInput(
+            f"inventory {path} configures the plugin {data['plugin']}: provision runs no inventory plugin",
+            f"write its hosts out once: ansible-inventory -i {path} --list -y > hosts.yml",
+        )
+    _parse_yaml(data, inv)
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """An inventory as read: its hosts, and its groups (for the run dir's inventory.yml)."""
+
+    targets: list[HostTarget]
+    children: Mapping[str, tuple[str, ...]]  # group -> its child groups, as the inventory has them
+
+    def group_tree(self) -> dict[str, dict[str, list[str]]]:
+        """The user's groups (not ``all``/``ungrouped``): each with every host in it (through
+        children too) and its child groups, in the inventory's host order."""
+        tree: dict[str, dict[str, list[str]]] = {}
+        for t in self.targets:
+            for name in t.groups:
+                if name != "ungrouped":
+                    tree.setdefault(name, {"hosts": [], "children": list(self.children.get(name, ()))})
+                    tree[name]["hosts"].append(t.name)
+        return tree
+
+
+def load_inventory(path: Path | str) -> list[HostTarget]:
+    """Hosts of an Ansible inventory (an INI or YAML file, or a folder of them), with merged vars
+    (group_vars/ and host_vars/ beside the file, or in the folder) and their groups."""
+    return read_inventory(path).targets
+
+
+def read_inventory(path: Path | str) -> Inventory:
+    """:func:`load_inventory` with the inventory's group hierarchy."""
+    path = Path(path)
+    source = str(path)
+    if path.is_dir():
+        files = inventory_files(path)
+        if not files:
+            raise BadInput(f"inventory folder {source} holds no inventory file", "add an INI or YAML inventory to it")
+    elif not path.exists():
+        raise BadInput(f"inventory not found: {source}", "give the path of an inventory file or folder")
+    else:
+        files = [path]
+    inv = _Inventory(source)
+    for file in files:
+        _parse_file(file, inv)
+    inv.source = source
+    targets = inv.targets(path if path.is_dir() else path.parent)
     if not targets:
         raise BadInput(f"inventory {source} lists no hosts", "add at least one host")
-    return targets
+    children = {g.name: tuple(dict.fromkeys(g.children)) for g in inv.groups.values() if g.children}
+    return Inventory(targets, children)

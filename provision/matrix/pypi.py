@@ -21,7 +21,7 @@ import os
 import subprocess
 import sys
 import urllib.request
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -262,32 +262,9 @@ class IndexReader:
 
     def _pip(self, batch: Sequence[Want]) -> dict[str, Metadata] | None:
         python, arch = batch[0].python, batch[0].arch
-        cmd = [
-            sys.executable,
-            "-m",
-            "pip",
-            "--isolated",  # the index alone: no local find-links / extra indexes from pip.conf
-            "install",
-            "--dry-run",
-            "--ignore-installed",
-            "--no-deps",
-            "--report",
-            "-",
-            "--quiet",
-            "--no-cache-dir",
-            "--disable-pip-version-check",
-            "--use-feature=fast-deps",
-            "--only-binary=:all:",
-            "--python-version",
-            python,
-            "--index-url",
-            self.index,
-        ]
-        for p in platforms(arch):
-            cmd += ["--platform", p]
-        cmd += [w.requirement for w in batch]
+        target = [f"--platform={p}" for p in platforms(arch)]
         self.pip_runs += 1
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+        proc = pip_dry_run([w.requirement for w in batch], python, target, ["--index-url", self.index], deps=False)
         if proc.returncode != 0:
             tail = proc.stderr.strip().splitlines()[-1:] or [f"exit {proc.returncode}"]
             self.errors.append(f"{' '.join(w.requirement for w in batch)} (Python {python}, {arch}): {tail[0]}")
@@ -300,6 +277,53 @@ class IndexReader:
             md = Metadata.from_json({**item["metadata"], "filename": url.rsplit("/", 1)[-1].split("#", 1)[0]})
             out[canonicalize_name(md.name)] = md
         return out
+
+
+def pip_dry_run(
+    requirements: Sequence[str],
+    python: str,
+    target: Sequence[str],
+    sources: Sequence[str],
+    *,
+    deps: bool,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 600,
+) -> subprocess.CompletedProcess[str]:
+    """pip's resolver on metadata alone: ``install --dry-run --report -`` for a Python and platform
+    (``target``: ``--platform`` / ``--abi`` options) from ``sources`` (index options). ``deps``:
+    resolve the dependencies too (the lock's wheel closure, :mod:`provision.fleet.closure`), or
+    read the named wheels' METADATA only (the knowledge's reads). Wheels only, never a build.
+    """
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "--isolated",  # the given sources alone: no local find-links / extra indexes from pip.conf
+        "install",
+        "--dry-run",
+        "--ignore-installed",
+        *([] if deps else ["--no-deps"]),
+        "--report",
+        "-",
+        "--quiet",
+        "--no-cache-dir",
+        "--disable-pip-version-check",
+        "--use-feature=fast-deps",
+        "--only-binary=:all:",
+        "--python-version",
+        python,
+        *target,
+        *sources,
+        *requirements,
+    ]
+    return subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+        env=None if env is None else dict(env),
+    )
 
 
 def parse_simple(name: str, doc: dict[str, Any]) -> Project:

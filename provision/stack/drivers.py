@@ -36,7 +36,9 @@ class Drivers:
         req, host, k = self.req, self.host, self.k
         if req.driver == "none":
             return [DriverChoice(None, None, "none", None)]
-        if req.driver == "auto" and host.gpu is None and req.cpu_only:
+        if req.driver == "auto" and host.gpu is None and (req.cpu_only or host.probed is not None):
+            # CPU wheels need no driver; and a probed host without an NVIDIA GPU has nothing a
+            # driver could drive (its preflight would refuse the install). A pin is still honoured.
             return [DriverChoice(None, None, "none", None)]
         pin_branch: int | None = None
         pin_version: str | None = None

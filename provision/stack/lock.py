@@ -6,10 +6,13 @@ the same resolution always writes the same bytes::
     {"schema": "provision.lock/2",
      "knowledge": {"version": ..., "sha256": ...},
      "groups": [{"name": ..., "hosts": [...], "host": {...}, "stack": {...},
-                 "packages": {...}, "warnings": [...], "reasons": [...]}]}
+                 "packages": {...}, "python_packages": [...],
+                 "warnings": [...], "reasons": [...]}]}
 
 ``host`` and ``stack`` are exactly the ``host`` and ``stack`` of ``provision resolve --json``;
-``packages`` is the package plan (:class:`provision.stack.packages.PackagePlan`). A missing or
+``packages`` is the package plan (:class:`provision.stack.packages.PackagePlan`);
+``python_packages`` is the wheel closure of the frameworks (:class:`PythonPackage`, sorted by
+name; written by :mod:`provision.fleet.closure`), empty where none was resolved. A missing or
 unreadable lock is bad input (exit 2), and so is a lock of the older schema (``/1``, before
 the package plan): it is regenerated, never read half-way.
 """
@@ -18,11 +21,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from packaging.utils import canonicalize_name
 
 from provision.errors import BadInput
 from provision.stack.packages import PackagePlan
@@ -33,7 +39,49 @@ if TYPE_CHECKING:
 
 SCHEMA = "provision.lock/2"
 OLD_SCHEMAS = ("provision.lock/1",)
-GROUP_KEYS = ("name", "hosts", "host", "stack", "packages", "warnings", "reasons")
+GROUP_KEYS = ("name", "hosts", "host", "stack", "packages", "python_packages", "warnings", "reasons")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")
+_VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+!_-]*")
+
+
+@dataclass(frozen=True)
+class PythonPackage:
+    """One wheel of a group's closure: hosts install exactly this file (``--require-hashes
+    --no-deps``) from ``index``, the index it was resolved on ("": the install's own sources,
+    find-links, where the closure was resolved without an index)."""
+
+    name: str
+    version: str
+    sha256: str
+    url: str
+    index: str
+
+    def requirement(self) -> str:
+        """The hashed requirement line pip and uv install from (``name==version --hash=sha256:...``)."""
+        return f"{self.name}=={self.version} --hash=sha256:{self.sha256}"
+
+    def to_json(self) -> dict[str, str]:
+        return {"name": self.name, "version": self.version, "sha256": self.sha256, "url": self.url, "index": self.index}
+
+    @classmethod
+    def from_json(cls, doc: Any, where: str) -> PythonPackage:
+        """An entry of a lock group's ``python_packages``; BadInput (one line) when malformed:
+        the names and versions end up in pip's requirement files on the hosts."""
+        keys = ("name", "version", "sha256", "url", "index")
+        if not isinstance(doc, Mapping) or any(not isinstance(doc.get(k), str) for k in keys):
+            raise BadInput(
+                f"{where} is not an object of {', '.join(keys)} (text)", "regenerate it with `provision plan`"
+            )
+        pkg = cls(*(str(doc[k]) for k in keys))
+        for ok, what in (
+            (_NAME.fullmatch(pkg.name), "name"),
+            (_VERSION.fullmatch(pkg.version), "version"),
+            (_SHA256.fullmatch(pkg.sha256), "sha256 (64 lower-case hex digits)"),
+        ):
+            if not ok:
+                raise BadInput(f"{where} has a malformed {what}", "regenerate it with `provision plan`")
+        return pkg
 
 
 @dataclass
@@ -45,24 +93,35 @@ class LockGroup:
     host: dict[str, Any]
     stack: dict[str, Any]
     packages: PackagePlan | None = None  # None: a lock without one (written as {})
+    python_packages: list[PythonPackage] = field(default_factory=list)  # the wheel closure, by name
     warnings: list[dict[str, str]] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         doc = {k: getattr(self, k) for k in GROUP_KEYS}
         doc["packages"] = self.packages.to_json() if self.packages else {}
+        doc["python_packages"] = [p.to_json() for p in sorted(self.python_packages, key=_by_name)]
         return doc
 
     @classmethod
     def from_json(cls, g: Mapping[str, Any]) -> LockGroup:
         """A group from its JSON object (parse_lock has checked its shape)."""
         packages = g.get("packages")
+        closure = g.get("python_packages") or []  # a /2 lock from before the closure: none
+        if not isinstance(closure, list):
+            raise BadInput(
+                f"lock group {g['name']!r}: python_packages is not a list", "regenerate it with `provision plan`"
+            )
         return cls(
             name=str(g["name"]),
             hosts=[str(h) for h in g["hosts"]],
             host=dict(g["host"]),
             stack=dict(g["stack"]),
             packages=PackagePlan.from_json(packages) if packages else None,
+            python_packages=[
+                PythonPackage.from_json(p, f"lock group {g['name']!r}: python_packages[{i}]")
+                for i, p in enumerate(closure)
+            ],
             warnings=list(g.get("warnings") or []),
             reasons=[str(r) for r in g.get("reasons") or []],
         )
@@ -108,6 +167,10 @@ class Lock:
                 suggestions=known[:5],
             )
         return group
+
+
+def _by_name(p: PythonPackage) -> tuple[str, str]:
+    return (canonicalize_name(p.name), p.version)
 
 
 def build_lock(groups: Sequence[LockGroup], knowledge: Knowledge | None = None) -> Lock:

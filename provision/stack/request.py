@@ -21,7 +21,12 @@ from provision.matrix import Gpu, Knowledge, OsRelease, load
 FRAMEWORKS = ("torch", "tensorflow", "jax")
 EXTRAS = {"torch": frozenset(), "tensorflow": frozenset({"and-cuda"}), "jax": frozenset({"cuda12", "cuda13"})}
 MAX_GPUS_PER_HOST = 16
-DRIVER_SPEC = re.compile(r"^(\d{3})(?:\.(\d+)(?:\.(\d+))?)?$")  # branch or exact version
+# A branch (580) or an exact version in one of the forms NVIDIA's releases take, as the
+# releases in data/drivers.yaml have them (tests/unit/test_matrix_data.py checks every one):
+# NNN.NN (570.26), NNN.NNN (580.142), NNN.NN.NN (580.95.05), NNN.NNN.NN (580.159.03). A version
+# the data does not list may still exist, so the form is checked, not the list; 580.1 cannot.
+DRIVER_SPEC = re.compile(r"^(\d{3})(?:\.(\d{2,3})(?:\.(\d{2}))?)?$")
+DRIVER_FORMS = "use auto, none, a branch (580) or a version NNN.NN, NNN.NNN, NNN.NN.NN or NNN.NNN.NN (580.95.05)"
 _LOCAL_SPEC = re.compile(r"^(===?)\s*([^\s,;+]+)\+([A-Za-z0-9.]+)$")
 _VARIANT = re.compile(r"^(cu\d{3}|cpu)$")
 _PYTHON = re.compile(r"^3\.\d{1,2}$")
@@ -141,9 +146,7 @@ class StackRequest:
         if drv not in ("auto", "none"):
             m = DRIVER_SPEC.match(drv)
             if not m:
-                raise BadInput(
-                    f"malformed driver `{driver}`", "use auto, none, a branch (580) or a version (580.95.05)"
-                )
+                raise BadInput(f"malformed driver `{driver}`", DRIVER_FORMS)
             if k.branch(int(m.group(1))) is None:
                 known = ", ".join(str(b.branch) for b in k.t.branches[:6])
                 raise BadInput(f"unknown driver branch `{m.group(1)}`", f"known branches: {known}, ...")
@@ -172,6 +175,12 @@ class StackRequest:
                     f"known: {', '.join(known_variants)}",
                     suggestions=known_variants,
                 )
+            tagged = next((s.local for s in specs if s.name == "torch" and s.local), None)
+            if tagged is not None and tagged != variant:  # the spec's tag would win silently
+                raise BadInput(
+                    f"--torch-variant {variant} contradicts the framework spec's +{tagged}",
+                    f"give one variant: drop --torch-variant, or change the spec to +{variant}",
+                )
         method = (install_method or "auto").lower()
         if method not in ("auto", "nvidia-repo", "distro"):
             raise BadInput(f"unknown install method `{install_method}`", "use auto, nvidia-repo or distro")
@@ -199,6 +208,10 @@ def _none_or(value: str | None, also: tuple[str, ...] = ()) -> str | None:
 
 
 # --- the host ---------------------------------------------------------------------------------
+
+# What plan and resolve say of a probed host whose probe found no NVIDIA GPU (HostSpec.gpu None
+# with facts): no driver is planned for it unless one is pinned.
+NO_GPU_FOUND = "no NVIDIA GPU found on this host"
 
 
 @dataclass(frozen=True)

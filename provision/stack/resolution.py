@@ -15,7 +15,7 @@ from typing import Any
 from provision.matrix import Knowledge
 from provision.stack.candidates import DriverChoice, FwChoice
 from provision.stack.packages import PackagePlan, dedupe, package_plan
-from provision.stack.request import HostSpec, StackRequest
+from provision.stack.request import NO_GPU_FOUND, HostSpec, StackRequest
 from provision.stack.rules import Caveat, Check
 
 
@@ -156,6 +156,8 @@ def assemble(
     gpu = host.gpu
     if gpu is not None:
         reasons.append(f"{host.gpu_count} x {gpu.name}: {gpu.arch}, compute capability {gpu.compute_capability}")
+    elif host.probed is not None:
+        reasons.append(f"{NO_GPU_FOUND}: rules that need a GPU are skipped")
     else:
         reasons.append("no GPU model given: rules that need one are skipped")
     driver: DriverPin | None = None
@@ -176,6 +178,8 @@ def assemble(
                 "the Fabric Manager "
                 f"{d.version} (must equal the driver version)"
             )
+    elif req.driver == "auto" and host.probed is not None and gpu is None:
+        reasons.append("driver: none installed (no NVIDIA GPU on this host; pin stack.driver to install one)")
     elif req.driver == "none":
         reasons.append("driver: left alone (driver: none)")
         if host.needs_fabric_manager:

@@ -59,8 +59,12 @@ RULE_ORDER = {
 class Resolver:
     """One resolution: the request, the host and the knowledge; :meth:`run` searches."""
 
-    def __init__(self, request: StackRequest, host: HostSpec, knowledge: Knowledge) -> None:
+    def __init__(self, request: StackRequest, host: HostSpec, knowledge: Knowledge, *, explain: bool = True) -> None:
         self.req = request
+        # explain=False: only whether a set exists matters (the suggestions' relaxed tries), so a
+        # request every driver choice fails on its own is refused before the search, whose only
+        # use then would be the nearest miss of the message
+        self.explain = explain
         self.host = host
         self.k = knowledge
         self.failures: list[str] = []  # rules that failed before the search (no candidates at all)
@@ -125,6 +129,8 @@ class Resolver:
         passes = self.python_passes()
         drivers = self.drivers.choices()
         driver_checks = {id(d): self.rules.check_driver_gpu(d) for d in drivers}
+        if not self.explain and drivers and all(not driver_checks[id(d)].ok for d in drivers):
+            raise self._unsatisfiable([f for d in drivers for f in driver_checks[id(d)].failures])
         fm_needed = self.host.needs_fabric_manager
         cand_lists = [list(self.candidates.for_spec(s)) for s in specs]
         for spec, cands in zip(specs, cand_lists, strict=True):

@@ -33,7 +33,7 @@ def _extras(spec: FrameworkSpec) -> str:
 
 def _try(request: StackRequest, host: HostSpec, k: Knowledge) -> Resolution | None:
     try:
-        return Resolver(request, host, k).run()
+        return Resolver(request, host, k, explain=False).run()
     except Unsatisfiable:
         return None
 

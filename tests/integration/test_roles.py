@@ -22,8 +22,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from packaging.utils import canonicalize_name
 
 from provision.ansible.settings import InstallSettings, PipSettings
+from provision.fleet.closure import lock_closures
+from provision.stack.lock import LockGroup
 from tests.hosts import harness
 from tests.integration import roles_harness as rh
 from tests.integration import standin_plans as sp
@@ -251,6 +254,11 @@ def test_frameworks_install_cpu_torch_from_find_links_and_converge(
     group = rh.lock_group("cpu", [host.name], os="debian-12", frameworks=[TORCH_CPU])
     assert group["stack"]["driver"] is None
     install = InstallSettings(venv="/opt/provision/venv", pip=PipSettings(find_links=(str(wheelhouse),)))
+    # the lock's wheel closure, resolved as `plan` does from the source the host installs from
+    locked = LockGroup.from_json(group)
+    lock_closures([locked], install, {"frameworks_no_index": True}, cache=tmp_path / "cache")
+    group["python_packages"] = locked.to_json()["python_packages"]
+    assert {"torch", "filelock", "sympy"} <= {p["name"].lower() for p in group["python_packages"]}
     first = rh.apply(
         rh.render(tmp_path / "run1", testhosts, host, group, install=install, overrides={"frameworks_no_index": True}),
         host.name,
@@ -263,6 +271,10 @@ def test_frameworks_install_cpu_torch_from_find_links_and_converge(
     )
     assert out.split() == ["2.13.0+cpu", "3.0"]
     assert '"torch"' in rh.ssh(testhosts, host, "cat /var/lib/provision/stack.json")
+    # exactly the lock's closure, installed by hash with no resolution of the host's own
+    freeze = rh.ssh(testhosts, host, "/opt/provision/venv/bin/python -m pip freeze --all --exclude pip")
+    installed = {canonicalize_name(n): v for n, _, v in (ln.partition("==") for ln in freeze.split())}
+    assert installed == {canonicalize_name(p["name"]): p["version"] for p in group["python_packages"]}
     second = rh.apply(
         rh.render(tmp_path / "run2", testhosts, host, group, install=install, overrides={"frameworks_no_index": True}),
         host.name,

@@ -78,7 +78,7 @@ def test_unknown_keys_are_bad_input_with_the_nearest_key(text: str, key: str, ne
 @pytest.mark.parametrize(
     ("text", "needle"),
     [
-        ("stack: {python: 3.10}", "YAML turns 3.10 into 3.1"),
+        ("stack: {python: 3.10}", "YAML drops a version's trailing zeros"),
         ("stack: {kernel_modules: closed}", "must be one of"),
         ("stack: {torch_index: conda}", "must be one of"),
         ("stack: {frameworks: 3}", "list of specs"),
@@ -110,8 +110,47 @@ def test_missing_and_malformed_files(tmp_path: Path) -> None:
 def test_numbers_from_yaml_become_version_strings() -> None:
     import yaml
 
-    cfg = parse_config(yaml.safe_load("stack: {driver: 580, cuda_toolkit: 12.8, python: '3.11'}"))
+    cfg = parse_config(yaml.safe_load("stack: {driver: 580, cuda_toolkit: '12.8', python: '3.11'}"))
     assert (cfg.stack.driver, cfg.stack.cuda_toolkit, cfg.stack.python) == ("580", "12.8", "3.11")
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "hint"),
+    [
+        ("stack: {cudnn: 9.10}", "stack.cudnn", 'cudnn: "9.10.2.21"'),
+        ("stack: {cuda_toolkit: 12.10}", "stack.cuda_toolkit", 'cuda_toolkit: "12.8"'),
+        # a float that reads back the same is refused too: the rule cannot tell it from 12.10
+        ("stack: {cuda_toolkit: 12.8}", "stack.cuda_toolkit", 'cuda_toolkit: "12.8"'),
+        ("stack: {driver: 580.10}", "stack.driver", 'driver: "580.95.05"'),
+        ("stack: {python: 3.10}", "stack.python", 'python: "3.10"'),
+    ],
+)
+def test_versions_yaml_read_as_numbers_are_refused_with_quote_it(text: str, key: str, hint: str) -> None:
+    with pytest.raises(BadInput) as err:
+        parse_config(yaml.safe_load(text))
+    assert f"`{key}` is a number" in err.value.message
+    assert err.value.hint == f"quote it, e.g. {hint}"
+
+
+@pytest.mark.parametrize("driver", ["580.1", "580.95.5", "58.95.05", "580.1234.01", "latest"])
+def test_a_driver_version_of_no_form_nvidia_uses_is_refused(driver: str) -> None:
+    with pytest.raises(BadInput) as err:
+        parse_config(yaml.safe_load(f"stack: {{driver: '{driver}'}}"))
+    assert "`stack.driver` is not a driver branch or version" in err.value.message
+    assert "NNN.NN, NNN.NNN, NNN.NN.NN or NNN.NNN.NN" in err.value.hint
+
+
+@pytest.mark.parametrize("driver", ["auto", "none", "580", "570.26", "580.142", "580.95.05", "580.159.03"])
+def test_every_driver_form_nvidia_uses_is_taken(driver: str) -> None:
+    assert parse_config(yaml.safe_load(f"stack: {{driver: '{driver}'}}")).stack.driver == driver
+
+
+def test_a_config_that_is_not_utf8_is_bad_input(tmp_path: Path) -> None:
+    p = tmp_path / "provision.yaml"
+    p.write_bytes("stack: {python: '3.11'}  # caf\u00e9\n".encode("latin-1"))
+    with pytest.raises(BadInput) as err:
+        load_config(p)
+    assert err.value.message.startswith(f"{p} is not UTF-8 text") and err.value.hint == "save the config as UTF-8"
 
 
 def test_cpu_only_config_resolves_to_a_cpu_stack_without_driver() -> None:

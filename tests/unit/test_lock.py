@@ -47,7 +47,7 @@ def test_lock_file_format(tmp_path: Path) -> None:
     assert doc["schema"] == SCHEMA == "provision.lock/2"
     assert doc["knowledge"] == {"version": load().version, "sha256": load().sha256}
     g = doc["groups"][0]
-    assert list(g) == ["name", "hosts", "host", "stack", "packages", "warnings", "reasons"]
+    assert list(g) == ["name", "hosts", "host", "stack", "packages", "python_packages", "warnings", "reasons"]
     assert g["stack"]["fabric_manager"] == {"version": g["stack"]["driver"]["version"]}
     assert g["packages"]["pip"]["requirements"] == ["torch==2.8.0+cu128"]
     assert list(g["packages"]) == ["manager", "repositories", "module_streams", "install", "holds", "services", "pip"]

@@ -221,6 +221,20 @@ def test_first_hand_checks_agree_with_the_data() -> None:
     assert "tensorflow 2.21.0 requires_python >=3.10" in text
 
 
+@pytest.mark.parametrize(("os_id", "suite"), [("debian-12", "bookworm"), ("debian-13", "trixie")])
+def test_debian_pythons_and_gcc_are_the_archives(os_id: str, suite: str) -> None:
+    """The Packages index read 2026-12-02 (evidence file): python3's interpreter first, the only one, and gcc's."""
+    text = (resources.files("provision.matrix") / "evidence" / "debian-packages-2026-12-02.txt").read_text()
+    section = text.split(f"== {suite} ")[1].split("\n== ")[0]
+    rows = {m.split(" | ")[0].removeprefix("Package: "): m for m in section.splitlines() if m.startswith("Package: ")}
+    interpreters = sorted(name.removeprefix("python") for name in rows if name.startswith("python3."))
+    default = rows["python3"].split("Depends: python")[1].split(" ")[0]
+    gcc_major = int(rows["gcc"].split("Depends: ")[1].split("gcc-")[1].split(" ")[0])
+    osr = load().os_release(os_id)
+    assert osr.pythons[0] == default and sorted(osr.pythons) == interpreters
+    assert osr.gcc == gcc_major
+
+
 # --- issue 15: facts read from primary sources on 2026-12-01 (/work/notes/i15-facts.md) --------
 
 EVERY_BRANCH = [620, 615, 610, 595, 590, 580, 575, 570, 565, 560, 555, 550, 545, 535, 530, 525, 520, 515, 510]
@@ -232,6 +246,22 @@ def test_every_driver_branch_from_450_is_known_with_a_release() -> None:
     assert [b.branch for b in t.branches] == EVERY_BRANCH
     for b in t.branches:
         assert b.newest is not None and b.releases, b.branch
+
+
+def test_every_known_driver_release_has_a_form_a_pin_may_take() -> None:
+    """`--driver` and `stack.driver` take an exact version by its form (request.DRIVER_SPEC), not
+    by the list: the forms must cover every release the data knows, and the branch must be its own."""
+    from provision.stack.request import DRIVER_SPEC
+
+    seen = 0
+    for b in load().t.branches:
+        for version in {*b.releases, *([b.newest] if b.newest else []), *b.distro.values()}:
+            m = DRIVER_SPEC.match(version)
+            assert m is not None and int(m.group(1)) == b.branch, version
+            seen += 1
+    assert seen > 50
+    for impossible in ("580.1", "580.95.5", "580.1234", "58.95.05", "580.95.05.1"):
+        assert DRIVER_SPEC.match(impossible) is None, impossible
 
 
 def test_driver_branch_facts() -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from importlib import resources
+
 import pytest
 
 from provision.errors import BadInput
@@ -31,6 +34,10 @@ def test_every_design_gpu_is_known_by_its_canonical_name(name: str) -> None:
         ("10de:2330", "H100-SXM"),
         ("10DE:2335", "H200"),
         ("[10de:26b9]", "L40S"),
+        ("NVIDIA GH200 120GB", "GH200"),  # the driver's name for some 10de:2342 boards
+        ("NVIDIA PG509-210", "A100-80GB"),
+        ("H100 SXM5 94GB", "H100-SXM"),  # lspci's name, kept as an alias
+        ("10de:1eb4", "T4G"),
     ],
 )
 def test_names_users_and_tools_print_resolve_to_the_canonical_model(typed: str, canonical: str) -> None:
@@ -77,6 +84,40 @@ def test_unknown_gpu_is_bad_input_with_nearest_names(typed: str, expected: str) 
     assert expected in err.value.suggestions
     assert err.value.exit_code == 2
     assert "\n" not in err.value.one_line()
+
+
+_README_ROW = re.compile(r"^\| (.+?) +\| ([0-9A-F]{4})[ 0-9A-F]*\|$")
+
+
+def _driver_table() -> list[tuple[str, str]]:
+    """(product name, "10de:xxxx") rows of the open-module README kept as evidence."""
+    text = (
+        resources.files("provision.matrix") / "evidence" / "open-gpu-kernel-modules-595.45.04-compatible-gpus.txt"
+    ).read_text()
+    return [(m[1], f"10de:{m[2].lower()}") for line in text.splitlines() if (m := _README_ROW.match(line))]
+
+
+def test_nvml_names_citing_the_driver_readme_are_its_names_for_the_models_ids() -> None:
+    rows = _driver_table()
+    assert len(rows) > 60 and ("NVIDIA H100 80GB HBM3", "10de:2330") in rows
+    cited = [g for g in load().gpus if "open_modules_readme" in g.source]
+    assert len(cited) >= 25
+    for g in cited:
+        for name in g.nvml_names:
+            assert any(n == name and pci in g.pci_ids for n, pci in rows), f"{g.name}: {name!r} not the driver's"
+
+
+def test_every_driver_name_for_a_known_id_reaches_its_model() -> None:
+    # 10de:2339 is plain "NVIDIA H100" in the driver: deliberately not a name, "H100" alone is ambiguous
+    k = load()
+    for name, pci in _driver_table():
+        model = k.gpu_by_pci_id(pci)
+        assert model is not None, pci
+        if name == "NVIDIA H100":
+            with pytest.raises(BadInput):
+                k.gpu(name)
+        else:
+            assert k.gpu(name) is model, (name, pci)
 
 
 def test_unknown_pci_id_is_bad_input() -> None:

@@ -51,7 +51,7 @@ def test_assume_writes_lock_and_a_run_dir_plain_ansible_accepts(tmp_path: Path) 
 
 
 def test_human_output_says_what_changes_and_how_to_apply(tmp_path: Path) -> None:
-    r = _plan("--assume", "os=debian-12,gpu=L4:1", "--out", "run", cwd=tmp_path)
+    r = _plan("--assume", "os=debian-12,gpu=L4:1,name=h1", "--out", "run", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "not probed" in r.stdout and "cd run && ansible-playbook site.yml" in r.stdout
 
@@ -63,7 +63,7 @@ def test_config_and_overrides_reach_group_vars(tmp_path: Path) -> None:
     )
     r = _plan(
         "--assume",
-        "os=debian-12",
+        "os=debian-12,name=h1",
         "-c",
         "provision.yaml",
         "--out",
@@ -84,12 +84,12 @@ def test_config_and_overrides_reach_group_vars(tmp_path: Path) -> None:
     "args, code, words",
     [
         (["--assume", "colour=blue"], 2, "--assume key 'colour' is unknown"),
-        (["--assume", "os=debian-12,gpu=H100-SXM:x"], 2, "not a number"),
-        (["--assume", "os=solaris-11"], 2, "solaris"),
+        (["--assume", "os=debian-12,gpu=H100-SXM:x,name=h1"], 2, "not a number"),
+        (["--assume", "os=solaris-11,name=h1"], 2, "solaris"),
         ([], 2, "nothing to plan for"),
-        (["--assume", "os=debian-12", "--set", "ansible_become_exe=sh"], 2, "not a role variable"),
+        (["--assume", "os=debian-12,name=h1", "--set", "ansible_become_exe=sh"], 2, "not a role variable"),
         (["--assume", "os=debian-12,name=bad;host"], 2, "cannot be used in an inventory"),
-        (["--assume", "os=ubuntu-22.04,gpu=K80:1", "--set", "x"], 2, "not NAME=VALUE"),
+        (["--assume", "os=ubuntu-22.04,gpu=K80:1,name=h1", "--set", "x"], 2, "not NAME=VALUE"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], code: int, words: str) -> None:
@@ -111,7 +111,7 @@ def test_unsatisfiable_is_exit_3_naming_the_host(tmp_path: Path) -> None:
 def test_an_unwritable_out_dir_is_bad_input_and_writes_no_lock(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")
-    proc = _plan("--assume", "os=ubuntu-22.04,gpu=H100-SXM:8", "--out", str(blocker / "run"), cwd=tmp_path)
+    proc = _plan("--assume", "os=ubuntu-22.04,gpu=H100-SXM:8,name=h1", "--out", str(blocker / "run"), cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.splitlines() == [
         f"error: cannot write to {blocker / 'run'}: Not a directory (give --out a writable folder)"
@@ -130,7 +130,7 @@ def test_a_users_non_empty_folder_is_refused_and_left_as_it_was(tmp_path: Path) 
     (mine / "group_vars" / "webservers.yml").write_text("http_port: 80\n")
     (mine / "site.yml").write_text("- hosts: all\n")
     before = _tree(mine)
-    r = _plan("--assume", "os=debian-12,gpu=L4:1", "--out", "mine", cwd=tmp_path)
+    r = _plan("--assume", "os=debian-12,gpu=L4:1,name=h1", "--out", "mine", cwd=tmp_path)
     assert r.returncode == 2, r.stderr
     assert r.stderr.splitlines() == [
         "error: --out mine is a non-empty folder that is not a provision run dir (plan would replace its files) "
@@ -154,10 +154,10 @@ def test_re_planning_into_its_own_run_dir_replaces_what_it_wrote(tmp_path: Path)
 
 
 def test_a_run_dir_from_before_the_marker_is_still_re_planned(tmp_path: Path) -> None:
-    r = _plan("--assume", "os=debian-12,gpu=L4:1", "--out", "run", cwd=tmp_path)
+    r = _plan("--assume", "os=debian-12,gpu=L4:1,name=h1", "--out", "run", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     (tmp_path / "run" / ".provision-run-dir").unlink()  # as an earlier release wrote it
-    r = _plan("--assume", "os=debian-12,gpu=L4:1", "--out", "run", cwd=tmp_path)
+    r = _plan("--assume", "os=debian-12,gpu=L4:1,name=h1", "--out", "run", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "run" / ".provision-run-dir").is_file()
 
@@ -180,7 +180,8 @@ def test_plan_json_shows_each_groups_package_plan_exactly_as_the_lock_has_it(tmp
     r = _plan("--assume", "os=rocky-9,gpu=B200:8,name=b", "--out", "run", "--json", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     [group] = json.loads(r.stdout)["groups"]
-    assert list(group) == ["name", "hosts", "stack", "packages", "warnings"]
+    assert list(group) == ["name", "hosts", "stack", "packages", "python_packages", "warnings"]
+    assert group["python_packages"] == []  # an --assume plan reaches no index (install.lock_closure: auto)
     packages = group["packages"]
     assert list(packages) == CONTRACT
     assert packages["manager"] == "dnf" and packages["module_streams"] == ["nvidia-driver:620-open"]
@@ -210,7 +211,7 @@ def test_human_plan_lists_repositories_streams_packages_holds_and_services(tmp_p
 
 @pytest.mark.parametrize("os_id", ["rhel-8", "rocky-8"])
 def test_el8_is_refused_at_plan_time_in_one_line_exit_2(tmp_path: Path, os_id: str) -> None:
-    r = _plan("--assume", f"os={os_id},gpu=L4:1", "--out", "run", cwd=tmp_path)
+    r = _plan("--assume", f"os={os_id},gpu=L4:1,name=h1", "--out", "run", cwd=tmp_path)
     assert r.returncode == 2, r.stderr
     [line] = r.stderr.strip().splitlines()
     assert f"{os_id} is not supported: ansible-core >= 2.17 cannot manage EL8" in line
@@ -218,7 +219,7 @@ def test_el8_is_refused_at_plan_time_in_one_line_exit_2(tmp_path: Path, os_id: s
 
 
 def test_debian_13_is_planned_with_its_own_repository_key(tmp_path: Path) -> None:
-    r = _plan("--assume", "os=debian-13,gpu=L40S:1", "--out", "run", "--json", cwd=tmp_path)
+    r = _plan("--assume", "os=debian-13,gpu=L40S:1,name=h1", "--out", "run", "--json", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     [repo] = json.loads(r.stdout)["groups"][0]["packages"]["repositories"]
     assert repo["key_url"].endswith("/debian13/x86_64/8793F200.pub")
@@ -237,7 +238,9 @@ def test_a_host_whose_python_no_wheel_fits_gets_a_standalone_cpython_in_the_plan
     vars_text = next((tmp_path / ".provision" / "run" / "group_vars").glob("a10g*.yml")).read_text()
     assert "python_env_source: standalone" in vars_text and "python_env_uv_version:" in vars_text
     (tmp_path / "os.yaml").write_text("stack: {frameworks: ['torch==2.0.1']}\ninstall: {python_source: os}\n")
-    refused = _plan("--assume", "os=ubuntu-24.04,gpu=A10G:1,python=3.12", "-c", "os.yaml", "--out", "r2", cwd=tmp_path)
+    refused = _plan(
+        "--assume", "os=ubuntu-24.04,gpu=A10G:1,python=3.12,name=h1", "-c", "os.yaml", "--out", "r2", cwd=tmp_path
+    )
     assert refused.returncode == 3 and "python" in refused.stderr, refused.stderr
 
 
@@ -283,3 +286,65 @@ def test_out_dir_is_self_contained_and_runs_from_a_copy(tmp_path: Path) -> None:
     again = _plan("--assume", "os=debian-12,gpu=L4:1,name=gpu-a", "--out", str(copy), cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     assert not (copy / "roles" / "stale").exists() and (copy / "roles" / "verify" / "tasks").is_dir()
+
+
+def test_a_probed_host_without_an_nvidia_gpu_gets_no_driver_unless_one_is_pinned() -> None:
+    """A real probe's facts (a Debian 12 VM whose lspci lists no NVIDIA device): the resolver plans
+    no driver for it and says why; a pinned driver is still honoured (the user asked for it)."""
+    from provision.hosts import gather
+    from provision.matrix import load
+    from provision.stack.request import NO_GPU_FOUND, HostSpec, StackRequest
+    from provision.stack.resolve import resolve
+    from tests.unit.probe_fixtures import fixture
+
+    sections = {
+        "id": "root\n0",
+        "os_release": fixture("os-release/debian-12"),
+        "uname": "6.1.0-40-amd64\nx86_64",
+        "lspci": fixture("lspci/vm-no-gpu.txt"),
+        "python": "Python 3.11.2",
+        "pythons": "python3.11\n",
+    }
+    facts = gather.facts_from_sections(sections, gather.GatherOptions(lookup=load().gpu_by_pci_id))
+    host = HostSpec.from_facts(facts.to_json())
+    assert host.gpu is None and host.probed is not None
+    res = resolve(StackRequest.build(frameworks=["torch==2.8.0"]), host)
+    assert res.stack.driver is None
+    assert f"{NO_GPU_FOUND}: rules that need a GPU are skipped" in res.reasons
+    assert any(r.startswith("driver: none installed (no NVIDIA GPU on this host") for r in res.reasons)
+    pinned = resolve(StackRequest.build(frameworks=["torch==2.8.0"], driver="580"), host)
+    assert pinned.stack.driver is not None and pinned.stack.driver.branch == "580"
+    described = resolve(StackRequest.build(frameworks=["torch==2.8.0"]), HostSpec.describe(os="debian-12"))
+    assert described.stack.driver is not None  # no GPU *given* is not no GPU *found*: unchanged
+
+
+def test_plan_local_on_a_machine_without_an_nvidia_gpu_says_so(tmp_path: Path) -> None:
+    """This machine, probed for real: without an NVIDIA GPU, plan says so and plans no driver."""
+    probe = subprocess.run(
+        [sys.executable, "-m", "provision", "probe", "--local", "--json"], capture_output=True, text=True, check=True
+    )
+    if json.loads(probe.stdout)["hosts"][0]["facts"]["gpus"]:
+        pytest.skip("this machine has an NVIDIA GPU")
+    # the frameworks alone: the default torch's index (download.pytorch.org) is not reachable
+    # from the test machines, and the wheel closure is test_closure.py's
+    (tmp_path / "p.yaml").write_text("install: {lock_closure: never}\n")
+    r = _plan("--local", "-c", "p.yaml", "--out", "run", "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    [host] = json.loads(r.stdout)["hosts"]
+    assert host["notes"] == [
+        "no NVIDIA GPU found on this host: no driver is planned; up's preflight refuses the CUDA build of "
+        "torch here (a CPU-only stack, e.g. torch==X+cpu, passes; up --check runs the rest on the CPU)"
+    ]
+    assert not any(c.startswith("driver ") for c in host["changes"]) and host["reboot"] == "no"
+    assert read_lock(tmp_path / "provision.lock").groups[0].stack["driver"] is None
+    assert "preflight_require_gpu: true" in "".join(p.read_text() for p in (tmp_path / "run" / "group_vars").iterdir())
+    human = _plan("--local", "-c", "p.yaml", "--out", "run2", "--lock", "l2", cwd=tmp_path)
+    assert "note:         no NVIDIA GPU found on this host" in human.stdout
+    (tmp_path / "cpu.yaml").write_text("stack: {frameworks: ['torch==2.13.0+cpu']}\ninstall: {lock_closure: never}\n")
+    cpu = _plan("--local", "-c", "cpu.yaml", "--out", "run3", "--lock", "l3", "--json", cwd=tmp_path)
+    assert cpu.returncode == 0, cpu.stderr
+    [host] = json.loads(cpu.stdout)["hosts"]
+    assert host["notes"] == ["no NVIDIA GPU found on this host: no driver is planned, the frameworks run on the CPU"]
+    assert "preflight_require_gpu: false" in "".join(
+        p.read_text() for p in (tmp_path / "run3" / "group_vars").iterdir()
+    )

@@ -927,3 +927,28 @@ def test_beside_a_cuda_torch_its_exact_cudnn_pin_governs_the_venv() -> None:
     assert alone.packages.pip is not None
     pins = [r for r in alone.packages.pip.requirements if r.startswith("nvidia-cudnn")]
     assert len(pins) == 1 and any(pins[0].split("==")[1] in r for r in alone.reasons if "pinned to" in r)
+
+
+def test_a_yes_or_no_resolve_stops_before_the_search_when_every_driver_fails(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The suggestions' tries (explain=False) skip the framework search when no driver choice
+    passes on its own: the search could only name a nearest miss. The request's own resolve still
+    searches, and both name the same driver failure."""
+    from provision.stack.search import Resolver
+
+    k = load()
+    request = StackRequest.build(driver="580")
+    host = HostSpec.describe(gpu="K80")
+    searched: list[bool] = []
+    real = Resolver._search
+    monkeypatch.setattr(Resolver, "_search", lambda self, **kw: searched.append(True) or real(self, **kw))
+    with pytest.raises(Unsatisfiable) as quick:
+        Resolver(request, host, k, explain=False).run()
+    assert not searched and "driver_gpu" in str(quick.value)
+    with pytest.raises(Unsatisfiable) as full:
+        Resolver(request, host, k).run()
+    assert searched and "driver_gpu" in str(full.value)
+    # a driver that passes on its own: the yes-or-no resolve searches and finds the same set
+    ok = StackRequest.build(driver="470")
+    assert Resolver(ok, host, k, explain=False).run().stack == Resolver(ok, host, k).run().stack

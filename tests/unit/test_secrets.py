@@ -204,7 +204,7 @@ def test_a_credential_pip_cannot_use_is_one_line_exit_2_and_nothing_written(tmp_
             "provision",
             "plan",
             "--assume",
-            "os=debian-12,gpu=T4",
+            "os=debian-12,gpu=T4,name=h1",
             "-c",
             str(config),
             "--out",

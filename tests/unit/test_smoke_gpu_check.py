@@ -40,6 +40,18 @@ def test_gpu_check_runs_every_step_in_cpu_mode(tmp_path: Path) -> None:
     assert summary["verdict"] == "pass" and summary["time_to_verdict_s"] > 0
     assert summary["gemm"]["metric"] == "gemm_fp32" and summary["gemm"]["ratio"] > 0
     assert 0 < summary["memory"]["host_peak_gib"] < 4
+    # provision itself on the host (its dependencies are in this venv): probe, a plan that keeps
+    # the driver (none here), up --check; the figures in each are the machine's own
+    prov = out / "provision"
+    probe = json.loads((prov / "probe.json").read_text())
+    assert probe["ok"] and probe["hosts"][0]["facts"]["os_id"], probe
+    plan = json.loads((prov / "plan.json").read_text())
+    assert plan["groups"][0]["stack"]["driver"] is None, plan
+    assert "torch" in plan["groups"][0]["stack"]["frameworks"]
+    assert (prov / "provision.lock").is_file() and "will install" in (prov / "plan.txt").read_text()
+    up_check = json.loads((prov / "up_check.json").read_text())
+    assert up_check["ok"] and up_check["hosts"][0]["verdict"] == "pass", up_check
+    assert not (prov / "run").exists()  # the run dirs are not carried back
     tune = json.loads((out / "tune" / "tune.json").read_text())  # issue 9's sweeps run last
     assert tune["best_batch_size"] >= 1 and tune["batch_sizes"]
     assert "every step ran" in proc.stderr

@@ -93,8 +93,9 @@ def test_stack_options_and_cloud_with_lock_are_refused() -> None:
     @click.option("--framework", "frameworks", multiple=True)
     @click.option("--cloud", is_flag=True)
     def cmd(driver: str | None, frameworks: tuple[str, ...], cloud: bool) -> None:
+        given = {"driver": driver, "frameworks": list(frameworks) or None}  # as stack_options passes them
         try:
-            refuse_stack_with_lock(cloud)
+            refuse_stack_with_lock(cloud, {k: v for k, v in given.items() if v is not None})
         except BadInput as exc:
             click.echo(exc.message)
             raise SystemExit(2) from None
@@ -129,6 +130,10 @@ def test_up_refuses_before_contacting_any_host(tmp_path: Path) -> None:
     )
     missing = _up("-i", "inv.ini", "--yes", "--lock", "nope.lock", cwd=tmp_path)
     assert missing.returncode == 2 and "no lock file at nope.lock" in missing.stderr
+    flags = _up(
+        "-i", "inv.ini", "--yes", "--lock", "lock.json", "--driver", "580", "--framework", "torch", cwd=tmp_path
+    )
+    assert flags.returncode == 2 and flags.stderr.startswith("error: --framework, --driver with --lock: "), flags.stderr
     cloud = _up("--cloud", "--yes", "--lock", "lock.json", cwd=tmp_path)
     assert cloud.returncode == 2 and "--lock with --cloud" in cloud.stderr
     assert not (tmp_path / ".provision").exists()  # no run, no state DB

@@ -159,7 +159,7 @@ class FleetCache:
             self.say(f"fleet cache: filling the wheelhouse for {ws.key}")
             ok, why = True, ""
             with netrc_env(ws.netrc) as env:
-                for cmd in ws.download_commands(self.python_exe, dest):
+                for cmd in ws.download_commands(self.python_exe, dest, self.root / "requirements" / ws.key):
                     try:
                         r = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, check=False, env=env)
                     except (OSError, subprocess.TimeoutExpired) as exc:

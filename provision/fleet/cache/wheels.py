@@ -44,6 +44,8 @@ class WheelSet:
     find_links: tuple[str, ...] = ()
     trusted_hosts: tuple[str, ...] = ()
     no_index: bool = False
+    # the lock's wheel closure as the role gets it (frameworks_locked): (index_url or "", hashed lines)
+    locked: tuple[tuple[str, tuple[str, ...]], ...] = ()
     # the indexes' logins (netrc text; render keeps them out of the URLs): pip reads them from
     # the file NETRC names, never from its command line, which `ps` shows to everyone
     netrc: str = field(default="", repr=False)
@@ -71,24 +73,53 @@ class WheelSet:
             find_links=tuple(data.get("frameworks_find_links") or ()),
             trusted_hosts=tuple(data.get("frameworks_trusted_hosts") or ()),
             no_index=bool(data.get("frameworks_no_index")),
+            locked=tuple(
+                (str(e.get("index_url") or ""), tuple(str(r) for r in e["requirements"]))
+                for e in data.get("frameworks_locked") or []
+            ),
             netrc=netrc,
         )
 
-    def download_commands(self, python_exe: str, dest: Path) -> list[list[str]]:
-        """One ``pip download`` per role install entry, with the options the role would pass."""
+    def target_args(self) -> list[str]:
+        """pip's options for the hosts' interpreter and platform (besides ``--python-version``)."""
         abi = f"cp{self.python.replace('.', '')}"
-        common = [
-            "--only-binary=:all:",
-            f"--python-version={self.python}",
-            "--implementation=cp",
-            f"--abi={abi}",
-            *(f"--platform={p}" for p in wheel_platforms(self.arch)),
-        ]
-        sources = pip_sources(self.extra_index_urls, self.find_links, self.trusted_hosts, no_index=self.no_index)
+        return ["--implementation=cp", f"--abi={abi}", *(f"--platform={p}" for p in wheel_platforms(self.arch))]
+
+    def source_args(self, index_url: str) -> list[str]:
+        """pip's options for where one install entry's packages come from, as the role passes them."""
+        index = index_url or self.index_url
+        index_args = [f"--index-url={index}"] if index and not self.no_index else []
+        return index_args + pip_sources(
+            self.extra_index_urls, self.find_links, self.trusted_hosts, no_index=self.no_index
+        )
+
+    def locked_source_args(self, index_url: str) -> list[str]:
+        """Where one index's share of the closure comes from: that index alone (or the find-links
+        without an index), as the frameworks role's locked install says."""
+        if self.no_index or not index_url:
+            source = ["--no-index", *(f"--find-links={u}" for u in self.find_links)]
+        else:
+            source = [f"--index-url={index_url}"]
+        return source + [f"--trusted-host={h}" for h in self.trusted_hosts]
+
+    def download_commands(self, python_exe: str, dest: Path, requirements: Path | None = None) -> list[list[str]]:
+        """One ``pip download`` per role install entry, with the options the role would pass; with
+        a locked closure, one per index of exactly the hashed files (the requirement files pip
+        needs for hashes are written to ``requirements``, by default beside ``dest``)."""
+        common = ["--only-binary=:all:", f"--python-version={self.python}", *self.target_args()]
+        if self.locked:
+            folder = requirements or dest.parent / f".{self.key}-requirements"
+            folder.mkdir(parents=True, exist_ok=True)
+            cmds = []
+            for n, (index_url, lines) in enumerate(self.locked):
+                req = folder / f"locked-{n}.txt"
+                req.write_text("".join(f"{line}\n" for line in lines))
+                pip = [python_exe, "-m", "pip", "download", "--disable-pip-version-check", "--quiet", f"--dest={dest}"]
+                source = self.locked_source_args(index_url)
+                cmds.append([*pip, *common, "--require-hashes", "--no-deps", *source, "-r", str(req)])
+            return cmds
         out = []
         for packages, index_url in self.installs:
-            index = index_url or self.index_url
-            index_args = [f"--index-url={index}"] if index and not self.no_index else []
             out.append(
                 [
                     python_exe,
@@ -99,8 +130,7 @@ class WheelSet:
                     "--quiet",
                     f"--dest={dest}",
                     *common,
-                    *index_args,
-                    *sources,
+                    *self.source_args(index_url),
                     *packages,
                 ]
             )
