@@ -69,7 +69,17 @@ def test_up_applies_the_planned_lock_and_refuses_one_for_another_host(
 
     # plan for the hosts themselves (probed), then apply exactly that lock
     planned = _plan(
-        tmp_path, "-i", str(testhosts.inventory), "-F", str(testhosts.ssh_config), "-c", str(config), "--out", "planned"
+        tmp_path,
+        "-i",
+        str(testhosts.inventory),
+        "-F",
+        str(testhosts.ssh_config),
+        "-c",
+        str(config),
+        "--set",
+        "frameworks_no_index=true",
+        "--out",
+        "planned",
     )
     lock = read_lock(tmp_path / "planned" / "provision.lock")
     assert sorted(h for g in lock.groups for h in g.hosts) == sorted(h.name for h in testhosts.hosts)
