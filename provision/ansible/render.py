@@ -26,7 +26,7 @@ import yaml
 
 from provision.ansible.checks import _CFG_PATH, _check_text, _refuse_templates, check_host_name, dump
 from provision.ansible.role_vars import group_vars
-from provision.ansible.roles import ROLES, check_overrides
+from provision.ansible.roles import BUNDLED_ROLES_PATH, ROLES, check_overrides
 from provision.ansible.settings import CREDENTIALS_DIR, InstallSettings, split_credentials
 from provision.errors import BadInput
 from provision.hosts.runlock import APPLY_MARK
@@ -79,7 +79,7 @@ def render_files(
     install, creds = split_credentials(install)
     overrides = dict(overrides or {})
     check_overrides(overrides)
-    if not _CFG_PATH.match(roles_path):
+    if roles_path != BUNDLED_ROLES_PATH and not _CFG_PATH.match(roles_path):
         raise BadInput(f"roles path {roles_path!r} cannot go into ansible.cfg", "install provision under a plain path")
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(_templates())),

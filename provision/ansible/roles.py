@@ -31,6 +31,12 @@ ROLES: tuple[str, ...] = (
 )
 
 
+# Where `plan` copies the roles inside its run dir, and the roles_path its ansible.cfg names:
+# relative, which Ansible reads relative to the ansible.cfg that says it, so the folder can be
+# committed or copied to another machine and run there with plain ansible-playbook.
+BUNDLED_ROLES_PATH = "roles"
+
+
 def default_roles_path() -> str:
     from provision.resources import playbooks_dir
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from provision.ansible.render import SECRETS_FILE, render_files
-from provision.ansible.roles import default_roles_path
+from provision.ansible.roles import BUNDLED_ROLES_PATH, default_roles_path
 from provision.ansible.settings import InstallSettings
 from provision.errors import BadInput
 from provision.stack.lock import write_durably
@@ -85,8 +85,17 @@ def write_run_dir(
     overrides: Mapping[str, Any] | None = None,
     roles_path: str | None = None,
     user_groups: Mapping[str, Mapping[str, Sequence[str]]] | None = None,
+    bundle_roles: bool = False,
 ) -> RunDir:
-    """Render and write the run dir (replacing the files it owns, keeping anything else there)."""
+    """Render and write the run dir (replacing the files it owns, keeping anything else there).
+
+    ``bundle_roles`` copies the roles into the run dir (``roles/``, named relatively by its
+    ansible.cfg): `plan --out DIR` makes DIR whole, to commit or to run on another machine with
+    ansible-core alone. `up`'s run dirs are run here and then kept as a record: they name the
+    installed roles and spare every run a copy.
+    """
+    if bundle_roles:
+        roles_path = BUNDLED_ROLES_PATH
     files = render_files(
         lock,
         hosts,
@@ -108,8 +117,26 @@ def write_run_dir(
         target = out / rel
         private_dir(target.parent)
         write_private(target, text)
+    written = [*files, "provision.lock"]
+    if bundle_roles:
+        _copy_roles(out / BUNDLED_ROLES_PATH)
+        written.append(f"{BUNDLED_ROLES_PATH}/")
     write_durably(out / "provision.lock", lock_text)  # the run dir's copy: as durable as --lock's (0600)
-    return RunDir(out, tuple(sorted([*files, "provision.lock"])))
+    return RunDir(out, tuple(sorted(written)))
+
+
+def _copy_roles(dest: Path) -> None:
+    """All of provision's roles into ``dest``, replacing an earlier plan's copy (the roles
+    site.yml runs include others, signed_repo and package_plan: the whole folder goes)."""
+    import shutil
+
+    from provision.resources import playbooks_dir
+
+    if dest.is_symlink() or dest.is_file():
+        dest.unlink()
+    elif dest.exists():
+        shutil.rmtree(dest)
+    shutil.copytree(playbooks_dir() / "roles", dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
 
 
 def private_dir(path: Path) -> None:

@@ -69,9 +69,10 @@ def plan(
 ) -> int:
     """Resolve per host, write provision.lock and the Ansible run dir; no host is changed.
 
-    Then `cd OUT && ansible-playbook site.yml` applies it with plain Ansible. With --assume the
-    hosts are not contacted (with -i: the inventory's hosts, all assumed alike). The stack
-    options override the config's stack: section.
+    Then `cd OUT && ansible-playbook site.yml` applies it with plain Ansible (OUT holds the roles
+    too: commit it or copy it to another machine), or `provision up --lock LOCK` applies exactly
+    this lock and verifies. With --assume the hosts are not contacted (with -i: the inventory's
+    hosts, all assumed alike). The stack options override the config's stack: section.
     Exit status: 0 planned, 1 a host could not be probed, 2 bad input, 3 unsatisfiable.
     """
     from provision.config import Config, load_config
@@ -126,6 +127,7 @@ def _human(con: Console, result: PlanResult) -> None:
             con.print(f"warning ({g['name']}): {w['message']}", markup=False)
     con.print(f"lock: {result.lock_path}", markup=False)
     con.print(f"apply: cd {result.out} && ansible-playbook site.yml", markup=False)
+    con.print(f"   or: provision up (the same hosts) --lock {result.lock_path}", markup=False)
 
 
 def package_lines(plan: PackagePlan) -> list[str]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +23,7 @@ from provision.cli.options import (
     command_options,
     config_option,
     limit_option,
+    lock_option,
     parse_sets,
     reboot_controller_option,
     set_option,
@@ -45,6 +47,7 @@ if TYPE_CHECKING:
 @click.command(name="up")
 @target_options(local="Provision the machine provision runs on.", inventory="Provision an Ansible inventory's hosts.")
 @config_option()
+@lock_option("Apply exactly this lock (from `provision plan`): hosts are only checked against it, not resolved.")
 @stack_options
 @click.option("--check", is_flag=True, help="Ansible check mode: change nothing, verify what is there.")
 @click.option("--yes", is_flag=True, help="Do not ask before changing hosts.")
@@ -73,6 +76,7 @@ def up(
     local: bool,
     inventory: str | None,
     config_path: Path | None,
+    lock_path: Path | None,
     stack_flags: dict[str, Any],
     check: bool,
     yes: bool,
@@ -89,6 +93,9 @@ def up(
     """Probe, resolve, plan, apply with Ansible, verify every host, report.
 
     Without --yes it shows the plan and asks (check mode changes nothing and does not ask).
+    With --lock FILE it applies exactly that lock: each host is probed only to check it is the
+    host its lock group was planned for (OS, arch, GPU model and count); one that is not, or that
+    the lock does not name, is refused (exit 2) before any change.
     Hosts already converged with this lock (probed versions equal the lock, last verification
     with it passed) are only verified. Each run keeps .provision/runs/<run-id>/ (lock, Ansible
     run dir, events.jsonl, verify reports, report.json, report.html).
@@ -108,6 +115,8 @@ def up(
     from provision.fleet.up import check_options
     from provision.fleet.up import up as run_up
 
+    if lock_path is not None:
+        refuse_stack_with_lock(cloud, stack_flags)
     check_up_targets(
         cloud=cloud,
         local=local,
@@ -139,6 +148,7 @@ def up(
         reboot_controller=reboot_controller,
         state_path=state_path,
         stack_flags=stack_flags,
+        lock=lock_path,
     )
     check_options(options)
     check_request(config, stack_flags)  # a bad stack option launches nothing
@@ -185,6 +195,23 @@ def up(
     # `up --json` plus the run: docs/design.md's document with one more key, `cloud`.
     emit({**result.to_json(), "cloud": run.to_json()}, as_json, lambda con: _human(con, result, run))
     return int(ExitCode.OK if result.ok else ExitCode.FAILED)
+
+
+def refuse_stack_with_lock(cloud: bool, stack_flags: Mapping[str, Any]) -> None:
+    """`up --lock` takes no stack option (the lock decided the versions) and no --cloud (the
+    instances it would launch have names no lock can know)."""
+    ctx = click.get_current_context()
+    given = [p.opts[0] for p in ctx.command.params if p.name in stack_flags]
+    if given:
+        raise BadInput(
+            f"{', '.join(given)} with --lock: the lock already decided the stack",
+            "drop them, or run provision plan with them and apply its lock",
+        )
+    if cloud:
+        raise BadInput(
+            "--lock with --cloud: the instances it launches are in no lock",
+            "run provision cloud up, plan -i its inventory, then up -i that inventory --lock FILE",
+        )
 
 
 def _ask(planned: PlanResult, hosts: list[HostRun]) -> bool:

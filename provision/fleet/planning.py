@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from provision.config import Config
     from provision.hosts.facts import HostFacts
     from provision.hosts.inventory import HostTarget
+    from provision.stack.lock import Lock, LockGroup
     from provision.stack.resolution import ResolvedHost
 
 ASSUME_KEYS = ("os", "gpu", "arch", "instance_type", "nvswitch", "python", "name")
@@ -120,6 +121,7 @@ class PlanResult:
     groups: list[dict[str, Any]] = field(default_factory=list)
     files: tuple[str, ...] = ()
     unprobed: list[ProbeFailure] = field(default_factory=list)  # only with skip_unprobed
+    notes: list[str] = field(default_factory=list)  # with a given lock: what the user should know
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -156,6 +158,8 @@ def plan(
     only: Sequence[str] | None = None,
     skip_unprobed: bool = False,
     check: bool = False,
+    locked: Lock | None = None,
+    bundle_roles: bool = True,
 ) -> PlanResult:
     """Resolve per host, write ``lock_path`` and the run dir ``out``; contact hosts only to probe.
 
@@ -166,13 +170,16 @@ def plan(
     every host's reason either way. ``stack_flags`` (the command line's stack options) win over
     the config's ``stack:``. ``check``: the plan of `up --check`, which installs nothing (see
     :func:`provision.fleet.closure.wants_closure`).
+
+    With ``locked`` (`up --lock`) nothing is resolved: each host is probed only to check that it
+    is still the host its lock group was resolved for (:func:`check_locked`), and the lock's
+    groups (their wheel closure included), restricted to these hosts, are what the run dir
+    renders and ``lock_path`` gets. ``bundle_roles``: the run dir carries a copy of the roles
+    (`plan --out`; `up` runs its own run dir in place and passes False).
     """
     from provision.ansible.rundir import check_out_dir, ensure_dir, write_run_dir
     from provision.ansible.settings import InstallSettings
-    from provision.stack.lock import LockGroup, build_lock, dumps_lock, write_lock
-    from provision.stack.packages import check_plannable
-    from provision.stack.request import HostSpec, StackRequest
-    from provision.stack.resolve import resolve
+    from provision.stack.lock import build_lock, dumps_lock, write_lock
 
     if local and inventory:
         raise BadInput("give --local or -i INVENTORY, not both", "plan the local machine or an inventory's hosts")
@@ -190,6 +197,10 @@ def plan(
         ssh_config,
         stack_flags,
     )
+    if locked is not None:
+        if assume is not None:
+            raise BadInput("--assume with a given lock", "the lock already describes its hosts")
+        check_locked_names(locked, [t.name for t in targets])  # before any host is contacted
     for t in targets:  # the apply's ssh trusts what the probe trusts (before any contact)
         if t.target is not None and not t.target.local and assume is None:
             from provision.hosts.ssh_config import ssh_trust_args
@@ -207,6 +218,64 @@ def plan(
             targets, config, skip_unprobed, accept_new_host_keys=accept_new_host_keys, ssh_config=ssh_config
         )
         targets = [t for t in targets if t.facts is not None]
+
+    if locked is not None:
+        lock, notes = check_locked(locked, targets, unprobed=[f.host for f in unprobed])
+        lock_groups = lock.groups
+    else:
+        lock_groups = _resolve_groups(targets, config, stack_flags, assume)
+        from provision.fleet.closure import lock_closures, wants_closure
+
+        if wants_closure(config.install.lock_closure, applied=assume is None and not check):
+            lock_closures(lock_groups, install, overrides)  # before anything is written: a conflict leaves no lock
+        lock = build_lock(lock_groups)
+        notes = []
+    text = dumps_lock(lock)
+    from provision.ansible.role_vars import check_installs_override
+
+    check_installs_override(overrides or {}, lock.to_json(), install)  # before anything is written
+    # both places are checked before either is written: bad paths leave nothing half-made
+    ensure_dir(out, "--out")
+    ensure_dir(lock_path.parent, "--lock")
+    # The run dir first: it renders (and may refuse a value) before any file is written, and a
+    # --lock inside --out would otherwise make the folder look like a user's non-empty folder.
+    run = write_run_dir(
+        out,
+        lock.to_json(),
+        text,
+        {t.name: t.connection for t in targets},
+        install,
+        overrides=overrides,
+        user_groups=user_groups,
+        bundle_roles=bundle_roles,
+    )
+    write_lock(lock, lock_path)
+    by_name = {t.name: t for t in targets}
+    result = PlanResult(out=out, lock_path=lock_path, files=run.files, unprobed=unprobed, notes=notes)
+    for g in lock_groups:
+        result.groups.append(
+            {
+                "name": g.name,
+                "hosts": g.hosts,
+                "stack": g.stack,
+                "packages": g.packages.to_json() if g.packages else None,
+                "python_packages": g.to_json()["python_packages"],
+                "warnings": g.warnings,
+            }
+        )
+        for name in g.hosts:
+            result.hosts.append(_host_plan(by_name[name], g.name, g.stack, install.reboot))
+    return result
+
+
+def _resolve_groups(
+    targets: Sequence[_Target], config: Config, stack_flags: Mapping[str, Any] | None, assume: Assumed | None
+) -> list[LockGroup]:
+    """Resolve each host's stack; hosts with the same resolution share a lock group."""
+    from provision.stack.lock import LockGroup
+    from provision.stack.packages import check_plannable
+    from provision.stack.request import HostSpec, StackRequest
+    from provision.stack.resolve import resolve
 
     request_args = config.request_args(stack_flags)
     groups: dict[str, tuple[list[str], Any]] = {}
@@ -248,46 +317,75 @@ def plan(
 
     lock_groups = [LockGroup.from_resolution(_group_label(res.host), names, res) for names, res in groups.values()]
     _unique_names(lock_groups)
-    from provision.fleet.closure import lock_closures, wants_closure
+    return lock_groups
 
-    if wants_closure(config.install.lock_closure, applied=assume is None and not check):
-        lock_closures(lock_groups, install, overrides)  # before anything is written: a conflict leaves no lock
-    lock = build_lock(lock_groups)
-    text = dumps_lock(lock)
-    from provision.ansible.role_vars import check_installs_override
 
-    check_installs_override(overrides or {}, lock.to_json(), install)  # before anything is written
-    # both places are checked before either is written: bad paths leave nothing half-made
-    ensure_dir(out, "--out")
-    ensure_dir(lock_path.parent, "--lock")
-    # The run dir first: it renders (and may refuse a value) before any file is written, and a
-    # --lock inside --out would otherwise make the folder look like a user's non-empty folder.
-    run = write_run_dir(
-        out,
-        lock.to_json(),
-        text,
-        {t.name: t.connection for t in targets},
-        install,
-        overrides=overrides,
-        user_groups=user_groups,
-    )
-    write_lock(lock, lock_path)
-    by_name = {t.name: t for t in targets}
-    result = PlanResult(out=out, lock_path=lock_path, files=run.files, unprobed=unprobed)
-    for g in lock_groups:
-        result.groups.append(
-            {
-                "name": g.name,
-                "hosts": g.hosts,
-                "stack": g.stack,
-                "packages": g.packages.to_json() if g.packages else None,
-                "python_packages": g.to_json()["python_packages"],
-                "warnings": g.warnings,
-            }
+def check_locked_names(locked: Lock, names: Sequence[str]) -> None:
+    """Every host to apply must be named by the lock (checked before any host is contacted).
+
+    A host the lock does not name was never resolved: applying some group's stack to it would be
+    a guess, so it is refused. The opposite, a lock host that is not among ``names``, is fine:
+    a lock planned for a whole fleet is applied to part of it with --limit or a smaller
+    inventory, as `up --limit` does with a fresh plan (:func:`check_locked` leaves it out).
+    """
+    from provision.stack.lock import find_group
+
+    for name in names:
+        if find_group(locked, name) is None:
+            raise BadInput(f"host {name} is not in the lock", "run provision plan again for these hosts")
+
+
+def check_locked(locked: Lock, targets: Sequence[_Target], unprobed: Sequence[str] = ()) -> tuple[Lock, list[str]]:
+    """The lock restricted to ``targets``, after checking each probed host still fits its group.
+
+    A host that differs from its group's host description (another OS, arch, GPU model or count)
+    is bad input naming the host and what differs, before any change: its versions were decided
+    for another machine. The groups keep their name, stack and packages byte for byte (so the
+    state DB's group hash is the plan's); only their host lists shrink to this run's hosts.
+    ``unprobed``: this run's hosts that could not be probed (`up` fails them alone; no note).
+    """
+    from provision.matrix import load
+    from provision.stack.drift import host_differences
+    from provision.stack.lock import Lock, find_group
+    from provision.stack.request import HostSpec
+
+    names = {t.name for t in targets}
+    for t in targets:
+        group = find_group(locked, t.name)
+        if group is None:  # check_locked_names ran before the probe; a caller may skip it
+            check_locked_names(locked, [t.name])
+            continue
+        if t.facts is None:
+            continue
+        try:
+            spec = HostSpec.from_facts(t.facts.to_json())
+        except BadInput as exc:  # a mixed host, a GPU the data lacks: say which host
+            exc.message = f"{t.name}: {exc.message}"
+            raise
+        differs = host_differences(group, spec)
+        if differs:
+            raise BadInput(
+                f"host {t.name} does not match lock group {group.name}: " + "; ".join(differs),
+                "run provision plan again for this host, or apply a lock planned for it",
+            )
+    groups = [replace(g, hosts=[h for h in g.hosts if h in names]) for g in locked.groups]
+    lock = Lock(dict(locked.knowledge), [g for g in groups if g.hosts])
+    notes = [
+        f"{h}: in the lock, not among the hosts of this run: skipped"
+        for g in locked.groups
+        for h in g.hosts
+        if h not in names and h not in unprobed
+    ]
+    current = load()
+    if locked.knowledge.get("sha256") != current.sha256:
+        # The lock is the decision the user reviewed: it is applied as written. The knowledge
+        # may since have learnt of a newer release or a bad combination; plan again to see.
+        notes.append(
+            f"the lock was resolved with knowledge {locked.knowledge.get('version') or '?'} "
+            f"({(locked.knowledge.get('sha256') or '?')[:12]}), this provision has {current.version} "
+            f"({current.sha256[:12]}): applying the lock as written; `provision plan` re-resolves"
         )
-        for name in g.hosts:
-            result.hosts.append(_host_plan(by_name[name], g.name, g.stack, install.reboot))
-    return result
+    return lock, notes
 
 
 def check_assume(assume: Assumed | None, local: bool, inventory: str | None) -> None:

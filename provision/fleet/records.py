@@ -130,6 +130,7 @@ class UpOptions:
     ssh_config: Path | None = None
     reboot_controller: bool = False
     state_path: Path | None = None  # --state; else config.state.path; else the default
+    lock: Path | None = None  # --lock: apply exactly this lock (hosts probed only to check they fit it)
     runs_dir: Path = RUNS_DIR
     stack_flags: dict[str, Any] = field(default_factory=dict)  # the stack options given; they beat the config
 

@@ -9,6 +9,10 @@ probed versions equal the lock and whose last verification with this lock passed
 batch that does not pass stops the run, later hosts are ``not-run``) and every host is verified
 with the smoke job. Success is every host's verdict, never Ansible's ``failed=0``.
 
+With ``--lock FILE`` (:attr:`UpOptions.lock`) nothing is resolved: the hosts are probed only to
+check that each still fits its lock group's host description, a host that does not (or that the
+lock does not name) is bad input before any change, and the run applies that lock.
+
 Re-running after an interruption is safe by construction: the roles are idempotent, and the
 state DB only records an apply once Ansible reported the host done and a verdict once the job
 answered, so a killed run leaves nothing that makes the next run skip work it did not finish.
@@ -128,6 +132,12 @@ def _up(
     targets = load_targets(options.local, options.inventory)
     selected = apply_limit(list(targets), limit_patterns(options.limit))
     check_inputs(config, options.overrides, [targets[n] for n in selected], options.ssh_config, options.stack_flags)
+    locked = None
+    if options.lock is not None:  # --lock: read and checked against the hosts' names before any contact
+        from provision.fleet.planning import check_locked_names
+
+        locked = read_lock(options.lock)
+        check_locked_names(locked, selected)
     state = State(state_path(options.state_path, config.state.path))
 
     run = new_run_id()
@@ -140,7 +150,7 @@ def _up(
             f"cannot make the run folder {run_dir}: {exc.strerror}", "run provision up from a writable directory"
         ) from None
     result = UpResult(run=run, run_dir=run_dir, check=options.check, hosts=[])
-    say(f"run {run}: probing {len(selected)} host(s)")
+    say(f"run {run}: probing {len(selected)} host(s)" + (f" to check them against {options.lock}" if locked else ""))
     try:
         planned = plan(
             config=config,
@@ -156,11 +166,15 @@ def _up(
             only=selected,
             skip_unprobed=True,
             check=options.check,
+            locked=locked,
+            bundle_roles=False,
         )
     except BaseException:
         state.close()
         shutil.rmtree(run_dir, ignore_errors=True)  # nothing was planned: leave no empty run behind
         raise
+    for note in planned.notes:
+        say(note)
     lock = read_lock(planned.lock_path)
     hashes = {h: group_hash(g) for g in lock.groups for h in g.hosts}
     for hp in planned.hosts:

@@ -9,11 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from provision.remote.smoke.versions import build_matches, cudnn_number, split_local, version_matches
 from provision.stack.lock import LockGroup
 
-__all__ = ["Drift", "cudnn_number", "drift", "expected_versions"]
+if TYPE_CHECKING:
+    from provision.stack.request import HostSpec
+
+__all__ = ["Drift", "cudnn_number", "drift", "expected_versions", "host_differences"]
 
 
 @dataclass(frozen=True)
@@ -77,3 +81,32 @@ def drift(group: LockGroup, observed: Mapping[str, str | None]) -> list[Drift]:
         if not version_matches(item, got, want):
             out.append(Drift(item, want, got))
     return out
+
+
+def host_differences(group: LockGroup, host: HostSpec) -> list[str]:
+    """What of ``host`` (a probed host's description) differs from the one ``group`` was resolved
+    for, as ``"os debian-12, locked ubuntu-22.04"``; empty when the lock fits the host.
+
+    These are what the resolution stands on (`up --lock` applies a lock only to hosts it fits):
+    the OS, the arch, the GPU model and count, and the EC2 instance type when the lock names one.
+    The Python is not compared: the lock's is one the OS release installs (or a standalone
+    CPython), and the OS release is compared. Nor is the host's driver: a group with a driver
+    installs its own, and one that keeps the host's (``driver: none``) was resolved without its
+    version (the rules only warn ``driver_unmanaged``), so the lock holds none to compare; the
+    smoke job's verdict says whether the kept driver runs the locked frameworks.
+    """
+    locked = group.host
+    gpu = host.gpu.name if host.gpu is not None else None
+    pairs: list[tuple[str, object, object]] = [
+        ("os", host.os.id, locked.get("os")),
+        ("arch", host.arch, locked.get("arch")),
+        ("gpu", gpu, locked.get("gpu")),
+        ("gpu count", host.gpu_count, locked.get("gpu_count")),
+    ]
+    if locked.get("instance_type"):
+        pairs.append(("instance type", host.instance_type, locked["instance_type"]))
+    return [f"{item} {_shown(have)}, locked {_shown(want)}" for item, have, want in pairs if have != want]
+
+
+def _shown(value: object) -> str:
+    return "none" if value is None or value == "" else str(value)

@@ -244,6 +244,50 @@ def test_a_host_whose_python_no_wheel_fits_gets_a_standalone_cpython_in_the_plan
     assert refused.returncode == 3 and "python" in refused.stderr, refused.stderr
 
 
+def test_out_dir_is_self_contained_and_runs_from_a_copy(tmp_path: Path) -> None:
+    """`plan --out DIR` carries the roles (ansible.cfg names them relatively) and the lock: the
+    copy runs where neither this checkout nor the plan's folder is reachable."""
+    import shutil
+
+    from provision.resources import playbooks_dir
+
+    made = tmp_path / "made"
+    made.mkdir()
+    r = _plan("--assume", "os=debian-12,gpu=L4:1,name=gpu-a", "--out", "DIR", cwd=made)
+    assert r.returncode == 0, r.stderr
+    copy = tmp_path / "elsewhere" / "DIR"
+    shutil.copytree(made / "DIR", copy)
+    shutil.rmtree(made)  # the folder the plan was written in is gone
+    assert "roles_path = roles\n" in (copy / "ansible.cfg").read_text()
+    assert sorted(p.name for p in (copy / "roles").iterdir()) == sorted(
+        p.name for p in (playbooks_dir() / "roles").iterdir()
+    )
+    checkout = str(playbooks_dir().parent)
+    for f in copy.rglob("*"):
+        if f.is_file():
+            text = f.read_text(errors="replace")
+            assert checkout not in text and str(tmp_path) not in text, f
+    assert read_lock(copy / "provision.lock").groups[0].hosts == ["gpu-a"]
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
+    env.pop("ANSIBLE_ROLES_PATH", None)
+    env.pop("ANSIBLE_CONFIG", None)
+    for cmd in (["ansible-playbook", "--syntax-check", "site.yml"], ["ansible-inventory", "--list"]):
+        done = subprocess.run([str(BIN / cmd[0]), *cmd[1:]], cwd=copy, capture_output=True, text=True, env=env)
+        assert done.returncode == 0, done.stderr
+    inventory = json.loads(done.stdout)
+    assert inventory["_meta"]["hostvars"]["gpu-a"]["nvidia_driver_version"]
+    # what Ansible itself takes roles_path to be, from the copy's ansible.cfg: the copy's roles
+    config = subprocess.run(
+        [str(BIN / "ansible-config"), "dump", "--only-changed"], cwd=copy, capture_output=True, text=True, env=env
+    )
+    assert f"DEFAULT_ROLES_PATH({copy / 'ansible.cfg'}) = ['{copy / 'roles'}']" in config.stdout, config.stdout
+    # planning again into it replaces the roles it copied (no stale role survives)
+    (copy / "roles" / "stale").mkdir()
+    again = _plan("--assume", "os=debian-12,gpu=L4:1,name=gpu-a", "--out", str(copy), cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert not (copy / "roles" / "stale").exists() and (copy / "roles" / "verify" / "tasks").is_dir()
+
+
 def test_a_probed_host_without_an_nvidia_gpu_gets_no_driver_unless_one_is_pinned() -> None:
     """A real probe's facts (a Debian 12 VM whose lspci lists no NVIDIA device): the resolver plans
     no driver for it and says why; a pinned driver is still honoured (the user asked for it)."""

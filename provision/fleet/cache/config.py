@@ -44,7 +44,14 @@ def start_cache(
 
     ansible = run_dir / "ansible"
     inventory = yaml.safe_load((ansible / "inventory.yml").read_text())
-    group_of = {h: g for g, body in inventory["all"]["children"].items() for h in (body.get("hosts") or {})}
+    # the lock's groups only: the user's inventory groups beside them (render's user_groups) hold
+    # the same hosts and no variables, so no group_vars file of theirs exists
+    group_of = {
+        h: g
+        for g, body in inventory["all"]["children"].items()
+        if (ansible / "group_vars" / f"{g}.yml").is_file()
+        for h in (body.get("hosts") or {})
+    }
     platform = {h: g.host for g in lock.groups for h in g.hosts}
     group_vars = {
         g: yaml.safe_load((ansible / "group_vars" / f"{g}.yml").read_text()) or {}

@@ -1,0 +1,102 @@
+"""plan -> lock -> `up --lock` on the SSH test hosts (Debian 12, no GPU, the CPU torch stack).
+
+A lock planned for another OS and GPU under a test host's name is refused before anything on the
+host changes; the lock `plan` wrote for the hosts is applied as it is, with a config whose stack
+could not even be resolved (the lock decides, nothing is resolved again), and every host passes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from provision.stack.lock import read_lock
+from tests.hosts import harness
+from tests.integration import roles_harness as rh
+from tests.integration.up_harness import run_up, up_args
+
+pytestmark = pytest.mark.slow  # installs torch on every host
+
+
+def _plan(cwd: Path, *args: str) -> dict[str, Any]:
+    r = subprocess.run(
+        [sys.executable, "-m", "provision", "plan", "--json", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"},
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stderr
+    doc: dict[str, Any] = json.loads(r.stdout)
+    return doc
+
+
+def test_up_applies_the_planned_lock_and_refuses_one_for_another_host(
+    testhosts: harness.HostSet, wheelhouse: Path, tmp_path: Path
+) -> None:
+    config = rh.cpu_torch_config(tmp_path, testhosts, wheelhouse)
+    first = testhosts.hosts[0]
+    runs = tmp_path / ".provision" / "runs"
+
+    # a lock for an 8 x H100 Ubuntu 22.04 machine, named like the first test host
+    _plan(
+        tmp_path,
+        "--assume",
+        f"os=ubuntu-22.04,gpu=H100-SXM:8,name={first.name}",
+        "--out",
+        "h100",
+        "--lock",
+        "h100.lock",
+    )
+    before = rh.host_snapshot(testhosts, first)
+    rc, doc = run_up(tmp_path, up_args(testhosts, config, "--lock", "h100.lock", "--limit", first.name))
+    assert rc == 2 and doc["ok"] is False and doc["error"]["code"] == "bad_input", doc
+    message = doc["error"]["message"]
+    assert message.startswith(f"host {first.name} does not match lock group h100_sxm_x8_ubuntu_22_04: "), message
+    assert "os debian-12, locked ubuntu-22.04" in message and "gpu none, locked H100-SXM" in message
+    assert rh.host_snapshot(testhosts, first) == before  # same packages, no /opt/provision venv
+    assert not runs.exists() or not any(runs.iterdir())  # no run was kept
+    # the other hosts of the inventory are not in that lock: refused before any contact
+    rc, doc = run_up(tmp_path, up_args(testhosts, config, "--lock", "h100.lock"))
+    assert rc == 2 and "is not in the lock" in doc["error"]["message"], doc
+
+    # plan for the hosts themselves (probed), then apply exactly that lock
+    planned = _plan(
+        tmp_path,
+        "-i",
+        str(testhosts.inventory),
+        "-F",
+        str(testhosts.ssh_config),
+        "-c",
+        str(config),
+        "--set",
+        "frameworks_no_index=true",
+        "--out",
+        "planned",
+    )
+    lock = read_lock(tmp_path / "planned" / "provision.lock")
+    assert sorted(h for g in lock.groups for h in g.hosts) == sorted(h.name for h in testhosts.hosts)
+    assert [g["name"] for g in planned["groups"]] == [g.name for g in lock.groups]
+    # up's config asks for a torch that does not exist: resolving would fail (exit 3)
+    unsatisfiable = tmp_path / "unsatisfiable.yaml"
+    unsatisfiable.write_text(config.read_text().replace(f"{harness.TORCH_CPU}+cpu", "torch==0.0.1"))
+    assert "torch==0.0.1" in unsatisfiable.read_text()
+    try:
+        rc, doc = run_up(tmp_path, up_args(testhosts, unsatisfiable, "--lock", "planned/provision.lock"))
+        assert rc == 0 and doc["ok"] is True, doc
+        assert {h["host"]: h["verdict"] for h in doc["hosts"]} == {h.name: "pass" for h in testhosts.hosts}
+        assert all(h["changed"] > 0 for h in doc["hosts"]), doc
+        applied = read_lock(runs / doc["run"] / "provision.lock")
+        assert [g.to_json() for g in applied.groups] == [g.to_json() for g in lock.groups]
+        assert applied.knowledge == lock.knowledge
+        torch = rh.ssh(testhosts, first, "/opt/provision/venv/bin/python -c 'import torch; print(torch.__version__)'")
+        assert torch.strip() == lock.groups[0].stack["frameworks"]["torch"]["version"] + "+cpu"
+    finally:
+        rh.unprovision(testhosts, testhosts.hosts)
