@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from packaging.utils import canonicalize_name
 
 from provision.ansible.rundir import write_run_dir
 from provision.ansible.settings import InstallSettings
@@ -185,6 +186,17 @@ def ssh(hostset: harness.HostSet, host: harness.TestHost, command: str, check: b
     if check and r.returncode != 0:
         raise AssertionError(f"{host.name}: {command}: rc={r.returncode} {r.stderr.strip()}")
     return r.stdout
+
+
+def installed_closure(hostset: harness.HostSet, host: harness.TestHost) -> dict[str, str]:
+    """What the host's venv holds, name -> version (pip itself aside), to compare with a lock
+    group's ``python_packages``: the closure installed by hash, nothing resolved on the host."""
+    freeze = ssh(hostset, host, "/opt/provision/venv/bin/python -m pip freeze --all --exclude pip")
+    return {canonicalize_name(n): v for n, _, v in (ln.partition("==") for ln in freeze.split())}
+
+
+def locked_closure(python_packages: list[dict[str, Any]]) -> dict[str, str]:
+    return {canonicalize_name(p["name"]): p["version"] for p in python_packages}
 
 
 def host_snapshot(hostset: harness.HostSet, host: harness.TestHost) -> str:

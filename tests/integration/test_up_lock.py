@@ -1,8 +1,11 @@
 """plan -> lock -> `up --lock` on the SSH test hosts (Debian 12, no GPU, the CPU torch stack).
 
 A lock planned for another OS and GPU under a test host's name is refused before anything on the
-host changes; the lock `plan` wrote for the hosts is applied as it is, with a config whose stack
-could not even be resolved (the lock decides, nothing is resolved again), and every host passes.
+host changes. Then `plan` with a stack flag over the config and a directory inventory (the hosts in
+one file, their connection settings in group_vars/, as Ansible users keep them) writes a lock with
+the wheel closure, and `up --lock` applies it as it is, with a config whose stack could not even be
+resolved (the lock decides, nothing is resolved again): every host passes and holds exactly the
+lock's closure (`pip freeze`).
 """
 
 from __future__ import annotations
@@ -67,15 +70,23 @@ def test_up_applies_the_planned_lock_and_refuses_one_for_another_host(
     rc, doc = run_up(tmp_path, up_args(testhosts, config, "--lock", "h100.lock"))
     assert rc == 2 and "is not in the lock" in doc["error"]["message"], doc
 
-    # plan for the hosts themselves (probed), then apply exactly that lock
+    # plan for the hosts themselves (probed), then apply exactly that lock. The config's stack asks
+    # for a torch that does not exist: resolving it would fail (exit 3), so the flag must win for
+    # plan, and up --lock must not resolve at all.
+    unsatisfiable = tmp_path / "unsatisfiable.yaml"
+    unsatisfiable.write_text(config.read_text().replace(f"{harness.TORCH_CPU}+cpu", "torch==0.0.1"))
+    assert "torch==0.0.1" in unsatisfiable.read_text()
+    inventory = _directory_inventory(testhosts.inventory, tmp_path / "inventory")
     planned = _plan(
         tmp_path,
         "-i",
-        str(testhosts.inventory),
+        str(inventory),
         "-F",
         str(testhosts.ssh_config),
         "-c",
-        str(config),
+        str(unsatisfiable),
+        "--framework",
+        f"{harness.TORCH_CPU}+cpu",
         "--set",
         "frameworks_no_index=true",
         "--out",
@@ -84,10 +95,7 @@ def test_up_applies_the_planned_lock_and_refuses_one_for_another_host(
     lock = read_lock(tmp_path / "planned" / "provision.lock")
     assert sorted(h for g in lock.groups for h in g.hosts) == sorted(h.name for h in testhosts.hosts)
     assert [g["name"] for g in planned["groups"]] == [g.name for g in lock.groups]
-    # up's config asks for a torch that does not exist: resolving would fail (exit 3)
-    unsatisfiable = tmp_path / "unsatisfiable.yaml"
-    unsatisfiable.write_text(config.read_text().replace(f"{harness.TORCH_CPU}+cpu", "torch==0.0.1"))
-    assert "torch==0.0.1" in unsatisfiable.read_text()
+    assert lock.groups[0].python_packages, "the plan locked no wheel closure"
     try:
         rc, doc = run_up(tmp_path, up_args(testhosts, unsatisfiable, "--lock", "planned/provision.lock"))
         assert rc == 0 and doc["ok"] is True, doc
@@ -98,5 +106,23 @@ def test_up_applies_the_planned_lock_and_refuses_one_for_another_host(
         assert applied.knowledge == lock.knowledge
         torch = rh.ssh(testhosts, first, "/opt/provision/venv/bin/python -c 'import torch; print(torch.__version__)'")
         assert torch.strip() == lock.groups[0].stack["frameworks"]["torch"]["version"] + "+cpu"
+        for host in testhosts.hosts:  # exactly the lock's closure, nothing resolved on the host
+            assert rh.installed_closure(testhosts, host) == rh.locked_closure(
+                [p.to_json() for p in lock.groups[0].python_packages]
+            )
     finally:
         rh.unprovision(testhosts, testhosts.hosts)
+
+
+def _directory_inventory(ini: Path, folder: Path) -> Path:
+    """The test hosts' INI inventory as a folder: the host lines in hosts.ini, the group's
+    connection settings in group_vars/testhosts.yml (the form Ansible users keep)."""
+    hosts, _, group_vars = ini.read_text().partition("[testhosts:vars]")
+    (folder / "group_vars").mkdir(parents=True)
+    (folder / "hosts.ini").write_text(hosts)
+    settings = {}
+    for line in filter(None, (ln.strip() for ln in group_vars.splitlines())):
+        key, _, value = line.partition("=")
+        settings[key.strip()] = value.strip().strip("'")
+    (folder / "group_vars" / "testhosts.yml").write_text(json.dumps(settings, indent=2) + "\n")
+    return folder
