@@ -10,7 +10,6 @@ spec's own tag, a zero or negative `--top`, `--assume` that names no host or com
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import subprocess
 import sys
@@ -18,20 +17,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli_run import provision
+
 BIN = Path(sys.executable).parent
 ASSUME = ["--assume", "os=debian-12,gpu=L4:1,name=h1"]
 
 
 def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "provision", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        timeout=120,
-        env={**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"},
-    )
+    return provision(*args, cwd=cwd)
 
 
 def tree(folder: Path) -> dict[str, bytes]:

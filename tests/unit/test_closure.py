@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import os
 import re
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from provision.errors import BadInput, OperationFailed, Unreachable, Unsatisfiab
 from provision.fleet import closure
 from provision.fleet.cache.wheels import WheelSet
 from provision.stack.lock import Lock, LockGroup, PythonPackage, dumps_lock, parse_lock, read_lock
+from tests.cli_run import provision
 
 PYPI = "https://pypi.org/simple"
 # the py3-none-any wheel of requests 2.32.3 on PyPI: a file's hash never changes once uploaded
@@ -224,13 +224,7 @@ def test_the_role_gets_one_hashed_requirement_list_per_index_and_a_mirror_for_py
 
 
 def _plan(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "provision", "plan", "--assume", "os=debian-12,python=3.11,name=a", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"},
-    )
+    return provision("plan", "--assume", "os=debian-12,python=3.11,name=a", *args, cwd=cwd)
 
 
 def _config(tmp_path: Path, house: Path, closure_setting: str, *frameworks: str) -> None:

@@ -11,18 +11,13 @@ from pathlib import Path
 import pytest
 
 from provision.stack.lock import read_lock
+from tests.cli_run import provision
 
 BIN = Path(sys.executable).parent
 
 
 def _plan(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "provision", "plan", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"},
-    )
+    return provision("plan", *args, cwd=cwd)
 
 
 def test_assume_writes_lock_and_a_run_dir_plain_ansible_accepts(tmp_path: Path) -> None:

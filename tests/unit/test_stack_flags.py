@@ -6,7 +6,6 @@ Real processes (`python -m provision`), real resolves from the shipped data, rea
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from provision.stack.lock import read_lock
+from tests.cli_run import provision
 from tests.unit.test_cloud import offline_aws, run_cli
 
 __all__ = ["offline_aws"]
@@ -34,14 +34,7 @@ STACK_FLAGS = (
 
 
 def _provision(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "provision", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"},
-        timeout=120,
-    )
+    return provision(*args, cwd=cwd)
 
 
 @pytest.mark.parametrize("command", ["resolve", "plan", "up"])

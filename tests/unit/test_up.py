@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,17 +14,11 @@ from provision.fleet.report import render_html
 from provision.fleet.state import State
 from provision.fleet.up import apply_limit, group_hash, limit_patterns
 from provision.stack.lock import LockGroup
+from tests.cli_run import provision
 
 
 def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "provision", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        timeout=120,
-    )
+    return provision(*args, cwd=cwd)
 
 
 def test_limit_patterns_and_globs() -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,17 +18,11 @@ from provision.fleet.planning import HostPlan, ProbeFailure
 from provision.fleet.records import NOT_RUN, PROBE_TASK, HostRun, UpResult
 from provision.fleet.report import render_html
 from provision.fleet.state import DEFAULT_PATH, State, state_path
+from tests.cli_run import provision
 
 
 def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "provision", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        timeout=120,
-    )
+    return provision(*args, cwd=cwd)
 
 
 def closed_port() -> int:
