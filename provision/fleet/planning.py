@@ -278,7 +278,7 @@ def _resolve_groups(
     from provision.stack.resolve import resolve
 
     request_args = config.request_args(stack_flags)
-    groups: dict[str, tuple[list[str], Any]] = {}
+    groups: dict[str, tuple[list[str], Any, str | None]] = {}
     for t in targets:
         if t.facts is not None:
             from provision.hosts.facts import host_description
@@ -310,12 +310,22 @@ def _resolve_groups(
         except (Unsatisfiable, BadInput) as exc:
             exc.message = f"{t.name}: {exc.message}"
             raise
-        key = repr((resolution.host, resolution.stack, resolution.packages))
+        # A stack that keeps the host's driver (no driver planned) was resolved against the driver
+        # the probe found: the lock records it, and `up --lock` refuses a host whose driver moved
+        # (a kept 580 that is 550 now may not run the locked CUDA wheels). Hosts with different
+        # kept drivers are different groups.
+        kept = t.facts.driver.version if t.facts is not None and resolution.stack.driver is None else None
+        key = repr((resolution.host, resolution.stack, resolution.packages, kept))
         if key not in groups:
-            groups[key] = ([], resolution)
+            groups[key] = ([], resolution, kept)
         groups[key][0].append(t.name)
 
-    lock_groups = [LockGroup.from_resolution(_group_label(res.host), names, res) for names, res in groups.values()]
+    lock_groups = []
+    for names, res, kept in groups.values():
+        group = LockGroup.from_resolution(_group_label(res.host), names, res)
+        if kept is not None:
+            group.host = {**group.host, "kept_driver": kept}
+        lock_groups.append(group)
     _unique_names(lock_groups)
     return lock_groups
 
@@ -362,7 +372,7 @@ def check_locked(locked: Lock, targets: Sequence[_Target], unprobed: Sequence[st
         except BadInput as exc:  # a mixed host, a GPU the data lacks: say which host
             exc.message = f"{t.name}: {exc.message}"
             raise
-        differs = host_differences(group, spec)
+        differs = host_differences(group, spec, driver=t.facts.driver.version)
         if differs:
             raise BadInput(
                 f"host {t.name} does not match lock group {group.name}: " + "; ".join(differs),

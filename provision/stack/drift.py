@@ -83,17 +83,18 @@ def drift(group: LockGroup, observed: Mapping[str, str | None]) -> list[Drift]:
     return out
 
 
-def host_differences(group: LockGroup, host: HostSpec) -> list[str]:
-    """What of ``host`` (a probed host's description) differs from the one ``group`` was resolved
-    for, as ``"os debian-12, locked ubuntu-22.04"``; empty when the lock fits the host.
+def host_differences(group: LockGroup, host: HostSpec, driver: str | None = None) -> list[str]:
+    """What of ``host`` (a probed host's description, ``driver`` the version its probe found)
+    differs from the one ``group`` was resolved for, as ``"os debian-12, locked ubuntu-22.04"``;
+    empty when the lock fits the host.
 
     These are what the resolution stands on (`up --lock` applies a lock only to hosts it fits):
-    the OS, the arch, the GPU model and count, and the EC2 instance type when the lock names one.
-    The Python is not compared: the lock's is one the OS release installs (or a standalone
-    CPython), and the OS release is compared. Nor is the host's driver: a group with a driver
-    installs its own, and one that keeps the host's (``driver: none``) was resolved without its
-    version (the rules only warn ``driver_unmanaged``), so the lock holds none to compare; the
-    smoke job's verdict says whether the kept driver runs the locked frameworks.
+    the OS, the arch, the GPU model and count, the EC2 instance type when the lock names one, and
+    a kept driver: a group that plans no driver was resolved against the one the probe found
+    (``host.kept_driver``), whose version the locked wheels' CUDA needs. The Python is not
+    compared: the lock's is one the OS release installs (or a standalone CPython), and the OS
+    release is compared. A group that installs a driver installs its own, so the host's does not
+    matter.
     """
     locked = group.host
     gpu = host.gpu.name if host.gpu is not None else None
@@ -105,6 +106,8 @@ def host_differences(group: LockGroup, host: HostSpec) -> list[str]:
     ]
     if locked.get("instance_type"):
         pairs.append(("instance type", host.instance_type, locked["instance_type"]))
+    if locked.get("kept_driver") and not group.stack.get("driver"):
+        pairs.append(("kept driver", driver, locked["kept_driver"]))
     return [f"{item} {_shown(have)}, locked {_shown(want)}" for item, have, want in pairs if have != want]
 
 

@@ -137,3 +137,21 @@ def test_up_refuses_before_contacting_any_host(tmp_path: Path) -> None:
     cloud = _up("--cloud", "--yes", "--lock", "lock.json", cwd=tmp_path)
     assert cloud.returncode == 2 and "--lock with --cloud" in cloud.stderr
     assert not (tmp_path / ".provision").exists()  # no run, no state DB
+
+
+def test_a_kept_driver_is_locked_and_a_host_whose_driver_moved_is_refused() -> None:
+    """A stack that keeps the host's driver (driver none) was resolved against the driver the
+    probe found: the lock records it, hosts with other kept drivers are other groups, and up
+    --lock refuses a host whose driver is no longer that one."""
+    from provision.fleet.planning import _resolve_groups
+
+    [kept] = _resolve_groups([_hgx()], Config(), {"driver": "none"}, None)
+    assert kept.stack["driver"] is None and kept.host["kept_driver"] == "580.95.05"
+    [planned] = _resolve_groups([_hgx()], Config(), {"driver": "580"}, None)
+    assert planned.stack["driver"] is not None and "kept_driver" not in planned.host  # installs its own
+    lock = Lock({}, [kept])
+    assert check_locked(lock, [_hgx()])[0].groups[0].to_json() == kept.to_json()
+    kept.host = {**kept.host, "kept_driver": "570.195.03"}  # the host's driver moved since the plan
+    with pytest.raises(BadInput) as err:
+        check_locked(lock, [_hgx()])
+    assert "kept driver 580.95.05, locked 570.195.03" in err.value.message
