@@ -188,7 +188,9 @@ if PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PY" -c 'import provision.cli.
   P=$OUT/provision
   mkdir -p "$P"
   TORCH=$("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null)
+  # install.lock_closure never: the machine reaches no index, so the wheel closure cannot be locked
   { echo "stack:"; echo "  driver: none"; echo "  frameworks: [\"torch==${TORCH:-none}\"]"
+    echo "install:"; echo "  lock_closure: never"
     [[ $MODE == cpu ]] && { echo "verify:"; echo "  allow_cpu: true"; }; } > "$P/provision.yaml"
   # provision runs from this checkout, with ansible-playbook beside the Python that runs it
   PROV=(env "PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH}" "PATH=$(dirname "$(command -v "$PY")"):$PATH" "$PY" -m provision)
