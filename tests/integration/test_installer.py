@@ -32,7 +32,11 @@ def test_uv_installs_exactly_the_locked_closure_and_converges(
         rh.render(tmp_path / "run1", testhosts, host, group, install=install, overrides=overrides), host.name
     )
     assert first.rc == 0 and first.changed > 0, first.output[-3000:]
-    assert "Install the lock's wheels by hash with uv" in first.output
+    # every distribution of the closure was installed by uv (its INSTALLER record), none by pip
+    installers = rh.ssh(
+        testhosts, host, "grep -h . /opt/provision/venv/lib/python3*/site-packages/*.dist-info/INSTALLER"
+    )
+    assert installers.split().count("uv") == len(group["python_packages"]), installers
     sp = load().t.standalone_python
     assert sp is not None
     assert rh.ssh(testhosts, host, "/opt/provision/uv/bin/uv --version").split()[:2] == ["uv", sp.uv]
