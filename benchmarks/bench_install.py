@@ -92,6 +92,8 @@ def main() -> None:
         host = hs.hosts[0]
         text, count = closure_file(wheelhouse, host)
         rh.ssh(hs, host, f"mkdir -p {Path(REQS).parent} && printf %s {shlex.quote(text)} > {REQS}")
+        # the venv module, from apt through the test proxy, as python_env installs it (not timed)
+        rh.ssh(hs, host, "apt-get update -q >/dev/null && apt-get install -y -q python3-venv >/dev/null")
         # uv as python_env installs it: its own venv, pip from the configured sources
         rh.ssh(hs, host, f"python3 -m venv {UV} && {UV}/bin/pip install -q {source} uv=={sp.uv}")
         for _ in range(ns.runs):

@@ -294,7 +294,7 @@ def installer(setting: str, closure: Sequence[PythonPackage]) -> str:
     """install.installer -> the frameworks role's ``frameworks_installer``. uv installs only the
     closure's hashed lists (a lock without one resolves its pins with pip, as before), so a lock
     without a closure gets pip whatever the setting. ``auto`` picks uv for a closure: the same
-    hashed lists install in well under half pip's time (benchmarks/bench_install.py), and uv
+    hashed lists install in 0.29x pip's time (benchmarks/bench_install.py, README), and uv
     comes from the sources the closure itself comes from (install.pip), so a site that can
     install the closure from an index can install uv; a wheelhouse (install.pip.find_links) must
     hold uv's wheel, or set install.installer: pip."""
