@@ -141,10 +141,10 @@ def fill_wheelhouse(directory: Path = WHEELHOUSE) -> Path:
 
     directory.mkdir(parents=True, exist_ok=True)
     sp = load().t.standalone_python
-    uv = [f"uv=={sp.uv}"] if sp is not None else []
-    for pins, no_deps in (([TORCH_CPU], []), (uv, ["--no-deps"])):
-        stamp = directory / f".{pins[0] if pins else 'none'}.done"
-        if not pins or stamp.exists():
+    assert sp is not None, "the knowledge has no standalone_python entry (os.yaml)"
+    for pin, no_deps in ((TORCH_CPU, []), (f"uv=={sp.uv}", ["--no-deps"])):  # uv: one self-contained wheel
+        stamp = directory / f".{pin}.done"
+        if stamp.exists():
             continue
         subprocess.run(
             [
@@ -167,7 +167,7 @@ def fill_wheelhouse(directory: Path = WHEELHOUSE) -> Path:
                 "any",
                 "-d",
                 str(directory),
-                *pins,
+                pin,
             ],
             check=True,
         )
