@@ -19,6 +19,9 @@ from provision.stack.request import DRIVER_FORMS, DRIVER_SPEC, PYTHON_SOURCES
 
 # install.lock_closure's choices, the default first (docs/design.md, "The lock")
 LOCK_CLOSURE = ("auto", "always", "never")
+# install.installer's choices, the default first: what installs the lock's wheel closure on hosts
+# (provision/ansible/role_vars.py installer(); docs/design.md, "The lock")
+INSTALLERS = ("auto", "uv", "pip")
 
 DRIVER_WORDS = ("auto", "none")
 
@@ -77,6 +80,8 @@ class InstallConfig:
     # auto | always | never: the lock's wheel closure (provision/fleet/closure.py); auto resolves
     # it where hosts are probed and leaves it out of --assume plans, which reach nothing
     lock_closure: str = "auto"
+    # auto | uv | pip: what installs the closure's hashed lists on hosts (auto: uv for a closure)
+    installer: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -130,6 +135,7 @@ _SCHEMA_KEYS: dict[str, Any] = {
         "python_mirror",
         "python_downloads_json",
         "lock_closure",
+        "installer",
     },
     "install.pip": {"index_url", "extra_index_urls", "find_links", "trusted_hosts"},
     "install.apt": {"mirror", "proxy"},
@@ -215,6 +221,7 @@ def parse_config(data: Any, where: str = "provision.yaml") -> Config:
         python_mirror=_url(install.get("python_mirror"), "install.python_mirror", where),
         python_downloads_json=_url(install.get("python_downloads_json"), "install.python_downloads_json", where),
         lock_closure=_choice(install, "lock_closure", LOCK_CLOSURE, "install", where),
+        installer=_choice(install, "installer", INSTALLERS, "install", where),
     )
     allow_cpu = verify.get("allow_cpu", False)
     if not isinstance(allow_cpu, bool):

@@ -150,6 +150,9 @@ def group_vars(group: Mapping[str, Any], install: InstallSettings) -> dict[str, 
         for i, p in enumerate(group.get("python_packages") or [])
     ]
     out["frameworks_locked"] = locked_installs(closure, install.pip.index_url or "")
+    out["frameworks_installer"] = installer(install.installer, closure)
+    if out["frameworks_installer"] == "uv":  # python_env installs uv for it (the standalone path's own)
+        out.update({"python_env_install_uv": True, **_uv_vars(install)})
 
     for extra in ("container_toolkit", "dcgm"):
         item = stack.get(extra)
@@ -257,26 +260,47 @@ def _python_vars(
     if source == "os":
         out["python_env_os_packages"] = _python_packages(os_id, family, python)
         return out
+    for url in (install.python_mirror, install.python_downloads_json):
+        if url:
+            _check_url(url, "Python download URL")
+    out.update(
+        {
+            "python_env_os_packages": _python_packages(os_id, family, _default_python(os_id) or python),
+            "python_env_python_mirror": install.python_mirror or "",
+            "python_env_python_downloads_json": install.python_downloads_json or "",
+            **_uv_vars(install),
+        }
+    )
+    return out
+
+
+def _uv_vars(install: InstallSettings) -> dict[str, Any]:
+    """python_env's uv: the knowledge's release, installed with pip from install.pip's sources
+    (one install for both uses: the standalone CPython and the closure's installer)."""
     from provision.matrix import load
 
     sp = load().t.standalone_python
     if sp is None:
         raise BadInput("the knowledge has no standalone_python entry (os.yaml)", "reinstall provision")
-    for url in (install.python_mirror, install.python_downloads_json):
-        if url:
-            _check_url(url, "Python download URL")
     pip = install.pip
-    out.update(
-        {
-            "python_env_os_packages": _python_packages(os_id, family, _default_python(os_id) or python),
-            "python_env_uv_version": sp.uv,
-            "python_env_python_mirror": install.python_mirror or "",
-            "python_env_python_downloads_json": install.python_downloads_json or "",
-            "python_env_pip_args": ([f"--index-url={pip.index_url}"] if pip.index_url else [])
-            + pip_sources(pip.extra_index_urls, pip.find_links, pip.trusted_hosts),
-        }
-    )
-    return out
+    return {
+        "python_env_uv_version": sp.uv,
+        "python_env_pip_args": ([f"--index-url={pip.index_url}"] if pip.index_url else [])
+        + pip_sources(pip.extra_index_urls, pip.find_links, pip.trusted_hosts),
+    }
+
+
+def installer(setting: str, closure: Sequence[PythonPackage]) -> str:
+    """install.installer -> the frameworks role's ``frameworks_installer``. uv installs only the
+    closure's hashed lists (a lock without one resolves its pins with pip, as before), so a lock
+    without a closure gets pip whatever the setting. ``auto`` picks uv for a closure: the same
+    hashed lists install in 0.29x pip's time (benchmarks/bench_install.py, README), and uv
+    comes from the sources the closure itself comes from (install.pip), so a site that can
+    install the closure from an index can install uv; a wheelhouse (install.pip.find_links) must
+    hold uv's wheel, or set install.installer: pip."""
+    if setting not in ("auto", "uv", "pip"):
+        raise BadInput(f"install.installer {setting!r} is none of auto, uv, pip", "write installer: auto")
+    return "uv" if closure and setting in ("auto", "uv") else "pip"
 
 
 def _python_packages(os_id: str, family: str, python: str) -> list[str]:

@@ -49,6 +49,7 @@ class InstallSettings:
     mok_cert: str | None = None
     python_mirror: str | None = None  # install.python_mirror (uv's python-install-mirror)
     python_downloads_json: str | None = None  # install.python_downloads_json (uv's python-downloads-json-url)
+    installer: str = "auto"  # install.installer: auto | uv | pip (the closure's installer on hosts)
 
     @classmethod
     def from_config(cls, install: Any) -> InstallSettings:
@@ -65,6 +66,7 @@ class InstallSettings:
             reboot=install.reboot,
             python_mirror=install.python_mirror,
             python_downloads_json=install.python_downloads_json,
+            installer=install.installer,
         )
 
 

@@ -131,14 +131,21 @@ def available() -> str | None:
 
 
 def fill_wheelhouse(directory: Path = WHEELHOUSE) -> Path:
-    """Download the CPU torch wheel and its dependencies once (for cp311 manylinux x86_64).
+    """Download the CPU torch wheel and its dependencies once (for cp311 manylinux x86_64), and
+    the knowledge's uv (os.yaml standalone_python.uv), which python_env installs from here.
 
     Idempotent: pip skips what the folder already holds. Test hosts reach no index for torch
-    (a plain PyPI torch is the multi-GB CUDA build), so they install from this folder.
+    (a plain PyPI torch is the multi-GB CUDA build) nor for uv, so they install from this folder.
     """
+    from provision.matrix import load
+
     directory.mkdir(parents=True, exist_ok=True)
-    stamp = directory / f".{TORCH_CPU}.done"
-    if not stamp.exists():
+    sp = load().t.standalone_python
+    assert sp is not None, "the knowledge has no standalone_python entry (os.yaml)"
+    for pin, no_deps in ((TORCH_CPU, []), (f"uv=={sp.uv}", ["--no-deps"])):  # uv: one self-contained wheel
+        stamp = directory / f".{pin}.done"
+        if stamp.exists():
+            continue
         subprocess.run(
             [
                 sys.executable,
@@ -147,6 +154,7 @@ def fill_wheelhouse(directory: Path = WHEELHOUSE) -> Path:
                 "download",
                 "-q",
                 "--only-binary=:all:",
+                *no_deps,
                 "--python-version",
                 "3.11",
                 "--platform",
@@ -159,7 +167,7 @@ def fill_wheelhouse(directory: Path = WHEELHOUSE) -> Path:
                 "any",
                 "-d",
                 str(directory),
-                TORCH_CPU,
+                pin,
             ],
             check=True,
         )

@@ -252,7 +252,10 @@ def test_frameworks_install_cpu_torch_from_find_links_and_converge(
     host = testhosts.hosts[1]
     group = rh.lock_group("cpu", [host.name], os="debian-12", frameworks=[TORCH_CPU])
     assert group["stack"]["driver"] is None
-    install = InstallSettings(venv="/opt/provision/venv", pip=PipSettings(find_links=(str(wheelhouse),)))
+    # pip explicitly: tests/integration/test_installer.py installs the same closure with uv
+    install = InstallSettings(
+        venv="/opt/provision/venv", pip=PipSettings(find_links=(str(wheelhouse),)), installer="pip"
+    )
     # the lock's wheel closure, resolved as `plan` does from the source the host installs from
     locked = LockGroup.from_json(group)
     lock_closures([locked], install, {"frameworks_no_index": True}, cache=tmp_path / "cache")

@@ -282,11 +282,20 @@ def test_lock_owned_variables_are_exactly_what_group_vars_takes_from_the_lock() 
         reboot_controller=True,
         mok_key="/k.priv",
         mok_cert="/k.der",
+        installer="pip",
     )
+    # a wheel closure (on an index the mirror does not replace) for install.installer to act on
+    closure = {
+        "name": "torch",
+        "version": "2.13.0+cpu",
+        "sha256": "0" * 64,
+        "url": "https://download.pytorch.org/whl/cpu/torch.whl",
+        "index": "https://download.pytorch.org/whl/cpu",
+    }
     from_lock: set[str] = set()
     from_settings: set[str] = set()
     for os_id in OS_RELEASES:
-        for group in _lock(os_id)["groups"]:
+        for group in (g for lg in _lock(os_id)["groups"] for g in (lg, {**lg, "python_packages": [closure]})):
             a, b = group_vars(group, plain), group_vars(group, other)
             for key in a.keys() | b.keys():
                 (from_lock if a.get(key, ...) == b.get(key, ...) else from_settings).add(key)
