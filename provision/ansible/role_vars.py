@@ -293,14 +293,16 @@ def _uv_vars(install: InstallSettings) -> dict[str, Any]:
 def installer(setting: str, closure: Sequence[PythonPackage]) -> str:
     """install.installer -> the frameworks role's ``frameworks_installer``. uv installs only the
     closure's hashed lists (a lock without one resolves its pins with pip, as before), so a lock
-    without a closure gets pip whatever the setting. ``auto`` picks uv for a closure: the same
-    hashed lists install in 0.29x pip's time (benchmarks/bench_install.py, README), and uv
-    comes from the sources the closure itself comes from (install.pip), so a site that can
-    install the closure from an index can install uv; a wheelhouse (install.pip.find_links) must
-    hold uv's wheel, or set install.installer: pip."""
+    without a closure gets pip whatever the setting. ``auto`` picks uv for a closure whose every
+    wheel comes from an index: the same hashed lists install in 0.29x pip's time
+    (benchmarks/bench_install.py, README), and python_env installs uv from that index too. A
+    closure with find-links wheels (an air-gapped wheelhouse, ``index`` "") gets pip under auto:
+    such a folder holds the frameworks' wheels, not necessarily uv's (``uv`` asks for it)."""
     if setting not in ("auto", "uv", "pip"):
         raise BadInput(f"install.installer {setting!r} is none of auto, uv, pip", "write installer: auto")
-    return "uv" if closure and setting in ("auto", "uv") else "pip"
+    if not closure or setting == "pip":
+        return "pip"
+    return "uv" if setting == "uv" or all(p.index for p in closure) else "pip"
 
 
 def _python_packages(os_id: str, family: str, python: str) -> list[str]:

@@ -93,6 +93,15 @@ def test_the_role_defaults_keep_pip_and_the_spec_refuses_another_installer() -> 
     assert result.error_messages and "frameworks_installer" in result.error_messages[0]
 
 
+def test_auto_keeps_pip_for_a_closure_from_a_wheelhouse() -> None:
+    """A find-links wheel (index "") may sit in an air-gapped folder without uv's wheel: auto
+    keeps pip there, uv only when asked for."""
+    indexed = [PythonPackage.from_json(p, "x") for p in CLOSURE]
+    local = [*indexed, PythonPackage.from_json({**CLOSURE[1], "name": "sympy", "index": ""}, "x")]
+    assert (installer("auto", indexed), installer("auto", local)) == ("uv", "pip")
+    assert (installer("uv", local), installer("pip", indexed), installer("uv", [])) == ("uv", "pip", "pip")
+
+
 def test_installer_refuses_an_unknown_setting() -> None:
     closure = [PythonPackage.from_json(CLOSURE[0], "x")]
     with pytest.raises(BadInput, match="installer"):
