@@ -58,7 +58,10 @@ def _inventory(hostset: harness.HostSet, folder: Path, extra: str = "", only: st
 
 
 def _plan(folder: Path, inventory: Path, ssh_config: Path) -> Path:
-    (folder / "p.yaml").write_text(f"stack: {{frameworks: ['{harness.TORCH_CPU}+cpu'], driver: none}}\n")
+    # the frameworks alone (no PyTorch index is reachable here; the closure is test_up_lock's)
+    (folder / "p.yaml").write_text(
+        f"stack: {{frameworks: ['{harness.TORCH_CPU}+cpu'], driver: none}}\ninstall: {{lock_closure: never}}\n"
+    )
     r = subprocess.run(
         [
             sys.executable,
@@ -211,7 +214,9 @@ def test_the_rendered_ssh_args_carry_the_probes_trust(testhosts: harness.HostSet
     config = _ssh_config(testhosts, tmp_path, known)
     run = _plan(tmp_path, _inventory(testhosts, tmp_path, LAX), config)
     hosts = yaml.safe_load((run / "inventory.yml").read_text())["all"]["children"]
-    [group] = hosts.values()
+    # the lock's group holds the connection settings (the user's [testhosts] sits beside it, bare)
+    [locked] = json.loads((run / "provision.lock").read_text())["groups"]
+    group = hosts[locked["name"]]
     for name, conn in group["hosts"].items():
         args = conn["ansible_ssh_common_args"]
         assert shlex.split(args) == [  # ours first: ssh takes an option's first value

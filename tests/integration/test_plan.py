@@ -16,7 +16,9 @@ from tests.integration import roles_harness as rh
 
 def test_plan_probes_inventory_hosts_and_changes_nothing(testhosts: harness.HostSet, tmp_path: Path) -> None:
     before = {h.name: rh.host_snapshot(testhosts, h) for h in testhosts.hosts}
-    (tmp_path / "p.yaml").write_text("stack: {frameworks: ['torch==2.13.0+cpu']}\n")
+    # the frameworks alone: the test machine reaches no PyTorch index (the wheel closure of a lock is
+    # test_up_lock's, from the hosts' wheelhouse)
+    (tmp_path / "p.yaml").write_text("stack: {frameworks: ['torch==2.13.0+cpu']}\ninstall: {lock_closure: never}\n")
     r = subprocess.run(
         [
             sys.executable,
