@@ -117,7 +117,7 @@ def render_files(
                 )
                 members[str(host)]["ansible_become_password"] = "{{ " + prompts[-1]["name"] + " }}"
         inventory[name] = {"hosts": members}
-        data = {**group_vars(group, install), **overrides}
+        data = {**group_vars(group, install, index_login=bool(creds.netrc)), **overrides}
         files[f"group_vars/{name}.yml"] = env.get_template("data.yml.j2").render(
             what=f"role variables of host group {name} (from provision.lock)", body=dump(data)
         )

@@ -97,8 +97,9 @@ def check_installs_override(overrides: Mapping[str, Any], lock: Mapping[str, Any
             )
 
 
-def group_vars(group: Mapping[str, Any], install: InstallSettings) -> dict[str, Any]:
-    """The role variables of one lock group (every role's documented interface)."""
+def group_vars(group: Mapping[str, Any], install: InstallSettings, *, index_login: bool = False) -> dict[str, Any]:
+    """The role variables of one lock group (every role's documented interface). ``index_login``:
+    pip's indexes take a login (render has split it out of ``install`` into the hosts' netrc)."""
     host = group.get("host") or {}
     stack = group.get("stack") or {}
     os_id = _check_text(host.get("os") or "", "the lock's host.os")
@@ -150,7 +151,7 @@ def group_vars(group: Mapping[str, Any], install: InstallSettings) -> dict[str, 
         for i, p in enumerate(group.get("python_packages") or [])
     ]
     out["frameworks_locked"] = locked_installs(closure, install.pip.index_url or "")
-    out["frameworks_installer"] = installer(install.installer, closure)
+    out["frameworks_installer"] = installer(install.installer, closure, index_login=index_login)
     if out["frameworks_installer"] == "uv":  # python_env installs uv for it (the standalone path's own)
         out.update({"python_env_install_uv": True, **_uv_vars(install)})
 
@@ -290,19 +291,21 @@ def _uv_vars(install: InstallSettings) -> dict[str, Any]:
     }
 
 
-def installer(setting: str, closure: Sequence[PythonPackage]) -> str:
+def installer(setting: str, closure: Sequence[PythonPackage], *, index_login: bool = False) -> str:
     """install.installer -> the frameworks role's ``frameworks_installer``. uv installs only the
     closure's hashed lists (a lock without one resolves its pins with pip, as before), so a lock
     without a closure gets pip whatever the setting. ``auto`` picks uv for a closure whose every
-    wheel comes from an index: the same hashed lists install in 0.29x pip's time
-    (benchmarks/bench_install.py, README), and python_env installs uv from that index too. A
-    closure with find-links wheels (an air-gapped wheelhouse, ``index`` "") gets pip under auto:
-    such a folder holds the frameworks' wheels, not necessarily uv's (``uv`` asks for it)."""
+    wheel comes from an index that takes no login: the same hashed lists install in 0.29x pip's
+    time (benchmarks/bench_install.py, README), and python_env installs uv from that index too.
+    pip stays for a closure with find-links wheels (an air-gapped wheelhouse, ``index`` "": such a
+    folder holds the frameworks' wheels, not necessarily uv's) and for an index behind a login
+    (the hosts' netrc: uv's run against a login index failed on the test hosts, pip's passes, so
+    auto keeps pip there until uv's is shown to work). ``uv`` asks for uv in every case."""
     if setting not in ("auto", "uv", "pip"):
         raise BadInput(f"install.installer {setting!r} is none of auto, uv, pip", "write installer: auto")
     if not closure or setting == "pip":
         return "pip"
-    return "uv" if setting == "uv" or all(p.index for p in closure) else "pip"
+    return "uv" if setting == "uv" or (not index_login and all(p.index for p in closure)) else "pip"
 
 
 def _python_packages(os_id: str, family: str, python: str) -> list[str]:

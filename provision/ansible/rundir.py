@@ -137,6 +137,10 @@ def _copy_roles(dest: Path) -> None:
     elif dest.exists():
         shutil.rmtree(dest)
     shutil.copytree(playbooks_dir() / "roles", dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    # closed like the rest of the run dir (folders 0700, files 0600): the copies keep the installed
+    # package's modes otherwise, and the run dir's promise is that nothing in it is open to others
+    for path in [dest, *dest.rglob("*")]:
+        path.chmod(0o700 if path.is_dir() else 0o600 | (path.stat().st_mode & 0o100))
 
 
 def private_dir(path: Path) -> None:

@@ -13,6 +13,7 @@ artifacts included).
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import re
@@ -59,8 +60,19 @@ def login_index(address: str, wheels: Path, login: str) -> Iterator[tuple[str, l
     for wheel in sorted(wheels.glob("*.whl")):
         projects.setdefault(re.sub(r"[-_.]+", "-", wheel.name.split("-")[0]).lower(), []).append(wheel.name)
 
+    hashes = {n: hashlib.sha256((wheels / n).read_bytes()).hexdigest() for names in projects.values() for n in names}
+
     class Handler(BaseHTTPRequestHandler):
+        # Links carry #sha256= as real indexes publish it (the plan locks the wheel closure by it),
+        # and HEAD is answered (pip's metadata-only path asks it first; without Accept-Ranges it
+        # then fetches the whole wheel).
         def do_GET(self) -> None:
+            self._answer(with_body=True)
+
+        def do_HEAD(self) -> None:
+            self._answer(with_body=False)
+
+        def _answer(self, with_body: bool) -> None:
             ok = self.headers.get("Authorization") == expected
             seen.append((self.path, ok))
             if not ok:
@@ -70,20 +82,21 @@ def login_index(address: str, wheels: Path, login: str) -> Iterator[tuple[str, l
                 return
             parts = [urllib.parse.unquote(p) for p in self.path.split("?")[0].split("/") if p]
             if len(parts) == 2 and parts[0] == "simple" and parts[1] in projects:
-                body = "".join(f'<a href="/files/{n}">{n}</a>\n' for n in projects[parts[1]]).encode()
-                self._send(body, "text/html")
+                links = (f'<a href="/files/{n}#sha256={hashes[n]}">{n}</a>\n' for n in projects[parts[1]])
+                self._send("".join(links).encode(), "text/html", with_body)
             elif len(parts) == 2 and parts[0] == "files" and (wheels / parts[1]).is_file():
-                self._send((wheels / parts[1]).read_bytes(), "application/octet-stream")
+                self._send((wheels / parts[1]).read_bytes(), "application/octet-stream", with_body)
             else:
                 self.send_response(404)
                 self.end_headers()
 
-        def _send(self, body: bytes, kind: str) -> None:
+        def _send(self, body: bytes, kind: str, with_body: bool) -> None:
             self.send_response(200)
             self.send_header("Content-Type", kind)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            self.wfile.write(body)
+            if with_body:
+                self.wfile.write(body)
 
         def log_message(self, format: str, *args: object) -> None:
             pass
@@ -203,7 +216,18 @@ def test_credentials_stay_out_of_ps_and_of_files_others_can_read(
             "verify: {allow_cpu: true}\n"
         )
         env = {**up_env(), "AWS_SECRET_ACCESS_KEY": AWS_SECRET, "AWS_ACCESS_KEY_ID": "AKIAFAKEFAKEFAKE"}
-        common = ["-i", str(testhosts.inventory), "-F", str(testhosts.ssh_config), "-c", str(config)]
+        # the login index for the frameworks, in plan (which resolves the wheel closure there, with
+        # the login) and in up alike
+        common = [
+            "-i",
+            str(testhosts.inventory),
+            "-F",
+            str(testhosts.ssh_config),
+            "-c",
+            str(config),
+            "--set",
+            f"frameworks_installs={installs}",
+        ]
 
         # Every leak found is collected, so that one run names them all (before the fix: each one).
         leaks: list[str] = []
@@ -237,8 +261,6 @@ def test_credentials_stay_out_of_ps_and_of_files_others_can_read(
             *common,
             "--limit",
             host.name,
-            "--set",
-            f"frameworks_installs={installs}",
             "--yes",
             "--json",
         ]

@@ -100,6 +100,8 @@ def test_auto_keeps_pip_for_a_closure_from_a_wheelhouse() -> None:
     local = [*indexed, PythonPackage.from_json({**CLOSURE[1], "name": "sympy", "index": ""}, "x")]
     assert (installer("auto", indexed), installer("auto", local)) == ("uv", "pip")
     assert (installer("uv", local), installer("pip", indexed), installer("uv", [])) == ("uv", "pip", "pip")
+    # an index behind a login (the hosts' netrc): pip under auto
+    assert (installer("auto", indexed, index_login=True), installer("uv", indexed, index_login=True)) == ("pip", "uv")
 
 
 def test_installer_refuses_an_unknown_setting() -> None:
