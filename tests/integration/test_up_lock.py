@@ -11,15 +11,13 @@ lock's closure (`pip freeze`).
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from provision.stack.lock import read_lock
+from tests.cli_run import provision
 from tests.hosts import harness
 from tests.integration import roles_harness as rh
 from tests.integration.up_harness import run_up, up_args
@@ -28,14 +26,7 @@ pytestmark = pytest.mark.slow  # installs torch on every host
 
 
 def _plan(cwd: Path, *args: str) -> dict[str, Any]:
-    r = subprocess.run(
-        [sys.executable, "-m", "provision", "plan", "--json", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"},
-        timeout=600,
-    )
+    r = provision("plan", "--json", *args, cwd=cwd, timeout=600)
     assert r.returncode == 0, r.stderr
     doc: dict[str, Any] = json.loads(r.stdout)
     return doc
