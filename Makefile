@@ -36,7 +36,7 @@ test: deps bases venv lint-python
 	$(PYTEST_RUN) $(PYTEST_ARGS) $(BOTH_CORES) tests/integration tests/gpu || test $$? -eq 5
 	$(MAKE) check-knowledge
 
-# The knowledge against the package index, with only the index reachable (docs/knowledge.md):
+# The knowledge against the package index, with only the index reachable (docs/explanation/knowledge.md):
 # wheel METADATA through pip's metadata-only path and the release lists, cached per input under
 # ~/.cache/provision/pypi (CHECK_KNOWLEDGE_ARGS='--cache DIR' elsewhere). Exit 1 on a contradiction.
 CHECK_KNOWLEDGE_ARGS ?=

@@ -1,4 +1,4 @@
-"""``provision.yaml``: its schema (docs/design.md, "Config file") and validation into typed values.
+"""``provision.yaml``: its schema (docs/explanation/design.md, "Config file") and validation into typed values.
 
 Every key is optional. An unknown key, a value of the wrong type or an unknown choice is bad
 input (exit 2) with the dotted path of the key and, for a misspelt key, the nearest known one.
@@ -17,10 +17,10 @@ from provision.ansible.checks import _URL
 from provision.errors import BadInput
 from provision.stack.request import DRIVER_FORMS, DRIVER_SPEC, PYTHON_SOURCES
 
-# install.lock_closure's choices, the default first (docs/design.md, "The lock")
+# install.lock_closure's choices, the default first (docs/explanation/design.md, "The lock")
 LOCK_CLOSURE = ("auto", "always", "never")
 # install.installer's choices, the default first: what installs the lock's wheel closure on hosts
-# (provision/ansible/role_vars.py installer(); docs/design.md, "The lock")
+# (provision/ansible/role_vars.py installer(); docs/explanation/design.md, "The lock")
 INSTALLERS = ("auto", "uv", "pip")
 
 DRIVER_WORDS = ("auto", "none")

@@ -2,7 +2,7 @@
 
 Every failure the user can cause or meet is a :class:`ProvisionError` with a stable ``code``
 (used in ``--json`` output), a one-line ``message`` (what is wrong), a ``hint`` (how to fix it)
-and the process exit code documented in docs/design.md. Anything else escaping a command is a bug
+and the process exit code documented in docs/explanation/design.md. Anything else escaping a command is a bug
 and is reported as ``internal`` (exit 1) with the traceback behind ``--debug``.
 """
 
@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 
 class ExitCode(IntEnum):
-    """Process exit codes (docs/design.md, "CLI contract")."""
+    """Process exit codes (docs/explanation/design.md, "CLI contract")."""
 
     OK = 0
     FAILED = 1  # an operation failed: a host failed, verification failed, host unreachable

@@ -16,7 +16,7 @@ import yaml
 
 from provision.errors import BadInput
 
-# The roles in the order site.yml runs them (docs/design.md).
+# The roles in the order site.yml runs them (docs/explanation/design.md).
 ROLES: tuple[str, ...] = (
     "preflight",
     "nvidia_driver",

@@ -1,7 +1,7 @@
 """`provision resolve`: what would be installed for a described host (no host contact).
 
 Reads only the options (and ``-c provision.yaml``'s ``stack:`` when given) and the shipped
-knowledge; prints the docs/design.md JSON contract with ``--json``, else a table with the reasons.
+knowledge; prints the docs/explanation/design.md JSON contract with ``--json``, else a table with the reasons.
 """
 
 from __future__ import annotations

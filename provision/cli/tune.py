@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
     from provision.hosts.inventory import HostTarget
 
-# The venv `provision up` installs the frameworks into (docs/design.md, config `install.venv`).
+# The venv `provision up` installs the frameworks into (docs/explanation/design.md, config `install.venv`).
 REMOTE_PYTHON = "/opt/provision/venv/bin/python"
 
 

@@ -192,7 +192,7 @@ def up(
         keep_on_failure=keep_on_failure,
         say=say,
     )
-    # `up --json` plus the run: docs/design.md's document with one more key, `cloud`.
+    # `up --json` plus the run: docs/explanation/design.md's document with one more key, `cloud`.
     emit({**result.to_json(), "cloud": run.to_json()}, as_json, lambda con: _human(con, result, run))
     return int(ExitCode.OK if result.ok else ExitCode.FAILED)
 

@@ -52,7 +52,7 @@ class HostRun:
         return self.verdict == "pass"
 
     def to_json(self) -> dict[str, Any]:
-        """Exactly docs/design.md's `up --json` host object."""
+        """Exactly docs/explanation/design.md's `up --json` host object."""
         return {
             "host": self.host,
             "ok": self.ok,
@@ -99,7 +99,7 @@ class UpResult:
         return bool(self.hosts) and all(h.ok for h in self.hosts)
 
     def to_json(self) -> dict[str, Any]:
-        """Exactly docs/design.md's `up --json` document."""
+        """Exactly docs/explanation/design.md's `up --json` document."""
         return {"ok": self.ok, "run": self.run, "hosts": [h.to_json() for h in self.hosts]}
 
     def report_json(self) -> dict[str, Any]:

@@ -340,7 +340,7 @@ def _unattended_json(u: UnattendedUpgrades | None) -> dict[str, Any] | None:
 
 @dataclass(frozen=True)
 class HostDescription:
-    """A probed host in brief: docs/design.md's ``host`` object, and the Python its stack is for."""
+    """A probed host in brief: docs/explanation/design.md's ``host`` object, and the Python its stack is for."""
 
     gpu: str | None
     compute_capability: str | None
@@ -350,7 +350,7 @@ class HostDescription:
     python: str | None
 
     def to_json(self) -> dict[str, Any]:
-        """docs/design.md's ``host`` object of ``provision resolve --json``."""
+        """docs/explanation/design.md's ``host`` object of ``provision resolve --json``."""
         return {
             "gpu": self.gpu,
             "compute_capability": self.compute_capability,

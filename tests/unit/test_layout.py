@@ -1,5 +1,5 @@
 """The package layout stays true: no import cycle, a small top level, small modules, a remote/
-that runs on a bare host, and a layout page (docs/layout.md) that matches the tree.
+that runs on a bare host, and a layout page (docs/explanation/layout.md) that matches the tree.
 
 Everything is read with ``ast`` from the source files; nothing of ``provision`` is imported, so
 a cycle is reported as a cycle and not as whatever ImportError it would cause.
@@ -16,7 +16,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "provision"
-LAYOUT_PAGE = REPO / "docs" / "layout.md"
+LAYOUT_PAGE = REPO / "docs" / "explanation" / "layout.md"
 
 MAX_TOP_MODULES = 8
 MAX_LINES = 650

@@ -5,7 +5,7 @@ The RPM families cannot run here (the test hosts are Debian): each case is a loc
 rhel-10 and amzn-2023 at a branch below and from 590, rendered through role_vars into a run dir
 that `ansible-playbook --syntax-check` reads, and the task arguments of the dnf paths are
 templated with Ansible's own Templar on top of the roles' defaults and vars/<OS>.yml, as the
-play would see them. The versions and names are the ones docs/packaging.md cites (research part).
+play would see them. The versions and names are the ones docs/explanation/packaging.md cites (research part).
 The versionlock module is tested on real entry lines (NVIDIA's Version-locking page).
 """
 
