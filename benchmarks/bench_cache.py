@@ -9,7 +9,7 @@ controller's squid is their only way to Debian's mirror. Upstream bytes are what
 from the mirror (``%<bs`` in its log) plus what `pip download` added to the wheelhouse; "served"
 is what the hosts received from the cache, i.e. what they would have fetched themselves without it.
 
-Prints a Markdown table (the README's up section keeps the numbers).
+Prints a Markdown table (docs/contributing/benchmarks.md keeps the numbers).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ fresh host. The test hosts' pip does not byte-compile (harness PIP_CONF_NO_COMPI
 not by default, so neither compiles. uv is the knowledge's release (os.yaml), installed from the
 wheelhouse as python_env installs it.
 
-Prints a Markdown table (the README's up section keeps the numbers).
+Prints a Markdown table (docs/contributing/benchmarks.md keeps the numbers).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Benchmark `provision resolve`: cold process time and resolving the whole GPU x OS grid.
 
 Run: ``.venv/bin/python benchmarks/bench_resolve.py [--runs 15]``. Prints a Markdown table
-(the one in the README's resolve section) and writes benchmarks/results/bench_resolve.json.
+(the one in docs/contributing/benchmarks.md) and writes benchmarks/results/bench_resolve.json.
 Times are medians; the cold process (byte-compiled, as ``pip install`` leaves a package, and with
 the parsed data cached as after the first start) is compared with ``python -c pass`` on the same machine,
 so the ratio travels between machines better than the seconds do. CPU time (user + sys of the

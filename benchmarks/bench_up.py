@@ -15,7 +15,7 @@ Measures, on N fresh hosts (Debian 12 containers, python3-venv from apt through 
 - the controller's peak memory (the RSS of `provision up` and every process under it, sampled
   every 0.2 s) during the first run.
 
-Prints a Markdown table (the README's up section keeps the numbers).
+Prints a Markdown table (docs/contributing/benchmarks.md keeps the numbers).
 """
 
 from __future__ import annotations

@@ -262,7 +262,7 @@ def _mapping(value: Any, key: str, where: str) -> dict[str, Any]:
             where,
             name,
             f"must be a mapping, not {type(value).__name__}",
-            "see the config schema in the README",
+            "see the config schema in docs/reference/config.md",
         )
     return value
 

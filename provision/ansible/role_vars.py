@@ -84,7 +84,7 @@ def check_installs_override(overrides: Mapping[str, Any], lock: Mapping[str, Any
     ):
         raise BadInput(
             "--set frameworks_installs: not a list of {packages: [...], index_url: ...}",
-            "see the frameworks role's variables in the README",
+            "see the frameworks role's variables in docs/reference/roles.md",
         )
     given = sorted(str(p) for e in value for p in e["packages"])
     for group in lock.get("groups") or []:
@@ -296,7 +296,7 @@ def installer(setting: str, closure: Sequence[PythonPackage], *, index_login: bo
     closure's hashed lists (a lock without one resolves its pins with pip, as before), so a lock
     without a closure gets pip whatever the setting. ``auto`` picks uv for a closure whose every
     wheel comes from an index that takes no login: the same hashed lists install in 0.29x pip's
-    time (benchmarks/bench_install.py, README), and python_env installs uv from that index too.
+    time (benchmarks/bench_install.py, docs/contributing/benchmarks.md), and python_env installs uv from that index too.
     pip stays for a closure with find-links wheels (an air-gapped wheelhouse, ``index`` "": such a
     folder holds the frameworks' wheels, not necessarily uv's) and for an index behind a login
     (the hosts' netrc: uv's run against a login index failed on the test hosts, pip's passes, so

@@ -59,7 +59,7 @@ def check_overrides(overrides: Mapping[str, Any]) -> None:
             raise BadInput(f"{name!r} is not a role variable", hint)
         problem = _spec_problem(value, spec)
         if problem:
-            raise BadInput(f"--set {name}: {problem}", "see the role's variables in the README")
+            raise BadInput(f"--set {name}: {problem}", "see the role's variables in docs/reference/roles.md")
 
 
 def check_user_sets(overrides: Mapping[str, Any]) -> None:

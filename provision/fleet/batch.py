@@ -240,7 +240,7 @@ def check_without_gpu(ansible_dir: Path, hosts: list[HostRun], say: Callable[[st
             continue
         h.cpu_only_check = True
         say(f"{h.host}: no NVIDIA GPU found: check mode leaves the driver out and the smoke job runs on the CPU")
-        why = "provision up --check: no NVIDIA GPU on this host (see the README on up --local --check)"
+        why = "provision up --check: no NVIDIA GPU on this host (see docs/tutorials/workstation.md)"
         write_host_vars(ansible_dir, {h.host: dict(NO_GPU_CHECK_VARS)}, why)
 
 

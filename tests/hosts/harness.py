@@ -28,7 +28,7 @@ BASE_DIR = Path(os.environ.get("TESTHOSTS_BASE", "/var/tmp/provision-testhosts-b
 TRIXIE_BASE_DIR = Path(os.environ.get("TESTHOSTS_BASE_TRIXIE", "/var/tmp/provision-testhosts-base-trixie"))
 WHEELHOUSE = Path(os.environ.get("PROVISION_WHEELHOUSE", "/var/tmp/provision-wheelhouse"))
 # The CPU torch build the test hosts (Debian 12: Python 3.11) and the controller run. It is the
-# version the development machines carry on disk; see the README's testing section.
+# version the development machines carry on disk; see docs/contributing/tests.md.
 TORCH_CPU = os.environ.get("PROVISION_TEST_TORCH", "torch==2.13.0")
 # pip byte-compiles every module it installs: for the CPU torch stack that is three quarters of the
 # install's CPU time (a test host, measured: 25 s user with it, 6 s without), paid again by each of
