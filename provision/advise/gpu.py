@@ -407,9 +407,11 @@ def split_caveat(count: int, instances: int, it: Any | None) -> tuple[str | None
     if ic is not None and ic.kind == "nvlink-multinode":
         return f"{inside_short} x{instances}", f"{instances} x {it.name} of one UltraServer: {inside}"
     net = "EFA" if it.efa else "network (no EFA)"
-    return f"{inside_short} + {'EFA' if it.efa else 'net'} x{instances}", (
-        f"{instances} x {it.name}: {NETWORK_CAVEAT} (this size: {net}); inside each: {inside}"
-    )
+    short = f"{'EFA' if it.efa else 'net'} x{instances}"
+    caveat = f"{instances} x {it.name}: {NETWORK_CAVEAT} (this size: {net})"
+    if it.gpu_count == 1:  # one GPU per instance: nothing is linked inside one
+        return short, caveat
+    return f"{inside_short} + {short}", f"{caveat}; inside each: {inside}"
 
 
 def _supports(cc: tuple[int, int], precision: str) -> bool:

@@ -253,7 +253,8 @@ def _gpu_human(con: Console, doc: dict[str, Any], top: int) -> None:
     if len(priced) > top:
         con.print(f"[dim]{len(priced) - top} more priced with --top {len(priced)} or --json[/dim]")
     shown = [r for r in priced[:top] if r["count"] > 1]
-    for kind in dict.fromkeys(r["interconnect"] for r in shown if r["interconnect"]):
+    linked = [r for r in shown if r["interconnect"] and r["gpus_provisioned"] > r["instances"]]  # >1 GPU each
+    for kind in dict.fromkeys(r["interconnect"] for r in linked):
         short, text = g.kind_text(kind)
         con.print(f"  [yellow]GPU link {short}:[/yellow] {text}")
     if any(r["instances"] > 1 for r in shown):
