@@ -209,7 +209,7 @@ def estimate(spec: ModelSpec, constants: Mapping[str, Any] | None = None) -> Est
         b["kv_cache"] = kv / GIB
         how["kv_cache"] = f"2 x {shape.layers} layers x {shape.hidden} x {tokens} tokens x {act_bytes} bytes"
         b["activations"] = transient / GIB
-        how["activations"] = f"one layer: 34 x {tokens} tokens x {shape.hidden} x {act_bytes / 2:g} bytes"
+        how["activations"] = f"one layer: 34 bytes x {tokens} tokens x {shape.hidden}{_FP32[act_bytes]}"
         notes.append("KV cache for multi-head attention; grouped-query attention needs less")
     rest = sum(b.values())
     b["runtime_overhead"] = CONTEXT_GIB + FRAGMENTATION * rest
@@ -225,6 +225,9 @@ def _constants(given: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return load().t.finetune_memory
 
 
+_FP32 = {2: "", 4: ", x 2 in fp32"}  # Korthikanti's byte counts are for 16-bit activations
+
+
 def _activations(est: Estimate, tokens: int, act_bytes: int, checkpointing: bool, kept_bytes: float = 2.0) -> None:
     """Training activations (Korthikanti et al. 2022): every layer's, or with full checkpointing
     each layer's input (``kept_bytes`` per token and hidden unit) plus one layer rebuilt at a time."""
@@ -234,14 +237,14 @@ def _activations(est: Estimate, tokens: int, act_bytes: int, checkpointing: bool
         kept = shape.layers * kept_bytes * tokens * shape.hidden * act_bytes / 2
         est.breakdown["activations"] = (kept + per_layer) / GIB
         est.how["activations"] = (
-            f"checkpointed: {shape.layers} layers x {kept_bytes:g} x {tokens} tokens x {shape.hidden}"
-            f" (layer inputs) + one layer's 34 x {tokens} x {shape.hidden} bytes rebuilt"
+            f"checkpointed: {shape.layers} layers x {kept_bytes:g} bytes x {tokens} tokens x {shape.hidden}"
+            f" (layer inputs) + one layer's 34 bytes x {tokens} x {shape.hidden} rebuilt{_FP32[act_bytes]}"
         )
         est.notes.append("activation checkpointing on: each layer's input kept, one layer recomputed at a time")
     else:
         est.breakdown["activations"] = shape.layers * per_layer / GIB
         est.how["activations"] = (
-            f"{shape.layers} layers x 34 x {tokens} tokens x {shape.hidden} x {act_bytes / 2:g} bytes"
+            f"{shape.layers} layers x 34 bytes x {tokens} tokens x {shape.hidden}{_FP32[act_bytes]}"
         )
         est.notes.append("activations without checkpointing; checkpointing trades them for ~30% more compute")
 

@@ -132,7 +132,7 @@ def _cost_human(con: Console, doc: dict[str, Any]) -> None:
     con.print("assumptions")
     for a in doc["assumptions"]:
         mark = f" [yellow](default; set with {a['flag']})[/yellow]" if a["origin"] == "default" else ""
-        con.print(f"  {a['name']:<14} {a['value']:g}{mark}: {a['meaning']}")
+        con.print(f"  {a['name']:<14} {a['value']:g}{mark}: {a['meaning']}", soft_wrap=True)
 
 
 @advise.command(name="gpu")
@@ -230,7 +230,8 @@ def _gpu_human(con: Console, doc: dict[str, Any], top: int) -> None:
     if doc["constants"]:
         con.print("  constants (provision/matrix/data/finetune.yaml):")
         for c in doc["constants"]:
-            con.print(f"    {c['name']} = {c['value']:g} ({c['confidence']}): {', '.join(c['source'])}")
+            value = str(c["value"]).lower() if isinstance(c["value"], bool) else f"{c['value']:g}"
+            con.print(f"    {c['name']} = {value} ({c['confidence']}): {', '.join(c['source'])}", soft_wrap=True)
     recs = doc["recommendations"]
     if not recs:
         con.print("No GPU in the knowledge holds it, even split over 64 GPUs.")
@@ -248,7 +249,8 @@ def _gpu_human(con: Console, doc: dict[str, Any], top: int) -> None:
     con.print(table)
     a = doc["assumptions"]
     con.print(
-        f"[dim]prices: {a['prices']}; read {', '.join(a['price_read'])} from {', '.join(a['price_source'])}[/dim]"
+        f"[dim]prices: {a['prices']}; read {', '.join(a['price_read'])} from {', '.join(a['price_source'])}[/dim]",
+        soft_wrap=True,  # URLs stay whole (copyable) where the terminal wraps them
     )
     if len(priced) > top:
         con.print(f"[dim]{len(priced) - top} more priced with --top {len(priced)} or --json[/dim]")

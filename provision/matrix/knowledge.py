@@ -347,7 +347,7 @@ def build_tables(d: dict[str, Any]) -> Tables:
     for c in d.get("finetune_memory", []):
         t.finetune_memory[c["name"]] = Constant(
             name=c["name"],
-            value=float(c["value"]),
+            value=c["value"] if isinstance(c["value"], bool) else float(c["value"]),
             what=str(c.get("what", "")),
             source=_src(c),
             confidence=str(c.get("confidence", "low")),

@@ -307,7 +307,7 @@ class Constant:
     """One sourced number of an estimate's formula (finetune.yaml): advice, not compatibility."""
 
     name: str
-    value: float
+    value: float | bool  # a bool for a switch (qlora_checkpointing)
     what: str
     source: tuple[str, ...]
     confidence: str
