@@ -174,7 +174,7 @@ def _cost_human(con: Console, doc: dict[str, Any]) -> None:
 @click.option("--batch", type=int, default=1, show_default=True)
 @click.option("--seq-len", type=int, default=2048, show_default=True)
 @click.option(
-    "--top", type=click.IntRange(min=1), default=12, show_default=True, help="Rows of the table (JSON has all)."
+    "--top", type=click.IntRange(min=1), default=12, show_default=True, help="Priced rows of the table (JSON has all)."
 )
 @command_options
 def gpu(
