@@ -164,6 +164,106 @@ def _on_demand_text(it: Any) -> str:
     return f"{p.usd_per_hour:g} USD/h read {p.read}" if p is not None else "not in the data either"
 
 
+# What each input means for the answer, and the flag that sets it (the human output and the JSON
+# both state every one: a default of 0 that silently drops a cost is the mistake this guards).
+_FLAGS = {
+    "hours_per_day": "--hours-per-day",
+    "server_price": "--server-price",
+    "years": "--years",
+    "power_kw": "--power-kw",
+    "electricity": "--electricity",
+    "ops_per_year": "--ops-per-year",
+}
+
+
+def assumptions(
+    i: CostInputs, price: CloudPrice, defaulted: frozenset[str], urls: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """Every assumption of the answer: ``name``, ``value``, ``origin`` ("given", "default",
+    "knowledge"), the flag that sets it and what it means. ``defaulted``: the inputs left at
+    their defaults; ``urls``: the knowledge's sources by id, to name a price's source by URL."""
+    urls = urls or {}
+
+    def item(name: str, value: Any, meaning: str) -> dict[str, Any]:
+        return {
+            "name": name,
+            "value": value,
+            "origin": "default" if name in defaulted else "given",
+            "flag": _FLAGS[name],
+            "meaning": meaning,
+        }
+
+    out: list[dict[str, Any]] = []
+    if price.origin == "knowledge":
+        out.append(
+            {
+                "name": "cloud_price",
+                "value": price.usd_per_hour,
+                "origin": "knowledge",
+                "flag": "--instance-type",
+                "meaning": (
+                    f"{price.instance_type} {'spot' if price.spot else 'on-demand'} Linux, us-east-1, read {price.read}"
+                    f" from {', '.join(urls.get(x, x) for x in price.source)} ({price.confidence} confidence);"
+                    " storage, data transfer and other regions are not included"
+                ),
+            }
+        )
+    else:
+        out.append(
+            {
+                "name": "cloud_price",
+                "value": price.usd_per_hour,
+                "origin": "given",
+                "flag": "--cloud-price",
+                "meaning": "your hourly price for the whole cloud machine; storage and data transfer not included",
+            }
+        )
+    h = i.hours_per_day
+    out.append(
+        item(
+            "hours_per_day",
+            h,
+            f"the GPUs are used {h:g} h a day, 365 days a year ({h / 24:.0%} utilization): the cloud machine is billed"
+            " only for those hours (stopped otherwise), the own server draws power only then",
+        )
+    )
+    out.append(
+        item("server_price", i.server_price, "purchase price of the own server, as you gave it (no source here)")
+    )
+    out.append(
+        item(
+            "years",
+            i.years,
+            f"straight-line amortization over {i.years:g} years: no resale value, no interest, no financing",
+        )
+    )
+    out.append(
+        item(
+            "power_kw",
+            i.power_kw,
+            f"the own server draws {i.power_kw:g} kW during the hours of use"
+            if i.power_kw
+            else "no power draw counted (0): the own server's electricity is left out; give --power-kw",
+        )
+    )
+    out.append(
+        item(
+            "electricity",
+            i.electricity,
+            f"{i.electricity:g} USD per kWh"
+            if i.electricity
+            else "electricity costs nothing in this answer (0); give --electricity USD_PER_KWH",
+        )
+    )
+    ops = (
+        f"{i.ops_per_year:g} USD a year for hosting, cooling, support and admin"
+        if i.ops_per_year
+        else "not counted (0): hosting, cooling, support and admin are left out; give --ops-per-year"
+    )
+    out.append(item("ops_per_year", i.ops_per_year, ops))
+    return out
+
+
 def to_json(i: CostInputs, price: CloudPrice, r: CostResult) -> dict[str, Any]:
     return {
         "ok": True,
@@ -179,10 +279,18 @@ def to_json(i: CostInputs, price: CloudPrice, r: CostResult) -> dict[str, Any]:
     }
 
 
-def advise(inputs: CostInputs, *, instance_type: str | None, spot: bool, plot: Path | None) -> dict[str, Any]:
+def advise(
+    inputs: CostInputs,
+    *,
+    instance_type: str | None,
+    spot: bool,
+    plot: Path | None,
+    defaulted: frozenset[str] = frozenset(),
+) -> dict[str, Any]:
     """`provision advise cost`: check, price (the flag's or ``instance_type``'s), compute, plot; the JSON.
 
     Everything that can be bad input is checked before the knowledge is read or a file written.
+    ``defaulted``: the inputs the user left at their defaults (the answer says so).
     """
     inputs.validate()
     if plot is not None:
@@ -197,6 +305,12 @@ def advise(inputs: CostInputs, *, instance_type: str | None, spot: bool, plot: P
         price = CloudPrice(usd_per_hour=inputs.cloud_price, origin="flag")
     result = compute(inputs)
     doc = to_json(inputs, price, result)
+    urls: dict[str, str] = {}
+    if price.origin == "knowledge":
+        from provision.matrix import load
+
+        urls = {k: v.url for k, v in load().t.sources.items()}
+    doc["assumptions"] = assumptions(inputs, price, defaulted, urls)
     if plot is not None:
         from provision.advise.plot import cost_plot
 

@@ -92,7 +92,15 @@ def cost(
         electricity=electricity,
         ops_per_year=ops_per_year,
     )
-    doc = c.advise(inputs, instance_type=instance_type, spot=spot, plot=plot)
+    from click.core import ParameterSource
+
+    ctx = click.get_current_context()
+    defaulted = frozenset(
+        n
+        for n in ("years", "power_kw", "electricity", "ops_per_year")
+        if ctx.get_parameter_source(n) in (ParameterSource.DEFAULT, None)
+    )
+    doc = c.advise(inputs, instance_type=instance_type, spot=spot, plot=plot, defaulted=defaulted)
     emit(doc, as_json, lambda con: _cost_human(con, doc))
 
 
@@ -121,6 +129,10 @@ def _cost_human(con: Console, doc: dict[str, Any]) -> None:
     con.print(f"[bold]recommendation  {choice}[/bold] (saves {doc['savings_per_year']:,.2f} USD per year)")
     if "plot" in doc:
         con.print(f"plot            {doc['plot']}")
+    con.print("assumptions")
+    for a in doc["assumptions"]:
+        mark = f" [yellow](default; set with {a['flag']})[/yellow]" if a["origin"] == "default" else ""
+        con.print(f"  {a['name']:<14} {a['value']:g}{mark}: {a['meaning']}", soft_wrap=True)
 
 
 @advise.command(name="gpu")
@@ -133,18 +145,36 @@ def _cost_human(con: Console, doc: dict[str, Any]) -> None:
     default="bf16",
     show_default=True,
 )
-@click.option("--mode", type=click.Choice(["inference", "train"]), default="inference", show_default=True)
+@click.option(
+    "--mode",
+    type=click.Choice(["inference", "train", "lora", "qlora"]),
+    default="inference",
+    show_default=True,
+    help="train: full training; lora: adapters on a frozen 16-bit base; qlora: adapters on a 4-bit NF4 base.",
+)
 @click.option(
     "--optimizer",
     type=click.Choice(["adam", "sgd"]),
     default="adam",
     show_default=True,
-    help="Optimizer for --mode train.",
+    help="Optimizer for --mode train, lora and qlora.",
+)
+@click.option(
+    "--lora-rank",
+    type=int,
+    default=None,
+    metavar="R",
+    help="Adapter rank for --mode lora/qlora [default: the knowledge's, 64 as in the QLoRA paper].",
+)
+@click.option(
+    "--checkpointing/--no-checkpointing",
+    default=None,
+    help="Activation checkpointing in training modes [default: on for qlora, off otherwise].",
 )
 @click.option("--batch", type=int, default=1, show_default=True)
 @click.option("--seq-len", type=int, default=2048, show_default=True)
 @click.option(
-    "--top", type=click.IntRange(min=1), default=12, show_default=True, help="Rows of the table (JSON has all)."
+    "--top", type=click.IntRange(min=1), default=12, show_default=True, help="Priced rows of the table (JSON has all)."
 )
 @command_options
 def gpu(
@@ -153,6 +183,8 @@ def gpu(
     precision: str,
     mode: str,
     optimizer: str,
+    lora_rank: int | None,
+    checkpointing: bool | None,
     batch: int,
     seq_len: int,
     top: int,
@@ -169,11 +201,13 @@ def gpu(
         optimizer=optimizer,  # type: ignore[arg-type]
         batch=batch,
         seq_len=seq_len,
+        lora_rank=lora_rank,
+        checkpointing=checkpointing,
     )
-    est = g.estimate(spec)
     k = load()
+    est = g.estimate(spec, k.t.finetune_memory)
     recs, excluded = g.recommend(est, k.gpus, k.instance_types)
-    doc = g.to_json(est, recs, excluded)
+    doc = g.to_json(est, recs, excluded, k.t.sources)
     emit(doc, as_json, lambda con: _gpu_human(con, doc, top))
 
 
@@ -184,28 +218,65 @@ def _gpu_human(con: Console, doc: dict[str, Any], top: int) -> None:
 
     m = doc["model"]
     what = f"{g.human_params(m['params'])} parameters, {m['precision']}, {m['mode']}"
-    if m["mode"] == "train":
+    if m["mode"] in ("lora", "qlora"):
+        what += f" rank {m['lora_rank']}"
+    if m["optimizer"]:
         what += f" with {m['optimizer']}"
     con.print(f"[bold]{what}: about {doc['memory_gib']:.1f} GiB[/bold] (estimate)")
     for term, gib in doc["breakdown"].items():
-        con.print(f"  {term.replace('_', ' '):<18} {gib:>10.2f} GiB")
+        con.print(f"  {term.replace('_', ' '):<18} {gib:>8.2f} GiB  [dim]{doc['how'].get(term, '')}[/dim]")
     for note in doc["notes"]:
         con.print(f"  [dim]{note}[/dim]")
+    if doc["constants"]:
+        con.print("  constants (provision/matrix/data/finetune.yaml):")
+        for c in doc["constants"]:
+            value = str(c["value"]).lower() if isinstance(c["value"], bool) else f"{c['value']:g}"
+            con.print(f"    {c['name']} = {value} ({c['confidence']}): {', '.join(c['source'])}", soft_wrap=True)
     recs = doc["recommendations"]
     if not recs:
         con.print("No GPU in the knowledge holds it, even split over 64 GPUs.")
         return
-    table = Table(title="fits (cheapest first; unpriced after)", title_justify="left")
-    for col in ("gpu", "GPUs", "GiB/GPU", "instance type", "USD/h", "price read"):
+    priced = [r for r in recs if r["price_status"] == "priced"]
+    unpriced = [r for r in recs if r["price_status"] == "unpriced"]
+    no_ec2 = [r for r in recs if r["price_status"] == "no_instance_type"]
+    table = Table(title="EC2 instance types that hold it, cheapest first", title_justify="left")
+    for col in ("gpu", "GPUs", "GiB/GPU", "instance type", "GPU link", "USD/h"):
         table.add_column(col, justify="right" if col in ("GPUs", "GiB/GPU", "USD/h") else "left")
-    for r in recs[:top]:
-        inst = r["instance_type"] or "-"
-        if r["instances"] > 1:
-            inst = f"{r['instances']} x {inst}"
-        if r["instance_type"] and r["gpus_provisioned"] > r["count"]:
-            inst += f" ({r['gpus_provisioned']} GPUs)"
-        price = f"{r['usd_per_hour']:.2f}" if r["usd_per_hour"] is not None else "-"
-        table.add_row(r["gpu"], str(r["count"]), f"{r['per_gpu_gib']:.1f}", inst, price, r["price_read"] or "-")
+    for r in priced[:top]:
+        table.add_row(
+            r["gpu"], str(r["count"]), f"{r['per_gpu_gib']:.1f}", _inst(r), r["link"] or "-", f"{r['usd_per_hour']:.2f}"
+        )
     con.print(table)
-    if len(recs) > top:
-        con.print(f"[dim]{len(recs) - top} more with --top {len(recs)} or --json[/dim]")
+    a = doc["assumptions"]
+    con.print(
+        f"[dim]prices: {a['prices']}; read {', '.join(a['price_read'])} from {', '.join(a['price_source'])}[/dim]",
+        soft_wrap=True,  # URLs stay whole (copyable) where the terminal wraps them
+    )
+    if len(priced) > top:
+        con.print(f"[dim]{len(priced) - top} more priced with --top {len(priced)} or --json[/dim]")
+    shown = [r for r in priced[:top] if r["count"] > 1]
+    linked = [r for r in shown if r["interconnect"] and r["gpus_provisioned"] > r["instances"]]  # >1 GPU each
+    for kind in dict.fromkeys(r["interconnect"] for r in linked):
+        short, text = g.kind_text(kind)
+        con.print(f"  [yellow]GPU link {short}:[/yellow] {text}")
+    if any(r["instances"] > 1 for r in shown):
+        con.print(f"  [yellow]EFA/net x N:[/yellow] the model spans N instances: {g.NETWORK_CAVEAT}")
+    if unpriced:
+        con.print(
+            "unpriced (no on-demand price in the knowledge; give one to `advise cost --cloud-price`): "
+            + ", ".join(f"{_inst(r)} for {r['count']} x {r['gpu']}" for r in unpriced)
+        )
+    if no_ec2:
+        con.print(
+            "also hold it, no EC2 type in the knowledge: "
+            + ", ".join(f"{r['count']} x {r['gpu']}" if r["count"] > 1 else r["gpu"] for r in no_ec2)
+        )
+
+
+def _inst(r: dict[str, Any]) -> str:
+    inst = str(r["instance_type"])
+    if r["instances"] > 1:
+        inst = f"{r['instances']} x {inst}"
+    if r["gpus_provisioned"] > r["count"]:
+        inst += f" ({r['gpus_provisioned']} GPUs)"
+    return inst

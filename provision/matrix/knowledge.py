@@ -22,12 +22,14 @@ from provision.matrix.model import (
     EOL_PAST,
     Architecture,
     BranchClass,
+    Constant,
     CudaToolkit,
     CudnnBuild,
     CudnnRelease,
     DriverBranch,
     Gpu,
     InstanceType,
+    Interconnect,
     JaxCudaLine,
     JaxRelease,
     KernelModuleRule,
@@ -320,6 +322,8 @@ def build_tables(d: dict[str, Any]) -> Tables:
         gpu = gpus.get(fam["gpu"])
         if gpu is None:
             raise DataError(f"instance family {fam['family']}: unknown GPU {fam['gpu']!r}")
+        ic = fam.get("interconnect")
+        interconnect = Interconnect(str(ic["kind"]), _src(ic), str(ic.get("confidence", "low"))) if ic else None
         for size, count in fam["sizes"].items():
             p = (fam.get("prices") or {}).get(size)
             price = (
@@ -338,7 +342,16 @@ def build_tables(d: dict[str, Any]) -> Tables:
                 note=str(fam.get("note", "")),
                 source=_src(fam),
                 confidence=str(fam.get("confidence", "high")),
+                interconnect=interconnect,
             )
+    for c in d.get("finetune_memory", []):
+        t.finetune_memory[c["name"]] = Constant(
+            name=c["name"],
+            value=c["value"] if isinstance(c["value"], bool) else float(c["value"]),
+            what=str(c.get("what", "")),
+            source=_src(c),
+            confidence=str(c.get("confidence", "low")),
+        )
     for o in d.get("os_releases", []):
         t.os_releases[o["id"]] = OsRelease(
             id=o["id"],

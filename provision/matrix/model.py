@@ -79,6 +79,15 @@ class Price:
 
 
 @dataclass(frozen=True)
+class Interconnect:
+    """How the GPUs inside one instance reach each other (ec2.yaml `interconnect`)."""
+
+    kind: str  # "nvswitch" | "nvlink" | "nvlink-multinode" | "pcie"
+    source: tuple[str, ...]
+    confidence: str
+
+
+@dataclass(frozen=True)
 class InstanceType:
     name: str
     family: str
@@ -92,6 +101,7 @@ class InstanceType:
     note: str
     source: tuple[str, ...]
     confidence: str
+    interconnect: Interconnect | None = None  # None: the data does not say
 
 
 @dataclass(frozen=True)
@@ -292,6 +302,17 @@ class MinorCompat:
     source: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class Constant:
+    """One sourced number of an estimate's formula (finetune.yaml): advice, not compatibility."""
+
+    name: str
+    value: float | bool  # a bool for a switch (qlora_checkpointing)
+    what: str
+    source: tuple[str, ...]
+    confidence: str
+
+
 @dataclass
 class Tables:
     """Every table of the knowledge, filled by the loader."""
@@ -317,6 +338,7 @@ class Tables:
     # branches from which the open kernel modules are Beta, then production, on GeForce/workstation
     open_modules_geforce_beta: int = 0
     open_modules_geforce_production: int = 0
+    finetune_memory: dict[str, Constant] = field(default_factory=dict)
     sources: dict[str, Source] = field(default_factory=dict)
     default_os: str = "ubuntu-24.04"
     snapshot: str = ""

@@ -6,13 +6,16 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 from click.testing import CliRunner, Result
 
 from provision.advise import cost as c
 from provision.cli.app import cli
 from provision.matrix import load
+from tests.cli_run import provision
 
 
 def invoke(*args: str) -> Result:
@@ -112,6 +115,11 @@ def test_json_keys_and_inputs_echoed() -> None:
         "ops_per_year": 2000.0,
     }
     assert doc["cloud_price"]["origin"] == "flag"
+    # given power and ops are not marked as defaults; only --years was left at its default
+    by_name = {a["name"]: a for a in doc["assumptions"]}
+    assert [n for n, a in by_name.items() if a["origin"] == "default"] == ["years"]
+    assert by_name["cloud_price"]["origin"] == "given" and by_name["cloud_price"]["flag"] == "--cloud-price"
+    assert "1.5 kW" in by_name["power_kw"]["meaning"] and "0.2 USD per kWh" in by_name["electricity"]["meaning"]
 
 
 def test_never_breaks_even_json_is_null() -> None:
@@ -257,3 +265,69 @@ def test_plot_into_a_missing_folder_fails_before_work(tmp_path: Path) -> None:
     )
     assert res.exit_code == 2
     assert "does not exist" in res.stderr
+
+
+# --- g5.xlarge from the data, every assumption stated (the real CLI) -------------------------
+
+EC2 = Path(c.__file__).parents[1] / "matrix" / "data" / "ec2.yaml"
+
+
+def _data_price(name: str) -> dict[str, Any]:
+    """ec2.yaml's price entry for ``name``, read as plain YAML (not through the loader)."""
+    for fam in yaml.safe_load(EC2.read_text())["instance_families"]:
+        if name in (fam.get("prices") or {}):
+            return dict(fam["prices"][name])
+    raise AssertionError(f"{name} has no price in ec2.yaml")
+
+
+def test_cli_g5_xlarge_cost_from_the_data_with_its_read_date(monkeypatch: pytest.MonkeyPatch) -> None:
+    price = _data_price("g5.xlarge")
+    res = provision(
+        "advise", "cost", "--instance-type", "g5.xlarge", "--hours-per-day", "8", "--server-price", "5000", "--json"
+    )
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    usd = float(price["usd_per_hour"])
+    assert doc["cloud_price"]["usd_per_hour"] == usd
+    assert doc["cloud_price"]["read"] == price["read"]
+    assert doc["cloud_per_year"] == round(usd * 8 * 365, 2)
+    assert doc["own_per_year"] == round(5000 / 3, 2)  # no power, no ops: both defaulted to 0
+    assert doc["break_even_hours_per_day"] == round((5000 / 3) / (365 * usd), 3)
+    by_name = {a["name"]: a for a in doc["assumptions"]}
+    assert set(by_name) == {
+        "cloud_price",
+        "hours_per_day",
+        "server_price",
+        "years",
+        "power_kw",
+        "electricity",
+        "ops_per_year",
+    }
+    for name in ("years", "power_kw", "electricity", "ops_per_year"):
+        assert by_name[name]["origin"] == "default", name
+    assert by_name["hours_per_day"]["origin"] == by_name["server_price"]["origin"] == "given"
+    assert by_name["cloud_price"]["origin"] == "knowledge"
+    assert price["read"] in by_name["cloud_price"]["meaning"]
+    assert "skypilot-catalog" in by_name["cloud_price"]["meaning"]  # the source's URL, not only its id
+    assert "33% utilization" in by_name["hours_per_day"]["meaning"]  # 8 of 24 hours
+    monkeypatch.setenv("COLUMNS", "200")
+    human = provision(
+        "advise", "cost", "--instance-type", "g5.xlarge", "--hours-per-day", "8", "--server-price", "5000"
+    )
+    assert human.returncode == 0, human.stderr
+    out = human.stdout
+    assert f"cloud price     {usd:g} USD/h (g5.xlarge on-demand)" in out
+    assert f"cloud per year  {usd * 8 * 365:>12,.2f} USD" in out
+    for flag in ("--power-kw", "--electricity", "--ops-per-year", "--years"):
+        assert f"(default; set with {flag})" in out, flag
+    assert "not counted (0)" in out and "amortization over 3 years" in out
+
+
+def test_cli_misspelt_instance_type_is_one_line_with_near_names() -> None:
+    res = provision("advise", "cost", "--instance-type", "g5.xlarg", "--hours-per-day", "8", "--server-price", "1")
+    assert res.returncode == 2
+    assert res.stdout == ""
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1, res.stderr
+    assert lines[0].startswith("error: unknown EC2 instance type `g5.xlarg`")
+    assert "g5.xlarge" in lines[0]

@@ -62,6 +62,7 @@ SOURCED = (
     "tensorflow",
     "jax",
     "jax_cuda_lines",
+    "finetune_memory",
 )
 
 
@@ -112,6 +113,7 @@ def test_every_source_is_used_and_has_an_url() -> None:
             used |= set(_source_items(entry))
             for price in (entry.get("prices") or {}).values():
                 used |= set(_source_items(price))
+            used |= set(_source_items(entry.get("interconnect") or {}))
     used |= set(data["wheel_pins"]["source"])  # wheels.yaml: one source for the whole file
     used |= set(data["standalone_python"]["source"])
     used |= set(data["cudnn_floors_source"]) | set(_source_items(data["open_modules_geforce"]))  # one-entry sections
@@ -131,6 +133,7 @@ def test_entries_that_are_not_first_hand_record_confidence() -> None:
         "pytorch",
         "tensorflow",
         "jax",
+        "finetune_memory",
     ):
         for entry in data[section]:
             assert entry.get("confidence") in ("high", "medium", "low"), (section, entry)
