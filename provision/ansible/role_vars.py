@@ -15,6 +15,7 @@ from provision.ansible.checks import _check_package, _check_text, _check_url, _c
 from provision.ansible.settings import InstallSettings, pip_sources
 from provision.errors import BadInput
 from provision.matrix.packaging import ROLES as PACKAGE_ROLES
+from provision.stack.distro_versions import KERNEL, KERNEL_FLAVOUR
 from provision.stack.lock import PythonPackage
 from provision.stack.packages import PackagePlan, PipPlan, Repository
 
@@ -183,12 +184,23 @@ def package_vars(plan: PackagePlan) -> dict[str, Any]:
         mine = plan.for_role(role)
         names = {e.name for e in mine}
         used = {e.repository for e in mine}
-        out[f"{role}_packages"] = [{"name": _check_package(e.name, "package name"), "version": e.version} for e in mine]
+        out[f"{role}_packages"] = [{"name": _plan_package(e.name), "version": e.version} for e in mine]
         out[f"{role}_holds"] = [h for h in plan.holds if h in names]
         out[f"{role}_repositories"] = [_repository_vars(r) for r in plan.repositories if r.name in used]
         out[f"{role}_services"] = [s.name for s in plan.services if s.role == role]
     out["nvidia_driver_module_streams"] = list(plan.module_streams)
     return out
+
+
+def _plan_package(name: str) -> str:
+    """A package name of the plan. A plan made without facts (--assume) leaves Ubuntu's distro
+    driver names for the host to complete (provision.stack.distro_versions: ``{kernel_flavour}``,
+    ``{kernel}``; the nvidia_driver role fills them in): checked with those parts filled."""
+    filled = name.replace(KERNEL_FLAVOUR, "generic").replace(KERNEL, "6.8.0-1-generic")
+    if filled != name and not any(c in filled for c in "{}"):
+        _check_package(filled, "package name")
+        return name
+    return _check_package(name, "package name")
 
 
 def _repository_vars(r: Repository) -> dict[str, str]:

@@ -289,12 +289,13 @@ def expand_host_pattern(pattern: str, source: str) -> list[str]:
 
 
 def _ini_value(text: str) -> Any:
-    # Ansible's INI parser turns literals into Python values (ports become ints); keep it simple
-    # and safe: integers and booleans, the rest as strings.
+    # Ansible's INI parser turns Python literals into values (ast.literal_eval: ports become ints,
+    # True a bool, while `true` is no Python literal and stays the string "true"); keep it simple
+    # and safe: integers and the two booleans, the rest as strings.
     if re.fullmatch(r"-?\d+", text):
         return int(text)
-    if text in ("True", "true", "False", "false"):
-        return text.lower() == "true"
+    if text in ("True", "False"):
+        return text == "True"
     return text
 
 

@@ -11,12 +11,12 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from provision.errors import BadInput
-from provision.hosts.inventory import HostTarget, load_inventory
+from provision.hosts.inventory import load_inventory
+from tests.ansible_inventory import same_as_ansible
 
 BIN = Path(sys.executable).parent
 
@@ -30,12 +30,13 @@ def _write(root: Path, files: dict[str, str]) -> None:
 
 # Several files (INI, YAML, a subfolder), files Ansible skips, group_vars as files and as a
 # folder, host_vars with and without an extension; the values are chosen so that each level of
-# Ansible's precedence decides at least one of them.
+# Ansible's precedence decides at least one of them; `true` in INI is no Python literal, and
+# Ansible keeps it as the string (`True` is the bool).
 FOLDER = {
     "01-hosts.ini": (
         "[gpu_servers]\ng1 ansible_host=10.0.0.1\ng2 ansible_host=10.0.0.2 ansible_port=2201\n\n"
         "[trainers]\ng2\nt1\n\n[gpu_servers:children]\ntrainers\n\n"
-        "[gpu_servers:vars]\nansible_user=ubuntu\nsite_var=from_ini_group\n"
+        "[gpu_servers:vars]\nansible_user=ubuntu\nsite_var=from_ini_group\nflag_word=true\nflag_literal=True\n"
     ),
     "02-more.yml": (
         "all:\n  hosts:\n    lone:\n      ansible_host: 10.0.0.9\n  children:\n    trainers:\n"
@@ -65,57 +66,11 @@ FOLDER = {
 }
 
 
-def _ansible(inventory: Path) -> dict[str, Any]:
-    cfg = inventory.parent.parent / "empty-ansible.cfg"  # Ansible's defaults, whatever the machine has
-    cfg.write_text("[defaults]\n")
-    r = subprocess.run(
-        [str(BIN / "ansible-inventory"), "-i", str(inventory), "--list"],
-        capture_output=True,
-        text=True,
-        cwd=inventory.parent.parent,  # no group_vars of a playbook here
-        env={**os.environ, "ANSIBLE_INVENTORY_UNPARSED_WARNING": "false", "ANSIBLE_CONFIG": str(cfg)},
-        timeout=120,
-    )
-    assert r.returncode == 0, r.stderr
-    data: dict[str, Any] = json.loads(r.stdout)
-    return data
-
-
-def _ansible_groups(listing: dict[str, Any]) -> dict[str, set[str]]:
-    """host -> every group it is in (through children), without `all`, as HostTarget.groups."""
-
-    def hosts(group: str) -> set[str]:
-        body = listing.get(group, {})
-        return set(body.get("hosts", [])).union(*(hosts(c) for c in body.get("children", [])))
-
-    out: dict[str, set[str]] = {}
-    for group in listing:
-        if group in ("_meta", "all"):
-            continue
-        for host in hosts(group):
-            out.setdefault(host, set()).add(group)
-    return out
-
-
-def _same_as_ansible(inventory: Path, targets: list[HostTarget]) -> None:
-    listing = _ansible(inventory)
-    hostvars = listing["_meta"]["hostvars"]
-    assert sorted(t.name for t in targets) == sorted(hostvars)
-    groups = _ansible_groups(listing)
-    for t in targets:
-        want = hostvars[t.name]
-        assert dict(t.vars) == want, t.name
-        assert t.address == want.get("ansible_host", t.name)
-        assert t.user == want.get("ansible_user")
-        assert t.port == want.get("ansible_port")
-        assert set(t.groups) == groups[t.name], t.name
-
-
 def test_a_folder_inventory_reads_as_ansible_reads_it(tmp_path: Path) -> None:
     inv = tmp_path / "project" / "inventory"
     _write(inv, FOLDER)
     targets = load_inventory(inv)
-    _same_as_ansible(inv, targets)
+    same_as_ansible(inv, targets, inv.parent.parent)
     by_name = {t.name: t for t in targets}
     # the levels that decided, spelt out (the comparison above is the proof)
     assert by_name["g1"].user == "alice"  # host_vars over everything
@@ -141,7 +96,7 @@ def test_a_file_inventory_reads_the_group_vars_and_host_vars_beside_it(tmp_path:
         },
     )
     targets = load_inventory(inv / "hosts.yml")
-    _same_as_ansible(inv / "hosts.yml", targets)
+    same_as_ansible(inv / "hosts.yml", targets, inv.parent.parent)
     assert [(t.name, t.address, t.user, t.port) for t in targets] == [
         ("a1", "10.1.0.1", "gpu-ops", 2023),
         ("a2", "10.1.0.2", "root", 2023),

@@ -10,6 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from provision.ansible.render import render_files
+from provision.ansible.settings import InstallSettings
+from provision.errors import BadInput
 from provision.stack.lock import read_lock
 from tests.cli_run import provision
 
@@ -219,6 +222,20 @@ def test_debian_13_is_planned_with_its_own_repository_key(tmp_path: Path) -> Non
     [repo] = json.loads(r.stdout)["groups"][0]["packages"]["repositories"]
     assert repo["key_url"].endswith("/debian13/x86_64/8793F200.pub")
     assert repo["key_fingerprint"] == "02182E60104FCDC26EAE1B8597A5D4CB8793F200"
+
+
+def test_ubuntus_distro_driver_without_a_host_is_planned_for_the_host_to_complete(tmp_path: Path) -> None:
+    """--assume gives no kernel: the distro driver's module packages keep {kernel_flavour} and
+    {kernel} for the nvidia_driver role to fill in, and the run dir takes them (it refused them)."""
+    (tmp_path / "provision.yaml").write_text("install: {method: distro}\n")
+    r = _plan("--assume", "os=ubuntu-24.04,gpu=L4:1,name=h1", "-c", "provision.yaml", "--out", "run", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    vars_text = next((tmp_path / "run" / "group_vars").glob("l4_*.yml")).read_text()
+    assert "-server-open-{kernel_flavour}" in vars_text and "-server-open-{kernel}" in vars_text
+    # the placeholders are the only braces let through: a name with anything else is still refused
+    lock = json.loads((tmp_path / "provision.lock").read_text().replace("{kernel}", "{kernel} x"))
+    with pytest.raises(BadInput, match="is not a package name"):
+        render_files(lock, {"h1": {}}, InstallSettings(), roles_path="/r")
 
 
 def test_a_host_whose_python_no_wheel_fits_gets_a_standalone_cpython_in_the_plan(tmp_path: Path) -> None:
