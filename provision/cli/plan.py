@@ -122,6 +122,8 @@ def _human(con: Console, result: PlanResult) -> None:
                 con.print(
                     f"  + {len(g['python_packages'])} wheels by sha256 (the lock's python_packages)", markup=False
                 )
+    for note in result.notes:
+        con.print(f"note: {note}", markup=False, soft_wrap=True)
     for g in result.groups:
         for w in g["warnings"]:
             con.print(f"warning ({g['name']}): {w['message']}", markup=False)

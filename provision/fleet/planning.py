@@ -230,6 +230,8 @@ def plan(
             lock_closures(lock_groups, install, overrides)  # before anything is written: a conflict leaves no lock
         lock = build_lock(lock_groups)
         notes = []
+    if install.pip.index_url:  # the lock names upstream indexes; the site's mirror stands in for PyPI
+        notes.append(f"pip: the hosts install from {install.pip.index_url} in place of PyPI (install.pip.index_url)")
     text = dumps_lock(lock)
     from provision.ansible.role_vars import check_installs_override
 

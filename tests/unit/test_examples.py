@@ -269,6 +269,16 @@ def test_pinned_plan_shows_the_pinned_driver_branch_toolkit_and_cudnn(tmp_path: 
     assert "+ cuda-toolkit-13-0 " in r.stdout and "+ nvidia-open-580=580." in r.stdout
 
 
+def test_air_gapped_plan_names_the_mirror_that_stands_in_for_pypi(tmp_path: Path) -> None:
+    """The lock names the upstream index; the printed plan must say the hosts use the site's mirror."""
+    r = provision(
+        "plan", "-c", str(EXAMPLES / "air-gapped.yaml"), *PLANS["air-gapped.yaml"], cwd=tmp_path, offline=True
+    )
+    assert r.returncode == 0, r.stderr
+    mirror = yaml.safe_load((EXAMPLES / "air-gapped.yaml").read_text())["install"]["pip"]["index_url"]
+    assert f"note: pip: the hosts install from {mirror} in place of PyPI" in r.stdout, r.stdout
+
+
 def test_workstation_plan_leaves_the_driver_alone_and_says_what_it_needs(tmp_path: Path) -> None:
     r = provision("plan", "-c", str(EXAMPLES / "workstation.yaml"), *PLANS["workstation.yaml"], "--json", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
