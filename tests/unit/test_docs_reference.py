@@ -125,3 +125,18 @@ def test_the_exit_codes_page_names_every_code() -> None:
         assert f"| `{int(code)}` | {code.name} |" in page
     for cls in exit_codes_page.error_classes():
         assert f"`{cls.__name__}`" in page and f"`{cls.code}`" in page
+
+
+def test_the_up_document_is_as_described(tmp_path: Path) -> None:
+    """`up --json` is UpResult.to_json (provision/cli/up.py adds `cloud` with --cloud): one host's
+    run, as `up` records it, holds exactly the described keys."""
+    from provision.fleet.planning import HostPlan
+    from provision.fleet.records import HostRun, UpResult
+
+    plan = HostPlan("h1", "l4_x1_debian_12", True, {}, ["driver 580.95.05"], "no")
+    result = UpResult("run-1", tmp_path, False, [HostRun("h1", "l4_x1_debian_12", "0" * 64, plan, verdict="pass")])
+    contract = json_page.CONTRACTS["provision up"]
+    assert contract.items is not None
+    doc = result.to_json()
+    assert set(doc) | {"cloud"} == set(contract.keys)
+    assert list(doc["hosts"][0]) == list(contract.items[1])

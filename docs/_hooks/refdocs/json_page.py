@@ -4,8 +4,9 @@ The commands come from the click app (every command with a ``--json`` option mus
 here, or the build fails). Where a command runs without reaching a host or a cloud (resolve,
 plan --assume, matrix, advise, status on an empty folder), its examples are run during the build
 and the described keys must be exactly the keys they print. The commands that need hosts or AWS
-are described from their code and checked by tests/unit/test_docs_reference.py where a real
-document can be had offline (probe --local, verify's failure document).
+are described from their code and held to real documents by tests: tests/unit/test_docs_reference.py
+(probe --local, the smoke job's report, up's records) and tests/integration/test_docs_cloud_json.py
+(cloud up|ls|down on a moto server). tune's report is described in part (its main results).
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ CONTRACTS: dict[str, Contract] = {
                 "duration_s": "Seconds for the host.",
             },
         ),
-        source="`provision/fleet/records.py` (`UpResult.to_json`)",
+        source="`provision/fleet/records.py` (`UpResult.to_json`; tests/unit/test_docs_reference.py checks it)",
     ),
     "provision plan": Contract(
         "What the plan will change per host; the lock and the run dir it wrote.",
@@ -158,7 +159,8 @@ CONTRACTS: dict[str, Contract] = {
         "`--multi-host`.",
         VERIFY_REPORT,
         optional=("error", "hosts"),
-        source="`provision/remote/smoke/job.py` and `provision/fleet/verify.py`",
+        source="`provision/remote/smoke/job.py` and `provision/fleet/verify.py` (tests/unit/test_docs_reference.py "
+        "checks it against the job's report of a recorded H200 run)",
     ),
     "provision status": Contract(
         "The fleet as the state DB knows it.",
@@ -194,22 +196,58 @@ CONTRACTS: dict[str, Contract] = {
             "host_keys": "The instances' SSH host keys, read from their console output.",
             "private_key": "The key pair's private key file, when one was created.",
             "warnings": "Caveats (an SSH CIDR open to the world, ...).",
-            "instances": "`{id, type, public_ip, private_ip, state, zone, market}` per instance.",
+            "instances": "One object per instance.",
+            "attempts": "Each launch tried, in order: `{type, zone, market, outcome}` (`launched` or the AWS error "
+            "code: capacity, quota, ...).",
         },
-        source="`provision/cloud/launcher.py` (`launch_json`)",
+        items=(
+            "instances",
+            {
+                "id": "The instance id.",
+                "type": "The instance type.",
+                "public_ip": "Its public address (null without one).",
+                "private_ip": "Its private address.",
+                "state": "The EC2 state.",
+                "zone": "The availability zone.",
+                "market": "`spot` or `on-demand`.",
+            },
+        ),
+        source="`provision/cloud/launcher.py` (`launch_json`; tests/integration/test_docs_cloud_json.py checks it "
+        "against a moto server)",
     ),
     "provision cloud ls": Contract(
         "The instances provision launched.",
         {
             "ok": "true.",
             "region": "The AWS region.",
-            "instances": "Per instance: id, type, run, state, price, cost so far, `expired`.",
+            "instances": "One object per instance.",
             "usd_per_hour": "The sum of their hourly prices.",
             "cost_so_far_usd": "What they have cost so far.",
             "unpriced": "Instances with no known price.",
             "skipped": "Instances tagged with a run id provision does not make: not listed, not touched.",
         },
-        source="`provision/cli/cloud.py`",
+        items=(
+            "instances",
+            {
+                "id": "The instance id.",
+                "run": "Its run (tag `provision:run`).",
+                "type": "The instance type.",
+                "state": "The EC2 state.",
+                "zone": "The availability zone.",
+                "market": "`spot` or `on-demand`.",
+                "public_ip": "Its public address.",
+                "private_ip": "Its private address.",
+                "launched": "When it was launched (ISO 8601).",
+                "expires_at": "When its TTL ends (ISO 8601), else null.",
+                "usd_per_hour": "Its price per hour (null: unknown).",
+                "price_source": "Where the price comes from.",
+                "cost_so_far_usd": "What it has cost so far.",
+                "ttl_on_host": "Whether the host itself powers off at `expires_at` (the TTL holds without the "
+                "controller).",
+                "expired": "Whether its TTL has passed.",
+            },
+        ),
+        source="`provision/cli/cloud.py` (tests/integration/test_docs_cloud_json.py checks it against a moto server)",
     ),
     "provision cloud down": Contract(
         "What was removed.",
@@ -223,7 +261,7 @@ CONTRACTS: dict[str, Contract] = {
             "local_files": "Local files of the runs removed (inventories, keys).",
             "skipped": "Instances tagged with a run id provision does not make: left alone.",
         },
-        source="`provision/cli/cloud.py`",
+        source="`provision/cli/cloud.py` (tests/integration/test_docs_cloud_json.py checks it against a moto server)",
     ),
     "provision advise cost": Contract(
         "Cloud against an own server, per year.",
@@ -358,8 +396,7 @@ def page() -> str:
             "With `--json` a command prints one JSON document on stdout and nothing else there (progress and "
             "the one-line error go to stderr). Every document has `ok`. A failure is the error object of "
             '[Exit codes](exit-codes.md#the-error-object): `{"ok": false, "error": {code, message, hint, '
-            "suggestions}}`. Keys may be added in later versions; the ones below are not removed or renamed "
-            "without a new schema.\n\n",
+            "suggestions}}`.\n\n",
             "\n".join(section(p, CONTRACTS[p]) for p in paths),
         ]
     )

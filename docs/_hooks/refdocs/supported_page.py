@@ -34,6 +34,7 @@ def plannable(os_id: str) -> str:
 
 
 def os_section(k: Any) -> str:
+    refused = {o.id: why for o in k.os_releases if (why := plannable(o.id)) != "yes"}
     rows = [
         (
             f"`{o.id}`" + (f" ({_list(o.aliases)})" if o.aliases else ""),
@@ -42,15 +43,16 @@ def os_section(k: Any) -> str:
             _list(o.pythons),
             _list(o.install_methods) or "-",
             o.eol or "-",
-            prose(plannable(o.id)),
+            "no, see below" if o.id in refused else "yes",
         )
         for o in k.os_releases
     ]
     return (
         f"## OS releases\n\nThe default is `{k.t.default_os}`. *plan*: whether `plan` and `up` take the release "
-        f"(tried with one {PLAN_GPU} and the default request while this page was built); where they do not, "
-        "`resolve` still knows it, and the column gives `plan`'s reason.\n\n"
+        f"(tried with one {PLAN_GPU} and the default request while this page was built); `resolve` knows them all.\n\n"
         + table(("OS", "Family", "Arch", "Python (OS packages)", "Driver install methods", "End of life", "plan"), rows)
+        + "".join(f"\n- {prose(why)}" for why in refused.values())
+        + "\n"
     )
 
 
