@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from tests.integration.cloud_fixtures import Aws, aws, moto_url, run_cli
+from tests.integration.test_cloud_lifecycle import up
 
 __all__ = ["aws", "moto_url"]  # fixtures used by name
 
@@ -43,20 +44,8 @@ def assert_described(path: str, doc: dict[str, Any]) -> None:
 
 
 def test_cloud_json_documents_are_as_described(aws: Aws, capsys: pytest.CaptureFixture[str]) -> None:
-    launched = cloud(
-        capsys,
-        "up",
-        "--instance-type",
-        "g5.xlarge",
-        "--ssh-cidr",
-        "203.0.113.7/32",
-        "--ami",
-        aws.ami(),
-        "--os",
-        "ubuntu-22.04",
-        "--no-wait-ssh",
-        "--new-key",
-    )
+    code, launched, err = up(aws, capsys, "--instance-type", "g5.xlarge", "--new-key")  # the lifecycle test's launch
+    assert code == 0, err
     assert_described("provision cloud up", launched)
     assert_described("provision cloud ls", cloud(capsys, "ls"))
     assert_described("provision cloud down", cloud(capsys, "down", "--run", launched["run"]))
