@@ -1,6 +1,6 @@
 # The README's commands: `make demo` (set up, run the main job on the local machine), `make test`
-# (set up everything the tests need, then lint, type-check, run every test but gpu and
-# `make check-knowledge`) and
+# (set up everything the tests need, then lint, type-check, build the docs site strictly, run every
+# test but gpu and `make check-knowledge`), `make docs` (the site alone, into site/) and
 # `make check` (the fast loop: lint, type-check and the unit tests that need no network and start
 # no fleet of processes, on every core).
 PYTHON ?= python3
@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 # Tools that start ansible-playbook find the venv's without the venv being activated.
 IN_VENV := PATH="$(abspath $(BIN)):$$PATH"
 
-.PHONY: demo test check check-knowledge deps bases venv lint lint-python clean
+.PHONY: demo test check check-knowledge deps bases venv lint lint-python docs clean
 
 demo: venv
 	$(IN_VENV) $(BIN)/provision up --local --check --yes
@@ -31,7 +31,7 @@ demo: venv
 # bound was missed at load 14-18, so it runs in the second, single-process run.
 PYTEST_RUN := $(IN_VENV) PROVISION_REQUIRE_TESTHOSTS=1 $(BIN)/pytest -m "not gpu" --durations=25
 BOTH_CORES := tests/unit/test_smoke_job.py
-test: deps bases venv lint-python
+test: deps bases venv lint-python docs
 	$(PYTEST_RUN) -n 2 --dist loadscope $(PYTEST_ARGS) tests/unit --ignore=$(BOTH_CORES) || test $$? -eq 5
 	$(PYTEST_RUN) $(PYTEST_ARGS) $(BOTH_CORES) tests/integration tests/gpu || test $$? -eq 5
 	$(MAKE) check-knowledge
@@ -42,6 +42,13 @@ test: deps bases venv lint-python
 CHECK_KNOWLEDGE_ARGS ?=
 check-knowledge: venv
 	$(IN_VENV) $(BIN)/python -m provision.matrix.check $(CHECK_KNOWLEDGE_ARGS)
+
+# The docs site (mkdocs.yml): --strict turns every warning (a broken link, a page outside the nav)
+# into a failure. The reference pages are generated from the code while it builds
+# (docs/_hooks/reference.py), so nothing generated is committed and nothing can drift.
+# NO_MKDOCS_2_WARNING: mkdocs-material's banner about its successor, not about these pages.
+docs: venv
+	$(IN_VENV) NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 # ansible-lint is not run here: tests/unit/test_roles_lint.py runs it (the same profile).
 check: lint-python
@@ -61,11 +68,11 @@ venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test]'
+	$(BIN)/python -m pip install -q -e '.[test,docs]'
 	$(BIN)/python -m pip install -q $(TORCH_PIP_ARGS) '$(TORCH_SPEC)'
 	touch $@
 
-PY_SOURCES := provision tests benchmarks playbooks/roles/signed_repo/library playbooks/roles/package_plan/library
+PY_SOURCES := provision tests benchmarks docs/_hooks playbooks/roles/signed_repo/library playbooks/roles/package_plan/library
 
 lint: lint-python
 	$(IN_VENV) $(BIN)/ansible-lint --profile production --offline playbooks
@@ -77,4 +84,4 @@ lint-python: venv
 
 clean:
 	bash tests/hosts/testhosts.sh down || true
-	rm -rf $(VENV) build dist .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) build dist site .pytest_cache .mypy_cache .ruff_cache

@@ -120,30 +120,137 @@ class Config:
         }
 
 
+@dataclass(frozen=True)
+class Key:
+    """One key of ``provision.yaml``: what the validator accepts and what the reference page says
+    (docs/_hooks/refdocs/config_page.py renders this table; the default comes from :class:`Config`).
+
+    ``kind`` is the YAML shape in words; ``choices`` the words a choice key takes, its default first.
+    """
+
+    path: str  # dotted: "install.pip.index_url"
+    kind: str
+    description: str
+    choices: tuple[str, ...] = ()
+
+
+# Every key, sections first, in the order of docs/design.md's example. The validator's known keys
+# and choices come from here, so the reference page cannot name a key the validator refuses.
+KEYS: tuple[Key, ...] = (
+    Key("stack", "mapping", "What to install: the resolver's request (flags on the command line win over it)."),
+    Key(
+        "stack.frameworks",
+        "list of strings",
+        "Framework specs, the same as `--framework`: PEP 508 names with extras and PEP 440 specifiers "
+        "(`torch==2.8.0`, `tensorflow[and-cuda]`, `jax[cuda12]`); a `+cpu` local tag asks for a CPU-only stack.",
+    ),
+    Key(
+        "stack.driver",
+        "string",
+        '`auto` (the resolver picks), `none` (leave the host\'s driver alone), a branch (`"580"`) '
+        'or an exact version (`"580.95.05"`).',
+    ),
+    Key("stack.kernel_modules", "choice", "The driver's kernel-module flavour.", ("auto", "open", "proprietary")),
+    Key(
+        "stack.cuda_toolkit",
+        "string",
+        '`none` or a system CUDA toolkit version (`"12.8"`, quoted); frameworks bring their own CUDA runtime.',
+    ),
+    Key("stack.cudnn", "string", '`none` or a system cuDNN version (`"9.10.2.21"`, quoted).'),
+    Key("stack.python", "string", "`auto` (the OS's python3 when the wheels fit) or the venv's Python `\"X.Y\"`."),
+    Key(
+        "stack.torch_index",
+        "choice",
+        "Where torch wheels may come from: PyPI, PyTorch's per-CUDA indexes, or either.",
+        ("auto", "pypi", "pytorch"),
+    ),
+    Key("install", "mapping", "How the hosts get it: install methods, sources, mirrors, reboots, the cache."),
+    Key(
+        "install.method",
+        "choice",
+        "How the driver is installed: NVIDIA's CUDA network repository or the OS's own packages.",
+        ("auto", "nvidia-repo", "distro"),
+    ),
+    Key("install.venv", "string", "Where the frameworks' virtual environment lives on each host."),
+    Key("install.pip", "mapping", "Where hosts install wheels from (air-gapped sites: a local index or wheelhouse)."),
+    Key("install.pip.index_url", "string or null", "An index that stands in for PyPI (a mirror of it); null: PyPI."),
+    Key("install.pip.extra_index_urls", "list of strings", "More package indexes."),
+    Key("install.pip.find_links", "list of strings", "Folders or URLs of wheels (pip's --find-links)."),
+    Key("install.pip.trusted_hosts", "list of strings", "Hosts pip trusts without valid HTTPS (pip's --trusted-host)."),
+    Key("install.apt", "mapping", "apt's sources on Debian and Ubuntu (air-gapped sites: the local mirror and proxy)."),
+    Key("install.apt.mirror", "string or null", "A Debian archive mirror for the `distro` driver's packages."),
+    Key("install.apt.proxy", "string or null", "An HTTP proxy for apt."),
+    Key(
+        "install.reboot",
+        "choice",
+        "`auto` reboots a host when the driver needs it (never the controller unless asked); `never` leaves it.",
+        ("auto", "never"),
+    ),
+    Key(
+        "install.cache",
+        "choice",
+        "The fleet cache of `provision up` (a squid proxy and a wheelhouse on the controller).",
+        ("auto", "off"),
+    ),
+    Key(
+        "install.cache_dir",
+        "string or null",
+        "The fleet cache's store (null: /var/cache/provision as root, else ~/.cache/provision).",
+    ),
+    Key(
+        "install.python_source",
+        "choice",
+        "The venv's Python: the OS's, a standalone CPython installed by uv, or auto (the OS's when it fits).",
+        PYTHON_SOURCES,
+    ),
+    Key(
+        "install.python_mirror",
+        "URL or null",
+        "A mirror of python-build-standalone's downloads (`http(s)://` or `file://`).",
+    ),
+    Key(
+        "install.python_downloads_json",
+        "URL or null",
+        "A download list of the site's own, in uv's format (URLs and sha256s).",
+    ),
+    Key(
+        "install.lock_closure",
+        "choice",
+        "The lock's hashed wheel closure: auto resolves it where hosts are probed, not for `--assume` plans.",
+        LOCK_CLOSURE,
+    ),
+    Key(
+        "install.installer",
+        "choice",
+        "What installs the closure on hosts (auto: uv for a closure whose wheels all come from indexes).",
+        INSTALLERS,
+    ),
+    Key("verify", "mapping", "How `verify` (and `up`) judge a host."),
+    Key("verify.allow_cpu", "bool", "Let a host without a usable GPU pass on the CPU (CI, laptops)."),
+    Key("state", "mapping", "The fleet's SQLite state of `up` and `status`."),
+    Key(
+        "state.path",
+        "string or null",
+        "The state DB (null: .provision/state.db, from the current directory); `--state` overrides it.",
+    ),
+)
+_BY_PATH = {k.path: k for k in KEYS}
 # The keys each section may hold (dotted paths for nested sections).
-_SCHEMA_KEYS: dict[str, Any] = {
-    "stack": {"frameworks", "driver", "kernel_modules", "cuda_toolkit", "cudnn", "python", "torch_index"},
-    "install": {
-        "method",
-        "venv",
-        "pip",
-        "apt",
-        "reboot",
-        "cache",
-        "cache_dir",
-        "python_source",
-        "python_mirror",
-        "python_downloads_json",
-        "lock_closure",
-        "installer",
-    },
-    "install.pip": {"index_url", "extra_index_urls", "find_links", "trusted_hosts"},
-    "install.apt": {"mirror", "proxy"},
-    "verify": {"allow_cpu"},
-    "state": {"path"},
+_SCHEMA_KEYS: dict[str, set[str]] = {
+    section.path: {k.path[len(section.path) + 1 :] for k in KEYS if k.path.rpartition(".")[0] == section.path}
+    for section in KEYS
+    if section.kind == "mapping"
 }
-_TOP_KEYS = {"stack", "install", "verify", "state"}
-_ALL_PATHS = sorted(_TOP_KEYS | {f"{section}.{key}" for section, keys in _SCHEMA_KEYS.items() for key in keys})
+_TOP_KEYS = {k.path for k in KEYS if "." not in k.path}
+_ALL_PATHS = sorted(_BY_PATH)
+
+
+def default_of(path: str) -> Any:
+    """The value a key has when the file leaves it out: read from :class:`Config` itself."""
+    value: Any = Config()
+    for part in path.split("."):
+        value = getattr(value, part)
+    return value
 
 
 def load_config(path: Path | str) -> Config:
@@ -193,16 +300,16 @@ def parse_config(data: Any, where: str = "provision.yaml") -> Config:
     sc = StackConfig(
         frameworks=tuple(frameworks),
         driver=_driver(stack.get("driver", "auto"), where),
-        kernel_modules=_choice(stack, "kernel_modules", ("auto", "open", "proprietary"), "stack", where),
+        kernel_modules=_choice(stack, "kernel_modules", "stack", where),
         cuda_toolkit=_version(stack.get("cuda_toolkit", "none"), "stack.cuda_toolkit", "12.8", where),
         cudnn=_version(stack.get("cudnn", "none"), "stack.cudnn", "9.10.2.21", where),
         python=_python(stack.get("python", "auto"), where),
-        torch_index=_choice(stack, "torch_index", ("auto", "pypi", "pytorch"), "stack", where),
+        torch_index=_choice(stack, "torch_index", "stack", where),
     )
     if install.get("cache") is False:  # YAML 1.1 reads a bare `off` as false
         install = {**install, "cache": "off"}
     ic = InstallConfig(
-        method=_choice(install, "method", ("auto", "nvidia-repo", "distro"), "install", where),
+        method=_choice(install, "method", "install", where),
         venv=_string(install.get("venv", "/opt/provision/venv"), "install.venv", where) or "/opt/provision/venv",
         pip=PipConfig(
             index_url=_string(pip.get("index_url"), "install.pip.index_url", where),
@@ -214,14 +321,14 @@ def parse_config(data: Any, where: str = "provision.yaml") -> Config:
             mirror=_string(apt.get("mirror"), "install.apt.mirror", where),
             proxy=_string(apt.get("proxy"), "install.apt.proxy", where),
         ),
-        reboot=_choice(install, "reboot", ("auto", "never"), "install", where),
-        cache=_choice(install, "cache", ("auto", "off"), "install", where),
+        reboot=_choice(install, "reboot", "install", where),
+        cache=_choice(install, "cache", "install", where),
         cache_dir=_string(install.get("cache_dir"), "install.cache_dir", where),
-        python_source=_choice(install, "python_source", PYTHON_SOURCES, "install", where),
+        python_source=_choice(install, "python_source", "install", where),
         python_mirror=_url(install.get("python_mirror"), "install.python_mirror", where),
         python_downloads_json=_url(install.get("python_downloads_json"), "install.python_downloads_json", where),
-        lock_closure=_choice(install, "lock_closure", LOCK_CLOSURE, "install", where),
-        installer=_choice(install, "installer", INSTALLERS, "install", where),
+        lock_closure=_choice(install, "lock_closure", "install", where),
+        installer=_choice(install, "installer", "install", where),
     )
     allow_cpu = verify.get("allow_cpu", False)
     if not isinstance(allow_cpu, bool):
@@ -283,7 +390,8 @@ def _known(body: dict[str, Any], section: str, keys: set[str], where: str) -> No
         raise _bad(where, path, "is not a known key", hint, full)
 
 
-def _choice(body: dict[str, Any], key: str, choices: tuple[str, ...], section: str, where: str) -> str:
+def _choice(body: dict[str, Any], key: str, section: str, where: str) -> str:
+    choices = _BY_PATH[f"{section}.{key}"].choices
     value = body.get(key, choices[0])
     if not isinstance(value, str) or value.lower() not in choices:
         raise _bad(

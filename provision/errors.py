@@ -13,13 +13,23 @@ from typing import Any, ClassVar
 
 
 class ExitCode(IntEnum):
-    """Process exit codes (docs/explanation/design.md, "CLI contract")."""
+    """Process exit codes (docs/explanation/design.md, "CLI contract"); what each means: :data:`EXIT_MEANINGS`."""
 
     OK = 0
-    FAILED = 1  # an operation failed: a host failed, verification failed, host unreachable
-    BAD_INPUT = 2  # usage, config, inventory, unknown names, malformed specifiers
-    UNSATISFIABLE = 3  # no compatible set of versions exists
-    INTERRUPTED = 130  # Ctrl-C
+    FAILED = 1
+    BAD_INPUT = 2
+    UNSATISFIABLE = 3
+    INTERRUPTED = 130
+
+
+# What each exit code means, as the reference page (docs/reference/exit-codes.md) prints it.
+EXIT_MEANINGS: dict[ExitCode, str] = {
+    ExitCode.OK: "success: every host passed, the plan was written, the command did what was asked",
+    ExitCode.FAILED: "an operation failed: a host failed, verification failed, a host was unreachable",
+    ExitCode.BAD_INPUT: "bad input: usage, config, inventory, unknown names, malformed specifiers; nothing was changed",
+    ExitCode.UNSATISFIABLE: "unsatisfiable: no compatible set of versions exists for the request",
+    ExitCode.INTERRUPTED: "interrupted (Ctrl-C, SIGINT)",
+}
 
 
 class ProvisionError(Exception):
@@ -105,5 +115,7 @@ class Unreachable(OperationFailed):
 
 
 class Interrupted(ProvisionError):
+    """The run was interrupted (Ctrl-C); running the same command again continues it."""
+
     code = "interrupted"
     exit_code = ExitCode.INTERRUPTED
