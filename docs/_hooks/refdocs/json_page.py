@@ -275,6 +275,8 @@ CONTRACTS: dict[str, Contract] = {
             "cloud_price": "The hourly price used and where it came from (`--cloud-price` or the knowledge, with "
             "its source and date).",
             "inputs": "Every input of the formula.",
+            "assumptions": "Each assumption behind the numbers (`{name, value, origin, flag, meaning}`): `origin` is "
+            "`given`, `default` or `knowledge`, and `flag` names what changes it (power and ops left at 0 say so).",
         },
         examples=(
             (
@@ -297,6 +299,11 @@ CONTRACTS: dict[str, Contract] = {
             "memory_gib": "The estimate (GiB).",
             "estimate": "true: an estimate, not a measurement.",
             "breakdown": "Its parts: weights, KV cache, activations, optimizer state, overhead.",
+            "how": "Each part's arithmetic, as text (e.g. `8B x 2 bytes (bf16)`).",
+            "constants": "The LoRA/QLoRA constants used (`--mode lora|qlora`), each with its sources "
+            "(`provision/matrix/data/finetune.yaml`); empty for the other modes.",
+            "assumptions": "What the ranking assumes: the prices (region, date, source), how a model is split "
+            "over GPUs, one row per family.",
             "model": "The model as understood (parameters, precision, mode, layers, hidden size).",
             "notes": "The assumptions behind the estimate.",
             "recommendations": "GPUs and instance types that fit, cheapest first, with prices and their sources.",
