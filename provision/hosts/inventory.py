@@ -256,6 +256,13 @@ class _Inventory:
         user = hvars.get("ansible_user", hvars.get("ansible_ssh_user"))
         port = hvars.get("ansible_port", hvars.get("ansible_ssh_port"))
         key = hvars.get("ansible_ssh_private_key_file", hvars.get("ansible_private_key_file"))
+        for secret in sorted(SECRET_VARS & hvars.keys()):
+            # provision's own sudo and ssh use the value as written: a template would be sent as the password
+            if any(mark in str(hvars[secret]) for mark in ("{{", "{%")):
+                raise BadInput(
+                    f"{secret} of {what} is a Jinja template, which provision does not evaluate",
+                    "write the password itself (in a vars file kept out of git) or give the user passwordless sudo",
+                )
         return HostTarget(
             name=host,
             address=address,

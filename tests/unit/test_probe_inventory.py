@@ -160,6 +160,13 @@ def test_yaml_inventory(tmp_path: Path) -> None:
         ("bad8.ini", "[g]\nweb[09:01]\n", "empty host range"),
         ("empty.ini", "# nothing\n", "lists no hosts"),
         ("bad9.ini", "[g]\nh1 ansible_host='bad host'\n", "invalid host name"),
+        # a template would reach sudo as the password itself: provision does not evaluate Jinja
+        (
+            "tpl.ini",
+            "[g]\nh1\n[g:vars]\nansible_become_password=\"{{ lookup('env', 'PW') }}\"\n",
+            "is a Jinja template",
+        ),
+        ("tpl.yml", "all:\n  hosts:\n    h1: {ansible_password: '{% raw %}x{% endraw %}'}\n", "is a Jinja template"),
     ],
 )
 def test_inventories_that_do_not_parse_are_bad_input(tmp_path: Path, name: str, text: str, match: str) -> None:
