@@ -80,6 +80,9 @@ def test_the_whole_job_passes_on_the_cpu_with_allow_cpu(cpu_run: tuple[Any, dict
     assert training["device"] == "cpu" and training["steps"] == 30
     assert training["loss_last"] < training["loss_bound"] < training["loss_first"]
     assert training["samples_per_s"] > 0
+    # each point of the curve with its step, for the report's x axis
+    assert len(training["loss_curve_steps"]) == len(training["loss_curve"]) == 30
+    assert training["loss_curve_steps"] == list(range(1, 31)) and training["loss_curve"][0] == training["loss_first"]
     found = checks(report)
     assert found["version_torch"]["ok"] and found["version_torch_cuda"]["ok"]
     assert found["cpu_gemm_fp32"]["value"] > 0 and found["cpu_copy_d2d"]["value"] > 0
