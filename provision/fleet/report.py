@@ -45,7 +45,7 @@ th{background:#f3f4f6}tr.failed td{background:#fef2f2}.pass{color:#047857;font-w
 .fail,.not-run{color:#b91c1c;font-weight:600}.no-gpu{color:#b45309;font-weight:600}
 .differs{background:#fef3c7;color:#92400e;font-weight:600;padding:0 3px}
 .charts{display:flex;flex-wrap:wrap;gap:16px;align-items:flex-start}.note{color:#4b5563;font-size:13px}
-ul.why{margin:4px 0 8px;font-size:14px}td.host{white-space:nowrap}
+ul.why{margin:4px 0 8px;font-size:14px}td.host,td.nowrap{white-space:nowrap}
 summary{cursor:pointer}summary h3{display:inline}
 """
 
@@ -415,7 +415,7 @@ def checks_table(checks: Sequence[Mapping[str, Any]]) -> str:
         out.append(
             f'<tr class="{"" if ok else "failed"}"><td>{escape(name)}</td><td>{escape(_what(name))}</td>'
             f"<td>{'' if gpu is None else escape(str(gpu))}</td><td>{escape(_cell(name, c.get('value')))}</td>"
-            f"<td>{escape(str(c.get('unit') or ''))}</td><td>{escape(pass_line(c))}</td>"
+            f'<td class="nowrap">{escape(str(c.get("unit") or ""))}</td><td class="nowrap">{escape(pass_line(c))}</td>'
             f'<td class="{"pass" if ok else "fail"}">{"pass" if ok else "FAIL"}</td>'
             f"<td>{'' if ok else escape(str(c.get('message') or ''))}</td></tr>"
         )
