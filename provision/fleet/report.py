@@ -96,34 +96,52 @@ def _same(values: Iterable[Any]) -> float | None:
 
 
 def _training_charts(details: list[Mapping[str, Any]]) -> tuple[str, str]:
+    """The loss over the training steps and the utilization over the seconds of the timed steps.
+
+    A report of a job from before the steps and the sampling period were recorded plots its
+    points by position, and the axis says so rather than claim steps or seconds.
+    """
     losses: dict[str, list[tuple[float, float]]] = {}
     util: dict[str, list[tuple[float, float]]] = {}
     bounds, util_lines = [], []
+    by_step = by_second = True
     for d in details:
         verify = d.get("verify") or {}
         training = verify.get("training") or {}
         curve = [float(x) for x in training.get("loss_curve") or []]
-        steps = training.get("loss_curve_steps") or list(range(1, len(curve) + 1))
-        losses[str(d["host"])] = [(float(s), v) for s, v in zip(steps, curve, strict=False)]
+        steps = training.get("loss_curve_steps")
+        by_step = by_step and (steps is not None or not curve)
+        xs = steps if steps is not None else range(len(curve))
+        losses[str(d["host"])] = [(float(x), y) for x, y in zip(xs, curve, strict=False)]
         series = [float(x) for x in training.get("gpu_util_series") or []]
-        period = float(training.get("gpu_util_period_s") or 0.1)
-        util[str(d["host"])] = [(round(i * period, 3), v) for i, v in enumerate(series)]
+        period = training.get("gpu_util_period_s")
+        by_second = by_second and (period is not None or not series)
+        util[str(d["host"])] = [(round(i * float(period or 1), 3), y) for i, y in enumerate(series)]
         if curve:
             bounds.append(training.get("loss_bound"))
         util_lines += [c.get("threshold") for c in verify.get("checks") or [] if c.get("name") == "training_util"]
     loss_chart = line_chart(
-        "Training loss of the smoke job", losses, "loss", "training step", hline=_same(bounds), hline_label="pass bound"
+        "Training loss of the smoke job",
+        losses if by_step else _by_position(losses),
+        "loss",
+        "training step" if by_step else "point of the recorded curve",
+        hline=_same(bounds),
+        hline_label="pass bound",
     )
+    seconds = "seconds into the timed steps" if by_second else "NVML sample"
     util_chart = line_chart(
         "GPU utilization while training",
-        util,
+        util if by_second else _by_position(util),
         "utilization (%)",
-        "seconds into the timed steps",
+        seconds,
         hline=_same(util_lines),
-        hline_label="pass line",
         y_max=100.0,
     )
     return loss_chart, util_chart
+
+
+def _by_position(series: Mapping[str, list[tuple[float, float]]]) -> dict[str, list[tuple[float, float]]]:
+    return {k: [(float(i), y) for i, (_, y) in enumerate(v)] for k, v in series.items()}
 
 
 def _when(seconds: Any) -> str:

@@ -4,10 +4,10 @@ host has, every check with value, unit, pass line and result, and the verdict wi
 
 from __future__ import annotations
 
+import json
 import re
 import xml.etree.ElementTree as ET
 from html import unescape
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +15,8 @@ import pytest
 from provision.fleet.report import checks_table, pass_line, reasons, render_html, stack_rows
 from provision.stack.drift import expected_versions
 from tests.unit import report_docs
+
+SVG = "{http://www.w3.org/2000/svg}"
 
 
 @pytest.fixture(scope="module")
@@ -142,11 +144,19 @@ def test_the_page_has_a_summary_a_section_per_host_and_the_charts(doc: dict[str,
         "Time per role (slowest host)",
     ]
     loss = ET.fromstring(svgs[3])
-    numbers = {t.text for t in loss.iter("{http://www.w3.org/2000/svg}text")}
+    numbers = {t.text for t in loss.iter(f"{SVG}text")}
     assert {"0", "50", "100", "150", "200", "training step", "loss", "pass bound (0.5)"} <= numbers
 
 
-def test_an_old_report_without_lock_or_probe_still_renders(doc: dict[str, Any], tmp_path: Path) -> None:
-    old = {**doc, "details": [{k: v for k, v in d.items() if k not in ("locked", "probed")} for d in doc["details"]]}
+def test_an_old_report_without_lock_probe_steps_or_period_still_renders(doc: dict[str, Any]) -> None:
+    """report.json from before these fields: the page says what it knows and claims no more."""
+    old = json.loads(json.dumps(doc))
+    for d in old["details"]:
+        del d["locked"], d["probed"]
+        for key in ("loss_curve_steps", "gpu_util_period_s"):
+            ((d.get("verify") or {}).get("training") or {}).pop(key, None)
     page = render_html(old)
     assert page.count("<section") == 4 and "2.7.1+cu126" in page
+    texts = {t.text for s in re.findall(r"<svg.*?</svg>", page, re.S) for t in ET.fromstring(s).iter(f"{SVG}text")}
+    assert {"point of the recorded curve", "NVML sample"} <= texts
+    assert not {"training step", "seconds into the timed steps"} & texts
