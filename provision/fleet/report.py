@@ -237,7 +237,7 @@ def reasons(d: Mapping[str, Any]) -> list[str]:
 class StackRow:
     item: str
     locked: str | None  # None: the lock does not name it
-    found: str | None  # None: not read on the host (see ``found_note``)
+    found: str | None  # None: not read on the host (not verified, or not a thing the job reads)
     before: str | None  # what the probe found before the run
     differs: bool  # the found version is not the locked one (the one version rule)
 
@@ -266,11 +266,13 @@ def _shown(key: str, value: Any) -> str:
 
 
 def _before(key: str, probed: Mapping[str, Any]) -> str | None:
+    """What the probe found for ``key`` before the run. Not its cuDNN: that is the system
+    library's, and the locked cuDNN is the one in torch's wheels."""
     if not probed:
         return None
     if key == "cuda_toolkit":
         return ", ".join(probed.get("cuda_toolkits") or []) or NOT_INSTALLED
-    if key == "driver":  # (the probe's cuDNN is the system library's, not the one in torch's wheels)
+    if key == "driver":
         return _shown(key, probed.get(key))
     if key in ("torch", "tensorflow", "jax"):
         return _shown(key, (probed.get("frameworks") or {}).get(key))
@@ -406,7 +408,7 @@ def _cell(name: str, value: Any) -> str:
     if isinstance(value, Mapping):
         return ", ".join(f"{k} {_cell(name, v)}" for k, v in value.items())
     if name == "version_cudnn":
-        return f"{cudnn_dotted(str(value))}"
+        return cudnn_dotted(str(value))
     return str(value)
 
 
@@ -451,12 +453,11 @@ def host_section(d: Mapping[str, Any]) -> str:
     """The host's section: heading with the verdict, why, the stack, the checks, the warnings."""
     host, verdict = str(d["host"]), str(d.get("verdict"))
     verify = d.get("verify") or {}
+    machine = _gpus_line(d)
     parts = [
         f'<section id="host-{escape(host)}"><h2>{escape(host)}: '
         f'<span class="{escape(verdict)}">{escape(verdict)}</span></h2>',
-        f'<p class="note">group {escape(str(d.get("group")))}'
-        + (f"; {escape(_gpus_line(d))}" if _gpus_line(d) else "")
-        + "</p>",
+        f'<p class="note">group {escape(str(d.get("group")))}' + (f"; {escape(machine)}" if machine else "") + "</p>",
     ]
     why = reasons(d)
     if d.get("cpu_only_check"):
