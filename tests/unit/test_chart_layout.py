@@ -33,7 +33,7 @@ RANGES = [
 
 
 def _mantissa(step: float) -> float:
-    return step / 10 ** math.floor(math.log10(step))
+    return step / 10 ** math.floor(math.log10(step) + 1e-9)  # 0.000999... is a 1, not a 9.99...
 
 
 def assert_nice(lo: float, hi: float, max_ticks: int) -> None:
@@ -42,7 +42,7 @@ def assert_nice(lo: float, hi: float, max_ticks: int) -> None:
     assert ticks[0] <= lo and ticks[-1] >= hi  # the data is inside the axis
     measured = ticks[1] - ticks[0]
     assert round(_mantissa(measured), 6) in (1.0, 2.0, 5.0), (ticks, measured)  # 1, 2 or 5 x 10^k
-    step = round(_mantissa(measured)) * 10.0 ** math.floor(math.log10(measured))
+    step = round(_mantissa(measured)) * 10.0 ** math.floor(math.log10(measured) + 1e-9)
     fuzz = 1e-12 * max(abs(t) for t in ticks)  # a float's own precision at the axis's magnitude
     for a, b in itertools.pairwise(ticks):
         assert b - a == pytest.approx(step, rel=1e-9, abs=2 * fuzz)
