@@ -46,6 +46,9 @@ class HostRun:
     verify: dict[str, Any] | None = None
     cpu_only_check: bool = False  # --check on a host without a GPU: the job ran on the CPU
     batch: int | None = None  # --serial: the host's batch (1-based); None for a host never batched
+    # the host's lock group as flat versions (provision.stack.drift.expected_versions), for the
+    # report's "locked" column; empty for a host the probe never reached
+    locked: dict[str, str | None] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -77,6 +80,8 @@ class HostRun:
             "cpu_only_check": self.cpu_only_check,
             "batch": self.batch,
             "role_seconds": {k: round(v, 2) for k, v in self.role_seconds.items()},
+            "locked": self.locked,
+            "probed": self.plan.present,  # what the probe found before this run changed anything
             "verify": self.verify,
         }
 

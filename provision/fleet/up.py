@@ -125,6 +125,7 @@ def _up(
     from provision.ansible.rundir import private_dir
     from provision.fleet.planning import check_inputs, plan
     from provision.fleet.state import State, state_path
+    from provision.stack.drift import expected_versions
     from provision.stack.lock import read_lock
 
     say = on_phase or (lambda _: None)
@@ -176,9 +177,12 @@ def _up(
     for note in planned.notes:
         say(note)
     lock = read_lock(planned.lock_path)
-    hashes = {h: group_hash(g) for g in lock.groups for h in g.hosts}
+    groups = {h: g for g in lock.groups for h in g.hosts}
     for hp in planned.hosts:
-        hr = HostRun(host=hp.host, group=hp.group, lock_hash=hashes[hp.host], plan=hp)
+        group = groups[hp.host]
+        hr = HostRun(
+            host=hp.host, group=hp.group, lock_hash=group_hash(group), plan=hp, locked=expected_versions(group)
+        )
         known = state.host(hp.host)
         hr.converged = not options.force and not hp.changes and known is not None and known.converged(hr.lock_hash)
         result.hosts.append(hr)

@@ -17,7 +17,7 @@ from provision.stack.lock import LockGroup
 if TYPE_CHECKING:
     from provision.stack.request import HostSpec
 
-__all__ = ["Drift", "cudnn_number", "drift", "expected_versions", "host_differences"]
+__all__ = ["Drift", "compare", "cudnn_number", "drift", "expected_versions", "host_differences"]
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,11 @@ def drift(group: LockGroup, observed: Mapping[str, str | None]) -> list[Drift]:
     "2.8.0+cu128", "torch_cuda": "12.8", "cudnn": "91002", "python": "3.11.2"}``; a key that is
     absent was not looked at and is not drift, a key present with ``None`` means "not installed".
     """
-    expected = expected_versions(group)
+    return compare(expected_versions(group), observed)
+
+
+def compare(expected: Mapping[str, str | None], observed: Mapping[str, str | None]) -> list[Drift]:
+    """:func:`drift` for a lock group already read as :func:`expected_versions` (report.json keeps that)."""
     out: list[Drift] = []
     for item, want in expected.items():
         if item == "torch_variant":  # read from the local tag of the observed torch version

@@ -1,116 +1,33 @@
-"""report.html in a real browser: headless Chromium renders it to a PNG that is not blank.
+"""report.html in a real browser: headless Chromium renders a fleet's report to a PNG.
 
-The page is rendered from a report.json document shaped like a real run's (two hosts, one with
-a verify report carrying GEMM, bandwidth, a loss curve and GPU utilization samples).
+The page is rendered from a report.json document as `up` writes it (tests/unit/report_docs.py:
+four hosts, one passing, one with a slow GPU and a torch that left the lock, one whose apply
+failed, one CPU host), with roles of long names added, as a site's own roles would be. The PNG
+stays in the test's tmp dir; with PROVISION_REPORT_SHOT=path it is also copied there, for a
+person to look at (docs/how-to/report.md shows one).
 """
 
 from __future__ import annotations
 
+import os
 import shutil
-import struct
 import subprocess
-import zlib
 from pathlib import Path
 
 import pytest
 
 from provision.fleet.report import write_html
+from tests.unit import report_docs
 
-DOC = {
-    "ok": False,
-    "run": "20261130-030000-beef",
-    "check": False,
-    "details": [
-        {
-            "host": "gpu1",
-            "group": "h100_sxm_x8_ubuntu_22_04",
-            "verdict": "pass",
-            "changed": 31,
-            "failed_task": None,
-            "reboots": 1,
-            "duration_s": 412.0,
-            "role_seconds": {
-                "preflight": 6.0,
-                "nvidia_driver": 210.0,
-                "python_env": 12.0,
-                "frameworks": 140.0,
-                "verify": 3.0,
-            },
-            "verify": {
-                "checks": [
-                    {"name": "gemm_bf16", "value": 742.0, "threshold": 592.0},
-                    {"name": "hbm_bandwidth", "value": 2900.0, "threshold": 2500.0},
-                ],
-                "training": {
-                    "loss_curve": [2.31, 1.9, 1.4, 1.0, 0.7, 0.5, 0.42],
-                    "gpu_util_series": [40, 95, 97, 98, 97, 99],
-                },
-            },
-        },
-        {
-            "host": "gpu2",
-            "group": "h100_sxm_x8_ubuntu_22_04",
-            "verdict": "fail",
-            "changed": 4,
-            "failed_task": "Install the pinned wheels",
-            "reboots": 0,
-            "duration_s": 80.0,
-            "message": "Read-only file system: '/opt/provision/venv'",
-            "role_seconds": {"preflight": 7.0},
-            "verify": None,
-        },
-    ],
+WIDTH, HEIGHT = 1280, 4400
+LONG_ROLES = {
+    "site_mirror_and_proxy_configuration_for_air_gapped_hosts": 31.0,
+    "organisation.infrastructure.nvidia_container_runtime_configuration": 12.5,
+    "local_monitoring_agent": 7.5,
 }
 
 
-def _png_pixels(path: Path) -> tuple[int, int, set[bytes]]:
-    """Width, height and the distinct RGB(A) pixels of an 8-bit non-interlaced PNG (stdlib only)."""
-    data = path.read_bytes()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    pos, idat, width, height, channels = 8, b"", 0, 0, 3
-    while pos < len(data):
-        length, kind = struct.unpack(">I4s", data[pos : pos + 8])
-        body = data[pos + 8 : pos + 8 + length]
-        if kind == b"IHDR":
-            width, height, depth, colour = struct.unpack(">IIBB", body[:10])
-            assert depth == 8 and colour in (2, 6)
-            channels = 4 if colour == 6 else 3
-        elif kind == b"IDAT":
-            idat += body
-        pos += 12 + length
-    raw = zlib.decompress(idat)
-    stride = width * channels
-    colours: set[bytes] = set()
-    prev = bytearray(stride)
-    for y in range(height):
-        row = raw[y * (stride + 1) : (y + 1) * (stride + 1)]
-        kind, line = row[0], bytearray(row[1:])
-        for i in range(stride):  # undo the PNG row filters
-            a = line[i - channels] if i >= channels else 0
-            b = prev[i]
-            c = prev[i - channels] if i >= channels else 0
-            if kind == 1:
-                line[i] = (line[i] + a) & 0xFF
-            elif kind == 2:
-                line[i] = (line[i] + b) & 0xFF
-            elif kind == 3:
-                line[i] = (line[i] + (a + b) // 2) & 0xFF
-            elif kind == 4:
-                p = a + b - c
-                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
-                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 0xFF
-        if y % 4 == 0:  # every 4th row is plenty to count colours
-            colours.update(bytes(line[i : i + 3]) for i in range(0, stride, channels * 4))
-        prev = line
-    return width, height, colours
-
-
-def test_chromium_renders_report_html_to_a_non_trivial_png(tmp_path: Path) -> None:
-    browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    if browser is None:
-        pytest.skip("chromium is not installed (tests/hosts/install-deps.sh installs it)")
-    page = write_html(DOC, tmp_path / "report.html")
-    shot = tmp_path / "report.png"
+def screenshot(browser: str, page: Path, shot: Path, profile: Path) -> None:
     subprocess.run(
         [
             browser,
@@ -122,9 +39,9 @@ def test_chromium_renders_report_html_to_a_non_trivial_png(tmp_path: Path) -> No
             "--disable-background-networking",
             "--disable-component-update",
             "--disable-sync",
-            f"--user-data-dir={tmp_path / 'profile'}",
+            f"--user-data-dir={profile}",
             "--hide-scrollbars",
-            "--window-size=1400,1600",
+            f"--window-size={WIDTH},{HEIGHT}",
             f"--screenshot={shot}",
             page.as_uri(),
         ],
@@ -132,9 +49,32 @@ def test_chromium_renders_report_html_to_a_non_trivial_png(tmp_path: Path) -> No
         capture_output=True,
         timeout=120,
     )
-    width, height, colours = _png_pixels(shot)
-    assert (width, height) == (1400, 1600)
+
+
+def test_chromium_renders_a_fleet_report_that_fits_one_screenshot(tmp_path: Path) -> None:
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.skip("chromium is not installed (tests/hosts/install-deps.sh installs it)")
+    image = pytest.importorskip("PIL.Image", reason="Pillow comes with matplotlib (the test extra)")
+    doc = report_docs.fleet_doc(tmp_path)
+    cpu = next(d for d in doc["details"] if d["host"] == "cpu-builder-1")
+    cpu["role_seconds"] = {**cpu["role_seconds"], **LONG_ROLES}
+    page = write_html(doc, tmp_path / "report.html")
+    shot = tmp_path / "report.png"
+    screenshot(browser, page, shot, tmp_path / "profile")
+    if os.environ.get("PROVISION_REPORT_SHOT"):
+        shutil.copy(shot, os.environ["PROVISION_REPORT_SHOT"])
+
+    with image.open(shot) as png:
+        rgb = png.convert("RGB")
+    assert rgb.size == (WIDTH, HEIGHT)
+    colours = {c for _, c in rgb.getcolors(maxcolors=1 << 20) or []}
     # a blank or error page has a handful of colours; text, bars, lines and anti-aliasing give many
     assert len(colours) > 50, len(colours)
-    # the chart palette's pass green and fail red are both on the page (a pass bar and a failed verdict)
-    assert any(c[1] > 100 and c[0] < 60 for c in colours) and any(c[0] > 150 and c[1] < 60 for c in colours)
+    # the pass green and the fail red (bars and verdicts), and the amber of a version off the lock
+    assert (4, 120, 87) in colours and (220, 38, 38) in colours and (254, 243, 199) in colours
+    # the whole page is in the shot: it ends in white rows above the bottom
+    ink_rows = [
+        y for y in range(HEIGHT) if rgb.crop((0, y, WIDTH, y + 1)).getextrema() != ((255, 255), (255, 255), (255, 255))
+    ]
+    assert ink_rows and ink_rows[-1] < HEIGHT - 40, "the report is taller than the screenshot"

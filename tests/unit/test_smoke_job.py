@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -80,10 +81,31 @@ def test_the_whole_job_passes_on_the_cpu_with_allow_cpu(cpu_run: tuple[Any, dict
     assert training["device"] == "cpu" and training["steps"] == 30
     assert training["loss_last"] < training["loss_bound"] < training["loss_first"]
     assert training["samples_per_s"] > 0
+    # each point of the curve with its step, for the report's x axis
+    assert len(training["loss_curve_steps"]) == len(training["loss_curve"]) == 30
+    assert training["loss_curve_steps"] == list(range(1, 31)) and training["loss_curve"][0] == training["loss_first"]
     found = checks(report)
     assert found["version_torch"]["ok"] and found["version_torch_cuda"]["ok"]
     assert found["cpu_gemm_fp32"]["value"] > 0 and found["cpu_copy_d2d"]["value"] > 0
     assert report["memory"]["host_peak_gib"] < 4.0
+
+
+@pytest.mark.slow  # the whole job, two DDP ranks in real processes
+def test_report_html_reads_the_real_report(cpu_run: tuple[Any, dict[str, Any]]) -> None:
+    """The job's own report, as `up` keeps it, in report.html: every check in the host's table,
+    the loss over numbered steps."""
+    import xml.etree.ElementTree as ET
+
+    from provision.fleet.report import render_html
+
+    _, report = cpu_run
+    detail = {"host": "controller", "group": "cpu", "verdict": report["verdict"], "verify": report}
+    page = render_html({"ok": True, "run": "r1", "details": [detail]})
+    table = page[page.index("<h3>Checks:") : page.index("</details>")]
+    assert all(f"<td>{c['name']}</td>" in table for c in report["checks"])
+    loss = next(s for s in re.findall(r"<svg.*?</svg>", page, re.S) if 'aria-label="Training loss' in s)
+    texts = {t.text for t in ET.fromstring(loss).iter("{http://www.w3.org/2000/svg}text")}
+    assert {"training step", "loss", "0", "10", "20", "30"} <= texts, texts
 
 
 @pytest.mark.slow  # the whole job, two DDP ranks in real processes

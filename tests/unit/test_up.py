@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -101,7 +102,7 @@ def test_report_html_is_self_contained_with_the_verdicts_and_plots() -> None:
                 "verify": {
                     "checks": [
                         {"name": "gemm_bf16", "value": 700.0, "threshold": 592.0},
-                        {"name": "hbm_bandwidth", "value": 3900.0, "threshold": 3000.0},
+                        {"name": "copy_d2d", "value": 3900.0, "threshold": 3000.0},
                     ],
                     "training": {"loss_curve": [2.3, 1.2, 0.5], "gpu_util_series": [90, 97, 99]},
                 },
@@ -122,8 +123,10 @@ def test_report_html_is_self_contained_with_the_verdicts_and_plots() -> None:
     }
     page = render_html(doc)
     assert page.startswith("<!doctype html>") and "<script" not in page and "<link" not in page
-    assert "src=" not in page and "href=" not in page  # nothing to fetch: one self-contained page
-    assert page.count("<svg") == 5  # GEMM, bandwidth, loss, utilization, time per role
+    assert "src=" not in page  # nothing to fetch: one self-contained page, its links inside it
+    assert re.findall(r'href="([^"]*)"', page) == ["#host-th1", "#host-th2"]
+    assert page.count("<svg") == 5  # GEMM, GPU memory copy, loss, utilization, time per role
+    assert "No data in this run for: PCIe copies" in page
     assert "Install the pinned wheels" in page and "pip &lt;exploded&gt;" in page
     assert 'class="fail"' in page and 'class="pass"' in page
     assert "Fleet cache" not in page  # no cache in this run: no section

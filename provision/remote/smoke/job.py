@@ -231,6 +231,7 @@ def run_training(
         result["gpu_util_mean_pct"] = None if mean is None else round(mean, 1)
         result["gpu_util_samples"] = len(sampler.util[watched])
         result["gpu_util_series"] = list(sampler.util[watched])  # for the report's plot over time
+        result["gpu_util_period_s"] = sampler.period  # seconds between two samples: the plot's x axis
     else:
         result["gpu_util_mean_pct"] = None
     result["gpu"] = gpu["index"]

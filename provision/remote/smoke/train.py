@@ -196,6 +196,8 @@ def train(torch: Any, device: Any, cfg: TrainConfig, on_timed_start: Any = None)
     elapsed = time.perf_counter() - started
     values = [float(v) for v in losses.float().cpu().tolist()]
     tail = values[-max(1, min(10, cfg.steps // 5)) :]
+    every = max(1, len(values) // 50)  # at most ~50 points of the curve, for the report's plot
+    curve = [(i + 1, round(v, 4)) for i, v in enumerate(values) if i % every == 0 and math.isfinite(v)]
     last = sum(tail) / len(tail)
     return {
         "device": device.type,
@@ -206,8 +208,8 @@ def train(torch: Any, device: Any, cfg: TrainConfig, on_timed_start: Any = None)
         "loss_first": round(values[0], 4) if math.isfinite(values[0]) else None,
         "loss_last": round(last, 4) if math.isfinite(last) else None,
         "loss_bound": cfg.loss_bound,
-        # at most ~50 points of the curve, for the report's plot
-        "loss_curve": [round(v, 4) for v in values[:: max(1, len(values) // 50)] if math.isfinite(v)],
+        "loss_curve": [v for _, v in curve],
+        "loss_curve_steps": [step for step, _ in curve],  # the step (from 1) of each point: the plot's x axis
         "samples_per_s": round((cfg.steps - timed_from) * cfg.batch / max(elapsed, 1e-9), 1),
         "elapsed_s": round(elapsed, 3),
         **({} if math.isfinite(last) else {"error": "the loss is not finite (NaN or inf)"}),

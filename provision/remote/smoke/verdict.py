@@ -123,9 +123,17 @@ def check(
     code: str | None = None,
     message: str | None = None,
     gpu: int | None = None,
+    pass_if: str | None = None,
 ) -> Check:
-    """One entry of the report's ``checks``; a failed one carries a ``code`` and a ``message``."""
+    """One entry of the report's ``checks``; a failed one carries a ``code`` and a ``message``.
+
+    ``pass_if`` says how ``value`` must stand to ``threshold`` to pass (``>=``, ``<``, ``=``, or
+    ``matches``: the version rule of versions.py), so a reader of the report sees "≥ 593.4"
+    rather than a bare number.
+    """
     entry: Check = {"name": name, "ok": ok, "value": value, "unit": unit, "threshold": threshold}
+    if pass_if is not None:
+        entry["pass_if"] = pass_if
     if gpu is not None:
         entry["gpu"] = gpu
     if not ok:
@@ -148,6 +156,7 @@ def version_checks(versions: dict[str, Any], expect: dict[str, str]) -> list[Che
                 version_matches(key, actual_s, str(expected)),
                 actual_s,
                 threshold=str(expected),
+                pass_if="matches",
                 code="drift",
                 message=f"drift: {key} is {shown} on this host, expected {expected}",
             )
@@ -168,6 +177,7 @@ def health_checks(health: dict[str, Any], label: str, idx: int, warnings: list[d
                 "errors",
                 0,
                 gpu=idx,
+                pass_if="=",
                 message=(
                     f"{label}: {n} uncorrectable ECC errors since the driver loaded "
                     "(drain the GPU, reset it, check dmesg for Xid 48/63/64)"
@@ -183,6 +193,7 @@ def health_checks(health: dict[str, Any], label: str, idx: int, warnings: list[d
                 pending,
                 threshold=False,
                 gpu=idx,
+                pass_if="=",
                 code="memory_remap",
                 message=f"{label}: page retirements are pending (reset the GPU or reboot to apply them)",
             )
@@ -232,6 +243,7 @@ def health_checks(health: dict[str, Any], label: str, idx: int, warnings: list[d
                 cur,
                 threshold=best,
                 gpu=idx,
+                pass_if=">=",
                 code="pcie",
                 message=(
                     f"{label}: PCIe link runs at {cur} {'under load' if loaded else 'at rest'}, "
@@ -259,6 +271,7 @@ def health_checks(health: dict[str, Any], label: str, idx: int, warnings: list[d
                 "C",
                 limit,
                 gpu=idx,
+                pass_if="<",
                 message=(f"{label}: {temp} C reaches the slowdown temperature {limit} C (check airflow and fans)"),
             )
         )
@@ -288,6 +301,7 @@ def speed_checks(
                 unit,
                 round(threshold, 1),
                 gpu=gpu["index"],
+                pass_if=">=",
                 code="slow",
                 message=(
                     f"{label}: {metric} {rounded} {unit} is below the pass line "
@@ -361,6 +375,7 @@ def training_checks(training: dict[str, Any], warnings: list[dict[str, str]]) ->
             round(float(last), 4),
             "loss",
             bound,
+            pass_if="<=",
             code="loss",
             message=(
                 f"the training loss did not fall below {bound}: "
@@ -382,6 +397,7 @@ def training_checks(training: dict[str, Any], warnings: list[dict[str, str]]) ->
                     round(float(util), 1),
                     "%",
                     UTIL_MIN_PCT,
+                    pass_if=">=",
                     code="low_util",
                     message=(
                         f"mean GPU utilization during training was {float(util):.0f}% "
