@@ -49,7 +49,6 @@ from provision.errors import BadInput
 GIB = 1024**3
 Precision = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4"]
 Mode = Literal["inference", "train", "lora", "qlora"]
-MODES = ("inference", "train", "lora", "qlora")
 Optimizer = Literal["adam", "sgd"]
 
 PRECISIONS: dict[str, float] = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
@@ -209,7 +208,7 @@ def estimate(spec: ModelSpec, constants: Mapping[str, Any] | None = None) -> Est
         b["kv_cache"] = kv / GIB
         how["kv_cache"] = f"2 x {shape.layers} layers x {shape.hidden} x {tokens} tokens x {act_bytes} bytes"
         b["activations"] = transient / GIB
-        how["activations"] = f"one layer: 34 bytes x {tokens} tokens x {shape.hidden}{_FP32[act_bytes]}"
+        how["activations"] = f"one layer: {_ACT} bytes x {tokens} tokens x {shape.hidden}{_FP32[act_bytes]}"
         notes.append("KV cache for multi-head attention; grouped-query attention needs less")
     rest = sum(b.values())
     b["runtime_overhead"] = CONTEXT_GIB + FRAGMENTATION * rest
@@ -225,6 +224,7 @@ def _constants(given: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return load().t.finetune_memory
 
 
+_ACT = ACTIVATION_BYTES_PER_LAYER_TOKEN_HIDDEN  # its short name in the arithmetic texts
 _FP32 = {2: "", 4: ", x 2 in fp32"}  # Korthikanti's byte counts are for 16-bit activations
 
 
@@ -238,13 +238,13 @@ def _activations(est: Estimate, tokens: int, act_bytes: int, checkpointing: bool
         est.breakdown["activations"] = (kept + per_layer) / GIB
         est.how["activations"] = (
             f"checkpointed: {shape.layers} layers x {kept_bytes:g} bytes x {tokens} tokens x {shape.hidden}"
-            f" (layer inputs) + one layer's 34 bytes x {tokens} x {shape.hidden} rebuilt{_FP32[act_bytes]}"
+            f" (layer inputs) + one layer's {_ACT} bytes x {tokens} x {shape.hidden} rebuilt{_FP32[act_bytes]}"
         )
         est.notes.append("activation checkpointing on: each layer's input kept, one layer recomputed at a time")
     else:
         est.breakdown["activations"] = shape.layers * per_layer / GIB
         est.how["activations"] = (
-            f"{shape.layers} layers x 34 bytes x {tokens} tokens x {shape.hidden}{_FP32[act_bytes]}"
+            f"{shape.layers} layers x {_ACT} bytes x {tokens} tokens x {shape.hidden}{_FP32[act_bytes]}"
         )
         est.notes.append("activations without checkpointing; checkpointing trades them for ~30% more compute")
 
@@ -404,7 +404,7 @@ def split_caveat(count: int, instances: int, it: Any | None) -> tuple[str | None
             "over PCIe prefer pipeline parallelism or FSDP"
         )
     ic = it.interconnect
-    inside_short, inside = _KIND.get(ic.kind, (ic.kind, ic.kind)) if ic else ("?", "interconnect not in the knowledge")
+    inside_short, inside = kind_text(ic.kind) if ic else ("?", "interconnect not in the knowledge")
     if instances == 1:
         return inside_short, f"{count} GPUs inside one {it.name}: {inside}"
     if ic is not None and ic.kind == "nvlink-multinode":
