@@ -22,6 +22,7 @@ command -v tinyproxy >/dev/null || need+=(tinyproxy)
 command -v ip >/dev/null || need+=(iproute2)
 command -v ssh-keygen >/dev/null || need+=(openssh-client)
 command -v chromium >/dev/null || need+=(chromium)   # report.html is looked at in a headless browser
+[[ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ]] || need+=(fonts-dejavu-core)   # the charts' text widths are checked against it
 command -v patchelf >/dev/null || need+=(patchelf)   # the stand-in standalone CPython is relocated as python-build-standalone is
 [[ -x /usr/sbin/squid ]] || command -v squid >/dev/null || need+=(squid)   # the fleet cache's proxy
 ((${#need[@]})) || exit 0

@@ -27,6 +27,7 @@ from provision.fleet.cache.sources import Origin, RepoSources
 from provision.fleet.cache.squid import Squid, squid_conf, squid_stats
 from provision.fleet.cache.tunnel import host_vars
 from provision.fleet.cache.wheels import WheelServer, WheelSet, wheel_platforms
+from tests.prereq import missing
 
 GROUP_VARS = {
     "frameworks_enabled": True,
@@ -238,9 +239,7 @@ def origin() -> Iterator[tuple[str, Path]]:
 def squid_here(monkeypatch: pytest.MonkeyPatch) -> None:
     """A real squid on this machine, reached with no proxy of the controller's in between."""
     if shutil.which("squid", path=os.environ["PATH"] + ":/usr/sbin") is None:
-        if os.environ.get("PROVISION_REQUIRE_TESTHOSTS") == "1":
-            pytest.fail("squid is not installed (tests/hosts/install-deps.sh installs it)")
-        pytest.skip("squid is not installed")
+        missing("squid is not installed")
     monkeypatch.delenv("http_proxy", raising=False)
     monkeypatch.delenv("HTTP_PROXY", raising=False)
 

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from provision.fleet.charts import fit_ticks, nice_step, nice_ticks, text_width, tick_label, wrap_label
+from tests.prereq import missing
 
 RANGES = [
     (0.0, 1.0),
@@ -133,7 +134,7 @@ def test_the_width_estimate_is_never_narrower_than_dejavu_sans(font: str, bold: 
     """The charts name DejaVu Sans first; every printable ASCII glyph must fit its estimate."""
     ttlib = pytest.importorskip("fontTools.ttLib", reason="fontTools comes with matplotlib (the dev extra)")
     if not (DEJAVU / font).exists():
-        pytest.skip(f"{font} is not installed (Debian's fonts-dejavu-core)")
+        missing(f"{font} is not installed (Debian's fonts-dejavu-core)")
     face = ttlib.TTFont(str(DEJAVU / font))
     cmap, hmtx, em = face.getBestCmap(), face["hmtx"], face["head"].unitsPerEm
     for code in range(32, 127):

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from provision.fleet.report import write_html
+from tests.prereq import missing
 from tests.unit import report_docs
 
 WIDTH, HEIGHT = 1280, 4400
@@ -54,7 +55,7 @@ def screenshot(browser: str, page: Path, shot: Path, profile: Path) -> None:
 def test_chromium_renders_a_fleet_report_that_fits_one_screenshot(tmp_path: Path) -> None:
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if browser is None:
-        pytest.skip("chromium is not installed (tests/hosts/install-deps.sh installs it)")
+        missing("chromium is not installed")
     image = pytest.importorskip("PIL.Image", reason="Pillow comes with matplotlib (the test extra)")
     doc = report_docs.fleet_doc(tmp_path)
     cpu = next(d for d in doc["details"] if d["host"] == "cpu-builder-1")
