@@ -369,7 +369,7 @@ def _mapping(value: Any, key: str, where: str) -> dict[str, Any]:
             where,
             name,
             f"must be a mapping, not {type(value).__name__}",
-            "see the config schema in docs/reference/config.md",
+            "see the provision.yaml reference in the docs (generated: mkdocs serve, Reference > provision.yaml)",
         )
     return value
 

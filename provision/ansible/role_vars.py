@@ -85,7 +85,7 @@ def check_installs_override(overrides: Mapping[str, Any], lock: Mapping[str, Any
     ):
         raise BadInput(
             "--set frameworks_installs: not a list of {packages: [...], index_url: ...}",
-            "see the frameworks role's variables in docs/reference/roles.md",
+            "see the frameworks role's variables in the docs (generated: mkdocs serve, Reference > Roles)",
         )
     given = sorted(str(p) for e in value for p in e["packages"])
     for group in lock.get("groups") or []:

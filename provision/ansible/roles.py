@@ -59,7 +59,10 @@ def check_overrides(overrides: Mapping[str, Any]) -> None:
             raise BadInput(f"{name!r} is not a role variable", hint)
         problem = _spec_problem(value, spec)
         if problem:
-            raise BadInput(f"--set {name}: {problem}", "see the role's variables in docs/reference/roles.md")
+            raise BadInput(
+                f"--set {name}: {problem}",
+                "see the role's variables in the docs (generated: mkdocs serve, Reference > Roles)",
+            )
 
 
 def check_user_sets(overrides: Mapping[str, Any]) -> None:
