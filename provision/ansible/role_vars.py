@@ -15,7 +15,7 @@ from provision.ansible.checks import _check_package, _check_text, _check_url, _c
 from provision.ansible.settings import InstallSettings, pip_sources
 from provision.errors import BadInput
 from provision.matrix.packaging import ROLES as PACKAGE_ROLES
-from provision.stack.distro_versions import KERNEL, KERNEL_FLAVOUR
+from provision.stack.distro_versions import filled_example
 from provision.stack.lock import PythonPackage
 from provision.stack.packages import PackagePlan, PipPlan, Repository
 
@@ -196,11 +196,11 @@ def _plan_package(name: str) -> str:
     """A package name of the plan. A plan made without facts (--assume) leaves Ubuntu's distro
     driver names for the host to complete (provision.stack.distro_versions: ``{kernel_flavour}``,
     ``{kernel}``; the nvidia_driver role fills them in): checked with those parts filled."""
-    filled = name.replace(KERNEL_FLAVOUR, "generic").replace(KERNEL, "6.8.0-1-generic")
-    if filled != name and not any(c in filled for c in "{}"):
-        _check_package(filled, "package name")
-        return name
-    return _check_package(name, "package name")
+    try:
+        _check_package(filled_example(name), "package name")  # a brace left over is refused here
+    except BadInput:
+        _check_package(name, "package name")  # refused too, and the message names the lock's own name
+    return name
 
 
 def _repository_vars(r: Repository) -> dict[str, str]:

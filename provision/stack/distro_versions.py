@@ -27,6 +27,16 @@ from typing import Any
 # In a package name of the plan, what the host fills in where the plan had no facts (--assume).
 KERNEL_FLAVOUR = "{kernel_flavour}"
 KERNEL = "{kernel}"
+# What the host puts there, in the shape Ubuntu's kernels have: a name with the parts left open is
+# checked as a package name in this shape (role_vars), so only those two parts may stay open.
+_FILLED_EXAMPLE = {KERNEL_FLAVOUR: "generic", KERNEL: "6.8.0-1-generic"}
+
+
+def filled_example(name: str) -> str:
+    """``name`` with the parts the host fills in replaced by values of their shape."""
+    for part, example in _FILLED_EXAMPLE.items():
+        name = name.replace(part, example)
+    return name
 
 
 @dataclass(frozen=True)
