@@ -1,0 +1,129 @@
+"""Writing files provision owns, without writing through anything it did not make.
+
+Every file provision writes into a folder a user can hand it again (the run dir of `plan --out`,
+the lock) goes through :func:`write_durably` or :func:`replace_file`: a new file beside the target,
+renamed over it. rename(2) replaces the directory entry itself, so a symbolic or hard link planted
+at the target's name is replaced, never followed; what it pointed at keeps its content and mode.
+:func:`check_tree` is the check before the first write: a folder provision will write into and
+delete from must be the user's own, closed to others, and hold no link at all (a link in it is
+refused naming the link, and nothing is touched).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+from pathlib import Path
+
+from provision.errors import BadInput
+
+
+def write_durably(p: Path, text: str) -> Path:
+    """Replace ``p`` with ``text``: a temporary file in the same folder, fsync, rename, fsync the folder.
+
+    rename(2) alone is atomic for readers, but after a power loss the new name can point at a
+    file whose data never reached the disk (ext4 and XFS may order the rename first): a zero-length
+    lock. fsync of the file before the rename, and of the folder after it (the rename is an entry
+    in the folder), is the order POSIX and the filesystems promise to keep (fsync(2), rename(2)).
+    """
+    return replace_file(p, text, durable=True)
+
+
+def replace_file(p: Path, text: str, *, mode: int = 0o600, durable: bool = False) -> Path:
+    """Replace ``p`` with a new file holding ``text``, created with ``mode`` (0600: its owner's only).
+
+    The temporary file is made by mkstemp (O_CREAT|O_EXCL, never an existing name, never readable
+    by others in between) and renamed over ``p``: a link at ``p`` is replaced, not written through.
+    ``durable``: fsync the file and then its folder (:func:`write_durably`).
+    """
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            if mode != 0o600:
+                os.fchmod(fh.fileno(), mode)
+            fh.write(text)
+            if durable:
+                fh.flush()
+                os.fsync(fh.fileno())
+        os.replace(tmp, p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    if durable:
+        dir_fd = os.open(p.parent, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    return p
+
+
+def private_dir(path: Path) -> None:
+    """Make ``path`` (and the folders it needs) and close it to group and others (0700 at most).
+
+    A link at ``path`` is refused, not followed: chmod would close the folder it points at.
+    """
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    st = path.lstat()
+    if stat.S_ISLNK(st.st_mode):
+        raise BadInput(f"{path} is a symbolic link", f"remove the link {path}; provision writes only into real folders")
+    if st.st_mode & 0o077:
+        path.chmod(st.st_mode & 0o700)
+
+
+def check_tree(root: Path, option: str) -> None:
+    """Refuse, before anything is written, a folder provision may not write into or delete from.
+
+    ``root`` (if it exists) must be a real folder owned by the user running provision, and so must
+    everything in it: a symbolic link anywhere (to a file or a folder, at ``root`` itself too) is
+    refused, naming it, because writing, chmod and deleting ``*.yml`` through it would change what
+    it points at. A folder that holds anything and that group or others may write to is refused
+    too (others could have put a link there). lstat only: nothing is followed.
+    """
+    try:
+        st = root.lstat()
+    except (FileNotFoundError, NotADirectoryError):
+        return  # nothing there to check; making it is the caller's (and its error, if it cannot)
+    except OSError as exc:
+        raise BadInput(f"cannot read {option} {root}: {exc.strerror}", f"give {option} a readable folder") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise BadInput(
+            f"{option} {root} is a symbolic link to {os.readlink(root)}",
+            f"give {option} the folder's real path ({root.resolve()})",
+        )
+    if not stat.S_ISDIR(st.st_mode):
+        return  # the caller says what a file there means
+    me = os.geteuid()
+    for folder, dirs, files in os.walk(root, onerror=_raise):
+        here = Path(folder)
+        _check_entry(here, here.lstat(), me, option, holds=bool(dirs or files))
+        for name in [*dirs, *files]:
+            path = here / name
+            entry = path.lstat()
+            if stat.S_ISLNK(entry.st_mode):
+                fix = "remove the link, as provision writes and deletes only real files there"
+                raise BadInput(
+                    f"{option} {root} holds a symbolic link, {path} -> {os.readlink(path)}",
+                    f"{fix}; or give {option} a new folder",
+                )
+            if not stat.S_ISDIR(entry.st_mode):
+                _check_entry(path, entry, me, option, holds=False)
+
+
+def _check_entry(path: Path, st: os.stat_result, me: int, option: str, *, holds: bool) -> None:
+    if st.st_uid != me:
+        raise BadInput(
+            f"{option}: {path} belongs to uid {st.st_uid}, not to uid {me} running provision",
+            f"give {option} a folder of your own (or `chown -R {me} {path}` if it is yours)",
+        )
+    if holds and st.st_mode & 0o022:
+        raise BadInput(
+            f"{option}: {path} is writable by group or others, so its files may not be yours",
+            f"`chmod go-w {path}` after checking what it holds, or give {option} a new folder",
+        )
+
+
+def _raise(exc: OSError) -> None:
+    raise BadInput(f"cannot read {exc.filename}: {exc.strerror}", "give a folder you can read") from None
