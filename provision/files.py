@@ -1,4 +1,11 @@
-"""Writing files provision owns, without writing through anything it did not make.
+"""The file edges: YAML a user hands provision, read within bounds, and the files provision owns,
+written without writing through anything it did not make.
+
+:func:`load_yaml` reads every YAML file and value a user gives (inventories and their
+group_vars/host_vars, provision.yaml, ``--set``): a document may nest at most :data:`MAX_DEPTH`
+levels and its aliases may stand for at most :data:`MAX_ALIASED` nodes beyond the document's own,
+so a nine-line alias bomb or a deeply nested file is bad input in milliseconds instead of a
+controller spinning on the expanded structure (or a RecursionError reported as an internal error).
 
 Every file provision writes into a folder a user can hand it again (the run dir of `plan --out`,
 the lock) goes through :func:`write_durably` or :func:`replace_file`: a new file beside the target,
@@ -14,9 +21,136 @@ from __future__ import annotations
 import os
 import stat
 import tempfile
+from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from provision.errors import BadInput
+
+if TYPE_CHECKING:
+    import yaml
+
+# Well above any real inventory or config (a host's vars are a few levels deep), and far below
+# Python's recursion limit, which the code walking a loaded document (json.dumps, copy.deepcopy,
+# PyYAML's own composer) runs into at about 1000 levels.
+MAX_DEPTH = 100
+# The billion-laughs defence: what aliases add beyond the nodes written in the document. Anchors
+# shared by a thousand hosts (`<<: *defaults` of ten keys) add about 20,000; a nine-line bomb of
+# nine aliases a line adds 9**9. go-yaml v3 bounds the same thing (decode.go, allowedAliasRatio:
+# "document contains excessive aliasing", 99% of 400,000 decodes may come from aliases).
+MAX_ALIASED = 100_000
+
+
+def load_yaml(text: str, where: str) -> Any:
+    """``text`` as YAML (the safe loader's types), refused as bad input naming ``where`` when it
+    nests deeper than :data:`MAX_DEPTH` or its aliases expand past :data:`MAX_ALIASED` nodes.
+
+    Syntax errors stay :class:`yaml.YAMLError`, for the caller to say where in its own words.
+    """
+    import yaml
+
+    loader = _bounded_loader()(text, where)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_expansion(node, where)
+        return loader.construct_document(node)
+    except yaml.YAMLError as exc:
+        if "maximum nesting depth" in str(exc):  # libyaml's own limit (1000), met before ours
+            raise _too_deep(where) from None
+        raise
+    finally:
+        loader.dispose()
+
+
+@cache
+def _bounded_loader() -> Any:
+    """PyYAML's safe loader with a depth-counting composer: events from libyaml where it is there
+    (C speed, and its own nesting limit of 1000 in the scanner), nodes composed in Python."""
+    import yaml  # imported on first use: `provision resolve` and --help never load it
+    from yaml.composer import Composer
+    from yaml.constructor import SafeConstructor
+    from yaml.resolver import Resolver
+
+    parser: type = yaml.SafeLoader
+    if yaml.__with_libyaml__:
+        from yaml._yaml import CParser
+
+        parser = CParser
+
+    class Bounded(parser, Composer, SafeConstructor, Resolver):  # type: ignore[misc]
+        def __init__(self, text: str, where: str) -> None:
+            super().__init__(text)  # type: ignore[call-arg]  # the parser: SafeLoader (all of it) or CParser
+            Composer.__init__(self)
+            SafeConstructor.__init__(self)
+            Resolver.__init__(self)
+            self.where = where
+            self.depth = 0
+
+        # the Python composer's, not CParser's (which composes in C, past the depth count)
+        get_single_node = Composer.get_single_node
+        compose_document = Composer.compose_document
+
+        def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+            self.depth += 1
+            try:
+                if self.depth > MAX_DEPTH:
+                    raise _too_deep(self.where)
+                return Composer.compose_node(self, parent, index)
+            finally:
+                self.depth -= 1
+
+    return Bounded
+
+
+def _too_deep(where: str) -> BadInput:
+    return BadInput(
+        f"{where} nests deeper than {MAX_DEPTH} levels", "flatten it: no inventory or config needs that depth"
+    )
+
+
+def _check_expansion(root: yaml.Node, where: str) -> None:
+    """Depth and size of the document as its aliases expand it, each node counted once (memo by
+    identity), without recursion; an alias inside its own anchor (a cycle) is refused too."""
+    import yaml
+
+    def children(node: yaml.Node) -> list[yaml.Node]:
+        if isinstance(node, yaml.MappingNode):
+            return [n for pair in node.value for n in pair]
+        if isinstance(node, yaml.SequenceNode):
+            return list(node.value)
+        return []
+
+    size: dict[int, int] = {}
+    depth: dict[int, int] = {}
+    open_: set[int] = set()
+    todo: list[tuple[yaml.Node, bool]] = [(root, False)]
+    distinct = 0
+    while todo:
+        node, finished = todo.pop()
+        key = id(node)
+        if finished:
+            open_.discard(key)
+            below = children(node)
+            size[key] = 1 + sum(size[id(c)] for c in below)
+            depth[key] = 1 + max((depth[id(c)] for c in below), default=0)
+            if depth[key] > MAX_DEPTH:
+                raise _too_deep(where)
+            continue
+        if key in size:
+            continue
+        if key in open_:
+            raise BadInput(f"{where} has an alias inside its own anchor", "write the value out instead of the alias")
+        open_.add(key)
+        distinct += 1
+        todo.append((node, True))
+        todo.extend((c, False) for c in children(node))
+    if size[id(root)] - distinct > MAX_ALIASED:
+        raise BadInput(
+            f"{where}: its aliases expand to {size[id(root)]:,} values from {distinct:,} written (an alias bomb?)",
+            f"write the values out, or use aliases for at most {MAX_ALIASED:,} values",
+        )
 
 
 def write_durably(p: Path, text: str) -> Path:

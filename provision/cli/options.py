@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import click
 
 from provision.errors import BadInput
+from provision.files import load_yaml
 
 F = TypeVar("F", bound=Callable[..., Any])
 Decorator = Callable[[F], F]
@@ -303,7 +304,7 @@ def parse_sets(pairs: tuple[str, ...]) -> dict[str, Any]:
                 "write e.g. --set nvidia_driver_debian_mirror=http://mirror/debian",
             )
         try:
-            out[name.strip()] = yaml.safe_load(raw) if raw.strip() else ""
+            out[name.strip()] = load_yaml(raw, f"--set {name}") if raw.strip() else ""
         except yaml.YAMLError:
             raise BadInput(f"--set {name}: the value is not YAML", "quote strings; lists as [a, b]") from None
     return out

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from provision.errors import BadInput
+from provision.files import load_yaml
 
 HOST_FORMAT_HINT = "write HOST as [user@]name[:port], e.g. deploy@gpu1.example.com:2222"
 _LABEL = re.compile(r"^(?!-)[A-Za-z0-9_-]{1,63}(?<!-)$")
@@ -456,7 +457,7 @@ def _read_vars(path: Path) -> dict[str, Any]:
             "provision does not decrypt Ansible Vault: keep these vars elsewhere",
         )
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text, f"vars file {path}")
     except yaml.YAMLError as exc:
         if "!vault" in str(exc):
             raise BadInput(
@@ -492,7 +493,7 @@ def _parse_file(path: Path, inv: _Inventory) -> None:
     data: Any = None
     if path.suffix in (".yml", ".yaml", ".json") or text.lstrip().startswith(("all:", "---")):
         try:
-            data = yaml.safe_load(text)
+            data = load_yaml(text, f"inventory {path}")
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             at = f" at line {mark.line + 1}" if mark is not None else ""
@@ -502,7 +503,7 @@ def _parse_file(path: Path, inv: _Inventory) -> None:
         data = data or {}
     elif not path.suffix:
         try:
-            data = yaml.safe_load(text)
+            data = load_yaml(text, f"inventory {path}")
         except yaml.YAMLError:
             data = None
         if not isinstance(data, dict):  # an INI file reads as a string, a list or not at all

@@ -215,6 +215,8 @@ def parse_lock(text: str, where: str = "provision.lock") -> Lock:
         raise BadInput(
             f"{where} is not valid JSON (line {exc.lineno})", "regenerate it with `provision plan`"
         ) from None
+    except RecursionError:  # json nests by recursion: a hostile lock is bad input, not an internal error
+        raise BadInput(f"{where} nests too deep to be a lock", "regenerate it with `provision plan`") from None
     if isinstance(doc, dict) and doc.get("schema") in OLD_SCHEMAS:
         raise BadInput(
             f"{where} is a {doc['schema']} file, written before the package plan (this provision reads {SCHEMA})",
