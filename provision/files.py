@@ -164,8 +164,8 @@ def write_durably(p: Path, text: str) -> Path:
     return replace_file(p, text, durable=True)
 
 
-def replace_file(p: Path, text: str, *, mode: int = 0o600, durable: bool = False) -> Path:
-    """Replace ``p`` with a new file holding ``text``, created with ``mode`` (0600: its owner's only).
+def replace_file(p: Path, text: str, *, durable: bool = False) -> Path:
+    """Replace ``p`` with a new file holding ``text``, 0600 (its owner's only).
 
     The temporary file is made by mkstemp (O_CREAT|O_EXCL, never an existing name, never readable
     by others in between) and renamed over ``p``: a link at ``p`` is replaced, not written through.
@@ -175,8 +175,6 @@ def replace_file(p: Path, text: str, *, mode: int = 0o600, durable: bool = False
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            if mode != 0o600:
-                os.fchmod(fh.fileno(), mode)
             fh.write(text)
             if durable:
                 fh.flush()
