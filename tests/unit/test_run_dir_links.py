@@ -137,3 +137,30 @@ def test_a_new_empty_folder_and_a_clean_run_dir_are_still_planned(tmp_path: Path
     r = _plan(tmp_path)
     assert r.returncode == 0, r.stderr
     assert stat.S_IMODE((run_dir / "site.yml").lstat().st_mode) == 0o600
+
+
+def test_the_writes_themselves_replace_a_link_and_never_write_through_it(tmp_path: Path) -> None:
+    """Behind the check: a link made after it (a race) is replaced by the new file, symbolic or
+    hard, and a folder link is refused rather than chmodded through."""
+    from provision.errors import BadInput
+    from provision.files import private_dir, replace_file, write_durably
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep\n")
+    victim.chmod(0o644)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "site.yml").symlink_to(victim)
+    os.link(victim, run / "inventory.yml")
+    replace_file(run / "site.yml", "- hosts: all\n")
+    write_durably(run / "inventory.yml", "all: {}\n")
+    assert victim.read_text() == "keep\n" and stat.S_IMODE(victim.stat().st_mode) == 0o644
+    for name in ("site.yml", "inventory.yml"):
+        st = (run / name).lstat()
+        assert stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o600 and st.st_nlink == 1
+    folder = tmp_path / "theirs"
+    folder.mkdir(mode=0o755)
+    (run / "group_vars").symlink_to(folder)
+    with pytest.raises(BadInput, match="is a symbolic link"):
+        private_dir(run / "group_vars")
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o755
