@@ -150,6 +150,32 @@ def resolve_settings(target: HostTarget, ssh_config: Path | None = None) -> SSHS
     )
 
 
+# ssh_args of the run dir's ansible.cfg and of each SSH host's inventory entry (ansible_ssh_args).
+# StrictHostKeyChecking first: ssh takes the first value it is given, and Ansible's ssh plugin puts
+# ssh_args ahead of everything (its "=no" for host_key_checking False comes after them).
+SSH_ARGS = "-o StrictHostKeyChecking=yes -o ControlMaster=auto -o ControlPersist=60s"
+
+
+def ssh_trust_vars(target: HostTarget, ssh_config: Path | None = None) -> dict[str, Any]:
+    """The connection variables the run dir's inventory gives an SSH host so that the apply,
+    ``up``'s and a user's own ``cd OUT && ansible-playbook site.yml`` alike, trusts what the
+    probe trusted: the ssh plugin (not paramiko, ``ANSIBLE_TRANSPORT``), ssh_args led by
+    ``StrictHostKeyChecking=yes`` (``ANSIBLE_SSH_ARGS`` would replace ansible.cfg's and come
+    first on ssh's command line), host key checking on (``ANSIBLE_HOST_KEY_CHECKING=False``
+    would add ``StrictHostKeyChecking=no``), and :func:`ssh_trust_args` ahead of the inventory's
+    own ssh args. Variables, because "they will override any playbook keyword, any command-line
+    option, environment variable and any configuration file setting" (Ansible's docs,
+    reference_appendices/general_precedence.rst, "Variables"); ``ansible-doc -t connection ssh``
+    names these variables for the ssh_args and host_key_checking options."""
+    given = target.vars.get("ansible_ssh_common_args")
+    return {
+        "ansible_connection": "ssh",
+        "ansible_ssh_args": SSH_ARGS,
+        "ansible_host_key_checking": True,
+        "ansible_ssh_common_args": ssh_trust_args(target, ssh_config) + (f" {given}" if given else ""),
+    }
+
+
 def ssh_trust_args(target: HostTarget, ssh_config: Path | None = None) -> str:
     """OpenSSH options that make ``ssh`` (the apply, through Ansible) trust what the probe trusts.
 
