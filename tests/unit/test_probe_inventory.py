@@ -196,6 +196,8 @@ def test_a_connection_other_than_ssh_or_local_is_refused_before_any_contact(tmp_
     inventory.write_text(f"[gpus]\ngpu1 ansible_host=10.9.0.1\n[gpus:vars]\nansible_connection={connection}\n")
     with pytest.raises(BadInput, match=f"ansible_connection `{connection}`"):
         load_inventory(inventory)
+    if connection != "paramiko":  # the commands read inventories alike: one connection shows them
+        return
     for command in (["probe"], ["plan", "--out", str(tmp_path / "out")], ["up", "--yes"]):
         r = provision(*command, "-i", str(inventory), cwd=tmp_path, offline=True)
         assert r.returncode == 2, (command, r.stdout, r.stderr)
