@@ -143,6 +143,17 @@ def _config_lines(path: Path, depth: int = 0, top: bool = True) -> list[str]:
     return lines
 
 
+# ssh_config(5) options that change which host keys OpenSSH trusts and that paramiko ignores: with
+# one of them the probe would trust otherwise than the apply's `ssh -F` the same file. Each with
+# the values that change nothing, and what ssh does.
+UNHONOURED_TRUST = {
+    "RevokedHostKeys": (("none",), "ssh refuses the host keys that file lists"),
+    "KnownHostsCommand": (("none",), "ssh also trusts the host keys that command prints"),
+    "HostKeyAlias": ((), "ssh looks the host key up under that alias, not the host's name"),
+    "VerifyHostKeyDNS": (("no", "ask"), "ssh trusts a host key that matches a secure SSHFP record in DNS"),
+}
+
+
 def _pick_port(options: dict[str, str], looked: dict[str, Any]) -> str:
     return str(options.get("port") or looked.get("port") or 22)
 
@@ -185,6 +196,15 @@ def resolve_settings(target: HostTarget, ssh_config: Path | None = None) -> SSHS
 
     def pick(key: str) -> Any:
         return options.get(key, looked.get(key))
+
+    for option, (lax, why) in UNHONOURED_TRUST.items():
+        value = pick(option.lower())
+        if value is not None and str(value).lower() not in lax:
+            raise BadInput(
+                f"{option} {value} for host `{target.name}` (SSH config {path} or its ssh args): {why}, "
+                "which the probe (paramiko) cannot do alike",
+                f"remove {option} for this host, or give another config with -F",
+            )
 
     identity = pick("identityfile")
     key_files: list[str] = []

@@ -116,3 +116,26 @@ def test_an_include_the_probe_cannot_follow_is_bad_input(home: Path, tmp_path: P
     if case == "a loop":  # the CLI: one line, exit 2, before any host is contacted
         r = run_probe("-F", str(config), "alpha")
         assert r.returncode == 2 and r.stderr.count("\n") == 1 and r.stderr.startswith("error: SSH config "), r.stderr
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("RevokedHostKeys", "/etc/ssh/revoked"),
+        ("KnownHostsCommand", "/usr/bin/printf %H"),
+        ("HostKeyAlias", "other"),
+        ("VerifyHostKeyDNS", "yes"),
+    ],
+)
+def test_an_option_that_changes_ssh_trust_the_probe_cannot_honour_is_bad_input(
+    home: Path, tmp_path: Path, option: str, value: str
+) -> None:
+    """ssh_config(5) options that change which host keys ssh trusts, which paramiko ignores: ssh
+    applies each to the host (`ssh -G`), so the probe refuses the host rather than trust otherwise
+    than the apply would; for another host the same file is fine."""
+    config = _write(tmp_path / "config", f"Host alpha\n  {option} {value}\nHost *\n  Port 2222\n")
+    code, resolved, err = _ssh_g(config, "alpha", home)
+    assert code == 0 and resolved[option.lower()] in (value, "true"), err  # ssh -G prints yes as true
+    with pytest.raises(BadInput, match=f"^{option} "):
+        resolve_settings(parse_host("alpha"), config)
+    assert resolve_settings(parse_host("beta"), config).port == 2222
