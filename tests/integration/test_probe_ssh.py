@@ -175,12 +175,16 @@ def test_a_revoked_host_key_is_refused_even_when_also_listed_plainly(
             transport.close()
             continue
         assert openssh.returncode == 255 and "REVOKED HOST KEY" in openssh.stderr, (form, openssh.stderr)
-        for extra in ([], ["--accept-new-host-keys"]):
-            result = run("-F", str(config), *extra, host.name)
-            assert result.returncode == 1, (form, result.stdout, result.stderr)
-            line = result.stderr.strip()
-            assert line.count("\n") == 0 and line.startswith(f"error: host key for {host.name}"), (form, line)
-            assert "is REVOKED" in line and host_fingerprint(testhosts, host.name) in line, (form, line)
+        # with the flag (each form), and without it (one form, whose JSON says unreachable)
+        flags = ["--accept-new-host-keys"] if form != "address" else ["--json"]
+        result = run("-F", str(config), *flags, host.name)
+        assert result.returncode == 1, (form, result.stdout, result.stderr)
+        line = result.stderr.strip()
+        assert line.count("\n") == 0 and line.startswith(f"error: host key for {host.name}"), (form, line)
+        assert "is REVOKED" in line and host_fingerprint(testhosts, host.name) in line, (form, line)
+        if form == "address":
+            doc = json.loads(result.stdout)
+            assert doc["ok"] is False and doc["hosts"][0]["error"]["code"] == "unreachable", doc
         assert known.read_text() == f"{plain}\n{revoked}\n"  # nothing recorded
 
 
