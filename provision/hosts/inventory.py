@@ -42,6 +42,15 @@ SECRET_VARS = frozenset(
     }
 )
 
+# The connections provision speaks: OpenSSH (whose host key checks the probe's paramiko matches,
+# and whose trust the run dir pins) and the local machine. "smart" is ssh unless ssh lacks
+# ControlPersist (ansible-core playbook/attribute.py ConnectionFieldAttribute); the run dir's
+# inventory sets ssh for every SSH host. Every other plugin is refused: Ansible's paramiko one
+# (also what "persistent" becomes) asks on a terminal about an unknown host key (paramiko_ssh.py
+# MyAddPolicy), which hung `up`; docker, winrm and the like reach something the probe never saw.
+SSH_CONNECTIONS = frozenset({"ssh", "ansible.builtin.ssh", "smart"})
+LOCAL_CONNECTIONS = frozenset({"local", "ansible.builtin.local"})
+
 
 @dataclass(frozen=True)
 class HostTarget:
@@ -264,13 +273,19 @@ class _Inventory:
                     f"{secret} of {what} is a Jinja template, which provision does not evaluate",
                     "write the password itself (in a vars file kept out of git) or give the user passwordless sudo",
                 )
+        connection = str(hvars.get("ansible_connection", "ssh"))
+        if connection not in SSH_CONNECTIONS | LOCAL_CONNECTIONS:
+            raise BadInput(
+                f"{what}: ansible_connection `{connection}` is not supported",
+                "remove it (provision connects over OpenSSH and checks host keys as it does) or set ssh or local",
+            )
         return HostTarget(
             name=host,
             address=address,
             user=_check_user(str(user), what) if user is not None else None,
             port=_check_port(port, what) if port is not None else None,
             key_file=str(key) if key is not None else None,
-            local=str(hvars.get("ansible_connection", "")) == "local",
+            local=connection in LOCAL_CONNECTIONS,
             groups=groups,
             vars=hvars,
         )
