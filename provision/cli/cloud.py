@@ -306,7 +306,7 @@ def _confirm_down(planned: DownResult) -> None:
         con.print(s.line(), markup=False, soft_wrap=True)
     con.print(
         f"about to end {len(planned.runs)} run(s) ({', '.join(planned.runs)}): terminate "
-        f"{len(planned.terminated)} instance(s) ({', '.join(planned.terminated) or 'none'}), delete "
+        f"{len(planned.terminated)} instance(s) ({', '.join(sorted(planned.terminated)) or 'none'}), delete "
         f"{len(planned.security_groups)} security group(s) and {len(planned.key_pairs)} key pair(s)",
         markup=False,
         soft_wrap=True,

@@ -480,3 +480,61 @@ def test_down_ends_only_what_provision_made(
     code, out, _ = run_cli(["cloud", "ls", "--json"], capsys)
     listed = json.loads(out)
     assert listed["instances"] == [] and [s["resource"] for s in listed["skipped"]] == [inst]
+
+
+def on_a_terminal(aws: Aws, args: list[str], answer: str) -> tuple[int, str, str]:
+    """``provision ARGS`` with a real terminal (a pty) on stdin, ``answer`` typed into it."""
+    import os
+    import subprocess
+    import sys
+
+    provision = str(Path(sys.executable).with_name("provision"))
+    controller, terminal = os.openpty()
+    try:
+        proc = subprocess.Popen(
+            [provision, *args],
+            stdin=terminal,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=aws.workdir,
+            env=dict(os.environ, AWS_EC2_METADATA_DISABLED="true", COLUMNS="400"),
+            text=True,
+        )
+        os.write(controller, answer.encode())  # the terminal holds the line until the prompt reads it
+        out, err = proc.communicate(timeout=120)
+    finally:
+        os.close(terminal)
+        os.close(controller)
+    return proc.returncode, out, err
+
+
+def test_cloud_up_says_what_it_launches_and_asks(aws: Aws) -> None:
+    """On a terminal, without --yes: the count, types, region and price, then the question; "n"
+    launches nothing (exit 130)."""
+    args = ["cloud", "up", "--instance-type", "g5.xlarge", "--count", "2", "--ssh-cidr", "0.0.0.0/1"]
+    code, out, err = on_a_terminal(aws, [*args, "--ami", aws.ami(), "--new-key"], "n\n")
+    assert code == 130, err
+    assert "warning: --ssh-cidr 0.0.0.0/1 opens port 22" in err  # said before the question
+    assert ": 2 x g5.xlarge in us-east-1, on-demand $" in err
+    assert "launch these instances (they cost money while they run)? [y/N]" in out
+    assert err.splitlines()[-1].startswith("error: nothing was launched: the launch was not confirmed")
+    assert aws.live() == [] and aws.groups() == [] and aws.key_pairs() == []
+
+
+def test_cloud_down_all_says_what_it_ends_and_asks(aws: Aws, capsys: pytest.CaptureFixture[str]) -> None:
+    """On a terminal, without --yes: the runs, how many instances, groups and key pairs, then the
+    question; "n" ends nothing (exit 130), "y" ends them."""
+    code, ours, err = up(aws, capsys, "--instance-type", "g5.xlarge", "--count", "2", "--new-key")
+    assert code == 0, err
+    ids = sorted(i["id"] for i in ours["instances"])
+    code, out, err = on_a_terminal(aws, ["cloud", "down", "--all"], "n\n")
+    assert code == 130, err
+    said = f"about to end 1 run(s) ({ours['run']}): terminate 2 instance(s) ({', '.join(ids)}), "
+    assert said + "delete 1 security group(s) and 1 key pair(s)" in err
+    assert "end them? [y/N]" in out
+    assert err.splitlines()[-1].startswith("error: nothing was ended: the teardown was not confirmed")
+    assert sorted(i["InstanceId"] for i in aws.live()) == ids and len(aws.groups()) == 1
+    code, out, err = on_a_terminal(aws, ["cloud", "down", "--all"], "y\n")
+    assert code == 0, err
+    assert "terminated 2 instance(s), deleted 1 security group(s), 1 key pair(s)" in out
+    assert aws.live() == [] and aws.groups() == [] and aws.key_pairs() == []
