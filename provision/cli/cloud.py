@@ -301,13 +301,12 @@ def _confirm_down(planned: DownResult) -> None:
     """What `cloud down --all` would end, with counts, then the question (on stderr, like `cloud up`)."""
     from provision.cli.output import console
 
-    con = console(stderr=True)
-    for s in planned.skipped:
-        con.print(s.line(), markup=False, soft_wrap=True)
-    con.print(
+    left = len(planned.skipped)
+    console(stderr=True).print(
         f"about to end {len(planned.runs)} run(s) ({', '.join(planned.runs)}): terminate "
         f"{len(planned.terminated)} instance(s) ({', '.join(sorted(planned.terminated)) or 'none'}), delete "
-        f"{len(planned.security_groups)} security group(s) and {len(planned.key_pairs)} key pair(s)",
+        f"{len(planned.security_groups)} security group(s) and {len(planned.key_pairs)} key pair(s)"
+        + (f"; {left} tagged resource(s) provision did not make are left alone (listed after)" if left else ""),
         markup=False,
         soft_wrap=True,
     )
