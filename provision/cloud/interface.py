@@ -32,6 +32,7 @@ def owned_name(run: str) -> str:
     """The name provision gives what it creates for ``run``: its key pair and its security group."""
     return f"provision-{run}"
 
+
 Say = Callable[[str], None]
 # (instance id, address EC2 gave) -> (address, port) to reach it; tests map onto SSH test hosts.
 AddressMap = Callable[[str, str], tuple[str, int]]
