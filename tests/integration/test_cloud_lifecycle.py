@@ -512,7 +512,7 @@ def test_cloud_up_says_what_it_launches_and_asks(aws: Aws) -> None:
     """On a terminal, without --yes: the count, types, region and price, then the question; "n"
     launches nothing (exit 130)."""
     args = ["cloud", "up", "--instance-type", "g5.xlarge", "--count", "2", "--ssh-cidr", "0.0.0.0/1"]
-    code, out, err = on_a_terminal(aws, [*args, "--ami", aws.ami(), "--new-key"], "n\n")
+    code, out, err = on_a_terminal(aws, [*args, "--ami", aws.ami(), "--new-key", "--no-wait-ssh"], "n\n")
     assert code == 130, err
     assert "warning: --ssh-cidr 0.0.0.0/1 opens port 22" in err  # said before the question
     assert ": 2 x g5.xlarge in us-east-1, on-demand $" in err
