@@ -122,7 +122,7 @@ class Teardown(Listing, Waits):
         if leftovers:
             raise CloudError(
                 f"launch failed and {', '.join(leftovers)} could not be removed",
-                "run `provision cloud down --all` (or --run) once AWS answers again",
+                f"run `provision cloud down --run {run}` once AWS answers again",
             ) from cause
 
     def _remove(self, instances: list[str], groups: list[str], keys: list[str]) -> list[str]:
