@@ -9,6 +9,7 @@ it as an argument; the option's name, type and default do not vary.
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -58,6 +59,33 @@ def debug_option(func: F) -> F:
 def command_options(func: F) -> F:
     """The options every command takes."""
     return json_option(debug_option(func))
+
+
+# --- asking first: what spends money or destroys things ---------------------------------------
+
+
+def yes_option(help: str) -> Callable[[F], F]:
+    return click.option("--yes", is_flag=True, help=help)
+
+
+def can_ask(as_json: bool) -> bool:
+    """A person can answer a prompt: stdin is a terminal, and stdout is not a JSON document."""
+    return sys.stdin.isatty() and not as_json
+
+
+def refuse_unasked(yes: bool, as_json: bool, what: str, hint: str) -> None:
+    """Bad input (exit 2, before anything is done) when ``what`` would go ahead unasked: no ``--yes``
+    and nobody to ask (no terminal on stdin, or ``--json``)."""
+    if not (yes or can_ask(as_json)):
+        raise BadInput(f"{what} and there is no terminal to ask on", hint)
+
+
+def ask_first(question: str, declined: str) -> None:
+    """Ask on the terminal (default no); a "no" is :class:`Interrupted` (exit 130): ``declined`` happened."""
+    if not click.confirm(question, default=False):
+        from provision.errors import Interrupted
+
+        raise Interrupted(declined, "run again and answer y, or pass --yes")
 
 
 def _stack(*decorators: Callable[[Any], Any]) -> Callable[[F], F]:

@@ -16,7 +16,16 @@ from provision.cloud.aws.images import AmiLookup, Image, ImageQuery, aws_lookup,
 from provision.cloud.aws.session import aws_tags
 from provision.cloud.aws.teardown import Created, Teardown
 from provision.cloud.errors import CloudError
-from provision.cloud.interface import TAG_EXPIRES, TAG_RUN, AddressMap, Launched, LaunchResult, Say, iso
+from provision.cloud.interface import (
+    TAG_EXPIRES,
+    TAG_RUN,
+    AddressMap,
+    Launched,
+    LaunchResult,
+    Say,
+    iso,
+    owned_name,
+)
 from provision.cloud.inventory import Host, inventory_doc, write_inventory, write_known_hosts
 from provision.cloud.request import LaunchRequest, cidr_warnings
 from provision.errors import BadInput, ProvisionError
@@ -75,7 +84,7 @@ class Launching(Failover, Teardown):
         check_run_id(req.run, "run")  # it names the run dir below
         now = self.now()
         expires = iso(now + req.ttl)
-        tags = {TAG_RUN: req.run, TAG_EXPIRES: expires, "Name": f"provision-{req.run}", **req.tags}
+        tags = {TAG_RUN: req.run, TAG_EXPIRES: expires, "Name": owned_name(req.run), **req.tags}
         run_dir = workdir / ".provision" / "runs" / req.run
         created = Created()
 
@@ -189,7 +198,7 @@ class Launching(Failover, Teardown):
     def _key_pair(
         self, req: LaunchRequest, tags: dict[str, str], run_dir: Path, created: Created
     ) -> tuple[str, Path | None]:
-        name = f"provision-{req.run}"
+        name = owned_name(req.run)  # the name that makes it provision's (listing.why_not_owned)
         spec = [{"ResourceType": "key-pair", "Tags": aws_tags(tags)}]
         try:
             if req.ssh_public_key is not None:
@@ -221,7 +230,7 @@ class Launching(Failover, Teardown):
         try:
             sg = self.call(
                 self.client.create_security_group,
-                GroupName=f"provision-{req.run}",
+                GroupName=owned_name(req.run),  # the name that makes it provision's (listing.why_not_owned)
                 Description=f"provision run {req.run}: SSH from {req.ssh_cidr} only",
                 VpcId=vpc,
                 TagSpecifications=[{"ResourceType": "security-group", "Tags": aws_tags(tags)}],
