@@ -6,7 +6,6 @@ the way removes what was made (:mod:`teardown`) unless ``--keep-on-failure``.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from provision.cloud.interface import (
 from provision.cloud.inventory import Host, inventory_doc, write_inventory, write_known_hosts
 from provision.cloud.request import LaunchRequest, cidr_warnings
 from provision.errors import BadInput, ProvisionError
+from provision.files import private_dir, replace_file
 from provision.ids import check_run_id
 
 
@@ -98,8 +98,7 @@ class Launching(Failover, Teardown):
                 "pass an AMI of the type's architecture, or use --os to look one up",
             )
         try:
-            run_dir.mkdir(parents=True, exist_ok=True)
-            run_dir.chmod(0o700)  # it holds the private key of a new key pair
+            private_dir(run_dir)  # it holds the private key of a new key pair
             key_name, private_key = self._key_pair(req, tags, run_dir, created)
             self._security_group(req, vpc, tags, created)
             launched, attempts = self._run_instances(
@@ -146,7 +145,7 @@ class Launching(Failover, Teardown):
                 "key_pair": created.key_name,
                 "inventory": str(inv),
             }
-            (run_dir / "cloud.json").write_text(json.dumps(record, indent=2) + "\n")
+            replace_file(run_dir / "cloud.json", json.dumps(record, indent=2) + "\n")
         except BaseException as exc:
             err = self._as_error(exc)
             if req.keep_on_failure:
@@ -219,10 +218,9 @@ class Launching(Failover, Teardown):
         except Exception as exc:
             raise self.fail(exc, "creating the key pair") from exc
         path = run_dir / "id_ed25519"
-        # Created 0600 from the start: the secret never sits in a world-readable file.
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(key["KeyMaterial"].rstrip("\n") + "\n")
+        # 0600 from the start (mkstemp), renamed into place: the secret never sits in a file
+        # others can read, and never goes through a link planted at the name.
+        replace_file(path, key["KeyMaterial"].rstrip("\n") + "\n")
         created.key_file = path
         return name, path
 
