@@ -289,7 +289,8 @@ def _python_vars(
 
 def _uv_vars(install: InstallSettings) -> dict[str, Any]:
     """python_env's uv: the knowledge's release, installed with pip from install.pip's sources
-    (one install for both uses: the standalone CPython and the closure's installer)."""
+    (one install for both uses: the standalone CPython and the closure's installer), by the
+    sha256 of its wheels for each CPU (the role picks the host's)."""
     from provision.matrix import load
 
     sp = load().t.standalone_python
@@ -298,6 +299,7 @@ def _uv_vars(install: InstallSettings) -> dict[str, Any]:
     pip = install.pip
     return {
         "python_env_uv_version": sp.uv,
+        "python_env_uv_sha256": {arch: sorted(files.values()) for arch, files in sp.uv_wheels.items()},
         "python_env_pip_args": ([f"--index-url={pip.index_url}"] if pip.index_url else [])
         + pip_sources(pip.extra_index_urls, pip.find_links, pip.trusted_hosts),
     }
