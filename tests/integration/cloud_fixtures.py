@@ -13,6 +13,7 @@ images is added to the test hosts (passwordless sudo, as on EC2).
 from __future__ import annotations
 
 import base64
+import json
 import os
 import urllib.request
 from collections.abc import Iterator
@@ -29,6 +30,7 @@ from tests.hosts import harness
 from tests.integration import roles_harness as rh
 
 REGION = "us-east-1"
+CIDR = "203.0.113.7/32"  # the address `cloud up --ssh-cidr` opens port 22 to
 _AMIS: dict[str, str] = {}
 
 
@@ -116,6 +118,26 @@ def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
     out, err = capsys.readouterr()
     code = exc.value.code
     return (code if isinstance(code, int) else 1), out, err
+
+
+def up(aws: Aws, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, dict, str]:
+    """`provision cloud up --json` of one Ubuntu 22.04 instance without waiting for SSH (moto has none)."""
+    args = [
+        "cloud",
+        "up",
+        "--ssh-cidr",
+        CIDR,
+        "--ami",
+        aws.ami(),
+        "--os",
+        "ubuntu-22.04",
+        "--no-wait-ssh",
+        "--yes",
+        "--json",
+        *extra,
+    ]
+    code, out, err = run_cli(args, capsys)
+    return code, (json.loads(out) if out.strip() else {}), err
 
 
 def tags(resource: dict[str, Any]) -> dict[str, str]:

@@ -17,30 +17,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.integration.cloud_fixtures import Aws, aws, moto_url, run_cli, tags
+from tests.integration.cloud_fixtures import CIDR, Aws, aws, moto_url, run_cli, tags, up
 
 __all__ = ["aws", "moto_url"]  # fixtures used by name
-
-CIDR = "203.0.113.7/32"
-
-
-def up(aws: Aws, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, dict, str]:
-    args = [
-        "cloud",
-        "up",
-        "--ssh-cidr",
-        CIDR,
-        "--ami",
-        aws.ami(),
-        "--os",
-        "ubuntu-22.04",
-        "--no-wait-ssh",
-        "--yes",
-        "--json",
-        *extra,
-    ]
-    code, out, err = run_cli(args, capsys)
-    return code, (json.loads(out) if out.strip() else {}), err
 
 
 def test_up_ls_down_lifecycle(aws: Aws, capsys: pytest.CaptureFixture[str]) -> None:

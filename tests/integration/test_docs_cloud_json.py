@@ -15,8 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.cloud_fixtures import Aws, aws, moto_url, run_cli
-from tests.integration.test_cloud_lifecycle import up
+from tests.integration.cloud_fixtures import Aws, aws, moto_url, run_cli, up
 
 __all__ = ["aws", "moto_url"]  # fixtures used by name
 

@@ -18,12 +18,13 @@ import pytest
 
 from provision.errors import Unreachable
 from provision.hosts import gather
-from provision.hosts.inventory import HostTarget, parse_host
+from provision.hosts.inventory import parse_host
 from provision.hosts.known_hosts import fingerprint
 from provision.hosts.ssh import SSHTransport, connect
 from provision.hosts.transport import CommandTimeout
 from tests.hosts import harness
-from tests.unit.probe_fixtures import run_probe as run
+from tests.support.probe_fixtures import run_probe as run
+from tests.support.targets import target_for
 
 # Nothing listens here: the last octet is outside the range testhosts.sh hands out (.11 and up,
 # one per host), on the set's own bridge, so the SYN goes unanswered and the connect times out.
@@ -52,17 +53,6 @@ def ssh_config(hostset: harness.HostSet, path: Path, known_hosts: Path, **extra:
         lines += [f"Host {alias}", *[f"  {line}" for line in body.splitlines()], ""]
     path.write_text("\n".join(lines))
     return path
-
-
-def target_for(hostset: harness.HostSet, host: harness.TestHost, user: str, key: bool = True) -> HostTarget:
-    """A test host as an inventory would give it: address, user, the set's key and known_hosts."""
-    return HostTarget(
-        host.name,
-        host.address,
-        user=user,
-        key_file=str(hostset.key) if key else None,
-        vars={"ansible_ssh_common_args": f"-o UserKnownHostsFile={hostset.known_hosts}"},
-    )
 
 
 def root_run(hostset: harness.HostSet, name: str, command: str) -> str:

@@ -28,7 +28,7 @@ from provision.hosts.ssh import connect
 from tests.hosts import harness
 from tests.integration import roles_harness as rh
 from tests.integration import up_harness as uh
-from tests.integration.test_probe_ssh import target_for
+from tests.support.targets import target_for
 
 # The other controller: takes the lock on one host as 'deploy', says so, then waits to be killed.
 OTHER = """

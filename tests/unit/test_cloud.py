@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import json
-import socket
 import subprocess
 import sys
 from datetime import datetime, timedelta, timezone
@@ -24,34 +23,9 @@ from provision.cloud.aws.prices import cost_so_far, on_demand
 from provision.cloud.inventory import Host, host_keys_from_console, inventory_doc, write_known_hosts
 from provision.cloud.request import build_types, check_budget, parse_cidr, parse_ttl, types_for_gpu
 from provision.errors import BadInput
+from tests.support.cloud_cli import offline_aws, run_cli
 
-
-@pytest.fixture
-def offline_aws(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()  # nothing listens: any AWS request would fail to connect
-    for var in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.chdir(tmp_path)
-
-
-def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    from provision.cli.app import cli
-
-    with pytest.raises(SystemExit) as exc:
-        cli.main(args=args)
-    out, err = capsys.readouterr()
-    return int(exc.value.code or 0), out, err
+__all__ = ["offline_aws"]  # a fixture, used by name
 
 
 GOOD = ["cloud", "up", "--instance-type", "g5.xlarge", "--ssh-cidr", "203.0.113.7/32", "--ami", "ami-0abc1234"]

@@ -63,7 +63,7 @@ def test_the_host_works_out_the_flavour_probe_does(kernel: str, metas: dict[str,
 
 
 def test_a_plan_made_without_the_host_is_filled_in_on_it() -> None:
-    from tests.unit.test_distro_versions import ubuntu_entries
+    from tests.support.driver_plans import ubuntu_entries
 
     entries = ubuntu_entries(None, "580.95.05")
     variables = {
@@ -82,7 +82,7 @@ def test_a_plan_made_without_the_host_is_filled_in_on_it() -> None:
 
 def test_the_host_reads_the_version_its_kernels_modules_were_built_for() -> None:
     """The same record probe reads (apt-cache show of the running kernel's module package)."""
-    from tests.unit.probe_fixtures import fixture
+    from tests.support.probe_fixtures import fixture
 
     record = fixture("ubuntu-driver-index/hwe-22.04-show.txt").split("\n\n")[1]
     task = _task("Read the driver version of the running kernel's precompiled modules")

@@ -20,7 +20,8 @@ from provision.hosts import parse_packages as pp
 from provision.stack import distro_versions as dv
 from provision.stack.request import HostSpec, StackRequest
 from provision.stack.resolve import resolve
-from tests.unit.probe_fixtures import fixture, table_lookup
+from tests.support.driver_plans import ubuntu_entries
+from tests.support.probe_fixtures import fixture, table_lookup
 
 OPTIONS = gather.GatherOptions(lookup=table_lookup)
 
@@ -93,25 +94,6 @@ def test_kernel_flavour(kernel: str, metas: dict[str, str], flavour: str | None)
 def test_kernel_metapackages_leave_out_the_per_kernel_images() -> None:
     metas = pp.kernel_metapackages(fixture("ubuntu-driver-index/hwe-22.04-images.txt"))
     assert metas == {"generic": "5.15.0.91.88", "generic-hwe-22.04": "6.8.0.52.53~22.04.1"}
-
-
-def ubuntu_entries(facts: dict[str, Any] | None, version: str, open_modules: bool = True) -> list[tuple[str, Any]]:
-    """The driver's (name, version) entries of the package plan (the packaging table's Ubuntu
-    distro row) for a probed host (``facts``) or a described one (None)."""
-    from dataclasses import replace
-
-    from provision.matrix import load
-    from provision.stack.candidates import DriverChoice
-    from provision.stack.packages import package_plan
-    from provision.stack.request import HostSpec, StackRequest
-
-    k = load()
-    branch = k.branch(int(version.split(".", maxsplit=1)[0]))
-    assert branch is not None
-    host = replace(HostSpec.describe(gpu="L4", gpu_count=1, os="ubuntu-22.04"), probed=facts)
-    d = DriverChoice(branch, version, "distro", "open" if open_modules else "proprietary")
-    plan = package_plan(k, StackRequest.build(), host, d, [], cudnn_major=None)
-    return [(i.name, i.version) for i in plan.for_role("nvidia_driver")]
 
 
 def test_the_driver_version_comes_from_the_kernels_modules_and_the_plan_holds_the_headless_set_at_it() -> None:

@@ -84,11 +84,11 @@ def test_the_probe_document_is_as_described() -> None:
 
 
 def test_the_verify_report_is_as_described() -> None:
-    """The smoke job's report over a recorded H200 run (tests/unit/test_smoke_verdict.py), and
+    """The smoke job's report over a recorded H200 run (tests/support/smoke_records.py), and
     the document of a host that could not be verified at all, hold exactly the described keys."""
     from provision.fleet.verify import HostResult
     from provision.remote.smoke.job import build_report
-    from tests.unit.test_smoke_verdict import LOCKED, REFS, h200_record
+    from tests.support.smoke_records import LOCKED, REFS, h200_record
 
     report = build_report(h200_record(), REFS, LOCKED, argparse.Namespace(allow_cpu=False), time.monotonic())
     failed = HostResult("h1", error=BadInput("no venv", "install it")).to_json()

@@ -18,35 +18,7 @@ from packaging.version import Version
 
 from provision.matrix import load
 from provision.matrix.knowledge import build_tables
-
-DESIGN_GPUS = [
-    "K80",
-    "P100",
-    "V100",
-    "T4",
-    "A10",
-    "A10G",
-    "A30",
-    "A40",
-    "A100-40GB",
-    "A100-80GB",
-    "L4",
-    "L40",
-    "L40S",
-    "H100-PCIe",
-    "H100-SXM",
-    "H100-NVL",
-    "H200",
-    "B200",
-    "B300",
-    "GB200",
-    "RTX-3090",
-    "RTX-4090",
-    "RTX-5090",
-    "RTX-A6000",
-    "RTX-6000-Ada",
-    "RTX-PRO-6000-Blackwell",
-]
+from tests.support.design import DESIGN_GPUS
 
 # Sections whose list entries are facts that need a source; sections of plain settings do not.
 SOURCED = (

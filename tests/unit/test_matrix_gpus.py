@@ -9,7 +9,7 @@ import pytest
 
 from provision.errors import BadInput
 from provision.matrix import load
-from tests.unit.test_matrix_data import DESIGN_GPUS  # the one list of GPUs DESIGN.md names
+from tests.support.design import DESIGN_GPUS  # the one list of GPUs DESIGN.md names
 
 
 @pytest.mark.parametrize("name", DESIGN_GPUS)

@@ -307,7 +307,7 @@ def test_a_probed_host_without_an_nvidia_gpu_gets_no_driver_unless_one_is_pinned
     from provision.matrix import load
     from provision.stack.request import NO_GPU_FOUND, HostSpec, StackRequest
     from provision.stack.resolve import resolve
-    from tests.unit.probe_fixtures import fixture
+    from tests.support.probe_fixtures import fixture
 
     sections = {
         "id": "root\n0",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.probe_fixtures import run_probe as run
+from tests.support.probe_fixtures import run_probe as run
 
 
 @pytest.fixture

@@ -11,46 +11,11 @@ from provision.errors import BadInput
 from provision.hosts import facts as hf
 from provision.hosts import gather
 from provision.stack.request import HostSpec
-from tests.unit.probe_fixtures import fixture, table_lookup
-
-OPTIONS = gather.GatherOptions(lookup=table_lookup)
+from tests.support.probe_fixtures import OPTIONS, fixture, hgx_ubuntu_2204, table_lookup
 
 
 def _units(name: str) -> str:
     return fixture(f"systemctl/{name}")
-
-
-def hgx_ubuntu_2204() -> dict[str, str]:
-    return {
-        "id": "root\n0",
-        "hostname": "hgx-07",
-        "os_release": fixture("os-release/ubuntu-22.04"),
-        "uname": "5.15.0-157-generic\nx86_64",
-        "lspci": fixture("lspci/hgx-h100-8gpu.txt"),
-        "proc_modules": fixture("proc-modules/nvidia.txt"),
-        "proc_driver": fixture("proc-driver-version/open-580.txt"),
-        "modinfo": fixture("modinfo/nvidia-open-580.txt"),
-        "dpkg": fixture("dpkg/ubuntu-22.04-hgx.txt"),
-        "headers_build": "yes",
-        "apt_headers": "@@lists yes\n" + fixture("apt-cache-policy/installed.txt"),
-        "efi": "yes",
-        "mokutil": fixture("mokutil/disabled.txt"),
-        "nvidia_smi": fixture("nvidia-smi/hgx-h100-8gpu.xml"),
-        "cuda_dirs": "@@file /usr/local/cuda-12.8\n" + fixture("cuda/version-12.8.json"),
-        "nvcc": "/usr/local/cuda/bin/nvcc\n" + fixture("cuda/nvcc-12.8.txt"),
-        "cudnn_header": "@@file /usr/include/x86_64-linux-gnu/cudnn_version_v9.h\n" + fixture("cuda/cudnn_version.h"),
-        "python": "Python 3.10.12",
-        "pythons": "python3.10\n",
-        "df": fixture("df/hgx.txt"),
-        "meminfo": fixture("meminfo/hgx.txt"),
-        "nproc": "224",
-        "units": _units("ubuntu-default.txt"),
-        "processes": "systemd\nsshd\nnv-fabricmanager\n",
-        "apt_periodic": fixture("apt-config/periodic-off.txt"),
-        "runtimes": "docker /usr/bin/docker\nnvidia-ctk /usr/bin/nvidia-ctk",
-        "imds": "",
-        "locks": '{"held": [], "denied": []}',
-    }
 
 
 def test_hgx_h100_ubuntu_2204() -> None:

@@ -19,7 +19,7 @@ import pytest
 
 from provision.hosts import gather
 from provision.hosts.local import LocalTransport
-from tests.unit.probe_fixtures import table_lookup
+from tests.support.probe_fixtures import table_lookup
 
 TOKEN = "AQAEAF-test-token=="
 

@@ -19,7 +19,7 @@ from provision.hosts import gather
 from provision.hosts import parse_system as ps
 from provision.hosts.local import LocalTransport
 from tests import fakenvml
-from tests.unit.probe_fixtures import table_lookup
+from tests.support.probe_fixtures import table_lookup
 
 
 @pytest.fixture(scope="module")

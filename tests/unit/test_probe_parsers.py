@@ -7,7 +7,7 @@ import pytest
 from provision.hosts import facts as hf
 from provision.hosts import parse_packages as pp
 from provision.hosts import parse_system as ps
-from tests.unit.probe_fixtures import fixture, table_lookup
+from tests.support.probe_fixtures import fixture, table_lookup
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@ from provision.hosts.local import LocalTransport
 from provision.hosts.ssh import connect
 from provision.hosts.ssh_config import resolve_settings, ssh_trust_args
 from provision.hosts.transport import CommandTimeout, sudo_stdin, sudo_wrap
-from tests.unit.probe_fixtures import run_probe
+from tests.support.probe_fixtures import run_probe
 
 SSH_CONFIG = """
 Host gpu1

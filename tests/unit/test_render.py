@@ -25,6 +25,7 @@ from provision.ansible.render import become_answers, render_files
 from provision.ansible.rundir import write_run_dir
 from provision.ansible.settings import InstallSettings, PipSettings
 from provision.errors import BadInput
+from tests.support.run_dir import syntax_check
 
 GOLDEN = Path(__file__).parent / "golden" / "render"
 OS_RELEASES = ["ubuntu-22.04", "ubuntu-24.04", "debian-13", "debian-12", "rhel-9", "rocky-9", "amzn-2023"]
@@ -51,19 +52,6 @@ def test_rendered_glue_matches_golden_files(os_id: str) -> None:
             (folder / rel).write_text(text)
     expected = {str(p.relative_to(folder)): p.read_text() for p in folder.rglob("*") if p.is_file()}
     assert files == expected
-
-
-def syntax_check(run: Path) -> None:
-    """`ansible-playbook --syntax-check site.yml` in a written run dir passes."""
-    bindir = Path(sys.executable).parent
-    result = subprocess.run(
-        [str(bindir / "ansible-playbook"), "--syntax-check", "site.yml"],
-        cwd=run,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"},
-    )
-    assert result.returncode == 0, result.stderr
 
 
 @pytest.mark.parametrize("os_id", OS_RELEASES)

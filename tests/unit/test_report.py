@@ -1,4 +1,4 @@
-"""report.html's host sections, from a run's report.json (tests/unit/report_docs.py builds it with
+"""report.html's host sections, from a run's report.json (tests/support/report_docs.py builds it with
 the resolver, the smoke job's own verdict and `up`'s records): the stack locked beside what the
 host has, every check with value, unit, pass line and result, and the verdict with its reason."""
 
@@ -14,7 +14,7 @@ import pytest
 
 from provision.fleet.report import checks_table, pass_line, reasons, render_html, stack_rows
 from provision.stack.drift import expected_versions
-from tests.unit import report_docs
+from tests.support import report_docs
 
 SVG = "{http://www.w3.org/2000/svg}"
 

@@ -1,6 +1,6 @@
 """report.html in a real browser: headless Chromium renders a fleet's report to a PNG.
 
-The page is rendered from a report.json document as `up` writes it (tests/unit/report_docs.py:
+The page is rendered from a report.json document as `up` writes it (tests/support/report_docs.py:
 four hosts, one passing, one with a slow GPU and a torch that left the lock, one whose apply
 failed, one CPU host), with roles of long names added, as a site's own roles would be. The PNG
 stays in the test's tmp dir; with PROVISION_REPORT_SHOT=path it is also copied there, for a
@@ -18,7 +18,7 @@ import pytest
 
 from provision.fleet.report import write_html
 from tests.prereq import missing
-from tests.unit import report_docs
+from tests.support import report_docs
 
 WIDTH, HEIGHT = 1280, 4400
 LONG_ROLES = {

@@ -24,7 +24,7 @@ from provision.ansible.role_vars import group_vars
 from provision.ansible.rundir import write_run_dir
 from provision.ansible.settings import InstallSettings
 from provision.resources import playbooks_dir
-from tests.unit.test_render import syntax_check
+from tests.support.run_dir import syntax_check
 
 ROLES = playbooks_dir() / "roles"
 GOLDEN = Path(__file__).parent / "golden" / "render"

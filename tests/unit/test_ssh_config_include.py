@@ -15,7 +15,7 @@ import pytest
 from provision.errors import BadInput
 from provision.hosts.inventory import parse_host
 from provision.hosts.ssh_config import resolve_settings
-from tests.unit.probe_fixtures import run_probe
+from tests.support.probe_fixtures import run_probe
 
 
 def _ssh_g(config: Path, host: str, home: Path) -> tuple[int, dict[str, str], str]:

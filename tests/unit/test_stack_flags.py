@@ -14,7 +14,7 @@ import pytest
 
 from provision.stack.lock import read_lock
 from tests.cli_run import provision
-from tests.unit.test_cloud import offline_aws, run_cli
+from tests.support.cloud_cli import offline_aws, run_cli
 
 __all__ = ["offline_aws"]
 

@@ -1,6 +1,6 @@
 """The launch options `cloud up` and `up --cloud` share: declared once, gathered into LaunchArgs.
 
-No AWS here: AWS_ENDPOINT_URL points at a closed loopback port (see test_cloud.offline_aws), so a
+No AWS here: AWS_ENDPOINT_URL points at a closed loopback port (see tests/support/cloud_cli.py), so a
 command that got past its checks would fail with exit 1, not 2.
 """
 
@@ -15,7 +15,7 @@ from provision.cli.cloud import launch_options
 from provision.cli.cloud import up as cloud_up
 from provision.cli.up import up
 from provision.cloud.launcher import LaunchArgs
-from tests.unit.test_cloud import offline_aws, run_cli
+from tests.support.cloud_cli import offline_aws, run_cli
 
 __all__ = ["offline_aws"]
 

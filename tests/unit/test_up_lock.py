@@ -25,7 +25,7 @@ from provision.hosts import gather
 from provision.stack.drift import host_differences
 from provision.stack.lock import Lock, read_lock
 from provision.stack.request import HostSpec
-from tests.unit.test_probe_facts import OPTIONS, hgx_ubuntu_2204
+from tests.support.probe_fixtures import OPTIONS, hgx_ubuntu_2204
 
 
 def _lock(tmp_path: Path, assume: str) -> Lock:

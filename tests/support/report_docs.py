@@ -26,7 +26,7 @@ from provision.stack.drift import expected_versions
 from provision.stack.lock import LockGroup
 from provision.stack.request import HostSpec, StackRequest
 from provision.stack.resolve import resolve
-from tests.unit.test_smoke_verdict import h200_record
+from tests.support.smoke_records import h200_record
 
 REFS: dict[str, Any] = json.loads((DIR / "references.json").read_text())
 
