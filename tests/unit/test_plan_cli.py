@@ -15,6 +15,7 @@ from provision.ansible.settings import InstallSettings
 from provision.errors import BadInput
 from provision.stack.lock import read_lock
 from tests.cli_run import provision
+from tests.support.run_dir import syntax_check
 
 BIN = Path(sys.executable).parent
 
@@ -38,14 +39,7 @@ def test_assume_writes_lock_and_a_run_dir_plain_ansible_accepts(tmp_path: Path) 
     run = tmp_path / "run"
     assert (run / "provision.lock").read_text() == (tmp_path / "provision.lock").read_text()
     assert sorted(p.name for p in (run / "group_vars").iterdir()) == ["all.yml", f"{group.name}.yml"]
-    check = subprocess.run(
-        [str(BIN / "ansible-playbook"), "--syntax-check", "site.yml"],
-        cwd=run,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"},
-    )
-    assert check.returncode == 0, check.stderr
+    syntax_check(run)
 
 
 def test_human_output_says_what_changes_and_how_to_apply(tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ from provision.ansible.settings import InstallSettings, PipSettings, split_crede
 from provision.errors import BadInput
 from provision.fleet.cache.tunnel import host_vars
 from provision.fleet.cache.wheels import WheelSet, netrc_env
+from tests.support.run_dir import syntax_check
 
 GOLDEN = Path(__file__).parent / "golden" / "render"
 HOSTS = {"gpu-1.example": {"ansible_host": "10.0.0.1"}}
@@ -116,15 +117,7 @@ def test_the_run_dir_is_private_and_passes_ansible_syntax_check(tmp_path: Path) 
     for path in [out, *out.rglob("*")]:
         mode = path.stat().st_mode
         assert not mode & 0o077, f"{path} is {stat.filemode(mode)}"
-    bindir = Path(sys.executable).parent
-    result = subprocess.run(
-        [str(bindir / "ansible-playbook"), "--syntax-check", "site.yml"],
-        cwd=out,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"},
-    )
-    assert result.returncode == 0, result.stderr
+    syntax_check(out)
     # planned again without credentials: the old secrets.yml does not stay behind
     write_run_dir(out, lock, json.dumps(lock), HOSTS, InstallSettings())
     assert not (out / "secrets.yml").exists()
