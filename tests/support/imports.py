@@ -17,8 +17,9 @@ REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "provision"
 
 
-def sources() -> list[Path]:
-    return sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
+def sources(root: Path = PACKAGE) -> list[Path]:
+    """The Python files under ``root`` (provision/ unless told), sorted."""
+    return sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)
 
 
 @functools.cache

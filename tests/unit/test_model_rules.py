@@ -10,20 +10,10 @@ keeps the tests' own rule: no test module imports another (shared helpers are in
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
 from pathlib import Path
 
-from tests.support.imports import (
-    PACKAGE,
-    REPO,
-    component,
-    cycles,
-    import_graph,
-    import_nodes,
-    imported,
-    module_name,
-    parse,
-)
+from tests.support import imports
+from tests.support.imports import PACKAGE, REPO, parse, sources
 
 TESTS = REPO / "tests"
 
@@ -49,10 +39,6 @@ PLAN_PARAMETERS_CEILING = 16
 KNOWN_CYCLES: set[frozenset[str]] = {frozenset({"provision.cloud", "provision.fleet"})}
 
 _LOOSE_MAPPINGS = {"dict", "Dict", "Mapping", "MutableMapping"}
-
-
-def _modules(root: Path) -> Iterator[Path]:
-    yield from sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)
 
 
 def _rel(path: Path) -> str:
@@ -100,7 +86,7 @@ def loose_parameters() -> list[str]:
     """``path:line function(parameter: annotation)`` for each loose parameter in LOOSE_PACKAGES."""
     found = []
     for package in LOOSE_PACKAGES:
-        for path in _modules(PACKAGE / package):
+        for path in sources(PACKAGE / package):
             for node in ast.walk(parse(path)):
                 if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                     continue
@@ -126,9 +112,11 @@ def fleet_imports_of_cloud() -> list[str]:
     """``path:line`` of each import statement in provision/fleet/ that names provision.cloud."""
     return [
         f"{_rel(path)}:{node.lineno}"
-        for path in _modules(PACKAGE / "fleet")
-        for node in import_nodes(parse(path), type_checking=True)
-        if any(name == "provision.cloud" or name.startswith("provision.cloud.") for name, _ in imported(path, node))
+        for path in sources(PACKAGE / "fleet")
+        for node in imports.import_nodes(parse(path), type_checking=True)
+        if any(
+            name == "provision.cloud" or name.startswith("provision.cloud.") for name, _ in imports.imported(path, node)
+        )
     ]
 
 
@@ -154,7 +142,7 @@ def test_plan_takes_no_more_parameters() -> None:
     # the planning stage's plan(), wherever the renovation puts it (cli/plan.py's command is not it)
     plans = [
         (path, node)
-        for path in _modules(PACKAGE)
+        for path in sources(PACKAGE)
         if PACKAGE / "cli" not in path.parents
         for node in parse(path).body
         if isinstance(node, ast.FunctionDef) and node.name == "plan"
@@ -169,11 +157,11 @@ def test_plan_takes_no_more_parameters() -> None:
 
 def package_cycles(graph: dict[str, set[str]]) -> dict[frozenset[str], list[str]]:
     """{the packages of each strongly connected component: one cycle through it}."""
-    return {frozenset(component(graph, c[0])): c for c in cycles(graph)}
+    return {frozenset(imports.component(graph, c[0])): c for c in imports.cycles(graph)}
 
 
 def test_no_new_import_cycle_between_packages() -> None:
-    found = package_cycles(package_graph(import_graph(type_checking=True)))
+    found = package_cycles(package_graph(imports.import_graph(type_checking=True)))
     new = [" -> ".join(c) for packages, c in found.items() if not any(packages <= k for k in KNOWN_CYCLES)]
     assert new == [], (
         "provision's packages import each other: move what both need down into a package both may import "
@@ -186,15 +174,15 @@ def test_no_new_import_cycle_between_packages() -> None:
 def test_no_test_module_imports_another() -> None:
     """Shared helpers live in tests/support/ (or fixtures in a conftest.py), not in test modules:
     a test module imported by another runs its module code twice under two names and ties the two."""
-    modules = list(_modules(TESTS))
-    tests = {module_name(p) for p in modules if p.name.startswith("test_")}
+    modules = sources(TESTS)
+    tests = {imports.module_name(p) for p in modules if p.name.startswith("test_")}
     found = sorted(
         {
             f"{_rel(path)}:{node.lineno} imports {name}"
             for path in modules
-            for node in import_nodes(parse(path), type_checking=True)
-            for name, _ in imported(path, node)
-            if name in tests and name != module_name(path)
+            for node in imports.import_nodes(parse(path), type_checking=True)
+            for name, _ in imports.imported(path, node)
+            if name in tests and name != imports.module_name(path)
         }
     )
     assert found == [], "move what they share into tests/support/ (or a fixture in a conftest.py):\n" + "\n".join(found)
