@@ -23,14 +23,18 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.parse
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+import yaml
 
+from provision.ansible.settings import InstallSettings
 from tests.hosts import harness
 from tests.integration import roles_harness as rh
 from tests.integration.up_harness import up_env
@@ -38,6 +42,7 @@ from tests.integration.up_harness import up_env
 pytestmark = pytest.mark.slow  # installs torch on a host
 
 INDEX_TOKEN = "idx-Tok3n-5ecret"
+APT_TOKEN = "apt-Tok3n-5ecret"
 PROXY_TOKEN = "prx-Tok3n-5ecret"
 AWS_SECRET = "fakeAWSsecret/Do-not-leak-0123456789"
 SECRETS = (INDEX_TOKEN, PROXY_TOKEN, AWS_SECRET)
@@ -326,3 +331,107 @@ def test_credentials_stay_out_of_ps_and_of_files_others_can_read(
 def _open_to_others(top: Path) -> list[str]:
     """What under ``top`` group or others may read or enter (folders 0700, files 0600 at most)."""
     return [f"{path} is {stat.filemode(path.stat().st_mode)}" for path in _walk(top) if path.stat().st_mode & 0o077]
+
+
+@contextmanager
+def login_mirror(address: str, upstream: str, login: str) -> Iterator[tuple[str, list[tuple[str, bool]]]]:
+    """A Debian mirror on ``address`` that answers only to Basic ``login``: every GET it is allowed
+    is fetched from ``upstream`` (the controller's Debian mirror). Yields its URL (no login) and the
+    list of (path, authorized) of every request it got."""
+    expected = "Basic " + base64.b64encode(login.encode()).decode()
+    seen: list[tuple[str, bool]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            ok = self.headers.get("Authorization") == expected
+            seen.append((self.path, ok))
+            if not ok:
+                self.send_response(401)
+                self.send_header("WWW-Authenticate", 'Basic realm="test mirror"')
+                self.end_headers()
+                return
+            try:
+                with urllib.request.urlopen(upstream + self.path.removeprefix("/debian"), timeout=60) as got:
+                    body = got.read()
+            except urllib.error.HTTPError as exc:
+                self.send_response(exc.code)
+                self.end_headers()
+                return
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer((address, _free_port(address)), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://{address}:{server.server_address[1]}/debian", seen
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_an_apt_mirror_login_is_only_in_apts_root_only_file(testhosts: harness.HostSet, tmp_path: Path) -> None:
+    """install.apt.mirror with a login (issue 25, item 6): the nvidia_driver role's Debian sources
+    tasks, as the distro method runs them, with the run dir provision renders (secrets.yml as the
+    play's vars_files); then the host's own `apt-get update` reaches the login mirror. The
+    DKMS driver install after them is test_roles.py's; only the sources part runs here."""
+    host = testhosts.hosts[-1]
+    gw = f"{testhosts.net}.1"
+    rh.reach_bridge_directly(testhosts, host)  # the hosts' filtering proxy passes only Debian and PyPI
+    with login_mirror(gw, "http://deb.debian.org/debian", f"apt:{APT_TOKEN}") as (mirror, seen):
+        group = rh.lock_group("mirror", [host.name], gpu="L4", gpu_count=1, os="debian-12", install_method="distro")
+        install = InstallSettings(apt_mirror=mirror.replace("http://", f"http://apt:{APT_TOKEN}@"))
+        run = rh.render(tmp_path / "run", testhosts, host, group, install=install)
+        holders = sorted(str(p.relative_to(run)) for p in _walk(run) if p.is_file() and APT_TOKEN in p.read_text())
+        assert holders == ["secrets.yml"]
+        (run / "mirror.yml").write_text(
+            yaml.safe_dump(
+                [
+                    {
+                        "hosts": "all",
+                        "become": True,
+                        "vars_files": ["secrets.yml"],
+                        "tasks": [
+                            {"ansible.builtin.include_role": {"name": "nvidia_driver", "tasks_from": "debian-sources"}},
+                            {"ansible.builtin.apt": {"update_cache": True}},
+                        ],
+                    }
+                ]
+            )
+        )
+        applied = subprocess.run(
+            [str(rh.BIN / "ansible-playbook"), "mirror.yml"],
+            cwd=run,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env={**os.environ, "PATH": f"{rh.BIN}:{os.environ['PATH']}", "ANSIBLE_NOCOLOR": "1"},
+        )
+        try:
+            assert applied.returncode == 0, applied.stdout[-3000:]
+            assert APT_TOKEN not in applied.stdout + applied.stderr
+            # apt fetched the mirror's lists with the login, and only with it
+            fetched = [path for path, ok in seen if ok]
+            assert any(path.endswith("/InRelease") for path in fetched), seen[-20:]
+            # the host: the login in apt's root-only file alone, none in the world-readable sources
+            left = rh.ssh(
+                testhosts,
+                host,
+                f"grep -rlF {APT_TOKEN} /etc /var/lib/apt /var/log /root /tmp 2>/dev/null | "
+                "xargs -r stat -c '%n %a %U'; grep -c 'http://[^ ]*@' /etc/apt/sources.list.d/provision-debian-nonfree.list",
+                check=False,
+            )
+            assert left.splitlines() == ["/etc/apt/auth.conf.d/provision-debian-mirror.conf 600 root", "0"], left
+        finally:
+            rh.ssh(
+                testhosts,
+                host,
+                "rm -f /etc/apt/auth.conf.d/provision-debian-mirror.conf "
+                f"/etc/apt/sources.list.d/provision-debian-nonfree.list /var/lib/apt/lists/{gw}[:_]*",
+                check=False,
+            )
