@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 import yaml
@@ -54,20 +55,64 @@ def _free_port(host: str) -> int:
         return int(s.getsockname()[1])
 
 
+class _LoginHandler(BaseHTTPRequestHandler):
+    """Answers only to the Basic login ``expected``; every request's (path, authorized) goes into ``seen``."""
+
+    expected = ""
+    seen: ClassVar[list[tuple[str, bool]]] = []  # each server sets its own (_login_server)
+
+    def authorized(self) -> bool:
+        ok = self.headers.get("Authorization") == self.expected
+        self.seen.append((self.path, ok))
+        if not ok:
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", 'Basic realm="test"')
+            self.end_headers()
+        return ok
+
+    def send_body(self, body: bytes, kind: str, with_body: bool = True) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if with_body:
+            self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@contextmanager
+def _login_server(
+    address: str, login: str, handler: type[_LoginHandler], path: str
+) -> Iterator[tuple[str, list[tuple[str, bool]]]]:
+    """``handler`` served on ``address`` for ``login``: yields its URL + ``path`` (no login) and what it saw."""
+    seen: list[tuple[str, bool]] = []
+    expected = "Basic " + base64.b64encode(login.encode()).decode()
+    server = ThreadingHTTPServer(
+        (address, _free_port(address)), type("Handler", (handler,), {"expected": expected, "seen": seen})
+    )
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://{address}:{server.server_address[1]}{path}", seen
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 @contextmanager
 def login_index(address: str, wheels: Path, login: str) -> Iterator[tuple[str, list[tuple[str, bool]]]]:
     """A PEP 503 simple index of ``wheels`` on ``address`` that answers only to Basic ``login``.
 
     Yields its URL (no login) and the list of (path, authorized) of every request it got."""
-    expected = "Basic " + base64.b64encode(login.encode()).decode()
-    seen: list[tuple[str, bool]] = []
     projects: dict[str, list[str]] = {}
     for wheel in sorted(wheels.glob("*.whl")):
         projects.setdefault(re.sub(r"[-_.]+", "-", wheel.name.split("-")[0]).lower(), []).append(wheel.name)
 
     hashes = {n: hashlib.sha256((wheels / n).read_bytes()).hexdigest() for names in projects.values() for n in names}
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(_LoginHandler):
         # Links carry #sha256= as real indexes publish it (the plan locks the wheel closure by it),
         # and HEAD is answered (pip's metadata-only path asks it first; without Accept-Ranges it
         # then fetches the whole wheel).
@@ -78,42 +123,20 @@ def login_index(address: str, wheels: Path, login: str) -> Iterator[tuple[str, l
             self._answer(with_body=False)
 
         def _answer(self, with_body: bool) -> None:
-            ok = self.headers.get("Authorization") == expected
-            seen.append((self.path, ok))
-            if not ok:
-                self.send_response(401)
-                self.send_header("WWW-Authenticate", 'Basic realm="test index"')
-                self.end_headers()
+            if not self.authorized():
                 return
             parts = [urllib.parse.unquote(p) for p in self.path.split("?")[0].split("/") if p]
             if len(parts) == 2 and parts[0] == "simple" and parts[1] in projects:
                 links = (f'<a href="/files/{n}#sha256={hashes[n]}">{n}</a>\n' for n in projects[parts[1]])
-                self._send("".join(links).encode(), "text/html", with_body)
+                self.send_body("".join(links).encode(), "text/html", with_body)
             elif len(parts) == 2 and parts[0] == "files" and (wheels / parts[1]).is_file():
-                self._send((wheels / parts[1]).read_bytes(), "application/octet-stream", with_body)
+                self.send_body((wheels / parts[1]).read_bytes(), "application/octet-stream", with_body)
             else:
                 self.send_response(404)
                 self.end_headers()
 
-        def _send(self, body: bytes, kind: str, with_body: bool) -> None:
-            self.send_response(200)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            if with_body:
-                self.wfile.write(body)
-
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer((address, _free_port(address)), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://{address}:{server.server_address[1]}/simple", seen
-    finally:
-        server.shutdown()
-        server.server_close()
+    with _login_server(address, login, Handler, "/simple") as served:
+        yield served
 
 
 @contextmanager
@@ -338,17 +361,10 @@ def login_mirror(address: str, upstream: str, login: str) -> Iterator[tuple[str,
     """A Debian mirror on ``address`` that answers only to Basic ``login``: every GET it is allowed
     is fetched from ``upstream`` (the controller's Debian mirror). Yields its URL (no login) and the
     list of (path, authorized) of every request it got."""
-    expected = "Basic " + base64.b64encode(login.encode()).decode()
-    seen: list[tuple[str, bool]] = []
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(_LoginHandler):
         def do_GET(self) -> None:
-            ok = self.headers.get("Authorization") == expected
-            seen.append((self.path, ok))
-            if not ok:
-                self.send_response(401)
-                self.send_header("WWW-Authenticate", 'Basic realm="test mirror"')
-                self.end_headers()
+            if not self.authorized():
                 return
             try:
                 with urllib.request.urlopen(upstream + self.path.removeprefix("/debian"), timeout=60) as got:
@@ -357,22 +373,10 @@ def login_mirror(address: str, upstream: str, login: str) -> Iterator[tuple[str,
                 self.send_response(exc.code)
                 self.end_headers()
                 return
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            self.send_body(body, "application/octet-stream")
 
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer((address, _free_port(address)), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://{address}:{server.server_address[1]}/debian", seen
-    finally:
-        server.shutdown()
-        server.server_close()
+    with _login_server(address, login, Handler, "/debian") as served:
+        yield served
 
 
 def test_an_apt_mirror_login_is_only_in_apts_root_only_file(testhosts: harness.HostSet, tmp_path: Path) -> None:
