@@ -15,6 +15,7 @@ from typing import Any
 
 from provision.ansible.checks import _check_url
 from provision.errors import BadInput
+from provision.files import load_yaml
 from provision.stack.request import DRIVER_FORMS, DRIVER_SPEC, PYTHON_SOURCES
 
 # install.lock_closure's choices, the default first (docs/explanation/design.md, "The lock")
@@ -269,7 +270,7 @@ def load_config(path: Path | str) -> Config:
     except OSError as exc:
         raise BadInput(f"cannot read config {p}: {exc.strerror}", "check the file's permissions") from None
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text, str(p))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""

@@ -23,6 +23,7 @@ from typing import Any, TextIO
 
 from provision.ansible.rundir import private_umask
 from provision.errors import OperationFailed, redact
+from provision.files import replace_file
 
 # Events that end a task on one host; the key is the runner's event name.
 _HOST_RESULT_EVENTS = {
@@ -360,7 +361,7 @@ def _forget_environment(command_file: Path) -> None:
         return
     if isinstance(doc, dict) and "env" in doc:
         doc.pop("env")
-        command_file.write_text(json.dumps(doc, ensure_ascii=False), encoding="utf-8")
+        replace_file(command_file, json.dumps(doc, ensure_ascii=False))
 
 
 @contextmanager

@@ -204,12 +204,9 @@ def plan(
         check_locked_names(locked, [t.name for t in targets])  # before any host is contacted
     for t in targets:  # the apply's ssh trusts what the probe trusts (before any contact)
         if t.target is not None and not t.target.local and assume is None:
-            from provision.hosts.ssh_config import ssh_trust_args
+            from provision.hosts.ssh_config import ssh_trust_vars
 
-            given = t.connection.get("ansible_ssh_common_args")
-            t.connection["ansible_ssh_common_args"] = ssh_trust_args(t.target, ssh_config) + (
-                f" {given}" if given else ""
-            )
+            t.connection.update(ssh_trust_vars(t.target, ssh_config))
     unprobed: list[ProbeFailure] = []
     if assume is not None:
         for t in targets:
@@ -497,8 +494,12 @@ def _local_connection() -> dict[str, Any]:
     return {"ansible_connection": "local", **({"ansible_python_interpreter": str(system)} if system.exists() else {})}
 
 
+TRUST_VARS = frozenset({"ansible_ssh_args", "ansible_host_key_checking", "ansible_ssh_host_key_checking"})
+
+
 def _connection_vars(t: HostTarget) -> dict[str, Any]:
-    out: dict[str, Any] = {k: v for k, v in t.vars.items() if k.startswith("ansible_")}
+    # the trust variables are ours alone (ssh_trust_vars): a user's would never reach the run dir
+    out: dict[str, Any] = {k: v for k, v in t.vars.items() if k.startswith("ansible_") and k not in TRUST_VARS}
     if t.local:
         out.update(_local_connection())
     elif t.address != t.name:

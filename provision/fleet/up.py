@@ -122,7 +122,7 @@ def _up(
     on_phase: Callable[[str], None] | None,
     on_total: Callable[[int | None], None] | None,
 ) -> UpResult:
-    from provision.ansible.rundir import private_dir
+    from provision.files import private_dir
     from provision.fleet.planning import check_inputs, plan
     from provision.fleet.state import State, state_path
     from provision.stack.drift import expected_versions
