@@ -107,13 +107,18 @@ def check_user_sets(overrides: Mapping[str, Any]) -> None:
     (``--set nvidia_driver_kernel=6.10`` is 6.1) has lost the text typed: quote it.
     """
     from provision.ansible.role_vars import LOCK_OWNED
-    from provision.ansible.settings import split_credential
+    from provision.ansible.settings import CREDENTIAL_VARS, split_credential
 
     specs = role_argument_specs()
     for name, value in overrides.items():
         instead = LOCK_OWNED.get(name)
         if instead is not None:
             raise BadInput(f"--set {name}: the lock decides this variable, not --set", f"use {instead}")
+        if name in CREDENTIAL_VARS:  # --set would write it into group_vars
+            raise BadInput(
+                f"--set {name}: a login is never given on the command line",
+                "give it in the URL of install.apt.mirror (provision keeps it in the run's 0600 secrets.yml)",
+            )
         for url in set_urls(name, value):
             bare, login = split_credential(url)
             if login is not None:

@@ -90,6 +90,8 @@ class InstallSettings:
 CREDENTIALS_DIR = "/root/.provision-credentials"
 # Characters a netrc token cannot carry unquoted (Python's netrc, which pip's requests reads).
 _NETRC_UNSAFE = re.compile(r"[\s\"'#\\]")
+# The role variables only secrets.yml may give (Credentials.role_vars): `--set` of one is refused.
+CREDENTIAL_VARS = frozenset({"nvidia_driver_debian_mirror_auth"})
 
 
 @dataclass(frozen=True)
@@ -105,8 +107,8 @@ class Credentials:
         return bool(self.netrc or self.proxy or self.apt_auth)
 
     def role_vars(self) -> dict[str, str]:
-        """The role variables that carry a credential: secrets.yml gives them (the play's
-        vars_files), never group_vars."""
+        """The role variables that carry a credential (:data:`CREDENTIAL_VARS`): secrets.yml
+        gives them (the play's vars_files), never group_vars."""
         return {"nvidia_driver_debian_mirror_auth": self.apt_auth} if self.apt_auth else {}
 
     def files(self) -> list[dict[str, str]]:

@@ -128,6 +128,7 @@ ZEROS = "0" * 40
             "'other' is no repository of the lock",
         ),
         ("nvidia_driver_debian_mirror=http://u:TOKEN-set@x/debian", "http://x/debian is given with a login"),
+        ("nvidia_driver_debian_mirror_auth=machine x login u password TOKEN-set", "a login is never given on"),
     ],
 )
 def test_a_set_url_or_key_that_is_not_the_plans_is_refused_before_anything_is_written(
