@@ -18,8 +18,11 @@ import pytest
 import yaml
 
 from provision.ansible.apply import _message
+from provision.config import load_config
 from provision.errors import redact
 from provision.fleet.cache.wheels import WheelSet
+from provision.fleet.planning import plan
+from provision.stack.lock import read_lock
 from tests.cli_run import provision
 
 TOKENS = ("TOKEN-idx", "TOKEN-fl", "TOKEN-apt")
@@ -82,7 +85,7 @@ def test_logins_are_shown_redacted_and_written_only_to_secrets_yml(tmp_path: Pat
     # argv and the logins through a private netrc (closure.lock_closures, wheels.netrc_env)
     ws = WheelSet.from_group_vars(role_vars, {"python": role_vars["python_env_python"], "arch": "x86_64"})
     assert ws is not None
-    argv = [a for index, _ in ws.installs for a in ws.source_args(index)]
+    argv = [a for _, index in ws.installs for a in ws.source_args(index)]
     assert "--find-links=https://w.example/wheels/" in argv and not any(t in " ".join(argv) for t in TOKENS)
 
 
@@ -183,3 +186,23 @@ def test_a_tampered_lock_is_refused_before_any_host_is_contacted(
     assert rc == 2 and err.count("\n") == 1 and error in err, err
     if edit != "requirement":
         assert "the lock's repository cuda is not the knowledge's for debian-12" in err
+
+
+def test_a_lock_without_a_wheel_closure_says_so_in_plan_and_up_lock(tmp_path: Path) -> None:
+    """This machine probed for real (read-only): `plan --local` with install.lock_closure: never,
+    then the plan `up --lock` makes from that lock (planning.plan with ``locked``, nothing applied)."""
+    (tmp_path / "p.yaml").write_text("stack: {frameworks: ['torch==2.13.0+cpu']}\ninstall: {lock_closure: never}\n")
+    r = provision("plan", "--local", "-c", "p.yaml", "--out", "run", "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    [note] = [n for n in json.loads(r.stdout)["notes"] if "not locked by hash" in n]
+    locked = read_lock(tmp_path / "provision.lock")
+    assert not locked.groups[0].python_packages
+    again = plan(
+        config=load_config(tmp_path / "p.yaml"),
+        local=True,
+        locked=locked,
+        out=tmp_path / "up-run",
+        lock_path=tmp_path / "up.lock",
+        bundle_roles=False,
+    )
+    assert note in again.notes
