@@ -46,7 +46,8 @@ INDEX_TOKEN = "idx-Tok3n-5ecret"
 APT_TOKEN = "apt-Tok3n-5ecret"
 PROXY_TOKEN = "prx-Tok3n-5ecret"
 AWS_SECRET = "fakeAWSsecret/Do-not-leak-0123456789"
-SECRETS = (INDEX_TOKEN, PROXY_TOKEN, AWS_SECRET)
+SECRETS = (INDEX_TOKEN, PROXY_TOKEN, APT_TOKEN, AWS_SECRET)
+TOKENS = (INDEX_TOKEN, PROXY_TOKEN, APT_TOKEN)
 
 
 def _free_port(host: str) -> int:
@@ -240,7 +241,10 @@ def test_credentials_stay_out_of_ps_and_of_files_others_can_read(
         config.write_text(
             f"stack: {{frameworks: ['{harness.TORCH_CPU}+cpu'], driver: none}}\n"
             f"install: {{pip: {{index_url: '{index_with_login}', trusted_hosts: ['{index.split('/')[2]}']}}, "
-            f"apt: {{proxy: '{proxy_with_login}'}}, cache: off}}\n"
+            # a Debian mirror login too (issue 25): this run's roles never reach the mirror (no
+            # driver), but its login travels through plan, up and the play like the others
+            f"apt: {{proxy: '{proxy_with_login}', mirror: 'http://apt:{APT_TOKEN}@deb.example/debian'}}, "
+            "cache: off}\n"
             "verify: {allow_cpu: true}\n"
         )
         env = {**up_env(), "AWS_SECRET_ACCESS_KEY": AWS_SECRET, "AWS_ACCESS_KEY_ID": "AKIAFAKEFAKEFAKE"}
@@ -271,6 +275,9 @@ def test_credentials_stay_out_of_ps_and_of_files_others_can_read(
             timeout=600,
         )
         assert planned.returncode == 0, planned.stderr
+        # what plan prints names the login index with its login redacted (errors.redact)
+        leaks += [f"plan printed {s}" for s in SECRETS if s in planned.stdout + planned.stderr]
+        assert "http://***@" in planned.stdout + planned.stderr, planned.stdout
         leaks += _open_to_others(out)
         leaks += [
             f"plan --out: {p.relative_to(out)} holds a secret"
@@ -308,6 +315,7 @@ def test_credentials_stay_out_of_ps_and_of_files_others_can_read(
         report = run_dir / "report.json"
         details = json.loads(report.read_text())["details"] if report.exists() else []
         assert r.returncode == 0 and doc["ok"], ([d.get("message") for d in details], r.stderr[-2000:])
+        leaks += [f"up printed {s}" for s in SECRETS if s in r.stdout + r.stderr]
         # pip got its wheels from the login index, with the login (and only through the proxy's login)
         assert any(path.startswith("/files/torch-") and ok for path, ok in seen), seen[-20:]
         assert all(ok for path, ok in seen if path.startswith("/files/")), seen
@@ -328,7 +336,7 @@ def test_credentials_stay_out_of_ps_and_of_files_others_can_read(
                 text = path.read_text(errors="replace")
                 if AWS_SECRET in text:
                     leaks.append(f"up: {path.relative_to(run_dir)} holds the controller's AWS secret")
-                if path.name != "secrets.yml" and (INDEX_TOKEN in text or PROXY_TOKEN in text):
+                if path.name != "secrets.yml" and any(t in text for t in TOKENS):
                     leaks.append(f"up: {path.relative_to(run_dir)} holds a token")
         # the runner's own record of the run keeps no environment
         commands = list(run_dir.rglob("artifacts/*/command"))
@@ -342,7 +350,7 @@ def test_credentials_stay_out_of_ps_and_of_files_others_can_read(
             testhosts,
             host,
             "ls -d /root/.provision-credentials 2>/dev/null; grep -rlF -e "
-            f"{INDEX_TOKEN} -e {PROXY_TOKEN} /etc /opt/provision /tmp /root /var/log 2>/dev/null",
+            f"{INDEX_TOKEN} -e {PROXY_TOKEN} -e {APT_TOKEN} /etc /opt/provision /tmp /root /var/log 2>/dev/null",
             check=False,
         )
         leaks += [f"{host.name}: {line}" for line in left.split()]
