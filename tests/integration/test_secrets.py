@@ -28,7 +28,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import ClassVar
 
@@ -38,6 +38,7 @@ import yaml
 from provision.ansible.settings import InstallSettings
 from tests.hosts import harness
 from tests.integration import roles_harness as rh
+from tests.integration import standin_repo as sr
 from tests.integration.up_harness import up_env
 
 pytestmark = pytest.mark.slow  # installs torch on a host
@@ -90,16 +91,8 @@ def _login_server(
     """``handler`` served on ``address`` for ``login``: yields its URL + ``path`` (no login) and what it saw."""
     seen: list[tuple[str, bool]] = []
     expected = "Basic " + base64.b64encode(login.encode()).decode()
-    server = ThreadingHTTPServer(
-        (address, _free_port(address)), type("Handler", (handler,), {"expected": expected, "seen": seen})
-    )
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://{address}:{server.server_address[1]}{path}", seen
-    finally:
-        server.shutdown()
-        server.server_close()
+    with sr.serve_handler(type("Handler", (handler,), {"expected": expected, "seen": seen}), address) as url:
+        yield url + path, seen
 
 
 @contextmanager
