@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from provision.ansible.checks import _URL
+from provision.ansible.checks import _check_url
 from provision.errors import BadInput
 from provision.files import load_yaml
 from provision.stack.request import DRIVER_FORMS, DRIVER_SPEC, PYTHON_SOURCES
@@ -347,13 +347,15 @@ def _url(value: Any, key: str, where: str) -> str | None:
     text = _string(value, key, where)
     if text is None:
         return None
-    if not _URL.match(text):  # render's own check (provision.ansible.checks), so both agree
+    try:
+        _check_url(text, key)  # render's own check (provision.ansible.checks), so both agree
+    except BadInput:
         raise _bad(
             where,
             key,
             f"must be an http(s):// or file:// URL (got {text!r})",
             f"e.g. {key.rsplit('.', maxsplit=1)[-1]}: file:///srv/python",
-        )
+        ) from None
     return text
 
 
