@@ -8,6 +8,7 @@ ansible-runner keyword arguments exist outside this module.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from provision.ansible.rundir import private_umask
-from provision.errors import OperationFailed
+from provision.errors import END_SIGNALS, OperationFailed, SignalInterrupt
 
 # Events that end a task on one host; the key is the runner's event name.
 _HOST_RESULT_EVENTS = {
@@ -289,7 +290,7 @@ def run_playbook(
                 on_progress(changed)
             return True  # keep the runner's own artifact copy of the event too
 
-        with _ctrl_c_cancels() as cancelled:
+        with _signals_cancel() as cancelled:
             runner = init_runner(
                 private_data_dir=str(artifacts / "runner"),
                 project_dir=str(run_dir),
@@ -313,10 +314,11 @@ def run_playbook(
             try:
                 runner.run()
             finally:
+                _end_ssh_masters(Path(control_dir.name))
                 _forget_environment(Path(runner.config.artifact_dir) / "command")
                 _owner_only(artifacts)
-    if cancelled():  # the runner stopped ansible-playbook; now stop the caller as Ctrl-C does
-        raise KeyboardInterrupt
+    if (signum := cancelled()) is not None:  # the runner stopped ansible-playbook; now stop the caller
+        raise SignalInterrupt(signum)
     stats = runner.stats or {}
     return ApplyResult(
         status=str(runner.status),
@@ -364,24 +366,50 @@ def _forget_environment(command_file: Path) -> None:
 
 
 @contextmanager
-def _ctrl_c_cancels() -> Iterator[Callable[[], bool]]:
-    """Ctrl-C (SIGINT) during a run: a flag the runner polls as its cancel callback.
+def _signals_cancel() -> Iterator[Callable[[], int | None]]:
+    """Ctrl-C (SIGINT), SIGTERM or SIGHUP during a run: the signal's number, which the runner
+    polls as its cancel callback (None until one came).
 
     Left to itself, ansible-runner installs SIGINT/SIGTERM handlers that only cancel the run and
     stay installed afterwards, so Ctrl-C would end the playbook and then be swallowed (`up`
-    went on to verify and report success). With this flag the runner kills ansible-playbook
-    (which runs in its own session, out of reach of the terminal's SIGINT) and the caller
-    raises KeyboardInterrupt. Outside the main thread signals cannot be handled: no flag.
+    went on to verify and report success). A KeyboardInterrupt raised inside the runner's loop
+    (what `up`'s SIGTERM/SIGHUP handler does elsewhere) would leave ansible-playbook running, in
+    its own session, out of reach of any signal to provision's process group. With the flag the
+    runner kills ansible-playbook's whole process group and waits for it (Runner.run:
+    handle_termination's killpg, then child.close()), and the caller raises
+    :class:`SignalInterrupt`. Outside the main thread signals cannot be handled: no flag.
     """
-    flag = threading.Event()
+    fired: list[int] = []
+
+    def cancelled() -> int | None:
+        return fired[0] if fired else None
+
     if threading.current_thread() is not threading.main_thread():
-        yield flag.is_set
+        yield cancelled
         return
-    previous = signal.signal(signal.SIGINT, lambda _sig, _frame: flag.set())
+    previous = {s: signal.signal(s, lambda sig, _frame: fired.append(sig)) for s in (signal.SIGINT, *END_SIGNALS)}
     try:
-        yield flag.is_set
+        yield cancelled
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def _end_ssh_masters(control_dir: Path) -> None:
+    """End the run's ControlPersist masters: ssh detaches them from ansible-playbook, so they
+    outlive it (60 s idle, ansible.cfg's ControlPersist) and a killed play's killpg misses them.
+    ``ssh -O exit`` asks a master to exit (ssh(1), -O ctl_cmd); each socket in the run's own
+    control folder is one master."""
+    import subprocess
+
+    for socket in sorted(control_dir.glob("*")):
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            subprocess.run(
+                ["ssh", "-o", f"ControlPath={socket}", "-O", "exit", "provision-run"],
+                capture_output=True,
+                timeout=10,
+                check=False,
+            )
 
 
 def _outcomes(stats: dict[str, dict[str, int]], reducer: EventReducer) -> dict[str, HostOutcome]:
