@@ -387,3 +387,38 @@ def test_a_signal_to_up_stops_ansible_releases_the_lock_and_writes_the_report(
     assert _lock_is_free(testhosts, host)
     time.sleep(5)
     assert _processes_of(tmp_path) == {}, running
+
+
+def test_verify_on_a_host_another_run_holds_fails_that_host_naming_the_run(
+    testhosts: harness.HostSet, tmp_path: Path, other: list[subprocess.Popen[str]]
+) -> None:
+    """Issue 25: `provision verify` took no lock, so its job ran beside another run's apply."""
+    busy = testhosts.hosts[0]
+    other.append(_other_controller(testhosts, busy))
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "provision",
+            "verify",
+            "-i",
+            str(testhosts.inventory),
+            "-F",
+            str(testhosts.ssh_config),
+            "--allow-cpu",
+            "--json",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=uh.up_env(),
+        timeout=600,
+    )
+    assert r.returncode == 1, r.stderr[-2000:]
+    by_host = {h["host"]: h for h in json.loads(r.stdout)["hosts"]}
+    assert set(by_host) == {h.name for h in testhosts.hosts}
+    message = by_host[busy.name]["error"]["message"]
+    assert "another provision up holds this host: run 20261201-070000-0ther" in message, message
+    assert not _lock_is_free(testhosts, busy)  # still the other run's
+    for h in testhosts.hosts[1:]:
+        assert _lock_is_free(testhosts, h)  # verify let go of its own
