@@ -165,6 +165,14 @@ class SignalInterrupt(KeyboardInterrupt):
 # a run the way Ctrl-C does, through its cleanup (a launch's instances removed, Ansible stopped,
 # the host locks released, the report written), instead of killing the process in the middle.
 END_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+# The signals the running block is ending for; the apply's cancel flag adds the ones it takes
+# (signal_taken), so one that comes during the cleanup after them is only said, too.
+_FIRED: list[int] = []
+
+
+def signal_taken(signum: int) -> None:
+    """A handler other than :func:`signals_as_interrupt`'s took ``signum`` and is stopping the run."""
+    _FIRED.append(signum)
 
 
 @contextlib.contextmanager
@@ -183,7 +191,8 @@ def signals_as_interrupt(
     if threading.current_thread() is not threading.main_thread():
         yield  # signal handlers can only be set from the main thread
         return
-    fired: list[int] = []
+    fired = _FIRED
+    fired.clear()
 
     def handler(signum: int, frame: FrameType | None) -> None:
         name = signal.Signals(signum).name

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from provision.ansible.rundir import private_umask
-from provision.errors import END_SIGNALS, OperationFailed, SignalInterrupt
+from provision.errors import END_SIGNALS, OperationFailed, SignalInterrupt, signal_taken
 
 # Events that end a task on one host; the key is the runner's event name.
 _HOST_RESULT_EVENTS = {
@@ -387,7 +387,12 @@ def _signals_cancel() -> Iterator[Callable[[], int | None]]:
     if threading.current_thread() is not threading.main_thread():
         yield cancelled
         return
-    previous = {s: signal.signal(s, lambda sig, _frame: fired.append(sig)) for s in (signal.SIGINT, *END_SIGNALS)}
+
+    def take(signum: int, _frame: object) -> None:
+        fired.append(signum)
+        signal_taken(signum)  # a second SIGTERM during up's cleanup is then only said
+
+    previous = {s: signal.signal(s, take) for s in (signal.SIGINT, *END_SIGNALS)}
     try:
         yield cancelled
     finally:
@@ -396,20 +401,31 @@ def _signals_cancel() -> Iterator[Callable[[], int | None]]:
 
 
 def _end_ssh_masters(control_dir: Path) -> None:
-    """End the run's ControlPersist masters: ssh detaches them from ansible-playbook, so they
-    outlive it (60 s idle, ansible.cfg's ControlPersist) and a killed play's killpg misses them.
-    ``ssh -O exit`` asks a master to exit (ssh(1), -O ctl_cmd); each socket in the run's own
-    control folder is one master."""
+    """End the run's ssh processes that outlive ansible-playbook: ControlPersist masters detach
+    from it (their own session: its killpg misses them) and stay 60 s (ansible.cfg's
+    ControlPersist); one still in its key exchange when the play was killed binds its socket only
+    later, so a sweep of the sockets (``ssh -O exit``) can miss it. Every one of them names the
+    run's own control folder in its arguments (Ansible's ``-o ControlPath=``, then the master's
+    title ``ssh: <path> [mux]``): those get SIGTERM, the sweep repeated until none is left (5 s)."""
     import subprocess
 
-    for socket in sorted(control_dir.glob("*")):
-        with contextlib.suppress(OSError, subprocess.SubprocessError):
-            subprocess.run(
-                ["ssh", "-o", f"ControlPath={socket}", "-O", "exit", "provision-run"],
-                capture_output=True,
-                timeout=10,
-                check=False,
-            )
+    deadline = time.monotonic() + 5.0
+    while True:
+        try:
+            listed = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return
+        pids = [
+            int(pid)
+            for pid, _, args in (line.strip().partition(" ") for line in listed.stdout.splitlines())
+            if pid.isdigit() and str(control_dir) in args and int(pid) != os.getpid()
+        ]
+        if not pids or time.monotonic() > deadline:
+            return
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGTERM)
+        time.sleep(0.2)
 
 
 def _outcomes(stats: dict[str, dict[str, int]], reducer: EventReducer) -> dict[str, HostOutcome]:
