@@ -72,7 +72,7 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install -q $(TORCH_PIP_ARGS) '$(TORCH_SPEC)'
 	touch $@
 
-PY_SOURCES := provision tests benchmarks docs/_hooks playbooks/roles/signed_repo/library playbooks/roles/package_plan/library
+PY_SOURCES := provision tests benchmarks docs/_hooks playbooks/roles/signed_repo/library playbooks/roles/package_plan/library playbooks/roles/frameworks/library
 
 lint: lint-python
 	$(IN_VENV) $(BIN)/ansible-lint --profile production --offline playbooks

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-JOB = REPO / "provision" / "smoke" / "job.py"
+JOB = REPO / "provision" / "remote" / "smoke" / "job.py"
 
 
 def one_run(index: int, where: str) -> dict[str, Any]:

@@ -94,8 +94,14 @@ def main() -> None:
         rh.ssh(hs, host, f"mkdir -p {Path(REQS).parent} && printf %s {shlex.quote(text)} > {REQS}")
         # the venv module, from apt through the test proxy, as python_env installs it (not timed)
         rh.ssh(hs, host, "apt-get update -q >/dev/null && apt-get install -y -q python3-venv >/dev/null")
-        # uv as python_env installs it: its own venv, pip from the configured sources
-        rh.ssh(hs, host, f"python3 -m venv {UV} && {UV}/bin/pip install -q {source} uv=={sp.uv}")
+        # uv as python_env installs it: its own venv, pip from the configured sources, by its pinned sha256
+        pinned = f"uv=={sp.uv}" + "".join(f" --hash=sha256:{h}" for h in sp.uv_wheels["x86_64"].values())
+        rh.ssh(
+            hs,
+            host,
+            f"python3 -m venv {UV} && printf '%s\\n' {shlex.quote(pinned)} > {UV}/provision-uv.txt && "
+            f"{UV}/bin/pip install -q --require-hashes --no-deps {source} -r {UV}/provision-uv.txt",
+        )
         for _ in range(ns.runs):
             for name in ("pip", "uv"):  # alternated, so drift in the machine's load hits both
                 times[name].append(timed(hs, host, commands[name]))

@@ -41,7 +41,7 @@ def main() -> int:
             "import torch": [sys.executable, "-c", "import torch"],
             "job": [
                 sys.executable,
-                str(REPO / "provision" / "smoke" / "job.py"),
+                str(REPO / "provision" / "remote" / "smoke" / "job.py"),
                 "--allow-cpu",
                 "--quiet",
                 "--json-out",

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from provision.ansible.checks import _URL
+from provision.ansible.checks import _check_url
 from provision.errors import BadInput
+from provision.files import load_yaml
 from provision.stack.request import DRIVER_FORMS, DRIVER_SPEC, PYTHON_SOURCES
 
 # install.lock_closure's choices, the default first (docs/explanation/design.md, "The lock")
@@ -269,7 +270,7 @@ def load_config(path: Path | str) -> Config:
     except OSError as exc:
         raise BadInput(f"cannot read config {p}: {exc.strerror}", "check the file's permissions") from None
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text, str(p))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
@@ -346,13 +347,15 @@ def _url(value: Any, key: str, where: str) -> str | None:
     text = _string(value, key, where)
     if text is None:
         return None
-    if not _URL.match(text):  # render's own check (provision.ansible.checks), so both agree
+    try:
+        _check_url(text, key)  # render's own check (provision.ansible.checks), so both agree
+    except BadInput:
         raise _bad(
             where,
             key,
             f"must be an http(s):// or file:// URL (got {text!r})",
             f"e.g. {key.rsplit('.', maxsplit=1)[-1]}: file:///srv/python",
-        )
+        ) from None
     return text
 
 

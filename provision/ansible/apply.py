@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from provision.ansible.rundir import private_umask
-from provision.errors import END_SIGNALS, OperationFailed, SignalInterrupt, signal_taken
+from provision.errors import END_SIGNALS, OperationFailed, SignalInterrupt, redact, signal_taken
+from provision.files import replace_file
 
 # Events that end a task on one host; the key is the runner's event name.
 _HOST_RESULT_EVENTS = {
@@ -127,7 +128,7 @@ def _message(result: dict[str, Any]) -> str:
     stderr = str(result.get("stderr") or "").strip()
     if stderr and text == "non-zero return code":  # a command's own words say what went wrong
         text = f"{text}: {stderr.splitlines()[-1]}"
-    return " ".join(str(text).split())[:500]
+    return redact(" ".join(str(text).split()))[:500]  # a tool's words may quote a URL with its login
 
 
 @dataclass(frozen=True)
@@ -362,7 +363,7 @@ def _forget_environment(command_file: Path) -> None:
         return
     if isinstance(doc, dict) and "env" in doc:
         doc.pop("env")
-        command_file.write_text(json.dumps(doc, ensure_ascii=False), encoding="utf-8")
+        replace_file(command_file, json.dumps(doc, ensure_ascii=False))
 
 
 @contextmanager

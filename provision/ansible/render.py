@@ -30,6 +30,7 @@ from provision.ansible.roles import BUNDLED_ROLES_PATH, ROLES, check_overrides
 from provision.ansible.settings import CREDENTIALS_DIR, InstallSettings, split_credentials
 from provision.errors import BadInput
 from provision.hosts.runlock import APPLY_MARK, run_lock_vars
+from provision.hosts.ssh_config import SSH_ARGS
 
 # Connection variables a user's inventory may give a host; everything else is not ours to copy.
 CONNECTION_VARS = frozenset(
@@ -45,6 +46,9 @@ CONNECTION_VARS = frozenset(
         "ansible_become_user",
         "ansible_become_method",
         "ansible_ssh_extra_args",
+        # provision's own (ssh_config.ssh_trust_vars), never a user's (planning drops those)
+        "ansible_ssh_args",
+        "ansible_host_key_checking",
     }
 )
 
@@ -144,8 +148,8 @@ def render_files(
     if creds:
         all_vars["provision_credentials_dir"] = folder
         files[SECRETS_FILE] = env.get_template("data.yml.j2").render(
-            what="the credentials of install.pip / install.apt.proxy (0600: keep it private)",
-            body=dump({"provision_credential_files": creds.files()}),
+            what="the credentials of install.pip / install.apt (0600: keep it private)",
+            body=dump({"provision_credential_files": creds.files(), **creds.role_vars()}),
         )
     files["group_vars/all.yml"] = env.get_template("data.yml.j2").render(
         what="settings for every host", body=dump(all_vars)
@@ -188,7 +192,9 @@ def render_files(
     body = yaml.safe_dump([play], sort_keys=False, default_flow_style=False, width=1000)
     files["site.yml"] = env.get_template("site.yml.j2").render(body=body)
     nhosts = sum(len(g.get("hosts") or []) for g in lock.get("groups") or [])
-    files["ansible.cfg"] = env.get_template("ansible.cfg.j2").render(roles_path=roles_path, forks=_forks(nhosts))
+    files["ansible.cfg"] = env.get_template("ansible.cfg.j2").render(
+        roles_path=roles_path, forks=_forks(nhosts), ssh_args=SSH_ARGS
+    )
     return files
 
 

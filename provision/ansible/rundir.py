@@ -1,6 +1,7 @@
 """Writing a run dir on disk: the folder checks (``--out`` must be new, empty or plan's own run
-dir), the marker, replacing the files render owns, and the private file, folder and umask helpers
-(a run dir holds credentials and the runner's artifacts: its owner's only).
+dir, the user's own, with no link in it), the marker, replacing the files render owns (through
+:mod:`provision.files`: 0600, renamed into place, no link followed), and the umask helper (a run
+dir holds credentials and the runner's artifacts: its owner's only).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from provision.ansible.render import SECRETS_FILE, render_files
 from provision.ansible.roles import BUNDLED_ROLES_PATH, default_roles_path
 from provision.ansible.settings import InstallSettings
 from provision.errors import BadInput
-from provision.stack.lock import write_durably
+from provision.files import check_tree, private_dir, replace_file, write_durably
 
 
 @dataclass(frozen=True)
@@ -27,11 +28,13 @@ class RunDir:
 
 def ensure_dir(path: Path, option: str) -> None:
     """Create ``path`` or say, as bad input, why it cannot be (before anything is written)."""
+    import tempfile
+
     try:
         path.mkdir(parents=True, exist_ok=True)
-        probe = path / ".provision-write-test"
-        probe.write_text("")
-        probe.unlink()
+        # a fresh name (O_EXCL): a file or link of the user's at a fixed name is never written
+        with tempfile.NamedTemporaryFile(prefix=".provision-write-test.", dir=path):
+            pass
     except OSError as exc:
         raise BadInput(f"cannot write to {path}: {exc.strerror or exc}", f"give {option} a writable folder") from exc
 
@@ -56,8 +59,10 @@ def check_out_dir(out: Path, option: str = "--out") -> None:
     """``out`` may be missing, empty, or one of plan's run dirs; anything else is the user's folder.
 
     Writing a run dir replaces its group_vars/*.yml, so a folder that merely exists (an Ansible
-    project, a home directory) is refused before any host is contacted or any file written.
+    project, a home directory) is refused before any host is contacted or any file written; so is
+    a run dir that is not the user's own or that holds a link (:func:`provision.files.check_tree`).
     """
+    check_tree(out, option)
     if not out.exists():
         return
     if not out.is_dir():
@@ -109,16 +114,16 @@ def write_run_dir(
     check_out_dir(out)
     ensure_dir(out, "--out")
     private_dir(out)
-    write_private(out / RUN_DIR_MARKER, _MARKER_TEXT)
+    replace_file(out / RUN_DIR_MARKER, _MARKER_TEXT)
     stale = out / "group_vars"
-    if stale.is_dir():
+    if stale.is_dir() and not stale.is_symlink():
         for old in stale.glob("*.yml"):
             old.unlink()
     (out / SECRETS_FILE).unlink(missing_ok=True)  # a run without credentials keeps none from before
     for rel, text in files.items():
         target = out / rel
         private_dir(target.parent)
-        write_private(target, text)
+        replace_file(target, text)
     written = [*files, "provision.lock"]
     if bundle_roles:
         _copy_roles(out / BUNDLED_ROLES_PATH)
@@ -145,18 +150,6 @@ def _copy_roles(dest: Path) -> None:
         path.chmod(0o700 if path.is_dir() else 0o600 | (path.stat().st_mode & 0o100))
 
 
-def private_dir(path: Path) -> None:
-    """Make ``path`` (and the folders it needs) and close it to group and others (0700 at most).
-
-    A run dir holds the credentials' secrets.yml, the inventory and the runner's artifacts: only
-    the user running provision (and root) may enter it.
-    """
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    mode = path.stat().st_mode & 0o777
-    if mode & 0o077:
-        path.chmod(mode & 0o700)
-
-
 @contextmanager
 def private_umask() -> Iterator[None]:
     """Files and folders made meanwhile (by this process and by the programs it starts, which
@@ -168,14 +161,6 @@ def private_umask() -> Iterator[None]:
         os.umask(previous)
 
 
-def write_private(path: Path, text: str) -> None:
-    """Write ``path`` readable by its owner only (0600), created so: never readable in between."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        os.fchmod(fd, 0o600)  # an existing file keeps its mode through O_CREAT: set it
-        f.write(text)
-
-
 def write_host_vars(ansible_dir: Path, per_host: dict[str, dict[str, Any]], why: str) -> None:
     """Add variables to this run's host_vars/<host>.yml (never to the lock: they are this run's)."""
     import yaml
@@ -184,6 +169,6 @@ def write_host_vars(ansible_dir: Path, per_host: dict[str, dict[str, Any]], why:
         if not values:
             continue
         path = ansible_dir / "host_vars" / f"{host}.yml"
-        path.parent.mkdir(exist_ok=True)
+        private_dir(path.parent)
         old = (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
-        path.write_text(f"# {why}\n" + yaml.safe_dump({**old, **values}, sort_keys=True))
+        replace_file(path, f"# {why}\n" + yaml.safe_dump({**old, **values}, sort_keys=True))

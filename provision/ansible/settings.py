@@ -91,17 +91,26 @@ class InstallSettings:
 CREDENTIALS_DIR = "/root/.provision-credentials"
 # Characters a netrc token cannot carry unquoted (Python's netrc, which pip's requests reads).
 _NETRC_UNSAFE = re.compile(r"[\s\"'#\\]")
+# The role variables only secrets.yml may give (Credentials.role_vars): `--set` of one is refused.
+CREDENTIAL_VARS = frozenset({"nvidia_driver_debian_mirror_auth"})
 
 
 @dataclass(frozen=True)
 class Credentials:
     """The credentials split off the install URLs (see above)."""
 
-    netrc: tuple[tuple[str, str, str], ...] = ()  # (host, login, password) of pip's indexes
-    proxy: str | None = None  # install.apt.proxy as given, credential included
+    # repr=False: a traceback (--debug) or a log line that prints the object shows no credential
+    netrc: tuple[tuple[str, str, str], ...] = field(default=(), repr=False)  # (host, login, password): pip's
+    proxy: str | None = field(default=None, repr=False)  # install.apt.proxy as given, credential included
+    apt_auth: str = field(default="", repr=False)  # apt_auth.conf(5) text of install.apt.mirror's login
 
     def __bool__(self) -> bool:
-        return bool(self.netrc or self.proxy)
+        return bool(self.netrc or self.proxy or self.apt_auth)
+
+    def role_vars(self) -> dict[str, str]:
+        """The role variables that carry a credential (:data:`CREDENTIAL_VARS`): secrets.yml
+        gives them (the play's vars_files), never group_vars."""
+        return {"nvidia_driver_debian_mirror_auth": self.apt_auth} if self.apt_auth else {}
 
     def files(self) -> list[dict[str, str]]:
         """The files site.yml writes into :data:`CREDENTIALS_DIR` on each host (name, content)."""
@@ -154,21 +163,38 @@ def split_credentials(install: InstallSettings) -> tuple[InstallSettings, Creden
     return _split_credentials(install)
 
 
+def _netrc_credential(url: str, what: str) -> tuple[str, tuple[str, str] | None]:
+    """``url`` split (:func:`split_credential`), its login checked to fit a netrc-style file
+    (pip's netrc, apt's auth.conf: whitespace-separated tokens)."""
+    bare, cred = split_credential(url)
+    if cred is not None and (not cred[0] or _NETRC_UNSAFE.search(cred[0] + cred[1])):
+        raise BadInput(
+            f"{what}: the credential in {bare} cannot go into a netrc file",
+            "give user:token@ with a non-empty user and no spaces, quotes, '#' or '\\'",
+        )
+    return bare, cred
+
+
+def _apt_auth(url: str) -> str:
+    """install.apt.mirror's login as apt_auth.conf(5) reads it: the machine with its scheme (an
+    entry without one matches https only) and path (the login is for this mirror alone)."""
+    bare, cred = _netrc_credential(url, "install.apt.mirror")
+    if cred is None:
+        return ""
+    parts = urllib.parse.urlsplit(bare)
+    return f"machine {parts.scheme}://{parts.netloc}{parts.path.rstrip('/')} login {cred[0]} password {cred[1]}\n"
+
+
 def _split_credentials(install: InstallSettings) -> tuple[InstallSettings, Credentials]:
     by_host: dict[str, tuple[str, str]] = {}
 
     def index(url: str | None, what: str) -> str | None:
         if not url:
             return url
-        bare, cred = split_credential(url)
+        bare, cred = _netrc_credential(url, what)
         if cred is None:
             return url
         host = urllib.parse.urlsplit(bare).hostname or ""
-        if not cred[0] or _NETRC_UNSAFE.search(cred[0] + cred[1]):
-            raise BadInput(
-                f"{what}: the credential in {bare} cannot go into a netrc file",
-                "give user:token@ with a non-empty user and no spaces, quotes, '#' or '\\'",
-            )
         if by_host.setdefault(host, cred) != cred:
             raise BadInput(
                 f"{what}: two different credentials for the index host {host}",
@@ -176,19 +202,35 @@ def _split_credentials(install: InstallSettings) -> tuple[InstallSettings, Crede
             )
         return bare
 
+    # uv downloads a standalone CPython without a netrc or any other login file
+    # (https://docs.astral.sh/uv/reference/environment/ names none for UV_PYTHON_INSTALL_MIRROR /
+    # UV_PYTHON_DOWNLOADS_JSON_URL): a login there would have to travel in the URL, so it is refused.
+    for key, url in (
+        ("install.python_mirror", install.python_mirror),
+        ("install.python_downloads_json", install.python_downloads_json),
+    ):
+        if url and split_credential(url)[1] is not None:
+            raise BadInput(
+                f"{key}: {split_credential(url)[0]} is given with a login, which uv cannot read from a file",
+                "serve the Python downloads without a login (on the hosts' network or as a file:// copy)",
+            )
     pip = install.pip
     bare_pip = PipSettings(
         index(pip.index_url, "install.pip.index_url"),
         tuple(str(index(u, "install.pip.extra_index_urls")) for u in pip.extra_index_urls),
-        pip.find_links,
+        # pip reads netrc for every URL it fetches, find-links pages included
+        tuple(str(index(u, "install.pip.find_links")) for u in pip.find_links),
         pip.trusted_hosts,
     )
     proxy, proxy_cred = split_credential(install.apt_proxy) if install.apt_proxy else (None, None)
+    mirror = split_credential(install.apt_mirror)[0] if install.apt_mirror else None
     creds = Credentials(
         netrc=tuple((host, login, password) for host, (login, password) in by_host.items()),
         proxy=install.apt_proxy if proxy_cred else None,
+        apt_auth=_apt_auth(install.apt_mirror) if install.apt_mirror else "",
     )
-    return InstallSettings(**{**install.__dict__, "pip": bare_pip, "apt_proxy": proxy}), creds
+    bare = {"pip": bare_pip, "apt_proxy": proxy, "apt_mirror": mirror}
+    return InstallSettings(**{**install.__dict__, **bare}), creds
 
 
 def check_settings(install: InstallSettings) -> None:
@@ -197,9 +239,16 @@ def check_settings(install: InstallSettings) -> None:
     if install.reboot not in ("auto", "never"):
         raise BadInput(f"install.reboot {install.reboot!r} is unknown", "use auto or never")
     _check_path(install.venv, "install.venv")
-    for url in (install.pip.index_url, install.apt_mirror, install.apt_proxy, *install.pip.extra_index_urls):
+    for key, url in (
+        ("install.pip.index_url", install.pip.index_url),
+        ("install.apt.mirror", install.apt_mirror),
+        ("install.apt.proxy", install.apt_proxy),
+        ("install.python_mirror", install.python_mirror),
+        ("install.python_downloads_json", install.python_downloads_json),
+        *(("install.pip.extra_index_urls entry", u) for u in install.pip.extra_index_urls),
+    ):
         if url:
-            _check_url(url, "URL")
+            _check_url(url, key)
     for link in install.pip.find_links:
         if not link.startswith("/"):
             _check_url(link, "install.pip.find_links entry")

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import click
 
-from provision.cli.options import NONEMPTY, command_options
+from provision.cli.options import NONEMPTY, ask_first, command_options, refuse_unasked, yes_option
 from provision.cloud.launcher import DEFAULT_KEY, LaunchArgs
 from provision.errors import BadInput
 
@@ -47,6 +47,15 @@ def warn_before_launch(prepared: Prepared) -> None:
     con = console(stderr=True)
     for w in prepared.warnings:
         con.print(f"warning: {w}", markup=False, soft_wrap=True)
+
+
+def confirm_launch() -> None:
+    """The question `cloud up` and `up --cloud` ask once the run is described (stderr): a "no"
+    launches nothing (exit 130)."""
+    ask_first(
+        "launch these instances (they cost money while they run)?",
+        "nothing was launched: the launch was not confirmed",
+    )
 
 
 # The launch options `cloud up` and `up --cloud` share: declared once, gathered into LaunchArgs.
@@ -130,16 +139,23 @@ def launch_options(func: F) -> F:
 @launch_options
 @click.option("--keep-on-failure", is_flag=True, help="Leave what a failed launch created (for debugging).")
 @click.option("--no-wait-ssh", is_flag=True, help="Return once status checks pass, without waiting for SSH.")
+@yes_option("Launch without asking (needed with --json or without a terminal).")
 @command_options
-def up(*, launch: LaunchArgs, keep_on_failure: bool, no_wait_ssh: bool, as_json: bool) -> int:
-    """Launch tagged GPU instances and write inventory/ec2-<run>.yml."""
+def up(*, launch: LaunchArgs, keep_on_failure: bool, no_wait_ssh: bool, yes: bool, as_json: bool) -> int:
+    """Launch tagged GPU instances and write inventory/ec2-<run>.yml.
+
+    Without --yes it says what it will launch (count, types, region, price per hour) and asks.
+    """
     from provision.cloud import launcher
 
     # prepare() is local: bad input costs nothing and creates nothing.
     prepared = launcher.prepare(launch, wait_ssh=not no_wait_ssh)
-    warn_before_launch(prepared)
+    warn_before_launch(prepared)  # before the question (or the refusal): what --ssh-cidr opens
+    refuse_unasked(yes, as_json, "cloud up launches paid instances", "pass --yes to launch without asking")
     say = stderr_say(as_json)
     say(launcher.describe(prepared.request))
+    if not yes:
+        confirm_launch()
     with launcher.signals_as_interrupt(say):
         result = launcher.launch(prepared, launcher.connect(prepared), say)
     from provision.cli.output import emit
@@ -227,11 +243,18 @@ def _ls_human(con: Console, items: list[CloudInstance], now: Any, doc: dict[str,
 @cloud.command(name="down")
 @click.option("--run", "run", type=NONEMPTY, metavar="ID", help="Terminate one run.")
 @click.option("--expired", is_flag=True, help="Terminate every run past its provision:expires-at (cron-able).")
-@click.option("--all", "all_runs", is_flag=True, help="Terminate everything provision launched in the region.")
+@click.option("--all", "all_runs", is_flag=True, help="Terminate everything provision launched in the region (asks).")
 @click.option("--region", type=NONEMPTY, help="AWS region (default: the profile's or AWS_REGION).")
+@yes_option("With --all: end without asking (needed with --json or without a terminal).")
 @command_options
-def down(run: str | None, expired: bool, all_runs: bool, region: str | None, as_json: bool) -> int:
-    """Terminate instances by run, expiry or all; then their security groups and key pairs."""
+def down(*, run: str | None, expired: bool, all_runs: bool, region: str | None, yes: bool, as_json: bool) -> int:
+    """Terminate instances by run, expiry or all; then their security groups and key pairs.
+
+    Only what provision made is ended: its provision-<run> key pair and security group, and the
+    instances launched with both. Anything else tagged with a run is listed as skipped, with the
+    reason, and left alone. --all says what it will end and asks (or takes --yes); --run ID
+    (one run, named) and --expired (for cron: only what is past its TTL) do not ask.
+    """
     from provision.cli.output import emit
     from provision.cloud.launcher import open_region
     from provision.ids import check_run_id
@@ -242,10 +265,20 @@ def down(run: str | None, expired: bool, all_runs: bool, region: str | None, as_
         )
     if run is not None:
         check_run_id(run)  # it names local paths: bad input before any AWS call
-    client = open_region(region)
+    client = open_region(region)  # local configuration only: no AWS call yet
+    if all_runs:
+        refuse_unasked(
+            yes, as_json, "cloud down --all ends every run provision launched", "pass --yes to end them without asking"
+        )
     reg = client.region
     with client.errors("ending instances"):
-        res = client.down(run=run, expired=expired, all_runs=all_runs, workdir=Path.cwd())
+        res = client.down(
+            run=run,
+            expired=expired,
+            all_runs=all_runs,
+            workdir=Path.cwd(),
+            confirm=None if (yes or not all_runs) else _confirm_down,
+        )
     doc = _down_json(res, reg)
     emit(doc, as_json, lambda con: _down_human(con, res))
     return 0
@@ -262,6 +295,22 @@ def _down_json(r: DownResult, region: str) -> dict[str, Any]:
         "local_files": r.local_files,
         "skipped": [s.to_json() for s in r.skipped],
     }
+
+
+def _confirm_down(planned: DownResult) -> None:
+    """What `cloud down --all` would end, with counts, then the question (on stderr, like `cloud up`)."""
+    from provision.cli.output import console
+
+    left = len(planned.skipped)
+    console(stderr=True).print(
+        f"about to end {len(planned.runs)} run(s) ({', '.join(planned.runs)}): terminate "
+        f"{len(planned.terminated)} instance(s) ({', '.join(sorted(planned.terminated)) or 'none'}), delete "
+        f"{len(planned.security_groups)} security group(s) and {len(planned.key_pairs)} key pair(s)"
+        + (f"; {left} tagged resource(s) provision did not make are left alone (listed after)" if left else ""),
+        markup=False,
+        soft_wrap=True,
+    )
+    ask_first("end them?", "nothing was ended: the teardown was not confirmed")
 
 
 def _down_human(con: Console, r: DownResult) -> None:

@@ -9,6 +9,7 @@ it as an argument; the option's name, type and default do not vary.
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -16,6 +17,7 @@ from typing import Any, TypeVar
 import click
 
 from provision.errors import BadInput
+from provision.files import load_yaml
 
 F = TypeVar("F", bound=Callable[..., Any])
 Decorator = Callable[[F], F]
@@ -57,6 +59,33 @@ def debug_option(func: F) -> F:
 def command_options(func: F) -> F:
     """The options every command takes."""
     return json_option(debug_option(func))
+
+
+# --- asking first: what spends money or destroys things ---------------------------------------
+
+
+def yes_option(help: str) -> Callable[[F], F]:
+    return click.option("--yes", is_flag=True, help=help)
+
+
+def can_ask(as_json: bool) -> bool:
+    """A person can answer a prompt: stdin is a terminal, and stdout is not a JSON document."""
+    return sys.stdin.isatty() and not as_json
+
+
+def refuse_unasked(yes: bool, as_json: bool, what: str, hint: str) -> None:
+    """Bad input (exit 2, before anything is done) when ``what`` would go ahead unasked: no ``--yes``
+    and nobody to ask (no terminal on stdin, or ``--json``)."""
+    if not (yes or can_ask(as_json)):
+        raise BadInput(f"{what} and there is no terminal to ask on", hint)
+
+
+def ask_first(question: str, declined: str) -> None:
+    """Ask on the terminal (default no); a "no" is :class:`Interrupted` (exit 130): ``declined`` happened."""
+    if not click.confirm(question, default=False):
+        from provision.errors import Interrupted
+
+        raise Interrupted(declined, "run again and answer y, or pass --yes")
 
 
 def _stack(*decorators: Callable[[Any], Any]) -> Callable[[F], F]:
@@ -303,7 +332,7 @@ def parse_sets(pairs: tuple[str, ...]) -> dict[str, Any]:
                 "write e.g. --set nvidia_driver_debian_mirror=http://mirror/debian",
             )
         try:
-            out[name.strip()] = yaml.safe_load(raw) if raw.strip() else ""
+            out[name.strip()] = load_yaml(raw, f"--set {name}") if raw.strip() else ""
         except yaml.YAMLError:
             raise BadInput(f"--set {name}: the value is not YAML", "quote strings; lists as [a, b]") from None
     return out

@@ -26,11 +26,13 @@ from provision.cli.options import (
     lock_option,
     parse_sets,
     reboot_controller_option,
+    refuse_unasked,
     set_option,
     ssh_options,
     stack_options,
     state_option,
     target_options,
+    yes_option,
 )
 from provision.errors import BadInput, ExitCode
 
@@ -50,7 +52,7 @@ if TYPE_CHECKING:
 @lock_option("Apply exactly this lock (from `provision plan`): hosts are only checked against it, not resolved.")
 @stack_options
 @click.option("--check", is_flag=True, help="Ansible check mode: change nothing, verify what is there.")
-@click.option("--yes", is_flag=True, help="Do not ask before changing hosts.")
+@yes_option("Do not ask before changing hosts.")
 @limit_option()
 @click.option("--serial", type=int, metavar="N", help="Roll through N hosts at a time; stop when a batch fails.")
 @click.option("--force", is_flag=True, help="Apply even to hosts that are converged with this lock.")
@@ -126,14 +128,10 @@ def up(
         down_after=down_after,
         keep_on_failure=keep_on_failure,
     )
-    interactive = sys.stdin.isatty() and not as_json
-    if not (yes or check or interactive):
-        raise BadInput("up changes hosts and there is no terminal to ask on", "pass --yes to go ahead without asking")
-    if cloud and not (yes or interactive):
-        raise BadInput(
-            "up --cloud launches paid instances and there is no terminal to ask on",
-            "pass --yes to launch without asking",
-        )
+    if not check:  # check mode changes nothing and does not ask
+        refuse_unasked(yes, as_json, "up changes hosts", "pass --yes to go ahead without asking")
+    if cloud:
+        refuse_unasked(yes, as_json, "up --cloud launches paid instances", "pass --yes to launch without asking")
     config = load_config(config_path) if config_path is not None else Config()
     options = UpOptions(
         local=local,
@@ -181,7 +179,7 @@ def up(
         emit(result.to_json(), as_json, lambda con: _human(con, result))
         return int(ExitCode.OK if result.ok else ExitCode.FAILED)
 
-    from provision.cli.cloud import stderr_say, warn_before_launch
+    from provision.cli.cloud import confirm_launch, stderr_say, warn_before_launch
     from provision.cloud import launcher
     from provision.cloud.oneshot import up_on_cloud
 
@@ -189,10 +187,8 @@ def up(
     warn_before_launch(prepared)  # before the confirmation prompt: what --ssh-cidr opens
     say = stderr_say(as_json)
     say(launcher.describe(prepared.request) + (" (ended when done: --down-after)" if down_after else ""))
-    if not yes and not click.confirm("launch these instances (they cost money while they run)?", default=False):
-        from provision.errors import Interrupted
-
-        raise Interrupted("nothing was launched: the launch was not confirmed", "run again and answer y, or pass --yes")
+    if not yes:
+        confirm_launch()
     result, run = up_on_cloud(
         prepared,
         provision,

@@ -1,7 +1,10 @@
 """What a cloud hands the rest of provision: a run's tags, and the results of launch, list and down.
 
 A run is the instances of one launch plus what was made for them, all tagged ``provision:run``
-and ``provision:expires-at``; the cloud is the record (``ls`` and ``down`` read the tags).
+and ``provision:expires-at``; the cloud is the record (``ls`` and ``down`` read the tags). Tags
+alone never make a resource provision's: anyone who may tag in the account can write them, so a
+resource also has to carry the name provision gave it (:func:`owned_name`, see
+:mod:`provision.cloud.aws.listing`).
 :class:`Cloud` is what a cloud's client offers (today only :class:`provision.cloud.aws.ec2.Ec2`);
 the dataclasses are what it returns and what :mod:`provision.cloud.launcher`,
 :mod:`provision.cloud.oneshot` and the ``cloud`` commands read. No cloud SDK is imported here.
@@ -23,6 +26,12 @@ if TYPE_CHECKING:
 
 TAG_RUN = "provision:run"
 TAG_EXPIRES = "provision:expires-at"
+
+
+def owned_name(run: str) -> str:
+    """The name provision gives what it creates for ``run``: its key pair and its security group."""
+    return f"provision-{run}"
+
 
 Say = Callable[[str], None]
 # (instance id, address EC2 gave) -> (address, port) to reach it; tests map onto SSH test hosts.
@@ -109,7 +118,11 @@ class CloudInstance:
 
 @dataclass(frozen=True)
 class Skipped:
-    """A resource whose ``provision:run`` tag is not an id provision makes: reported, never acted on."""
+    """A resource tagged ``provision:run`` that provision did not make: reported, never acted on.
+
+    Its tag is not an id provision makes, or it does not carry the name provision gives what it
+    creates (the reason says which).
+    """
 
     resource: str  # instance id, security group id or key pair name
     run: str  # the tag's value as Python's repr shows it, cut to 80 characters (it may hold anything)
@@ -119,7 +132,7 @@ class Skipped:
         return asdict(self)
 
     def line(self) -> str:
-        return f"skipped {self.resource}: its {TAG_RUN} tag {self.run} is {self.reason}; left as it is"
+        return f"skipped {self.resource} ({TAG_RUN}={self.run}): {self.reason}; left as it is"
 
 
 @dataclass
@@ -144,7 +157,8 @@ class Cloud(Protocol):
 
     The model is SkyPilot's provisioners (one module per cloud behind one interface, every
     provider error classified, a failed launch tears down what it created): ``launch`` makes a
-    whole run or removes what it made, ``listing`` and ``down`` find runs by their tags alone,
+    whole run or removes what it made, ``listing`` and ``down`` find runs by their tags and act
+    only on what the names given at creation show the launch made,
     and ``errors`` turns what the provider's SDK raises into a one-line ProvisionError.
     """
 
@@ -161,6 +175,7 @@ class Cloud(Protocol):
         expired: bool = False,
         all_runs: bool = False,
         workdir: Path | None = None,
+        confirm: Callable[[DownResult], None] | None = None,
     ) -> DownResult: ...
 
     def errors(self, what: str) -> AbstractContextManager[None]: ...

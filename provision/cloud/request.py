@@ -45,12 +45,22 @@ def parse_cidr(text: str) -> str:
     return str(net)
 
 
+# Wider than this is warned about (and asked, see `cloud up`) like /0: no one person's address is
+# in a range that wide. An IPv4 /8 is the unit IANA allocates whole (IANA IPv4 Address Space
+# Registry, https://www.iana.org/assignments/ipv4-address-space/); for IPv6, /16 (issue 25).
+WIDEST_QUIET_PREFIX = {4: 8, 6: 16}
+
+
 def cidr_warnings(cidr: str) -> list[str]:
     """What a checked ``--ssh-cidr`` opens that the user should hear about (it is still allowed)."""
     net = ipaddress.ip_network(cidr)
-    if net.prefixlen != 0:
+    if net.prefixlen >= WIDEST_QUIET_PREFIX[net.version]:
         return []
-    world = "the whole internet" if net.version == 4 else "the whole IPv6 internet"
+    if net.prefixlen == 0:
+        world = "the whole internet" if net.version == 4 else "the whole IPv6 internet"
+    else:
+        wide = f"/{WIDEST_QUIET_PREFIX[net.version]}"
+        world = f"2^{net.max_prefixlen - net.prefixlen} addresses (a range wider than {wide}, not one network of yours)"
     return [
         f"--ssh-cidr {cidr} opens port 22 (SSH) of every instance of this run to {world}; "
         "give your own address instead, e.g. --ssh-cidr 203.0.113.7/32"

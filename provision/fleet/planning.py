@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from provision.errors import BadInput, OperationFailed, ProvisionError, Unreachable, Unsatisfiable
+from provision.errors import BadInput, OperationFailed, ProvisionError, Unreachable, Unsatisfiable, redact
 from provision.remote.smoke.versions import build_matches, version_matches
 
 if TYPE_CHECKING:
@@ -121,7 +121,7 @@ class PlanResult:
     groups: list[dict[str, Any]] = field(default_factory=list)
     files: tuple[str, ...] = ()
     unprobed: list[ProbeFailure] = field(default_factory=list)  # only with skip_unprobed
-    notes: list[str] = field(default_factory=list)  # with a given lock: what the user should know
+    notes: list[str] = field(default_factory=list)  # what the user should know of the lock and the install
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -131,6 +131,7 @@ class PlanResult:
             "hosts": [h.to_json() for h in self.hosts],
             "groups": self.groups,
             "files": list(self.files),
+            "notes": self.notes,
         }
 
 
@@ -205,12 +206,9 @@ def plan(
         check_locked_names(locked, [t.name for t in targets])  # before any host is contacted
     for t in targets:  # the apply's ssh trusts what the probe trusts (before any contact)
         if t.target is not None and not t.target.local and assume is None:
-            from provision.hosts.ssh_config import ssh_trust_args
+            from provision.hosts.ssh_config import ssh_trust_vars
 
-            given = t.connection.get("ansible_ssh_common_args")
-            t.connection["ansible_ssh_common_args"] = ssh_trust_args(t.target, ssh_config) + (
-                f" {given}" if given else ""
-            )
+            t.connection.update(ssh_trust_vars(t.target, ssh_config))
     unprobed: list[ProbeFailure] = []
     if assume is not None:
         for t in targets:
@@ -232,12 +230,22 @@ def plan(
             lock_closures(lock_groups, install, overrides)  # before anything is written: a conflict leaves no lock
         lock = build_lock(lock_groups)
         notes = []
+    notes += [
+        # a plan without one (--assume, --check, install.lock_closure: never) says so, as `up --lock` does
+        f"group {g.name}: its wheels are not locked by hash (the lock has no wheel closure); "
+        "pip resolves the frameworks' dependencies on the hosts"
+        for g in lock.groups
+        if g.stack.get("frameworks") and not g.python_packages
+    ]
     if install.pip.index_url:  # the lock names upstream indexes; the site's mirror stands in for PyPI
-        notes.append(f"pip: the hosts install from {install.pip.index_url} in place of PyPI (install.pip.index_url)")
+        notes.append(
+            redact(f"pip: the hosts install from {install.pip.index_url} in place of PyPI (install.pip.index_url)")
+        )
     text = dumps_lock(lock)
-    from provision.ansible.role_vars import check_installs_override
+    from provision.ansible.role_vars import check_installs_override, check_repositories_override
 
     check_installs_override(overrides or {}, lock.to_json(), install)  # before anything is written
+    check_repositories_override(overrides or {}, lock.to_json())
     # both places are checked before either is written: bad paths leave nothing half-made
     ensure_dir(out, "--out")
     ensure_dir(lock_path.parent, "--lock")
@@ -489,8 +497,12 @@ def _local_connection() -> dict[str, Any]:
     return {"ansible_connection": "local", **({"ansible_python_interpreter": str(system)} if system.exists() else {})}
 
 
+TRUST_VARS = frozenset({"ansible_ssh_args", "ansible_host_key_checking", "ansible_ssh_host_key_checking"})
+
+
 def _connection_vars(t: HostTarget) -> dict[str, Any]:
-    out: dict[str, Any] = {k: v for k, v in t.vars.items() if k.startswith("ansible_")}
+    # the trust variables are ours alone (ssh_trust_vars): a user's would never reach the run dir
+    out: dict[str, Any] = {k: v for k, v in t.vars.items() if k.startswith("ansible_") and k not in TRUST_VARS}
     if t.local:
         out.update(_local_connection())
     elif t.address != t.name:

@@ -27,6 +27,7 @@ from html import escape
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from provision.files import replace_file
 from provision.fleet.charts import bar_chart, line_chart
 from provision.fleet.verify import JOB_KEYS, HostResult, failures
 from provision.remote.smoke.versions import cudnn_dotted
@@ -531,8 +532,7 @@ def _stopped(doc: Mapping[str, Any]) -> str:
 
 
 def write_html(doc: Mapping[str, Any], path: Path) -> Path:
-    path.write_text(render_html(doc), encoding="utf-8")
-    return path
+    return replace_file(path, render_html(doc))
 
 
 def finish_reports(result: UpResult, note: Callable[[str], None] | None = None) -> None:
@@ -559,8 +559,9 @@ def _note(text: str) -> None:
 
 def write_reports(result: UpResult) -> None:
     doc = result.report_json()
-    (result.run_dir / "report.json").write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    # into the run dir like every file provision puts there: 0600, renamed into place (provision.files)
+    replace_file(result.run_dir / "report.json", json.dumps(doc, indent=2, default=str) + "\n")
     for h in result.hosts:
         if h.verify is not None:
-            (result.run_dir / f"verify-{h.host}.json").write_text(json.dumps(h.verify, indent=2) + "\n")
+            replace_file(result.run_dir / f"verify-{h.host}.json", json.dumps(h.verify, indent=2) + "\n")
     write_html(doc, result.run_dir / "report.html")

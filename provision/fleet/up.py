@@ -122,7 +122,7 @@ def _up(
     on_phase: Callable[[str], None] | None,
     on_total: Callable[[int | None], None] | None,
 ) -> UpResult:
-    from provision.ansible.rundir import private_dir
+    from provision.files import private_dir
     from provision.fleet.planning import check_inputs, plan
     from provision.fleet.state import State, state_path
     from provision.stack.drift import expected_versions
@@ -135,10 +135,15 @@ def _up(
     check_inputs(config, options.overrides, [targets[n] for n in selected], options.ssh_config, options.stack_flags)
     locked = None
     if options.lock is not None:  # --lock: read and checked against the hosts' names before any contact
+        from provision.ansible.role_vars import check_lock_group
+        from provision.ansible.settings import InstallSettings, split_credentials
         from provision.fleet.planning import check_locked_names
 
         locked = read_lock(options.lock)
         check_locked_names(locked, selected)
+        bare, _ = split_credentials(InstallSettings.from_config(config.install))
+        for group in locked.groups:  # an edited lock: its repositories and values (role_vars)
+            check_lock_group(group.to_json(), bare)
     state = State(state_path(options.state_path, config.state.path))
 
     run = new_run_id()

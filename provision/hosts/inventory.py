@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from provision.errors import BadInput
+from provision.files import load_yaml
 
 HOST_FORMAT_HINT = "write HOST as [user@]name[:port], e.g. deploy@gpu1.example.com:2222"
 _LABEL = re.compile(r"^(?!-)[A-Za-z0-9_-]{1,63}(?<!-)$")
@@ -40,6 +41,15 @@ SECRET_VARS = frozenset(
         "ansible_sudo_password",
     }
 )
+
+# The connections provision speaks: OpenSSH (whose host key checks the probe's paramiko matches,
+# and whose trust the run dir pins) and the local machine. "smart" is ssh unless ssh lacks
+# ControlPersist (ansible-core playbook/attribute.py ConnectionFieldAttribute); the run dir's
+# inventory sets ssh for every SSH host. Every other plugin is refused: Ansible's paramiko one
+# (also what "persistent" becomes) asks on a terminal about an unknown host key (paramiko_ssh.py
+# MyAddPolicy), which hung `up`; docker, winrm and the like reach something the probe never saw.
+SSH_CONNECTIONS = frozenset({"ssh", "ansible.builtin.ssh", "smart"})
+LOCAL_CONNECTIONS = frozenset({"local", "ansible.builtin.local"})
 
 
 @dataclass(frozen=True)
@@ -263,13 +273,19 @@ class _Inventory:
                     f"{secret} of {what} is a Jinja template, which provision does not evaluate",
                     "write the password itself (in a vars file kept out of git) or give the user passwordless sudo",
                 )
+        connection = str(hvars.get("ansible_connection", "ssh"))
+        if connection not in SSH_CONNECTIONS | LOCAL_CONNECTIONS:
+            raise BadInput(
+                f"{what}: ansible_connection `{connection}` is not supported",
+                "remove it (provision connects over OpenSSH and checks host keys as it does) or set ssh or local",
+            )
         return HostTarget(
             name=host,
             address=address,
             user=_check_user(str(user), what) if user is not None else None,
             port=_check_port(port, what) if port is not None else None,
             key_file=str(key) if key is not None else None,
-            local=str(hvars.get("ansible_connection", "")) == "local",
+            local=connection in LOCAL_CONNECTIONS,
             groups=groups,
             vars=hvars,
         )
@@ -456,7 +472,7 @@ def _read_vars(path: Path) -> dict[str, Any]:
             "provision does not decrypt Ansible Vault: keep these vars elsewhere",
         )
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text, f"vars file {path}")
     except yaml.YAMLError as exc:
         if "!vault" in str(exc):
             raise BadInput(
@@ -492,7 +508,7 @@ def _parse_file(path: Path, inv: _Inventory) -> None:
     data: Any = None
     if path.suffix in (".yml", ".yaml", ".json") or text.lstrip().startswith(("all:", "---")):
         try:
-            data = yaml.safe_load(text)
+            data = load_yaml(text, f"inventory {path}")
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             at = f" at line {mark.line + 1}" if mark is not None else ""
@@ -502,7 +518,7 @@ def _parse_file(path: Path, inv: _Inventory) -> None:
         data = data or {}
     elif not path.suffix:
         try:
-            data = yaml.safe_load(text)
+            data = load_yaml(text, f"inventory {path}")
         except yaml.YAMLError:
             data = None
         if not isinstance(data, dict):  # an INI file reads as a string, a list or not at all

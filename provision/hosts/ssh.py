@@ -23,7 +23,14 @@ from provision.hosts.inventory import LOCALHOST, HostTarget, parse_host
 
 if TYPE_CHECKING:
     import paramiko
-from provision.hosts.known_hosts import UnknownHostKey, fingerprint, host_key_name, load_known_hosts, record_host_key
+from provision.hosts.known_hosts import (
+    RevokedHostKey,
+    UnknownHostKey,
+    fingerprint,
+    host_key_name,
+    load_known_hosts,
+    record_host_key,
+)
 from provision.hosts.local import LocalTransport
 from provision.hosts.ssh_config import SSHSettings, resolve_settings
 from provision.hosts.transport import (
@@ -186,11 +193,14 @@ def _open_client(
     import paramiko
 
     client = paramiko.SSHClient()
-    load_known_hosts(client, settings.known_hosts_files)
     name = host_key_name(settings.hostname, settings.port)
+    revoked = load_known_hosts(client, settings.known_hosts_files, name)
 
     class Policy(paramiko.MissingHostKeyPolicy):
         def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+            # a revoked key was left out of the known ones, so it lands here: refused, recorded never
+            if key.asbytes() in revoked:
+                raise RevokedHostKey(key)
             if not accept_new_host_keys:
                 raise UnknownHostKey(key)
             record_host_key(settings.known_hosts_files[0], settings.hostname, settings.port, key)
@@ -227,8 +237,15 @@ def _open_client(
             f"to record it in {settings.known_hosts_files[0]}",
             details={"host": settings.name, "fingerprint": fingerprint(exc.key)},
         ) from None
-    except paramiko.BadHostKeyException as exc:
+    except (RevokedHostKey, paramiko.BadHostKeyException) as exc:
         client.close()
+        if isinstance(exc, RevokedHostKey) or exc.key.asbytes() in revoked:
+            raise Unreachable(
+                f"host key for {settings.name} ({name}) is REVOKED in known_hosts: the host offers "
+                f"{exc.key.get_name()} {fingerprint(exc.key)}, which a @revoked line names",
+                "do not connect: ask the host's owner why its key was revoked and which key it has now",
+                details={"host": settings.name, "fingerprint": fingerprint(exc.key)},
+            ) from None
         raise Unreachable(
             f"host key for {settings.name} ({name}) has CHANGED: the host offers {exc.key.get_name()} "
             f"{fingerprint(exc.key)}, known_hosts has {fingerprint(exc.expected_key)}",

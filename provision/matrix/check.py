@@ -4,7 +4,8 @@ Owns the comparison: for every torch (PyPI default variant) / TensorFlow / JAX r
 lists that is on the index, the wheels' METADATA (read through :mod:`provision.matrix.wheels_read`,
 the code that wrote ``wheels.yaml``) against pytorch.yaml / tensorflow.yaml / jax.yaml (cuDNN,
 NCCL, CUDA runtime and cuBLAS pins, Python tags and Requires-Python, platforms) and against
-``wheels.yaml`` itself; releases newer than the data (reported, not failures); and each NVIDIA
+``wheels.yaml`` itself; uv's pinned wheels and their sha256 (os.yaml ``standalone_python.uv_wheels``)
+against the index's file list of that release; releases newer than the data (reported, not failures); and each NVIDIA
 fact (driver, CUDA, cuDNN entries citing an NVIDIA URL) whose source it cannot reach, with that
 source and the fact's confidence. Exit 1 on a contradiction, 2 when the index cannot be read, else
 0; the last line is the summary.
@@ -31,7 +32,7 @@ from packaging.version import Version
 
 from provision.matrix import Knowledge
 from provision.matrix import load as load_knowledge
-from provision.matrix.model import JaxRelease, TensorflowRelease, TorchRelease
+from provision.matrix.model import JaxRelease, StandalonePython, TensorflowRelease, TorchRelease
 from provision.matrix.pypi import IndexReader, Project, add_reader_arguments
 from provision.matrix.wheels import FrameworkPins, WheelPins
 from provision.matrix.wheels import load as load_wheels
@@ -323,13 +324,22 @@ def report_nvidia(f: Findings, facts: Sequence[Fact], up: Mapping[str, bool]) ->
         f.add(NOTE, f"{n} NVIDIA-sourced facts have a reachable source; this check has no reader for them")
 
 
+def compare_uv(f: Findings, sp: StandalonePython, project: Project) -> None:
+    """standalone_python.uv_wheels against the index's own file list of that uv release: per
+    arch, the same Linux glibc wheels with the same sha256 (python_env installs uv by these)."""
+    files = project.files.get(sp.uv, ())
+    for arch, pinned in sp.uv_wheels.items():
+        index = {w.filename: w.sha256 for w in files if w.arch == arch}
+        f.compare(f"uv {sp.uv} wheels [{arch}]", sorted(pinned.items()), sorted(index.items()))
+
+
 # --- the run -----------------------------------------------------------------------------------
 
 
 def run(k: Knowledge, stored: WheelPins, reader: IndexReader, probe_nvidia: bool = True) -> Findings:
     f = Findings()
     plugin_names = ("jax-cuda12-plugin", "jax-cuda13-plugin")
-    projects = reader.projects(["torch", "tensorflow", "jax", "jaxlib", *plugin_names])
+    projects = reader.projects(["torch", "tensorflow", "jax", "jaxlib", "uv", *plugin_names])
     empty = [n for n in ("torch", "tensorflow", "jax") if not projects[n].versions]
     if empty:  # a wrong --index answers 404 for everything: that is no index of these frameworks
         raise OSError(f"it lists no {', '.join(empty)}")
@@ -354,6 +364,8 @@ def run(k: Knowledge, stored: WheelPins, reader: IndexReader, probe_nvidia: bool
     for jx in k.t.jax:
         lines = {m: by_req.get(f"jax[cuda{m}]=={jx.version}") for m in (13, 12)}
         compare_jax(f, jx, plugins, lines, jaxlib=projects["jaxlib"])
+    if k.t.standalone_python is not None:
+        compare_uv(f, k.t.standalone_python, projects["uv"])
     compare_wheels_yaml(f, stored, list(by_req.values()))
     compare_releases(f, stored, now)
     compare_newer(f, "torch", (r.version for r in k.t.torch), projects["torch"])

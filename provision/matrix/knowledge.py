@@ -49,6 +49,7 @@ from provision.matrix.packaging import PackagingError, build_packaging
 
 _PCI = re.compile(r"^\[?(?:0x)?(10de):(?:0x)?([0-9a-f]{4})\]?$", re.IGNORECASE)
 _MONTH = re.compile(r"^\d{4}-(0[1-9]|1[0-2])$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
 # Every torch release has CPU wheels (download.pytorch.org/whl/cpu, version tag +cpu) on both archs.
@@ -372,6 +373,7 @@ def build_tables(d: dict[str, Any]) -> Tables:
     if sp:
         t.standalone_python = StandalonePython(
             uv=str(sp["uv"]),
+            uv_wheels=_uv_wheels(sp),
             pythons=tuple(str(p) for p in sp["pythons"]),
             archs=tuple(sp["archs"]),
             read=str(sp["read"]),
@@ -528,6 +530,24 @@ def _check_sorted(t: Tables) -> None:
     descending("pytorch", (Version(r.version) for r in t.torch))
     descending("tensorflow", (Version(r.version) for r in t.tensorflow))
     descending("jax", (Version(r.version) for r in t.jax))
+
+
+def _uv_wheels(sp: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """standalone_python.uv_wheels: every arch of ``archs`` has uv's wheels, each a file of that
+    uv release with a sha256 (python_env refuses any other file, so a typo here is caught now)."""
+    wheels = sp.get("uv_wheels") or {}
+    out: dict[str, dict[str, str]] = {}
+    for arch in sp["archs"]:
+        files = {str(k): str(v) for k, v in (wheels.get(arch) or {}).items()}
+        if not files:
+            raise DataError(f"data: standalone_python.uv_wheels has no wheel of uv for {arch}")
+        for name, sha in files.items():
+            if not name.startswith(f"uv-{sp['uv']}-") or not name.endswith(".whl") or not _SHA256.fullmatch(sha):
+                raise DataError(
+                    f"data: standalone_python.uv_wheels.{arch}: {name} is no uv {sp['uv']} wheel, or no sha256"
+                )
+        out[str(arch)] = files
+    return out
 
 
 def _src(entry: dict[str, Any]) -> tuple[str, ...]:

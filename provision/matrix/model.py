@@ -131,6 +131,9 @@ class StandalonePython:
     """python-build-standalone CPython, installed by uv: the minors on offer (newest first)."""
 
     uv: str  # the uv release that installs them (its embedded list and hashes)
+    # that release's own wheels per host CPU, {filename: sha256} as the index lists them:
+    # python_env installs uv with --require-hashes from these alone
+    uv_wheels: dict[str, dict[str, str]]
     pythons: tuple[str, ...]
     archs: tuple[str, ...]
     read: str

@@ -56,6 +56,7 @@ class WheelFile:
 
     filename: str
     requires_python: str | None
+    sha256: str | None = None  # as the index lists it (PEP 691 ``hashes``)
 
     @property
     def arch(self) -> str | None:
@@ -334,7 +335,10 @@ def parse_simple(name: str, doc: dict[str, Any]) -> Project:
             continue
         version = _file_version(name, str(f["filename"]))
         if version is not None:
-            files.setdefault(version, []).append(WheelFile(str(f["filename"]), f.get("requires-python")))
+            sha256 = (f.get("hashes") or {}).get("sha256")
+            files.setdefault(version, []).append(
+                WheelFile(str(f["filename"]), f.get("requires-python"), None if sha256 is None else str(sha256))
+            )
     versions = tuple(str(v) for v in doc.get("versions", []))
     return Project(name, versions, {v: tuple(fs) for v, fs in files.items()})
 

@@ -20,9 +20,7 @@ the package plan): it is regenerated, never read half-way.
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from packaging.utils import canonicalize_name
 
 from provision.errors import BadInput
+from provision.files import write_durably
 from provision.stack.packages import PackagePlan
 
 if TYPE_CHECKING:
@@ -198,33 +197,6 @@ def write_lock(lock: Lock, path: Path | str) -> Path:
     return write_durably(Path(path), dumps_lock(lock))
 
 
-def write_durably(p: Path, text: str) -> Path:
-    """Replace ``p`` with ``text``: a temporary file in the same folder, fsync, rename, fsync the folder.
-
-    rename(2) alone is atomic for readers, but after a power loss the new name can point at a
-    file whose data never reached the disk (ext4 and XFS may order the rename first): a zero-length
-    lock. fsync of the file before the rename, and of the folder after it (the rename is an entry
-    in the folder), is the order POSIX and the filesystems promise to keep (fsync(2), rename(2)).
-    """
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(p.parent, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-    return p
-
-
 def read_lock(path: Path | str) -> Lock:
     p = Path(path)
     try:
@@ -243,6 +215,8 @@ def parse_lock(text: str, where: str = "provision.lock") -> Lock:
         raise BadInput(
             f"{where} is not valid JSON (line {exc.lineno})", "regenerate it with `provision plan`"
         ) from None
+    except RecursionError:  # json nests by recursion: a hostile lock is bad input, not an internal error
+        raise BadInput(f"{where} nests too deep to be a lock", "regenerate it with `provision plan`") from None
     if isinstance(doc, dict) and doc.get("schema") in OLD_SCHEMAS:
         raise BadInput(
             f"{where} is a {doc['schema']} file, written before the package plan (this provision reads {SCHEMA})",

@@ -42,8 +42,11 @@ def _ssh_config(hostset: harness.HostSet, folder: Path, known_hosts: Path, users
     return path
 
 
-# an inventory's ssh args that would accept any key
-LAX = "ansible_ssh_common_args='-o StrictHostKeyChecking=no'"
+# an inventory's ssh args and settings that would accept any key
+LAX = (
+    "ansible_ssh_common_args='-o StrictHostKeyChecking=no' ansible_ssh_args='-o StrictHostKeyChecking=no' "
+    "ansible_host_key_checking=false ansible_ssh_host_key_checking=false"
+)
 
 
 def _inventory(hostset: harness.HostSet, folder: Path, extra: str = "", only: str | None = None) -> Path:
@@ -231,6 +234,11 @@ def test_the_rendered_ssh_args_carry_the_probes_trust(testhosts: harness.HostSet
             "-o",
             "StrictHostKeyChecking=no",
         ], (name, args)
+        # variables beat the environment's ANSIBLE_SSH_ARGS, ANSIBLE_HOST_KEY_CHECKING, ANSIBLE_TRANSPORT;
+        # the inventory's lax ones never reach the run dir
+        assert conn["ansible_ssh_args"].startswith("-o StrictHostKeyChecking=yes "), (name, conn)
+        assert conn["ansible_host_key_checking"] is True and conn["ansible_connection"] == "ssh", (name, conn)
+        assert "ansible_ssh_host_key_checking" not in conn, (name, conn)
     assert "StrictHostKeyChecking=yes" in (run / "ansible.cfg").read_text()
 
 
@@ -333,3 +341,49 @@ def test_up_takes_the_sudo_password_to_the_apply(
         str(p) for p in tmp_path.rglob("*") if p.is_file() and password.encode() in p.read_bytes() and p != inventory
     ]
     assert leaks == [] and password not in r.stdout + r.stderr
+
+
+def test_the_documented_manual_apply_keeps_host_key_checking_against_the_users_environment(
+    testhosts: harness.HostSet, tmp_path: Path
+) -> None:
+    """`cd OUT && ansible-playbook site.yml` (the documented manual apply), plain ansible-playbook
+    from the venv, in a user's environment that turns host key checking off
+    (`ANSIBLE_SSH_ARGS='-o StrictHostKeyChecking=no'`, which replaces ansible.cfg's ssh_args and
+    came first on ssh's command line, and `ANSIBLE_HOST_KEY_CHECKING=False`): the run dir's
+    inventory variables beat the environment, so a host whose key is unknown, or changed, since
+    the probe is still refused and the other host goes on. `--tags` that no task carries keeps
+    the play to its fact gathering (the connection and its key check): a host let in is not
+    provisioned. ANSIBLE_SSH_CONTROL_PATH_DIR keeps this test's ssh masters its own."""
+    host, other = testhosts.hosts[0], testhosts.hosts[1]
+    known = tmp_path / "known_hosts"
+    shutil.copyfile(testhosts.known_hosts, known)
+    run = _plan(tmp_path, _inventory(testhosts, tmp_path), _ssh_config(testhosts, tmp_path, known))
+    kept = [line for line in known.read_text().splitlines() if not line.startswith(f"{host.address} ")]
+    forged = paramiko.Ed25519Key.from_private_key_file(str(testhosts.key))  # some other ed25519 key
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    env.update(
+        ANSIBLE_SSH_ARGS="-o StrictHostKeyChecking=no",
+        ANSIBLE_HOST_KEY_CHECKING="False",
+        ANSIBLE_SSH_CONTROL_PATH_DIR=str(tmp_path / "cp"),
+        PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+    )
+    for change, entries in [
+        ("unknown", kept),
+        ("changed", [*kept, f"{host.address} ssh-ed25519 {forged.get_base64()}"]),
+    ]:
+        known.write_text("\n".join(entries) + "\n")
+        r = subprocess.run(
+            ["ansible-playbook", "site.yml", "--tags", "provision-no-such-tag"],
+            cwd=run,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        out = r.stdout + r.stderr
+        assert r.returncode == 4, (change, out)  # 4: a host was unreachable
+        assert "Host key verification failed" in out, (change, out)
+        recap = {line.split()[0]: line for line in out.splitlines() if " : ok=" in line}
+        assert "unreachable=1" in recap[host.name] and "ok=0" in recap[host.name], (change, out)
+        assert "unreachable=0" in recap[other.name] and "failed=0" in recap[other.name], (change, out)
+        assert known.read_text() == "\n".join(entries) + "\n", change  # nothing was recorded

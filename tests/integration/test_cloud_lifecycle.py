@@ -35,6 +35,7 @@ def up(aws: Aws, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, 
         "--os",
         "ubuntu-22.04",
         "--no-wait-ssh",
+        "--yes",
         "--json",
         *extra,
     ]
@@ -188,7 +189,7 @@ def test_down_expired_ends_only_what_outlived_its_ttl(aws: Aws, capsys: pytest.C
     assert res["terminated"] == [short["instances"][0]["id"]]
     assert [i["InstanceId"] for i in aws.live()] == [long["instances"][0]["id"]]
     assert [tags(g)["provision:run"] for g in aws.groups()] == [long["run"]]
-    code, out, err = run_cli(["cloud", "down", "--all", "--json"], capsys)
+    code, out, err = run_cli(["cloud", "down", "--all", "--yes", "--json"], capsys)
     assert code == 0 and json.loads(out)["runs"] == [long["run"]]
     assert aws.live() == [] and aws.groups() == [] and aws.key_pairs() == []
 
@@ -228,6 +229,7 @@ def test_human_output(aws: Aws, capsys: pytest.CaptureFixture[str]) -> None:
             aws.ami(),
             "--no-wait-ssh",
             "--new-key",
+            "--yes",
         ],
         capsys,
     )
@@ -235,7 +237,7 @@ def test_human_output(aws: Aws, capsys: pytest.CaptureFixture[str]) -> None:
     assert "next: provision probe -i" in out and "cloud: run " in err
     code, out, _ = run_cli(["cloud", "ls"], capsys)
     assert code == 0 and "g5.xlarge" in out and "in 8.0h" in out
-    code, out, _ = run_cli(["cloud", "down", "--all"], capsys)
+    code, out, _ = run_cli(["cloud", "down", "--all", "--yes"], capsys)
     assert code == 0 and "terminated 1 instance(s)" in out
 
 
@@ -277,7 +279,7 @@ def test_down_never_follows_a_run_tag_out_of_the_run_dirs(
     code, ours, err = up(aws, capsys, "--instance-type", "g6.xlarge", "--ttl", "1s", "--new-key")
     assert code == 0, err
     time.sleep(1.2)
-    code, out, err = run_cli(["cloud", "down", *selector, "--json"], capsys)
+    code, out, err = run_cli(["cloud", "down", *selector, "--yes", "--json"], capsys)
     assert code == 0, err
     doc = json.loads(out)
     assert victim.read_text() == "someone else's key\n"
@@ -286,8 +288,8 @@ def test_down_never_follows_a_run_tag_out_of_the_run_dirs(
     assert [i["InstanceId"] for i in aws.live()] == [foreign]  # not ours to end
     assert not any(str(tmp_path / "victim") in f for f in doc["local_files"])
 
-    code, out, _ = run_cli(["cloud", "down", *selector], capsys)
-    assert code == 0 and f"skipped {foreign}: its provision:run tag '../../../victim' is not a provision run id" in out
+    code, out, _ = run_cli(["cloud", "down", *selector, "--yes"], capsys)
+    assert code == 0 and f"skipped {foreign} (provision:run='../../../victim'): not a provision run id; left" in out
 
     code, out, _ = run_cli(["cloud", "ls", "--json"], capsys)
     listed = json.loads(out)
@@ -342,17 +344,23 @@ def test_the_ttl_is_armed_on_the_host_at_launch(
 
 
 def test_ls_says_when_an_instance_has_no_ttl_on_the_host(aws: Aws, capsys: pytest.CaptureFixture[str]) -> None:
-    """One launched by an older provision (tags only): `ls` shows that its TTL needs `down --expired`."""
+    """One launched by an older provision (its key pair, group and tags, no TTL on the host): `ls`
+    shows that its TTL needs `down --expired`."""
+    run = "20261130-020846-fc86"
+    aws.ec2.create_key_pair(KeyName=f"provision-{run}")
+    group = aws.ec2.create_security_group(GroupName=f"provision-{run}", Description="an older provision's")["GroupId"]
     aws.ec2.run_instances(
         ImageId=aws.ami(),
         InstanceType="g5.xlarge",
         MinCount=1,
         MaxCount=1,
+        KeyName=f"provision-{run}",
+        SecurityGroupIds=[group],
         TagSpecifications=[
             {
                 "ResourceType": "instance",
                 "Tags": [
-                    {"Key": "provision:run", "Value": "20261130-020846-fc86"},
+                    {"Key": "provision:run", "Value": run},
                     {"Key": "provision:expires-at", "Value": "2099-01-01T00:00:00Z"},
                 ],
             }
@@ -385,6 +393,7 @@ def test_ssh_to_the_world_is_allowed_only_with_a_warning(
             "ubuntu-22.04",
             "--no-wait-ssh",
             "--new-key",
+            "--yes",
             "--json",
         ],
         capsys,
@@ -405,3 +414,127 @@ def test_ssh_to_the_world_is_allowed_only_with_a_warning(
 def test_no_warning_for_a_narrow_ssh_cidr(aws: Aws, capsys: pytest.CaptureFixture[str]) -> None:
     code, doc, err = up(aws, capsys, "--instance-type", "g5.xlarge", "--new-key")
     assert code == 0 and doc["warnings"] == [] and "warning:" not in err
+
+
+def _someone_elses_server(aws: Aws, run_tag: str) -> tuple[str, str, str]:
+    """Issue 25's scenario, made straight on moto: someone else's m5.large in its own group `prod-db`
+    with its own key pair `prod-deploy-key`, all three tagged `provision:run` with a well-formed id
+    and a `provision:expires-at` long past. (instance id, group id, key pair name)"""
+    stale = [
+        {"Key": "provision:run", "Value": run_tag},
+        {"Key": "provision:expires-at", "Value": "2020-01-01T00:00:00Z"},
+    ]
+    group = aws.ec2.create_security_group(
+        GroupName="prod-db",
+        Description="the production database",
+        TagSpecifications=[{"ResourceType": "security-group", "Tags": stale}],
+    )["GroupId"]
+    aws.ec2.create_key_pair(KeyName="prod-deploy-key", TagSpecifications=[{"ResourceType": "key-pair", "Tags": stale}])
+    inst = aws.ec2.run_instances(
+        ImageId=aws.ami(),
+        InstanceType="m5.large",
+        MinCount=1,
+        MaxCount=1,
+        KeyName="prod-deploy-key",
+        SecurityGroupIds=[group],
+        TagSpecifications=[{"ResourceType": "instance", "Tags": stale}],
+    )["Instances"][0]["InstanceId"]
+    return str(inst), str(group), "prod-deploy-key"
+
+
+# (selector, whose run id someone else's server is tagged with): a made-up one, or our own run's
+@pytest.mark.parametrize(("selector", "same_run"), [("--expired", False), ("--all", True), ("--run", True)])
+def test_down_ends_only_what_provision_made(
+    aws: Aws, capsys: pytest.CaptureFixture[str], selector: str, same_run: bool
+) -> None:
+    """Tags are writable by anyone who may tag in the account: an m5.large with its own group and
+    key pair, tagged as an expired run, was terminated and its group deleted (also with the id of
+    our own run). Only what provision made (its `provision-<run>` key pair, group, and instances
+    launched with both) is ended; the rest is `skipped` with the reason and left running."""
+    code, ours, err = up(aws, capsys, "--instance-type", "g6.xlarge", "--ttl", "1s", "--new-key")
+    assert code == 0, err
+    run = ours["run"]
+    inst, group, key = _someone_elses_server(aws, run if same_run else "20200101-000000-beef")
+    time.sleep(1.2)
+    args = {"--expired": ["--expired"], "--all": ["--all", "--yes"], "--run": ["--run", run]}[selector]
+    code, out, err = run_cli(["cloud", "down", *args, "--json"], capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["runs"] == [run] and doc["terminated"] == [ours["instances"][0]["id"]]
+    assert doc["key_pairs"] == [f"provision-{run}"] and len(doc["security_groups"]) == 1
+    skipped = {s["resource"]: s for s in doc["skipped"]}
+    assert sorted(skipped) == sorted([inst, group, key])
+    tagged = run if same_run else "20200101-000000-beef"
+    assert (
+        skipped[inst]["reason"]
+        == f"launched with key pair 'prod-deploy-key', not provision-{tagged}: provision did not make it"
+    )
+    assert skipped[group]["reason"] == f"named 'prod-db', not provision-{tagged}: provision did not make it"
+    assert skipped[key]["reason"] == f"named 'prod-deploy-key', not provision-{tagged}: provision did not make it"
+    assert {s["run"] for s in doc["skipped"]} == {repr(tagged)}
+    # someone else's server still runs, in its group, with its key pair
+    (live,) = aws.live()
+    assert live["InstanceId"] == inst and live["State"]["Name"] == "running"
+    assert [g["GroupId"] for g in aws.groups()] == [group]
+    assert [k["KeyName"] for k in aws.key_pairs()] == [key]
+    code, out, _ = run_cli(["cloud", "ls", "--json"], capsys)
+    listed = json.loads(out)
+    assert listed["instances"] == [] and [s["resource"] for s in listed["skipped"]] == [inst]
+
+
+def on_a_terminal(aws: Aws, args: list[str], answer: str) -> tuple[int, str, str]:
+    """``provision ARGS`` with a real terminal (a pty) on stdin, ``answer`` typed into it."""
+    import os
+    import subprocess
+    import sys
+
+    provision = str(Path(sys.executable).with_name("provision"))
+    controller, terminal = os.openpty()
+    try:
+        proc = subprocess.Popen(
+            [provision, *args],
+            stdin=terminal,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=aws.workdir,
+            env=dict(os.environ, AWS_EC2_METADATA_DISABLED="true", COLUMNS="400"),
+            text=True,
+        )
+        os.write(controller, answer.encode())  # the terminal holds the line until the prompt reads it
+        out, err = proc.communicate(timeout=120)
+    finally:
+        os.close(terminal)
+        os.close(controller)
+    return proc.returncode, out, err
+
+
+def test_cloud_up_says_what_it_launches_and_asks(aws: Aws) -> None:
+    """On a terminal, without --yes: the count, types, region and price, then the question; "n"
+    launches nothing (exit 130)."""
+    args = ["cloud", "up", "--instance-type", "g5.xlarge", "--count", "2", "--ssh-cidr", "0.0.0.0/1"]
+    code, out, err = on_a_terminal(aws, [*args, "--ami", aws.ami(), "--new-key", "--no-wait-ssh"], "n\n")
+    assert code == 130, err
+    assert "warning: --ssh-cidr 0.0.0.0/1 opens port 22" in err  # said before the question
+    assert ": 2 x g5.xlarge in us-east-1, on-demand $" in err
+    assert "launch these instances (they cost money while they run)? [y/N]" in out
+    assert err.splitlines()[-1].startswith("error: nothing was launched: the launch was not confirmed")
+    assert aws.live() == [] and aws.groups() == [] and aws.key_pairs() == []
+
+
+def test_cloud_down_all_says_what_it_ends_and_asks(aws: Aws, capsys: pytest.CaptureFixture[str]) -> None:
+    """On a terminal, without --yes: the runs, how many instances, groups and key pairs, then the
+    question; "n" ends nothing (exit 130), "y" ends them."""
+    code, ours, err = up(aws, capsys, "--instance-type", "g5.xlarge", "--count", "2", "--new-key")
+    assert code == 0, err
+    ids = sorted(i["id"] for i in ours["instances"])
+    code, out, err = on_a_terminal(aws, ["cloud", "down", "--all"], "n\n")
+    assert code == 130, err
+    said = f"about to end 1 run(s) ({ours['run']}): terminate 2 instance(s) ({', '.join(ids)}), "
+    assert said + "delete 1 security group(s) and 1 key pair(s)" in err
+    assert "end them? [y/N]" in out
+    assert err.splitlines()[-1].startswith("error: nothing was ended: the teardown was not confirmed")
+    assert sorted(i["InstanceId"] for i in aws.live()) == ids and len(aws.groups()) == 1
+    code, out, err = on_a_terminal(aws, ["cloud", "down", "--all"], "y\n")
+    assert code == 0, err
+    assert "terminated 2 instance(s), deleted 1 security group(s), 1 key pair(s)" in out
+    assert aws.live() == [] and aws.groups() == [] and aws.key_pairs() == []

@@ -88,7 +88,7 @@ SIGNALS = [signal.SIGTERM, signal.SIGHUP, signal.SIGINT]
 def test_cloud_up_interrupted_during_run_instances_removes_the_run(
     aws: Aws, proxy: HoldingProxy, sig: signal.Signals
 ) -> None:
-    code, out, err = interrupted(aws, proxy, ["cloud", "up", *LAUNCH, "--ami", aws.ami()], sig)
+    code, out, err = interrupted(aws, proxy, ["cloud", "up", *LAUNCH, "--ami", aws.ami(), "--yes"], sig)
     assert code == 128 + sig, err[-3000:]  # 130 Ctrl-C, 143 SIGTERM, 129 SIGHUP
     assert json.loads(out)["error"]["code"] == "interrupted"
     assert "found by the run tag" in err and "Traceback" not in err
@@ -116,7 +116,7 @@ def test_a_second_sigterm_does_not_cut_the_cleanup_short(aws: Aws) -> None:
     env = dict(os.environ, AWS_ENDPOINT_URL=terminating.url, AWS_EC2_METADATA_DISABLED="true")
     try:
         proc = subprocess.Popen(
-            [*AS_FOREGROUND, PROVISION, "cloud", "up", *LAUNCH, "--ami", aws.ami()],
+            [*AS_FOREGROUND, PROVISION, "cloud", "up", *LAUNCH, "--ami", aws.ami(), "--yes"],
             cwd=aws.workdir,
             env=env,
             text=True,

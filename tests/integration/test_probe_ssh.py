@@ -137,6 +137,57 @@ def test_changed_host_key_is_refused_even_with_accept_new(testhosts: harness.Hos
     assert known.read_text().count("\n") == 1  # the forged entry is left alone, nothing added
 
 
+def _revoked_lines(host: harness.TestHost, key: str) -> dict[str, str]:
+    """The forms a `@revoked` line for ``host``'s ed25519 key takes (sshd(8) SSH_KNOWN_HOSTS FILE
+    FORMAT): its address, a wildcard pattern, a hashed name, and a list whose negated pattern
+    leaves the host out (that one revokes nothing)."""
+    hashed = paramiko.HostKeys.hash_host(host.address)
+    return {
+        "address": f"@revoked {host.address} ssh-ed25519 {key}",
+        "wildcard": f"@revoked * ssh-ed25519 {key}",
+        "hashed": f"@revoked {hashed} ssh-ed25519 {key}",
+        "negated": f"@revoked *,!{host.address} ssh-ed25519 {key}",
+    }
+
+
+def test_a_revoked_host_key_is_refused_even_when_also_listed_plainly(
+    testhosts: harness.HostSet, tmp_path: Path
+) -> None:
+    """A key marked `@revoked` is refused though a plain line lists the same key, with or without
+    --accept-new-host-keys, as OpenSSH refuses it; the host lock, cache tunnels and sudo all
+    ride on this connection. A `@revoked` line whose pattern leaves the host out revokes nothing."""
+    host = testhosts.hosts[0]
+    plain = next(line for line in testhosts.known_hosts.read_text().splitlines() if line.startswith(f"{host.address} "))
+    key = plain.split()[2]
+    known = tmp_path / "known_hosts"
+    config = ssh_config(testhosts, tmp_path / "config", known)
+    for form, revoked in _revoked_lines(host, key).items():
+        known.write_text(f"{plain}\n{revoked}\n")
+        openssh = subprocess.run(
+            ["ssh", "-F", str(config), "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", host.name, "true"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        if form == "negated":
+            assert openssh.returncode == 0, openssh.stderr
+            transport = connect(host.name, ssh_config=config)
+            transport.close()
+            continue
+        assert openssh.returncode == 255 and "REVOKED HOST KEY" in openssh.stderr, (form, openssh.stderr)
+        # with the flag (each form), and without it (one form, whose JSON says unreachable)
+        flags = ["--accept-new-host-keys"] if form != "address" else ["--json"]
+        result = run("-F", str(config), *flags, host.name)
+        assert result.returncode == 1, (form, result.stdout, result.stderr)
+        line = result.stderr.strip()
+        assert line.count("\n") == 0 and line.startswith(f"error: host key for {host.name}"), (form, line)
+        assert "is REVOKED" in line and host_fingerprint(testhosts, host.name) in line, (form, line)
+        if form == "address":
+            doc = json.loads(result.stdout)
+            assert doc["ok"] is False and doc["hosts"][0]["error"]["code"] == "unreachable", doc
+        assert known.read_text() == f"{plain}\n{revoked}\n"  # nothing recorded
+
+
 def test_unreachable_address(testhosts: harness.HostSet) -> None:
     address = f"{testhosts.net}.{UNUSED_OCTET}"
     result = run("--connect-timeout", "2", "--json", address)

@@ -23,6 +23,7 @@ from provision.matrix.check import (
     compare_releases,
     compare_tensorflow,
     compare_torch,
+    compare_uv,
     compare_wheels_yaml,
     nvidia_facts,
     report_nvidia,
@@ -180,6 +181,49 @@ def test_torch_28_against_the_real_pypi(tmp_path: Path) -> None:
     again = IndexReader(tmp_path / "cache")
     read_pins(again, [Target("torch", "2.8.0", ((),), ("3.11",))])
     assert again.pip_runs == 0 and again.cache_hits == 2
+
+
+def test_uv_pinned_wheels_against_the_index_file_list() -> None:
+    """STAND-IN index page (parse_simple on a hand-made PEP 691 page): the pinned wheels agree; a
+    changed sha256 or a wheel the index has and the data lacks is a contradiction."""
+    from provision.matrix.pypi import parse_simple
+
+    sp = K.t.standalone_python
+    assert sp is not None and set(sp.uv_wheels) == {"x86_64", "aarch64"}
+    pinned = [(n, sha) for files in sp.uv_wheels.values() for n, sha in files.items()]
+    others = [  # what else the index lists for the release: musl, other CPUs, the sdist
+        (f"uv-{sp.uv}-py3-none-musllinux_1_1_x86_64.whl", "1" * 64),
+        (f"uv-{sp.uv}-py3-none-manylinux_2_17_s390x.manylinux2014_s390x.whl", "2" * 64),
+        (f"uv-{sp.uv}.tar.gz", "3" * 64),
+    ]
+
+    def page(files: list[tuple[str, str]]) -> Project:
+        return parse_simple(
+            "uv", {"versions": [sp.uv], "files": [{"filename": n, "hashes": {"sha256": h}} for n, h in files]}
+        )
+
+    f = Findings()
+    compare_uv(f, sp, page(pinned + others))
+    assert f.checked == 2 and not _contradictions(f), f.lines
+    name, _ = pinned[0]
+    f = Findings()
+    compare_uv(f, sp, page([(name, "f" * 64), *pinned[1:], *others]))
+    (line,) = _contradictions(f)
+    assert line.startswith(f"uv {sp.uv} wheels [x86_64]") and "f" * 64 in line, line
+    f = Findings()
+    compare_uv(f, sp, page([*pinned, (f"uv-{sp.uv}-py3-none-manylinux_2_39_aarch64.whl", "4" * 64)]))
+    (line,) = _contradictions(f)
+    assert line.startswith(f"uv {sp.uv} wheels [aarch64]") and "manylinux_2_39" in line, line
+
+
+@pytest.mark.network
+def test_uv_pinned_wheels_against_the_real_pypi(tmp_path: Path) -> None:
+    """One request: PyPI's own file list of the pinned uv release."""
+    sp = K.t.standalone_python
+    assert sp is not None
+    f = Findings()
+    compare_uv(f, sp, IndexReader(tmp_path / "cache").project("uv"))
+    assert f.checked == len(sp.uv_wheels) and not _contradictions(f), f.lines
 
 
 # --- reading the index: the pure parts of provision.matrix.pypi, with stand-in simple-API pages ---

@@ -3,13 +3,11 @@ wheelhouse of real wheel files (no network), the lock's ``python_packages`` and 
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import re
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -21,33 +19,11 @@ from provision.fleet import closure
 from provision.fleet.cache.wheels import WheelSet
 from provision.stack.lock import Lock, LockGroup, PythonPackage, dumps_lock, parse_lock, read_lock
 from tests.cli_run import provision
+from tests.wheels import make_wheel
 
 PYPI = "https://pypi.org/simple"
 # the py3-none-any wheel of requests 2.32.3 on PyPI: a file's hash never changes once uploaded
 REQUESTS_2_32_3 = "70761cfe03c773ceb22aa2f671b4757976145175cdfca038c02654d061d6dcc6"
-
-
-def make_wheel(folder: Path, name: str, version: str, requires: tuple[str, ...] = ()) -> Path:
-    """A real (metadata-only) py3-none-any wheel: what pip reads to resolve."""
-    dist = f"{name}-{version}.dist-info"
-    files = {
-        f"{name}/__init__.py": "",
-        f"{dist}/METADATA": "Metadata-Version: 2.1\nName: {}\nVersion: {}\n{}".format(
-            name, version, "".join(f"Requires-Dist: {r}\n" for r in requires)
-        ),
-        f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-    }
-    record = []
-    for path, text in files.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
-        record.append(f"{path},sha256={digest},{len(text.encode())}")
-    record.append(f"{dist}/RECORD,,")
-    out = folder / f"{name}-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(out, "w") as z:
-        for path, text in files.items():
-            z.writestr(path, text)
-        z.writestr(f"{dist}/RECORD", "\n".join(record) + "\n")
-    return out
 
 
 @pytest.fixture

@@ -431,9 +431,95 @@ def test_run_ids_are_only_the_form_provision_makes() -> None:
     )
 
 
-def test_cidr_warnings_only_for_the_whole_internet() -> None:
+def test_cidr_warnings_for_the_whole_internet_and_ranges_wider_than_a_slash_8_or_16() -> None:
+    """`0.0.0.0/1` (half the internet) and `2000::/3` (all of IPv6's global unicast) passed silently."""
     from provision.cloud.request import cidr_warnings
 
     assert cidr_warnings(parse_cidr("0.0.0.0/0"))[0].startswith("--ssh-cidr 0.0.0.0/0 opens port 22 (SSH)")
     assert "whole IPv6 internet" in cidr_warnings(parse_cidr("::/0"))[0]
-    assert [cidr_warnings(parse_cidr(c)) for c in ("203.0.113.7/32", "10.0.0.0/8", "2001:db8::/32")] == [[], [], []]
+    assert cidr_warnings("0.0.0.0/1") == [
+        "--ssh-cidr 0.0.0.0/1 opens port 22 (SSH) of every instance of this run to 2^31 addresses (a range wider "
+        "than /8, not one network of yours); give your own address instead, e.g. --ssh-cidr 203.0.113.7/32"
+    ]
+    assert "2^125 addresses (a range wider than /16" in cidr_warnings("2000::/3")[0]
+    assert all(cidr_warnings(c) for c in ("10.0.0.0/7", "2000::/15"))
+    quiet = ("203.0.113.7/32", "10.0.0.0/8", "2001:db8::/32", "2001::/16")
+    assert [cidr_warnings(parse_cidr(c)) for c in quiet] == [[], [], [], []]
+
+
+@pytest.mark.parametrize(
+    ("args", "what"),
+    [
+        (GOOD, "cloud up launches paid instances"),
+        ([*GOOD, "--json"], "cloud up launches paid instances"),
+        (["cloud", "down", "--all"], "cloud down --all ends every run provision launched"),
+        (["cloud", "down", "--all", "--json"], "cloud down --all ends every run provision launched"),
+    ],
+)
+def test_what_spends_or_destroys_refuses_without_a_terminal_or_yes(
+    offline_aws: None, capsys: pytest.CaptureFixture[str], args: list[str], what: str
+) -> None:
+    """No terminal on stdin (pytest's) and no --yes: one line, exit 2, and no AWS call (the
+    endpoint is closed: a call would be exit 1), so nothing was launched or ended."""
+    code, out, err = run_cli(args, capsys)
+    assert code == 2, err
+    line = f"error: {what} and there is no terminal to ask on (pass --yes to "
+    assert err.splitlines()[-1].startswith(line) and "Traceback" not in err
+    if "--json" in args:
+        assert json.loads(out)["error"]["code"] == "bad_input"
+
+
+def test_a_wide_ssh_cidr_is_said_before_the_launch_is_refused(
+    offline_aws: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = list(GOOD)
+    args[args.index("--ssh-cidr") + 1] = "0.0.0.0/1"
+    code, _, err = run_cli(args, capsys)
+    assert code == 2
+    warning, refusal = err.splitlines()
+    assert warning.startswith("warning: --ssh-cidr 0.0.0.0/1 opens port 22 (SSH) of every instance")
+    assert refusal.startswith("error: cloud up launches paid instances and there is no terminal to ask on")
+
+
+def _ec2(kind: str, name: str | None, run: str = "20261130-020846-fc86", groups: tuple[str, ...] = ()) -> dict:
+    """A resource as EC2's Describe* calls return it (the keys listing.why_not_owned reads)."""
+    tags = [{"Key": "provision:run", "Value": run}]
+    if kind == "instance":
+        nics = [{"Groups": [{"GroupId": "sg-1", "GroupName": g} for g in groups]}]
+        return {"InstanceId": "i-1", "KeyName": name, "SecurityGroups": [], "NetworkInterfaces": nics, "Tags": tags}
+    if kind == "security group":
+        return {"GroupId": "sg-1", "GroupName": name, "Tags": tags}
+    return {"KeyName": name, "Tags": tags}
+
+
+def test_only_what_carries_provisions_names_is_provisions() -> None:
+    from provision.cloud.aws.listing import split_owned, why_not_owned
+
+    run = "20261130-020846-fc86"
+    own = f"provision-{run}"
+    assert why_not_owned("instance", _ec2("instance", own, groups=("default", own))) is None
+    assert why_not_owned("security group", _ec2("security group", own)) is None
+    assert why_not_owned("key pair", _ec2("key pair", own)) is None
+    # someone else's, whatever the tag says
+    assert why_not_owned("instance", _ec2("instance", "prod-deploy-key", groups=(own,))) == (
+        f"launched with key pair 'prod-deploy-key', not {own}: provision did not make it"
+    )
+    assert why_not_owned("instance", _ec2("instance", None, groups=(own,))) == (
+        f"launched with key pair None, not {own}: provision did not make it"
+    )
+    assert why_not_owned("instance", _ec2("instance", own, groups=("prod-db",))) == (
+        f"not in security group {own}: provision did not launch it"
+    )
+    assert why_not_owned("security group", _ec2("security group", "prod-db")) == (
+        f"named 'prod-db', not {own}: provision did not make it"
+    )
+    # another run's names do not make it this run's
+    other = "provision-20261130-020846-0000"
+    assert (
+        why_not_owned("key pair", _ec2("key pair", other)) == f"named '{other}', not {own}: provision did not make it"
+    )
+    assert why_not_owned("key pair", _ec2("key pair", "provision-x", run="x")) == "not a provision run id"
+    # a name may hold anything: it is quoted and cut, as the tag is
+    long = "x" * 300
+    (why,) = [s.reason for s in split_owned([_ec2("key pair", long)], "key pair")[1]]
+    assert why.startswith("named 'xxx") and len(why) < 200

@@ -302,6 +302,25 @@ def test_an_eol_that_is_neither_a_month_nor_past_is_refused() -> None:
         build_tables(data)
 
 
+def test_uv_wheels_are_pinned_for_every_arch_each_a_wheel_of_that_uv_with_a_sha256() -> None:
+    """python_env installs uv only by these sha256: an arch without one, another release's file or
+    a malformed hash would fail every host at the uv step, so the data is refused at load."""
+    sp = build_tables(raw()).standalone_python
+    assert sp is not None and set(sp.uv_wheels) == set(sp.archs)
+    for change, message in (
+        (lambda w: w.pop("aarch64"), "no wheel of uv for aarch64"),
+        (
+            lambda w: w["x86_64"].update({"uv-0.1.0-py3-none-manylinux_2_17_x86_64.whl": "0" * 64}),
+            f"no uv {sp.uv} wheel",
+        ),
+        (lambda w: w["x86_64"].update(dict.fromkeys(w["x86_64"], "F" * 64)), "or no sha256"),
+    ):
+        data = raw()
+        change(data["standalone_python"]["uv_wheels"])
+        with pytest.raises(Exception, match=message):
+            build_tables(data)
+
+
 @pytest.mark.parametrize("driver", ["515", "565", "565.57.01", "450", "460", "615"])
 def test_a_host_driver_of_every_branch_resolves(driver: str) -> None:
     """Branches that sit on many hosts (515, 565, ...) resolve (or refuse with a rule), never exit 2."""

@@ -180,3 +180,44 @@ def test_inventories_that_do_not_parse_are_bad_input(tmp_path: Path, name: str, 
 def test_missing_inventory_is_bad_input(tmp_path: Path) -> None:
     with pytest.raises(BadInput, match="not found"):
         load_inventory(tmp_path / "nope.ini")
+
+
+@pytest.mark.parametrize(
+    "connection", ["paramiko", "ansible.builtin.paramiko_ssh", "persistent", "community.docker.docker"]
+)
+def test_a_connection_other_than_ssh_or_local_is_refused_before_any_contact(tmp_path: Path, connection: str) -> None:
+    """`ansible_connection: paramiko` hung `up` at Gathering Facts: Ansible's paramiko plugin
+    asks on a terminal about an unknown host key (MyAddPolicy), and the orphaned ansible-playbook
+    waited on it. Any connection other than ssh or local is refused with exit 2, one line, before
+    any host is contacted (the probe and its host key checks speak OpenSSH's terms only)."""
+    from tests.cli_run import provision
+
+    inventory = tmp_path / "hosts.ini"
+    inventory.write_text(f"[gpus]\ngpu1 ansible_host=10.9.0.1\n[gpus:vars]\nansible_connection={connection}\n")
+    with pytest.raises(BadInput, match=f"ansible_connection `{connection}`"):
+        load_inventory(inventory)
+    if connection != "paramiko":  # the commands read inventories alike: one connection shows them
+        return
+    for command in (["probe"], ["plan", "--out", str(tmp_path / "out")], ["up", "--yes"]):
+        r = provision(*command, "-i", str(inventory), cwd=tmp_path, offline=True)
+        assert r.returncode == 2, (command, r.stdout, r.stderr)
+        assert r.stderr.count("\n") == 1 and r.stderr.startswith("error: host `gpu1` of "), (command, r.stderr)
+        assert f"ansible_connection `{connection}` is not supported" in r.stderr, (command, r.stderr)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("connection", "local"),
+    [
+        ("ssh", False),
+        ("ansible.builtin.ssh", False),
+        ("smart", False),
+        ("local", True),
+        ("ansible.builtin.local", True),
+    ],
+)
+def test_ssh_and_local_connections_stay(tmp_path: Path, connection: str, local: bool) -> None:
+    inventory = tmp_path / "hosts.ini"
+    inventory.write_text(f"gpu1 ansible_host=10.9.0.1 ansible_connection={connection}\n")
+    [target] = load_inventory(inventory)
+    assert target.local is local

@@ -219,6 +219,35 @@ def test_known_hosts_markers_and_unknown_types_are_skipped_not_fatal(tmp_path: P
     )
     check_known_hosts_file(str(known))  # no BadInput: ssh reads such files
     client = paramiko.SSHClient()
-    load_known_hosts(client, [str(known)])
+    assert load_known_hosts(client, [str(known)], "10.9.0.3") == frozenset()
     assert client.get_host_keys().lookup("10.9.0.3") is not None
     assert client.get_host_keys().lookup("a.example") is None  # a CA line trusts nothing here
+
+
+def test_revoked_lines_name_hosts_as_openssh_matches_them(tmp_path: Path) -> None:
+    """Which hosts a `@revoked` line names (OpenSSH's match_hostname): `[host]:port` is literal
+    (not an fnmatch class), `*`/`?` are wildcards, case does not count, a negated pattern wins.
+    The real refusal, beside OpenSSH's, is test_probe_ssh's test on a test host."""
+    key, other = paramiko.ECDSAKey.generate(), paramiko.ECDSAKey.generate()
+    known = tmp_path / "known_hosts"
+    known.write_text(
+        f"[gpu1.example]:2222,gpu2.example {key.get_name()} {key.get_base64()}\n"
+        f"[gpu1.example]:2222,gpu2.example {other.get_name()} {other.get_base64()}\n"
+        f"@revoked [gpu1.example]:2222,GPU?.EXAMPLE,!gpu3.example {key.get_name()} {key.get_base64()} old\n"
+    )
+    revoked = {key.asbytes()}
+    for host, want in [
+        ("[gpu1.example]:2222", revoked),
+        ("gpu2.example", revoked),
+        ("g", set()),
+        ("gpu3.example", set()),
+    ]:
+        client = paramiko.SSHClient()
+        assert load_known_hosts(client, [str(known)], host) == want, host
+        if want:  # the revoked key is not known, though a plain line lists it
+            known_keys = client.get_host_keys().lookup(host)
+            assert known_keys is not None and [k.asbytes() for k in known_keys.values()] == [other.asbytes()]
+    # a @revoked line that does not decode is bad input: skipping it would trust what it revokes
+    known.write_text("@revoked * ssh-ed25519 AAAA!\n")
+    with pytest.raises(BadInput, match="line 1: the key does not decode"):
+        check_known_hosts_file(str(known))

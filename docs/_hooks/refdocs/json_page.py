@@ -92,6 +92,8 @@ CONTRACTS: dict[str, Contract] = {
             "hosts": "Per host: what changes and which reboots will happen.",
             "groups": "The lock's groups (as in [provision.lock](lock.md), without `host` and `reasons`).",
             "files": "Every file written into the run dir.",
+            "notes": "What to know of the lock and the install (a lock without a wheel closure, a mirror in "
+            "place of PyPI), each URL's login shown as `***`.",
         },
         examples=(("plan", "--assume", ASSUME, "--json"),),
         items=(
@@ -224,7 +226,9 @@ CONTRACTS: dict[str, Contract] = {
             "usd_per_hour": "The sum of their hourly prices.",
             "cost_so_far_usd": "What they have cost so far.",
             "unpriced": "Instances with no known price.",
-            "skipped": "Instances tagged with a run id provision does not make: not listed, not touched.",
+            "skipped": "Instances tagged `provision:run` that provision did not launch (the tag is not a run id, "
+            "or the instance lacks the run's `provision-<run>` key pair and group): `resource`, `run` (the tag) "
+            "and `reason`; not listed, not touched.",
         },
         items=(
             "instances",
@@ -259,7 +263,9 @@ CONTRACTS: dict[str, Contract] = {
             "security_groups": "Security groups deleted.",
             "key_pairs": "Key pairs deleted.",
             "local_files": "Local files of the runs removed (inventories, keys).",
-            "skipped": "Instances tagged with a run id provision does not make: left alone.",
+            "skipped": "What the tags selected but provision did not make (instances, security groups, key pairs "
+            "without the run's `provision-<run>` names, or tagged with no run id): `resource`, `run` (the tag) "
+            "and `reason`; left alone.",
         },
         source="`provision/cli/cloud.py` (tests/integration/test_docs_cloud_json.py checks it against a moto server)",
     ),

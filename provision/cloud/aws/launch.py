@@ -6,7 +6,6 @@ the way removes what was made (:mod:`teardown`) unless ``--keep-on-failure``.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -16,10 +15,20 @@ from provision.cloud.aws.images import AmiLookup, Image, ImageQuery, aws_lookup,
 from provision.cloud.aws.session import aws_tags
 from provision.cloud.aws.teardown import Created, Teardown
 from provision.cloud.errors import CloudError
-from provision.cloud.interface import TAG_EXPIRES, TAG_RUN, AddressMap, Launched, LaunchResult, Say, iso
+from provision.cloud.interface import (
+    TAG_EXPIRES,
+    TAG_RUN,
+    AddressMap,
+    Launched,
+    LaunchResult,
+    Say,
+    iso,
+    owned_name,
+)
 from provision.cloud.inventory import Host, inventory_doc, write_inventory, write_known_hosts
 from provision.cloud.request import LaunchRequest, cidr_warnings
 from provision.errors import BadInput, ProvisionError
+from provision.files import private_dir, replace_file
 from provision.ids import check_run_id
 
 
@@ -75,7 +84,7 @@ class Launching(Failover, Teardown):
         check_run_id(req.run, "run")  # it names the run dir below
         now = self.now()
         expires = iso(now + req.ttl)
-        tags = {TAG_RUN: req.run, TAG_EXPIRES: expires, "Name": f"provision-{req.run}", **req.tags}
+        tags = {TAG_RUN: req.run, TAG_EXPIRES: expires, "Name": owned_name(req.run), **req.tags}
         run_dir = workdir / ".provision" / "runs" / req.run
         created = Created()
 
@@ -89,8 +98,7 @@ class Launching(Failover, Teardown):
                 "pass an AMI of the type's architecture, or use --os to look one up",
             )
         try:
-            run_dir.mkdir(parents=True, exist_ok=True)
-            run_dir.chmod(0o700)  # it holds the private key of a new key pair
+            private_dir(run_dir)  # it holds the private key of a new key pair
             key_name, private_key = self._key_pair(req, tags, run_dir, created)
             self._security_group(req, vpc, tags, created)
             launched, attempts = self._run_instances(
@@ -137,7 +145,7 @@ class Launching(Failover, Teardown):
                 "key_pair": created.key_name,
                 "inventory": str(inv),
             }
-            (run_dir / "cloud.json").write_text(json.dumps(record, indent=2) + "\n")
+            replace_file(run_dir / "cloud.json", json.dumps(record, indent=2) + "\n")
         except BaseException as exc:
             err = self._as_error(exc)
             if req.keep_on_failure:
@@ -189,7 +197,7 @@ class Launching(Failover, Teardown):
     def _key_pair(
         self, req: LaunchRequest, tags: dict[str, str], run_dir: Path, created: Created
     ) -> tuple[str, Path | None]:
-        name = f"provision-{req.run}"
+        name = owned_name(req.run)  # the name that makes it provision's (listing.why_not_owned)
         spec = [{"ResourceType": "key-pair", "Tags": aws_tags(tags)}]
         try:
             if req.ssh_public_key is not None:
@@ -210,10 +218,9 @@ class Launching(Failover, Teardown):
         except Exception as exc:
             raise self.fail(exc, "creating the key pair") from exc
         path = run_dir / "id_ed25519"
-        # Created 0600 from the start: the secret never sits in a world-readable file.
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(key["KeyMaterial"].rstrip("\n") + "\n")
+        # 0600 from the start (mkstemp), renamed into place: the secret never sits in a file
+        # others can read, and never goes through a link planted at the name.
+        replace_file(path, key["KeyMaterial"].rstrip("\n") + "\n")
         created.key_file = path
         return name, path
 
@@ -221,7 +228,7 @@ class Launching(Failover, Teardown):
         try:
             sg = self.call(
                 self.client.create_security_group,
-                GroupName=f"provision-{req.run}",
+                GroupName=owned_name(req.run),  # the name that makes it provision's (listing.why_not_owned)
                 Description=f"provision run {req.run}: SSH from {req.ssh_cidr} only",
                 VpcId=vpc,
                 TagSpecifications=[{"ResourceType": "security-group", "Tags": aws_tags(tags)}],

@@ -1,7 +1,10 @@
 """Listing a region's runs from their tags, with price per hour and cost so far (``cloud ls``).
 
-Only resources whose ``provision:run`` tag is a run id are provision's; the others come back as
-:class:`Skipped` and are never acted on.
+Tags alone never make a resource provision's: anyone allowed to tag in the account can write
+``provision:run`` and ``provision:expires-at`` on anything, and ``cloud down --expired`` (cron)
+would end it. A resource is provision's only when its run tag is a run id *and* it carries what
+provision gave it at creation, which tagging cannot change (:func:`why_not_owned`). The others come
+back as :class:`Skipped`, with the reason, and are never acted on.
 """
 
 from __future__ import annotations
@@ -11,51 +14,97 @@ from typing import Any
 
 from provision.cloud.aws import hostttl, prices
 from provision.cloud.aws.session import LIVE_STATES, Ec2Session, tag_map
-from provision.cloud.interface import TAG_EXPIRES, TAG_RUN, CloudInstance, Skipped, parse_iso
+from provision.cloud.interface import TAG_EXPIRES, TAG_RUN, CloudInstance, Skipped, owned_name, parse_iso
 from provision.ids import is_run_id
 
+# kind -> (the key of its id, the key of the name provision gave it)
+KINDS = {
+    "instance": ("InstanceId", "KeyName"),
+    "security group": ("GroupId", "GroupName"),
+    "key pair": ("KeyName", "KeyName"),
+}
 
-def _skipped(resource: str, tags: dict[str, str]) -> Skipped:
-    return Skipped(resource, repr(tags.get(TAG_RUN, ""))[:80])
+
+def _shown(value: object) -> str:
+    # names and tags may hold anything their writer chose: quoted, and cut to 80 characters
+    return repr(value)[:80]
 
 
-def split_by_run_id(resources: list[dict[str, Any]], id_key: str) -> tuple[list[dict[str, Any]], list[Skipped]]:
-    """(the resources tagged with a valid run id, the others as Skipped)."""
+def _groups(instance: dict[str, Any]) -> set[str]:
+    """The names of an instance's security groups (its own list and its network interfaces')."""
+    return {
+        str(g.get("GroupName"))
+        for g in [
+            *instance.get("SecurityGroups", []),
+            *(g for n in instance.get("NetworkInterfaces", []) for g in n.get("Groups", [])),
+        ]
+    }
+
+
+def why_not_owned(kind: str, resource: dict[str, Any]) -> str | None:
+    """Why ``resource`` is not one provision made for the run its tag names; None when it is.
+
+    What counts is set once, at creation, and no tag can change it: a key pair's and a security
+    group's name (only CreateKeyPair / ImportKeyPair and CreateSecurityGroup take one; no EC2 call
+    renames them), and the key pair an instance was launched with (``KeyName``: "the name of the key
+    pair, if this instance was launched with an associated key pair"; ModifyInstanceAttribute
+    cannot change it, https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_ModifyInstanceAttribute.html
+    lists the attributes it can). provision names both ``provision-<run>`` and launches every
+    instance with both in the same RunInstances call, so an instance counts only with that key
+    pair and in that group. Someone else's server, group or key pair tagged with a run id, even
+    the id of a real run, has other names, whatever its tags say.
+    """
+    run = tag_map(resource).get(TAG_RUN, "")
+    if not is_run_id(run):
+        return "not a provision run id"
+    name = owned_name(run)
+    given = resource.get(KINDS[kind][1])
+    if given != name:
+        made = "launched with key pair" if kind == "instance" else "named"
+        return f"{made} {_shown(given)}, not {name}: provision did not make it"
+    if kind == "instance" and name not in _groups(resource):
+        return f"not in security group {name}: provision did not launch it"
+    return None
+
+
+def split_owned(resources: list[dict[str, Any]], kind: str) -> tuple[list[dict[str, Any]], list[Skipped]]:
+    """(the resources provision made for the run their tag names, the others as Skipped with the reason)."""
     ok: list[dict[str, Any]] = []
     bad: list[Skipped] = []
     for r in resources:
-        tags = tag_map(r)
-        if is_run_id(tags.get(TAG_RUN, "")):
+        why = why_not_owned(kind, r)
+        if why is None:
             ok.append(r)
         else:
-            bad.append(_skipped(str(r[id_key]), tags))
+            bad.append(Skipped(str(r[KINDS[kind][0]]), _shown(tag_map(r).get(TAG_RUN, "")), why))
     return ok, bad
 
 
 class Listing(Ec2Session):
     """The live instances carrying a run tag (``Ec2.listing``)."""
 
-    def _live_instances(self) -> tuple[list[dict[str, Any]], list[Skipped]]:
-        """Live instances carrying a run tag: those whose tag is a run id, and those it is not."""
-        return split_by_run_id(
-            list(
-                self._paged(
-                    "describe_instances",
-                    "Reservations",
-                    Filters=[
-                        {"Name": "tag-key", "Values": [TAG_RUN]},
-                        {"Name": "instance-state-name", "Values": LIVE_STATES},
-                    ],
-                )
-            ),
-            "InstanceId",
+    def _tagged_instances(self) -> list[dict[str, Any]]:
+        """Live instances carrying a run tag, whoever made them."""
+        return list(
+            self._paged(
+                "describe_instances",
+                "Reservations",
+                Filters=[
+                    {"Name": "tag-key", "Values": [TAG_RUN]},
+                    {"Name": "instance-state-name", "Values": LIVE_STATES},
+                ],
+            )
         )
+
+    def _live_instances(self) -> tuple[list[dict[str, Any]], list[Skipped]]:
+        """Live instances carrying a run tag: those provision launched, and the others as Skipped."""
+        return split_owned(self._tagged_instances(), "instance")
 
     def instances(self) -> list[CloudInstance]:
         return self.listing()[0]
 
     def listing(self) -> tuple[list[CloudInstance], list[Skipped]]:
-        """The live instances of provision's runs, and those whose run tag is not a run id."""
+        """The live instances of provision's runs, and the others tagged with a run as Skipped."""
         now = self.now()
         found, skipped = self._live_instances()
         out = []

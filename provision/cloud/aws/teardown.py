@@ -2,21 +2,24 @@
 
 Instances first (and waited for), then security groups and key pairs; the run tag finds what an
 interrupted call never reported. Local files (private key, inventory) go once a run has no
-instance left.
+instance left. Only what provision made is ever removed: a tag selects, and the names provision
+gave at creation confirm (:func:`provision.cloud.aws.listing.why_not_owned`); what the tags select
+but provision did not make is reported as skipped and left alone.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from provision.cloud.aws import errors as cerr
-from provision.cloud.aws.listing import Listing, split_by_run_id
+from provision.cloud.aws.listing import Listing, split_owned
 from provision.cloud.aws.session import LIVE_STATES, tag_map
 from provision.cloud.aws.waits import Waits
 from provision.cloud.errors import CloudError
-from provision.cloud.interface import TAG_EXPIRES, TAG_RUN, DownResult, Say, local_files, parse_iso
+from provision.cloud.interface import TAG_EXPIRES, TAG_RUN, DownResult, Say, Skipped, local_files, parse_iso
 from provision.errors import ProvisionError
 from provision.ids import check_run_id
 
@@ -49,16 +52,24 @@ class Teardown(Listing, Waits):
 
         A launch interrupted while RunInstances (or CreateKeyPair...) was in flight never got
         the ids back, but EC2 made the resources with the run's tags (TagSpecifications), so the
-        tag finds them.
+        tag finds them; the names provision gave them confirm they are the run's (a tag alone
+        could be anyone's).
         """
         run_filter = [{"Name": f"tag:{TAG_RUN}", "Values": [run]}]
-        insts = self._paged(
-            "describe_instances",
-            "Reservations",
-            Filters=[*run_filter, {"Name": "instance-state-name", "Values": LIVE_STATES}],
+        insts, _ = split_owned(
+            list(
+                self._paged(
+                    "describe_instances",
+                    "Reservations",
+                    Filters=[*run_filter, {"Name": "instance-state-name", "Values": LIVE_STATES}],
+                )
+            ),
+            "instance",
         )
-        groups = list(self._paged("describe_security_groups", "SecurityGroups", Filters=run_filter))
-        keys = list(self._paged("describe_key_pairs", "KeyPairs", Filters=run_filter))
+        groups, _ = split_owned(
+            list(self._paged("describe_security_groups", "SecurityGroups", Filters=run_filter)), "security group"
+        )
+        keys, _ = split_owned(list(self._paged("describe_key_pairs", "KeyPairs", Filters=run_filter)), "key pair")
         return Created(
             key_name=keys[0]["KeyName"] if keys else None,
             security_group=groups[0]["GroupId"] if groups else None,
@@ -111,7 +122,7 @@ class Teardown(Listing, Waits):
         if leftovers:
             raise CloudError(
                 f"launch failed and {', '.join(leftovers)} could not be removed",
-                "run `provision cloud down --all` (or --run) once AWS answers again",
+                f"run `provision cloud down --run {run}` once AWS answers again",
             ) from cause
 
     def _remove(self, instances: list[str], groups: list[str], keys: list[str]) -> list[str]:
@@ -164,16 +175,16 @@ class Teardown(Listing, Waits):
         expired: bool = False,
         all_runs: bool = False,
         workdir: Path | None = None,
+        confirm: Callable[[DownResult], None] | None = None,
     ) -> DownResult:
+        """End the runs selected by ``run``, ``expired`` or ``all_runs``: what provision made of them.
+
+        ``confirm`` is shown what would be ended (``local_files`` still empty) before anything
+        is, when there is something; it raises to end nothing.
+        """
         if run is not None:
             check_run_id(run)
         now = self.now()
-        insts, skipped_i = self._live_instances()
-        # A tag that is not a run id is someone else's (or an attack on the paths below):
-        # its resources are reported and neither terminated nor deleted, and no path is built from it.
-        groups, skipped_g = split_by_run_id(self._tagged("describe_security_groups", "SecurityGroups"), "GroupId")
-        keys, skipped_k = split_by_run_id(self._tagged("describe_key_pairs", "KeyPairs"), "KeyName")
-        skipped = [*skipped_i, *skipped_g, *skipped_k]
 
         def chosen(tags: dict[str, str]) -> bool:
             if all_runs:
@@ -183,15 +194,25 @@ class Teardown(Listing, Waits):
             exp = parse_iso(tags.get(TAG_EXPIRES, ""))
             return expired and exp is not None and exp <= now
 
-        t_ids = [i["InstanceId"] for i in insts if chosen(tag_map(i))]
-        runs = sorted({tag_map(r)[TAG_RUN] for r in [*insts, *groups, *keys] if chosen(tag_map(r))})
+        tagged_i = self._tagged_instances()
+
+        def pick(resources: list[dict[str, Any]], kind: str) -> tuple[list[dict[str, Any]], list[Skipped]]:
+            # The tags select; what they select but provision did not make is reported, not removed.
+            return split_owned([r for r in resources if chosen(tag_map(r))], kind)
+
+        insts, skipped_i = pick(tagged_i, "instance")
+        groups, skipped_g = pick(self._tagged("describe_security_groups", "SecurityGroups"), "security group")
+        keys, skipped_k = pick(self._tagged("describe_key_pairs", "KeyPairs"), "key pair")
+        skipped = [*skipped_i, *skipped_g, *skipped_k]
+        t_ids = [i["InstanceId"] for i in insts]
+        runs = sorted({tag_map(r)[TAG_RUN] for r in [*insts, *groups, *keys]})
         # A run's group and key pair go only once none of its instances is left alive.
-        alive = {tag_map(i)[TAG_RUN] for i in insts if i["InstanceId"] not in t_ids}
-        g_ids = [g["GroupId"] for g in groups if chosen(tag_map(g)) and tag_map(g)[TAG_RUN] not in alive]
-        k_names = [k["KeyName"] for k in keys if chosen(tag_map(k)) and tag_map(k)[TAG_RUN] not in alive]
-        spot_requests = [
-            i["SpotInstanceRequestId"] for i in insts if i["InstanceId"] in t_ids and i.get("SpotInstanceRequestId")
-        ]
+        alive = {tag_map(i)[TAG_RUN] for i in split_owned(tagged_i, "instance")[0] if i["InstanceId"] not in t_ids}
+        g_ids = [g["GroupId"] for g in groups if tag_map(g)[TAG_RUN] not in alive]
+        k_names = [k["KeyName"] for k in keys if tag_map(k)[TAG_RUN] not in alive]
+        if confirm is not None and runs:
+            confirm(DownResult(runs, t_ids, g_ids, k_names, [], skipped))
+        spot_requests = [i["SpotInstanceRequestId"] for i in insts if i.get("SpotInstanceRequestId")]
         try:
             if spot_requests:
                 self.call(self.client.cancel_spot_instance_requests, SpotInstanceRequestIds=spot_requests)
