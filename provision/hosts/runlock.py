@@ -1,7 +1,8 @@
 """One `provision up` per host: a lock on the host, held by a process there for the whole run.
 
 Two runs on one host at once would both install into one venv and could reboot it under each
-other. Each run therefore starts, on every host it applies to, a small Python process (over its
+other (a check or a verify beside an apply reads a half-made venv). Each run (`up`, `up --check`,
+`provision verify`) therefore starts, on every host it applies to, a small Python process (over its
 own SSH channel, as root) that takes ``flock(2)`` on :data:`LOCK_PATH`, writes who holds it into
 the file (run id, since when, controller) and then waits on its stdin. A second run's holder
 finds the lock taken, prints the holder's line and exits: that host fails with it, alone.
@@ -38,7 +39,7 @@ without a terminal no SIGHUP, so the Ansible module it was running (a pip instal
 transaction) goes on until it finishes, writing into the venv the next run builds. Every play
 therefore marks its processes with :data:`APPLY_MARK` in their environment (site.yml's play
 environment; children inherit it), and the holder, once it has the flock, waits until no process
-on the host carries the mark before it says "held" (at most ``leftover_s``; after that the host
+on the host carries another run's mark before it says "held" (at most ``leftover_s``; after that the host
 fails, naming the processes).
 """
 
