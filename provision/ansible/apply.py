@@ -8,6 +8,7 @@ ansible-runner keyword arguments exist outside this module.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from provision.ansible.rundir import private_umask
-from provision.errors import OperationFailed, redact
+from provision.errors import END_SIGNALS, OperationFailed, SignalInterrupt, redact, signal_taken
 from provision.files import replace_file
 
 # Events that end a task on one host; the key is the runner's event name.
@@ -290,7 +291,7 @@ def run_playbook(
                 on_progress(changed)
             return True  # keep the runner's own artifact copy of the event too
 
-        with _ctrl_c_cancels() as cancelled:
+        with _signals_cancel() as cancelled:
             runner = init_runner(
                 private_data_dir=str(artifacts / "runner"),
                 project_dir=str(run_dir),
@@ -314,10 +315,11 @@ def run_playbook(
             try:
                 runner.run()
             finally:
+                _end_ssh_masters(Path(control_dir.name))
                 _forget_environment(Path(runner.config.artifact_dir) / "command")
                 _owner_only(artifacts)
-    if cancelled():  # the runner stopped ansible-playbook; now stop the caller as Ctrl-C does
-        raise KeyboardInterrupt
+    if (signum := cancelled()) is not None:  # the runner stopped ansible-playbook; now stop the caller
+        raise SignalInterrupt(signum)
     stats = runner.stats or {}
     return ApplyResult(
         status=str(runner.status),
@@ -365,24 +367,66 @@ def _forget_environment(command_file: Path) -> None:
 
 
 @contextmanager
-def _ctrl_c_cancels() -> Iterator[Callable[[], bool]]:
-    """Ctrl-C (SIGINT) during a run: a flag the runner polls as its cancel callback.
+def _signals_cancel() -> Iterator[Callable[[], int | None]]:
+    """Ctrl-C (SIGINT), SIGTERM or SIGHUP during a run: the signal's number, which the runner
+    polls as its cancel callback (None until one came).
 
     Left to itself, ansible-runner installs SIGINT/SIGTERM handlers that only cancel the run and
     stay installed afterwards, so Ctrl-C would end the playbook and then be swallowed (`up`
-    went on to verify and report success). With this flag the runner kills ansible-playbook
-    (which runs in its own session, out of reach of the terminal's SIGINT) and the caller
-    raises KeyboardInterrupt. Outside the main thread signals cannot be handled: no flag.
+    went on to verify and report success). A KeyboardInterrupt raised inside the runner's loop
+    (what `up`'s SIGTERM/SIGHUP handler does elsewhere) would leave ansible-playbook running, in
+    its own session, out of reach of any signal to provision's process group. With the flag the
+    runner kills ansible-playbook's whole process group and waits for it (Runner.run:
+    handle_termination's killpg, then child.close()), and the caller raises
+    :class:`SignalInterrupt`. Outside the main thread signals cannot be handled: no flag.
     """
-    flag = threading.Event()
+    fired: list[int] = []
+
+    def cancelled() -> int | None:
+        return fired[0] if fired else None
+
     if threading.current_thread() is not threading.main_thread():
-        yield flag.is_set
+        yield cancelled
         return
-    previous = signal.signal(signal.SIGINT, lambda _sig, _frame: flag.set())
+
+    def take(signum: int, _frame: object) -> None:
+        fired.append(signum)
+        signal_taken(signum)  # a second SIGTERM during up's cleanup is then only said
+
+    previous = {s: signal.signal(s, take) for s in (signal.SIGINT, *END_SIGNALS)}
     try:
-        yield flag.is_set
+        yield cancelled
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def _end_ssh_masters(control_dir: Path) -> None:
+    """End the run's ssh processes that outlive ansible-playbook: ControlPersist masters detach
+    from it (their own session: its killpg misses them) and stay 60 s (ansible.cfg's
+    ControlPersist); one still in its key exchange when the play was killed binds its socket only
+    later, so a sweep of the sockets (``ssh -O exit``) can miss it. Every one of them names the
+    run's own control folder in its arguments (Ansible's ``-o ControlPath=``, then the master's
+    title ``ssh: <path> [mux]``): those get SIGTERM, the sweep repeated until none is left (5 s)."""
+    import subprocess
+
+    deadline = time.monotonic() + 5.0
+    while True:
+        try:
+            listed = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return
+        pids = [
+            int(pid)
+            for pid, _, args in (line.strip().partition(" ") for line in listed.stdout.splitlines())
+            if pid.isdigit() and str(control_dir) in args and int(pid) != os.getpid()
+        ]
+        if not pids or time.monotonic() > deadline:
+            return
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGTERM)
+        time.sleep(0.2)
 
 
 def _outcomes(stats: dict[str, dict[str, int]], reducer: EventReducer) -> dict[str, HostOutcome]:

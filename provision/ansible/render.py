@@ -29,7 +29,7 @@ from provision.ansible.role_vars import group_vars
 from provision.ansible.roles import BUNDLED_ROLES_PATH, ROLES, check_overrides
 from provision.ansible.settings import CREDENTIALS_DIR, InstallSettings, split_credentials
 from provision.errors import BadInput
-from provision.hosts.runlock import APPLY_MARK
+from provision.hosts.runlock import APPLY_MARK, run_lock_vars
 from provision.hosts.ssh_config import SSH_ARGS
 
 # Connection variables a user's inventory may give a host; everything else is not ours to copy.
@@ -69,6 +69,7 @@ def render_files(
     roles_path: str,
     overrides: Mapping[str, Any] | None = None,
     user_groups: Mapping[str, Mapping[str, Sequence[str]]] | None = None,
+    run: str | None = None,
 ) -> dict[str, str]:
     """The run dir's files as {relative path: text}; pure, so golden tests compare it byte for byte.
 
@@ -77,6 +78,9 @@ def render_files(
     :meth:`provision.hosts.inventory.Inventory.group_tree`): they go into inventory.yml beside the
     lock's groups, holding the lock's hosts only and no variables (the hosts' connection variables
     are already in the lock groups' entries, and every role variable stays in group_vars/).
+    ``run`` is `up`'s run id (None for `plan --out`): the play then marks its processes with it,
+    keeps the run's host lock across a reboot (``provision_run_lock``, read by the driver role's
+    reboot tasks) and puts the credentials into a folder of the run's own.
     """
     import jinja2
 
@@ -132,10 +136,17 @@ def render_files(
     # The mark on every process of the play (children inherit it): the next run's host lock waits
     # for processes that still carry it, left running by a controller killed mid-apply
     # (provision/hosts/runlock.py).
-    environment[APPLY_MARK] = "1"
-    all_vars["provision_environment"] = {**environment, **creds.environment()}
+    # The run id, where there is one: the run's own re-take of its lock after a reboot does not
+    # wait for its own play.
+    environment[APPLY_MARK] = run or "1"
+    # A folder per run: a second run on the host (up --check beside an apply) never writes or
+    # removes the first one's credentials while its pip and apt read them.
+    folder = f"{CREDENTIALS_DIR}-{run}" if run else CREDENTIALS_DIR
+    all_vars["provision_environment"] = {**environment, **creds.environment(folder)}
+    if run:
+        all_vars["provision_run_lock"] = run_lock_vars(run)
     if creds:
-        all_vars["provision_credentials_dir"] = CREDENTIALS_DIR
+        all_vars["provision_credentials_dir"] = folder
         files[SECRETS_FILE] = env.get_template("data.yml.j2").render(
             what="the credentials of install.pip / install.apt (0600: keep it private)",
             body=dump({"provision_credential_files": creds.files(), **creds.role_vars()}),

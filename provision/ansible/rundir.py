@@ -91,6 +91,7 @@ def write_run_dir(
     roles_path: str | None = None,
     user_groups: Mapping[str, Mapping[str, Sequence[str]]] | None = None,
     bundle_roles: bool = False,
+    run: str | None = None,
 ) -> RunDir:
     """Render and write the run dir (replacing the files it owns, keeping anything else there).
 
@@ -108,6 +109,7 @@ def write_run_dir(
         roles_path=roles_path or default_roles_path(),
         overrides=overrides,
         user_groups=user_groups,
+        run=run,
     )
     check_out_dir(out)
     ensure_dir(out, "--out")

@@ -87,6 +87,7 @@ class InstallSettings:
 # Not the environment: Ansible puts a task's `environment:` into the command line it runs over
 # SSH (`VAR=value /usr/bin/python3 ...`), visible in `ps` on the controller and the host. Only the
 # files' paths travel that way. site.yml removes the folder at the end of the play, failed or not.
+# `up` adds its run id (``/root/.provision-credentials-<run>``): one folder per run.
 CREDENTIALS_DIR = "/root/.provision-credentials"
 # Characters a netrc token cannot carry unquoted (Python's netrc, which pip's requests reads).
 _NETRC_UNSAFE = re.compile(r"[\s\"'#\\]")
@@ -126,14 +127,15 @@ class Credentials:
             )
         return out
 
-    def environment(self) -> dict[str, str]:
-        """What the play's environment says about them: paths only, never a credential."""
+    def environment(self, folder: str = CREDENTIALS_DIR) -> dict[str, str]:
+        """What the play's environment says about them (in ``folder`` on the host): paths only,
+        never a credential."""
         out = {}
         if self.netrc:
-            out["NETRC"] = f"{CREDENTIALS_DIR}/netrc"
+            out["NETRC"] = f"{folder}/netrc"
         if self.proxy:
-            out["PIP_CONFIG_FILE"] = f"{CREDENTIALS_DIR}/pip.conf"
-            out["APT_CONFIG"] = f"{CREDENTIALS_DIR}/apt.conf"
+            out["PIP_CONFIG_FILE"] = f"{folder}/pip.conf"
+            out["APT_CONFIG"] = f"{folder}/apt.conf"
         return out
 
 

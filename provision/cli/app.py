@@ -78,8 +78,8 @@ class ProvisionGroup(click.Group):
             sys.exit(ExitCode.OK)
         except click.ClickException as exc:
             sys.exit(_report(_usage_error(exc), as_json, debug))
-        except (click.Abort, KeyboardInterrupt):
-            interrupted = Interrupted("interrupted", "run the same command again to continue")
+        except (click.Abort, KeyboardInterrupt) as exc:
+            interrupted = Interrupted.after(exc, "interrupted", "run the same command again to continue")
             sys.exit(_report(interrupted, as_json, debug))
         except Exception as exc:  # a bug: say so plainly, keep the traceback behind --debug
             err = ProvisionError(
@@ -115,7 +115,7 @@ def _report(exc: ProvisionError, as_json: bool, debug: bool, cause: BaseExceptio
         emit_json(exc.to_json())
     # The one line goes to stderr in both modes: scripts read stdout, people read stderr.
     sys.stderr.write(exc.one_line() + "\n")
-    return int(exc.exit_code)
+    return exc.status()
 
 
 @click.group(cls=ProvisionGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -166,7 +166,16 @@ def up(
     from provision.cli.output import emit
 
     if not cloud:
-        result = provision(None)
+        from provision.errors import signals_as_interrupt
+
+        # SIGTERM / SIGHUP (a cancelled CI job, a closed terminal) end the run as Ctrl-C does:
+        # Ansible stopped and waited for, the host locks released, report.json written
+        # (interrupted), exit 128 + the signal's number. --cloud has the same around its launch.
+        def say(msg: str) -> None:
+            sys.stderr.write(msg + "\n")
+
+        with signals_as_interrupt(say):
+            result = provision(None)
         emit(result.to_json(), as_json, lambda con: _human(con, result))
         return int(ExitCode.OK if result.ok else ExitCode.FAILED)
 

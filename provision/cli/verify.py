@@ -97,6 +97,7 @@ def verify(
         connect=connect,
         parallel=parallel,
         timeout=timeout,
+        host_lock=True,
     )
     for r in outcome.all_results:
         if r.error is not None:

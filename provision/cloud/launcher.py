@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,8 +21,6 @@ from typing import TYPE_CHECKING, Any
 from provision.errors import BadInput
 
 if TYPE_CHECKING:
-    from types import FrameType
-
     from provision.cloud.interface import Cloud, LaunchResult, Say
     from provision.cloud.request import LaunchRequest
 
@@ -250,37 +246,11 @@ def launch_json(r: LaunchResult) -> dict[str, Any]:
     }
 
 
-# What a terminal closing (SIGHUP), `kill`, systemd or a cancelled CI job (SIGTERM) send: both end
-# a launch the way Ctrl-C does, through its cleanup, instead of killing the process with the
-# instances running.
-END_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
-
-
 @contextlib.contextmanager
 def signals_as_interrupt(say: Say) -> Iterator[None]:
-    """SIGTERM and SIGHUP raise KeyboardInterrupt (once) while the block runs.
+    """SIGTERM and SIGHUP end a launch as Ctrl-C does (:func:`provision.errors.signals_as_interrupt`):
+    through its cleanup, instead of killing the process with the instances running."""
+    from provision.errors import signals_as_interrupt as end_signals
 
-    The first one starts the same cleanup as Ctrl-C; the ones after it are said and ignored, so a
-    second SIGTERM (systemd and CI runners repeat theirs) cannot cut the cleanup short and leave
-    instances running. The previous handlers are back once the block ends.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield  # signal handlers can only be set from the main thread
-        return
-    fired: list[int] = []
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        name = signal.Signals(signum).name
-        if fired:
-            say(f"{name} again: still removing what the launch created; wait for it to finish")
-            return
-        fired.append(signum)
-        say(f"{name}: stopping; what this run created is removed as on Ctrl-C")
-        raise KeyboardInterrupt
-
-    previous = {s: signal.signal(s, handler) for s in END_SIGNALS}
-    try:
+    with end_signals(say, cleanup="what this run created is removed", again="removing what the launch created"):
         yield
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)

@@ -161,6 +161,7 @@ def plan(
     check: bool = False,
     locked: Lock | None = None,
     bundle_roles: bool = True,
+    run_id: str | None = None,
 ) -> PlanResult:
     """Resolve per host, write ``lock_path`` and the run dir ``out``; contact hosts only to probe.
 
@@ -176,7 +177,8 @@ def plan(
     is still the host its lock group was resolved for (:func:`check_locked`), and the lock's
     groups (their wheel closure included), restricted to these hosts, are what the run dir
     renders and ``lock_path`` gets. ``bundle_roles``: the run dir carries a copy of the roles
-    (`plan --out`; `up` runs its own run dir in place and passes False).
+    (`plan --out`; `up` runs its own run dir in place and passes False). ``run_id``: `up`'s run id
+    (see :func:`provision.ansible.render.render_files`).
     """
     from provision.ansible.rundir import check_out_dir, ensure_dir, write_run_dir
     from provision.ansible.settings import InstallSettings
@@ -258,6 +260,7 @@ def plan(
         overrides=overrides,
         user_groups=user_groups,
         bundle_roles=bundle_roles,
+        run=run_id,
     )
     write_lock(lock, lock_path)
     by_name = {t.name: t for t in targets}

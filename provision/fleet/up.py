@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from provision.errors import BadInput
+from provision.errors import BadInput, Interrupted
 from provision.fleet.batch import check_without_gpu, lock_failed, make_batches, run_batch, unprobed_run
 from provision.fleet.cache.config import start_cache
 from provision.fleet.records import LOCK_TASK, NOT_RUN, PROBE_TASK, HostRun, Progress, UpOptions, UpResult
@@ -174,7 +174,18 @@ def _up(
             check=options.check,
             locked=locked,
             bundle_roles=False,
+            run_id=run,
         )
+    except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, SIGHUP while probing: nothing was changed
+        state.close()
+        result.interrupted = True
+        result.finished = time.time()
+        finish_reports(result)
+        raise Interrupted.after(
+            exc,
+            f"interrupted while probing the hosts; nothing was changed ({run_dir / 'report.html'})",
+            "run the same command again",
+        ) from None
     except BaseException:
         state.close()
         shutil.rmtree(run_dir, ignore_errors=True)  # nothing was planned: leave no empty run behind
@@ -197,8 +208,6 @@ def _up(
     order = {name: i for i, name in enumerate(selected)}
     result.hosts.sort(key=lambda h: order.get(h.host, len(order)))  # inventory order, also for --serial
     if confirm is not None and not confirm(planned, result.hosts):
-        from provision.errors import Interrupted
-
         raise Interrupted("nothing was changed: the plan was not confirmed", "run again and answer y, or pass --yes")
 
     if options.check:
@@ -210,8 +219,9 @@ def _up(
     cache = None
     locks: RunLocks | None = None
     try:
-        if not options.check:  # check mode changes nothing: it cannot break another run's host
-            locks = _take_host_locks(run, result.hosts, targets, options, say)
+        # Check mode too: it changes nothing, but its play writes and removes files of its own
+        # on the host, and what it reads and verifies while another run applies says nothing.
+        locks = _take_host_locks(run, result.hosts, targets, options, say)
         batches = make_batches(
             [h for h in result.hosts if h.failed_task not in (PROBE_TASK, LOCK_TASK)], options.serial
         )
@@ -234,16 +244,17 @@ def _up(
                 locks,
             ):
                 break
-    except KeyboardInterrupt:
-        # Ctrl-C: keep what is known (the state DB already has every finished host) and say
-        # which hosts were not finished; the same command run again completes them
+    except KeyboardInterrupt as exc:
+        # Ctrl-C, SIGTERM, SIGHUP (errors.SignalInterrupt; Ansible already stopped): keep what is
+        # known (the state DB already has every finished host) and say which hosts were not
+        # finished; the same command run again completes them
         result.interrupted = True
         for h in result.hosts:
             if h.verdict == NOT_RUN:
                 h.message = "interrupted before this host was verified; run the same command again"
-        from provision.errors import Interrupted
 
-        raise Interrupted(
+        raise Interrupted.after(
+            exc,
             f"interrupted; what the run got to is in {run_dir / 'report.html'}",
             "run the same command again to complete the hosts not verified",
         ) from None

@@ -430,11 +430,14 @@ def verify(
     connect: Connect | None = None,
     parallel: int = 16,
     timeout: float = DEFAULT_TIMEOUT_S,
+    host_lock: bool = False,
 ) -> Outcome:
     """Verify ``targets`` (what `provision verify` and `provision up` run).
 
     Raises BadInput (a host the lock does not cover, a venv without Python, --multi-host with
     one host) before any host runs the job; host failures are in the returned results.
+    ``host_lock`` (`provision verify`; `up` holds its own): each host's run lock is held while its
+    job runs (provision/hosts/runlock.py); a host another run holds fails naming that run.
     """
     plans = plan_hosts(targets, lock)
     if venv is not None and any(t.local for t in targets):
@@ -442,11 +445,38 @@ def verify(
     if multi_host and len(plans) < 2:
         raise BadInput("--multi-host needs at least two hosts", "give an inventory with two or more hosts")
     connect = connect or default_connect()
-    results = verify_hosts(plans, connect, venv=venv, allow_cpu=allow_cpu, parallel=parallel, timeout=timeout)
-    multihost = None
-    if multi_host:
-        multihost = run_multihost(plans, connect, venv=venv, allow_cpu=allow_cpu, timeout=timeout)
-    return Outcome(results, multihost)
+    busy: dict[str, ProvisionError] = {}
+    locks = _hold_locks([p.target for p in plans], connect) if host_lock else None
+    try:
+        if locks is not None:
+            busy = locks[1]
+        free = [p for p in plans if p.target.name not in busy]
+        results = verify_hosts(free, connect, venv=venv, allow_cpu=allow_cpu, parallel=parallel, timeout=timeout)
+        multihost = None
+        if multi_host and not busy:
+            multihost = run_multihost(plans, connect, venv=venv, allow_cpu=allow_cpu, timeout=timeout)
+    finally:
+        if locks is not None:
+            locks[0].release()
+    return Outcome([*results, *(HostResult(name, error=exc) for name, exc in busy.items())], multihost)
+
+
+def _hold_locks(targets: Sequence[HostTarget], connect: Connect) -> tuple[Any, dict[str, ProvisionError]]:
+    """Take each host's run lock; the locks, and the hosts another run holds (a host whose lock
+    cannot be taken for another reason, no sudo on it, is verified all the same, with a warning:
+    the job changes nothing there)."""
+    from provision.errors import Unreachable
+    from provision.hosts.runlock import HostBusy, RunLocks
+    from provision.ids import new_run_id
+
+    locks = RunLocks(new_run_id(), connect)
+    busy: dict[str, ProvisionError] = {}
+    for name, exc in locks.take(targets).items():
+        if isinstance(exc, HostBusy):
+            busy[name] = exc
+        elif not isinstance(exc, Unreachable):  # an unreachable host fails in its job, saying so
+            sys.stderr.write(f"warning: verifying without the host lock: {exc.reason()}\n")
+    return locks, busy
 
 
 # --- the table -------------------------------------------------------------------------------

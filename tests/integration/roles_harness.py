@@ -37,6 +37,9 @@ TESTONLY = {
     "preflight_testonly_skip_gpu_check": True,
     "nvidia_driver_testonly_skip_module_load": True,
     "verify_testonly_skip_gpu": True,
+    # the driver role's reboot ends the run lock's holder in place of rebooting (test_runlock.py
+    # turns it on; the role tests never reach the reboot: the module load is skipped)
+    "nvidia_driver_testonly_reboot_ends_lock": False,
 }
 _RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
 

@@ -342,7 +342,7 @@ def test_credentials_stay_out_of_ps_and_of_files_others_can_read(
         left = rh.ssh(
             testhosts,
             host,
-            "ls -d /root/.provision-credentials 2>/dev/null; grep -rlF -e "
+            "ls -d /root/.provision-credentials* 2>/dev/null; grep -rlF -e "
             f"{INDEX_TOKEN} -e {PROXY_TOKEN} -e {APT_TOKEN} /etc /opt/provision /tmp /root /var/log 2>/dev/null",
             check=False,
         )

@@ -83,6 +83,26 @@ def test_credentials_are_only_in_secrets_yml_and_the_play_env_only_names_files()
     assert play["tasks"][0]["always"][0]["ansible.builtin.file"]["state"] == "absent"
 
 
+def test_each_up_run_has_its_own_credentials_folder_mark_and_run_lock() -> None:
+    """Issue 25: `up --check` wrote and removed the folder a running apply's pip read its netrc
+    from. A run id (what `up` passes) gives the run a folder of its own, its own mark on the play's
+    processes, and the run lock's settings for the driver role's reboot (hosts/runlock.py)."""
+    from provision.hosts.runlock import CLAIM_PATH, LOCK_PATH
+
+    runs = {}
+    for run in ("20261204-080000-aaaa", "20261204-080001-bbbb"):
+        files = render_files(_lock(), HOSTS, INSTALL, roles_path="/usr/share/provision/roles", run=run)
+        runs[run] = yaml.safe_load(files["group_vars/all.yml"])
+    folders = {run: all_vars["provision_credentials_dir"] for run, all_vars in runs.items()}
+    assert folders == {run: f"/root/.provision-credentials-{run}" for run in runs}
+    for run, all_vars in runs.items():
+        env = all_vars["provision_environment"]
+        assert env["NETRC"] == f"{folders[run]}/netrc" and env["APT_CONFIG"] == f"{folders[run]}/apt.conf"
+        assert env["PROVISION_APPLY"] == run
+        lock = all_vars["provision_run_lock"]
+        assert (lock["run"], lock["path"], lock["claim"]) == (run, LOCK_PATH, CLAIM_PATH)
+
+
 def test_a_run_without_credentials_renders_as_before() -> None:
     plain = InstallSettings(pip=PipSettings(find_links=("/srv/wheels",)), apt_proxy="http://proxy.example:3128")
     files = render_files(_lock(), HOSTS, plain, roles_path="/usr/share/provision/roles")

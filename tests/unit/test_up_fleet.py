@@ -252,17 +252,43 @@ def test_an_interrupted_run_says_so_in_the_report() -> None:
     assert "Interrupted (Ctrl-C)" in render_html(doc)
 
 
-def test_ctrl_c_during_a_run_sets_the_cancel_flag_and_the_handler_is_restored() -> None:
-    """ansible-runner polls this flag; a real SIGINT sets it instead of raising in the runner,
-    and Python's own handler (KeyboardInterrupt) is back afterwards."""
+@pytest.mark.parametrize("name", ["SIGINT", "SIGTERM", "SIGHUP"])
+def test_a_signal_during_a_run_sets_the_cancel_flag_and_the_handlers_are_restored(name: str) -> None:
+    """ansible-runner polls this flag; a real SIGINT, SIGTERM or SIGHUP sets it (to its number)
+    instead of raising in the runner's loop, and the handlers before it are back afterwards."""
     import os
     import signal
 
-    from provision.ansible.apply import _ctrl_c_cancels
+    from provision.ansible.apply import _signals_cancel
 
-    before = signal.getsignal(signal.SIGINT)
-    with _ctrl_c_cancels() as cancelled:
-        assert not cancelled()
-        os.kill(os.getpid(), signal.SIGINT)
-        assert cancelled()
-    assert signal.getsignal(signal.SIGINT) is before
+    sig = signal.Signals[name]
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    with _signals_cancel() as cancelled:
+        assert cancelled() is None
+        os.kill(os.getpid(), sig)
+        assert cancelled() == sig
+    assert {s: signal.getsignal(s) for s in before} == before
+
+
+def test_an_interruption_exits_128_plus_its_signal_also_through_clicks_abort() -> None:
+    """Exit 130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP (the shell's convention), also when
+    click turned the KeyboardInterrupt into its Abort on the way out."""
+    import signal
+
+    import click
+
+    from provision.errors import Interrupted, SignalInterrupt
+
+    def through_click(exc: BaseException) -> BaseException:
+        try:
+            try:
+                raise exc
+            except KeyboardInterrupt as inner:
+                raise click.Abort() from inner
+        except click.Abort as outer:
+            return outer
+
+    assert Interrupted.after(KeyboardInterrupt(), "m", "h").status() == 130
+    assert Interrupted.after(through_click(SignalInterrupt(signal.SIGTERM)), "m", "h").status() == 143
+    assert Interrupted.after(SignalInterrupt(signal.SIGHUP), "m", "h").status() == 129
+    assert Interrupted.after(SignalInterrupt(signal.SIGINT), "m", "h").status() == 130
