@@ -12,13 +12,12 @@ from typing import Any
 import yaml
 
 from provision.errors import BadInput
+from provision.model.settings import CONTROL
 
 _HOST = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,252}$")
 _GROUP = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 _VERSION = re.compile(r"^[0-9]+(\.[0-9]+)*$")
 _PACKAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.+_:-]*$")
-_URL = re.compile(r"^(https?|file)://[^\s\"'\\<>{}|^`]+$")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # ansible.cfg values: no INI syntax, no interpolation, no line breaks.
 _CFG_PATH = re.compile(r"^/[^\s%;#\x00-\x1f]*$")
 
@@ -61,20 +60,8 @@ def check_host_name(name: str) -> str:
     return name
 
 
-def _check_url(value: str, what: str) -> str:
-    if not _URL.match(value):
-        raise BadInput(f"{what} {value!r} is not a plain http(s) or file URL", "give a URL without spaces or quotes")
-    return value
-
-
-def _check_path(value: str, what: str) -> str:
-    if not value.startswith("/") or _CONTROL.search(value) or "{" in value or ".." in value.split("/"):
-        raise BadInput(f"{what} {value!r} is not an absolute path", "give an absolute path such as /opt/provision/venv")
-    return value
-
-
 def _check_text(value: Any, what: str) -> str:
-    if not isinstance(value, str) or _CONTROL.search(value):
+    if not isinstance(value, str) or CONTROL.search(value):
         raise BadInput(f"{what} must be one line of text", "remove line breaks and control characters")
     return value
 

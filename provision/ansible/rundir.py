@@ -15,9 +15,9 @@ from typing import Any
 
 from provision.ansible.render import SECRETS_FILE, render_files
 from provision.ansible.roles import BUNDLED_ROLES_PATH, default_roles_path
-from provision.ansible.settings import InstallSettings
 from provision.errors import BadInput
 from provision.files import check_tree, private_dir, replace_file, write_durably
+from provision.model.settings import InstallSettings
 
 
 @dataclass(frozen=True)

@@ -178,14 +178,12 @@ def plan(
     (`plan --out`; `up` runs its own run dir in place and passes False).
     """
     from provision.ansible.rundir import check_out_dir, ensure_dir, write_run_dir
-    from provision.ansible.settings import InstallSettings
     from provision.stack.lock import build_lock, dumps_lock, write_lock
 
     if local and inventory:
         raise BadInput("give --local or -i INVENTORY, not both", "plan the local machine or an inventory's hosts")
     check_assume(assume, local, inventory)
-    install = InstallSettings.from_config(config.install)
-    install = InstallSettings(**{**install.__dict__, "reboot_controller": reboot_controller})
+    install = replace(config.install, reboot_controller=reboot_controller)
     check_out_dir(out)  # before any host is contacted: a user's folder is refused, nothing written
     targets, user_groups = _targets(local, inventory, assume)
     if only is not None:  # `up --limit`: plan (and probe) only these hosts
@@ -423,15 +421,13 @@ def check_inputs(
     stack_flags: Mapping[str, Any] | None = None,
 ) -> None:
     """Everything `plan` and `up` take that can be wrong, as BadInput before any host is contacted:
-    the stack request (config and flags), the install settings, ``--set`` names and values (none the
+    the stack request (config and flags), ``--set`` names and values (none the
     lock owns), the ``-F`` file, and each host's SSH settings (port, ssh args, the SSH config it
     names), read from files only."""
     from provision.ansible.roles import check_overrides, check_user_sets
-    from provision.ansible.settings import InstallSettings, check_settings
     from provision.hosts.ssh_config import resolve_settings
 
-    check_request(config, stack_flags)
-    check_settings(InstallSettings.from_config(config.install))
+    check_request(config, stack_flags)  # the install settings were checked when the config was built
     check_user_sets(overrides or {})
     check_overrides(overrides or {})
     check_ssh_config(ssh_config)
