@@ -113,7 +113,6 @@ def up(
     from provision.config import Config, load_config
     from provision.fleet.planning import check_request
     from provision.fleet.records import UpOptions
-    from provision.fleet.targets import check_up_targets
     from provision.fleet.up import check_options
     from provision.fleet.up import up as run_up
 
@@ -335,3 +334,34 @@ def _human(con: Console, result: UpResult, run: CloudRun | None = None) -> None:
                 f"`{run.down_command()}`; expires {run.launch.expires_at}",
                 markup=False,
             )
+
+
+def check_up_targets(
+    *,
+    cloud: bool,
+    local: bool,
+    inventory: str | None,
+    limit: str | None,
+    launch: LaunchArgs,
+    down_after: bool,
+    keep_on_failure: bool,
+) -> None:
+    """Which hosts: exactly one of --local, -i, --cloud; the launch options only with --cloud."""
+    if cloud:
+        if local or inventory is not None:
+            given = "--local" if local else "-i"
+            raise BadInput(
+                f"give --cloud or {given}, not both", "--cloud provisions the instances it launches; drop one of them"
+            )
+        if limit is not None:
+            raise BadInput(
+                "--limit picks among known hosts; --cloud provisions every instance it launches",
+                "drop --limit (use --count for fewer instances)",
+            )
+        return
+    needs_cloud = sorted("--" + {"os_name": "os"}.get(n, n).replace("_", "-") for n in launch.given)
+    needs_cloud += ["--down-after"] * down_after + ["--keep-on-failure"] * keep_on_failure
+    if needs_cloud:
+        raise BadInput(f"{', '.join(needs_cloud)}: only with --cloud", "add --cloud to launch instances, or drop them")
+    if not local and inventory is None:
+        raise BadInput("nothing to provision", "give --local, -i INVENTORY or --cloud")

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from provision.errors import BadInput, OperationFailed, ProvisionError, Unreachable, Unsatisfiable
+from provision.fleet.targets import check_one_source, select_targets
 from provision.remote.smoke.versions import build_matches, version_matches
 
 if TYPE_CHECKING:
@@ -22,8 +23,6 @@ if TYPE_CHECKING:
     from provision.hosts.inventory import HostTarget
     from provision.stack.lock import Lock, LockGroup
     from provision.stack.resolution import ResolvedHost
-
-ASSUME_KEYS = ("os", "gpu", "arch", "instance_type", "nvswitch", "python", "name")
 
 
 @dataclass(frozen=True)
@@ -38,41 +37,6 @@ class Assumed:
     nvswitch_count: int | None = None
     python: str | None = None
     name: str | None = None  # the host described; None: the inventory's hosts (-i) are
-
-
-def parse_assume(text: str) -> Assumed:
-    """``os=ubuntu-22.04,gpu=H100-SXM:8[,arch=..,instance_type=..,nvswitch=N,python=X.Y,name=HOST]``."""
-    values: dict[str, str] = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        key, sep, value = part.partition("=")
-        key = key.strip().replace("-", "_")
-        if not sep or not value.strip():
-            raise BadInput(
-                f"--assume part {part!r} is not KEY=VALUE",
-                "write e.g. --assume os=ubuntu-22.04,gpu=H100-SXM:8",
-            )
-        if key not in ASSUME_KEYS:
-            raise BadInput(f"--assume key {key!r} is unknown", f"use {', '.join(ASSUME_KEYS)}")
-        values[key] = value.strip()
-    gpu, count = values.get("gpu"), None
-    if gpu and ":" in gpu:
-        gpu, _, n = gpu.rpartition(":")
-        if not n.isdigit():
-            raise BadInput(f"--assume gpu count {n!r} is not a number", "write gpu=NAME:COUNT, e.g. gpu=H100-SXM:8")
-        count = int(n)
-    nvswitch = values.get("nvswitch")
-    if nvswitch is not None and not nvswitch.isdigit():
-        raise BadInput(f"--assume nvswitch={nvswitch!r} is not a number", "give the NVSwitch count, e.g. nvswitch=4")
-    return Assumed(
-        os=values.get("os"),
-        gpu=gpu,
-        gpu_count=count,
-        arch=values.get("arch"),
-        instance_type=values.get("instance_type"),
-        nvswitch_count=int(nvswitch) if nvswitch else None,
-        python=values.get("python"),
-        name=values.get("name"),
-    )
 
 
 @dataclass
@@ -180,8 +144,7 @@ def plan(
     from provision.ansible.rundir import check_out_dir, ensure_dir, write_run_dir
     from provision.stack.lock import build_lock, dumps_lock, write_lock
 
-    if local and inventory:
-        raise BadInput("give --local or -i INVENTORY, not both", "plan the local machine or an inventory's hosts")
+    check_one_source(local, inventory, hint="plan the local machine or an inventory's hosts")
     check_assume(assume, local, inventory)
     install = replace(config.install, reboot_controller=reboot_controller)
     check_out_dir(out)  # before any host is contacted: a user's folder is refused, nothing written
@@ -456,15 +419,9 @@ def _targets(
     """The hosts to plan, and the inventory's own groups (kept in the run dir's inventory)."""
     from provision.ansible.checks import check_host_name
 
-    if inventory:
-        from provision.hosts.inventory import read_inventory
-
-        inv = read_inventory(inventory)
+    if inventory or local:
+        inv = select_targets(local, inventory, hint="plan the local machine or an inventory's hosts")
         return [_Target(t.name, _connection_vars(t), t) for t in inv.targets], inv.group_tree()
-    if local:
-        from provision.hosts.inventory import LOCALHOST
-
-        return [_Target("localhost", _local_connection(), LOCALHOST)], {}
     if assume is None or assume.name is None:  # check_assume refused a nameless --assume already
         raise BadInput(
             "nothing to plan for", "give --local, -i INVENTORY or --assume os=ubuntu-22.04,gpu=H100-SXM:8,name=HOST"

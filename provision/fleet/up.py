@@ -33,6 +33,7 @@ from provision.fleet.batch import check_without_gpu, lock_failed, make_batches, 
 from provision.fleet.cache.config import start_cache
 from provision.fleet.records import LOCK_TASK, NOT_RUN, PROBE_TASK, HostRun, Progress, UpOptions, UpResult
 from provision.fleet.report import finish_reports
+from provision.fleet.targets import select_targets
 from provision.ids import new_run_id
 
 if TYPE_CHECKING:
@@ -67,15 +68,6 @@ def apply_limit(names: Sequence[str], patterns: Sequence[str]) -> list[str]:
                 f"the hosts are {', '.join(names[:8])}" + (" ..." if len(names) > 8 else ""),
             )
     return [n for n in names if any(fnmatch.fnmatchcase(n, p) for p in patterns)]
-
-
-def load_targets(local: bool, inventory: str | None) -> dict[str, HostTarget]:
-    """The hosts `up` may reach, by name, in inventory order."""
-    from provision.hosts.inventory import LOCALHOST, load_inventory
-
-    if local and inventory:
-        raise BadInput("give --local or -i INVENTORY, not both", "provision this machine or an inventory's hosts")
-    return {t.name: t for t in (load_inventory(inventory) if inventory else [LOCALHOST])}
 
 
 def group_hash(group: LockGroup) -> str:
@@ -130,7 +122,8 @@ def _up(
 
     say = on_phase or (lambda _: None)
     check_options(options)
-    targets = load_targets(options.local, options.inventory)
+    chosen = select_targets(options.local, options.inventory, hint="provision this machine or an inventory's hosts")
+    targets = {t.name: t for t in chosen.targets}  # the hosts `up` may reach, in inventory order
     selected = apply_limit(list(targets), limit_patterns(options.limit))
     check_inputs(config, options.overrides, [targets[n] for n in selected], options.ssh_config, options.stack_flags)
     locked = None

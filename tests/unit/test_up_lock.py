@@ -16,10 +16,11 @@ import click
 import pytest
 from click.testing import CliRunner
 
+from provision.cli.plan import parse_assume
 from provision.cli.up import refuse_stack_with_lock
 from provision.config import Config
 from provision.errors import BadInput
-from provision.fleet.planning import _Target, check_locked, check_locked_names, parse_assume, plan
+from provision.fleet.planning import _Target, check_locked, check_locked_names, plan
 from provision.fleet.up import group_hash
 from provision.hosts import gather
 from provision.stack.drift import host_differences
