@@ -20,7 +20,7 @@ from provision.cli.options import (
     target_options,
 )
 from provision.errors import BadInput
-from provision.fleet.planning import Assumed
+from provision.fleet.planning import Assumed, PlanInputs, PlanRun
 from provision.stack.packages import PackagePlan
 
 if TYPE_CHECKING:
@@ -82,17 +82,16 @@ def plan(
 
     config = load_config(config_path) if config_path is not None else Config()
     result = run_plan(
-        config=config,
-        stack_flags=stack_flags,
-        local=local,
-        inventory=inventory,
-        assume=parse_assume(assume) if assume else None,
-        out=out,
-        lock_path=lock_path,
-        overrides=parse_sets(sets),
-        reboot_controller=reboot_controller,
-        accept_new_host_keys=accept_new_host_keys,
-        ssh_config=ssh_config,
+        PlanInputs(
+            config=config,
+            stack_flags=stack_flags,
+            local=local,
+            inventory=inventory,
+            assume=parse_assume(assume) if assume else None,
+            overrides=parse_sets(sets),
+            reboot_controller=reboot_controller,
+        ),
+        PlanRun(out=out, lock_path=lock_path, accept_new_host_keys=accept_new_host_keys, ssh_config=ssh_config),
     )
     from provision.cli.output import emit
 

@@ -106,25 +106,38 @@ class _Target:
     facts: HostFacts | None = None
 
 
-def plan(
-    *,
-    config: Config,
-    stack_flags: Mapping[str, Any] | None = None,
-    local: bool = False,
-    inventory: str | None = None,
-    assume: Assumed | None = None,
-    out: Path = Path(".provision/run"),
-    lock_path: Path = Path("provision.lock"),
-    overrides: Mapping[str, Any] | None = None,
-    reboot_controller: bool = False,
-    accept_new_host_keys: bool = False,
-    ssh_config: Path | None = None,
-    only: Sequence[str] | None = None,
-    skip_unprobed: bool = False,
-    check: bool = False,
-    locked: Lock | None = None,
-    bundle_roles: bool = True,
-) -> PlanResult:
+@dataclass(frozen=True)
+class PlanInputs:
+    """What the user asked `plan` for: the config, the command line's stack options (they win over
+    the config's ``stack:``), which hosts (``--local``, ``-i``, ``--assume``), ``--set`` role
+    variables, ``--reboot-controller``, and with ``up --lock`` the lock to apply instead of resolving."""
+
+    config: Config
+    stack_flags: Mapping[str, Any] | None = None
+    local: bool = False
+    inventory: str | None = None
+    assume: Assumed | None = None
+    overrides: Mapping[str, Any] | None = None
+    reboot_controller: bool = False
+    locked: Lock | None = None
+
+
+@dataclass(frozen=True)
+class PlanRun:
+    """How this run plans: where the run dir and the lock go, how hosts are reached, which of them
+    (``only``: `up --limit`), and the modes `up` sets (``skip_unprobed``, ``check``, ``bundle_roles``)."""
+
+    out: Path = Path(".provision/run")
+    lock_path: Path = Path("provision.lock")
+    accept_new_host_keys: bool = False
+    ssh_config: Path | None = None
+    only: Sequence[str] | None = None
+    skip_unprobed: bool = False
+    check: bool = False
+    bundle_roles: bool = True
+
+
+def plan(inputs: PlanInputs, context: PlanRun | None = None) -> PlanResult:
     """Resolve per host, write ``lock_path`` and the run dir ``out``; contact hosts only to probe.
 
     A host that cannot be probed stops the plan (one lock is written for all hosts, and `plan`
@@ -144,6 +157,12 @@ def plan(
     from provision.ansible.rundir import check_out_dir, ensure_dir, write_run_dir
     from provision.stack.lock import build_lock, dumps_lock, write_lock
 
+    ctx = context or PlanRun()
+    config, stack_flags, local, inventory = inputs.config, inputs.stack_flags, inputs.local, inputs.inventory
+    assume, overrides, locked = inputs.assume, inputs.overrides, inputs.locked
+    reboot_controller = inputs.reboot_controller
+    out, lock_path, accept_new_host_keys, ssh_config = ctx.out, ctx.lock_path, ctx.accept_new_host_keys, ctx.ssh_config
+    only, skip_unprobed, check, bundle_roles = ctx.only, ctx.skip_unprobed, ctx.check, ctx.bundle_roles
     check_one_source(local, inventory, hint="plan the local machine or an inventory's hosts")
     check_assume(assume, local, inventory)
     install = replace(config.install, reboot_controller=reboot_controller)

@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from provision.errors import BadInput
-from provision.fleet.batch import check_without_gpu, lock_failed, make_batches, run_batch, unprobed_run
+from provision.fleet.batch import BatchRun, check_without_gpu, lock_failed, make_batches, run_batch, unprobed_run
 from provision.fleet.cache.config import start_cache
 from provision.fleet.records import LOCK_TASK, NOT_RUN, PROBE_TASK, HostRun, Progress, UpOptions, UpResult
 from provision.fleet.report import finish_reports
@@ -115,7 +115,7 @@ def _up(
     on_total: Callable[[int | None], None] | None,
 ) -> UpResult:
     from provision.files import private_dir
-    from provision.fleet.planning import check_inputs, plan
+    from provision.fleet.planning import PlanInputs, PlanRun, check_inputs, plan
     from provision.fleet.state import State, state_path
     from provision.stack.drift import expected_versions
     from provision.stack.lock import read_lock
@@ -147,21 +147,25 @@ def _up(
     say(f"run {run}: probing {len(selected)} host(s)" + (f" to check them against {options.lock}" if locked else ""))
     try:
         planned = plan(
-            config=config,
-            stack_flags=options.stack_flags,
-            local=options.local,
-            inventory=options.inventory,
-            out=run_dir / "ansible",
-            lock_path=run_dir / "provision.lock",
-            overrides=options.overrides,
-            reboot_controller=options.reboot_controller,
-            accept_new_host_keys=options.accept_new_host_keys,
-            ssh_config=options.ssh_config,
-            only=selected,
-            skip_unprobed=True,
-            check=options.check,
-            locked=locked,
-            bundle_roles=False,
+            PlanInputs(
+                config=config,
+                stack_flags=options.stack_flags,
+                local=options.local,
+                inventory=options.inventory,
+                overrides=options.overrides,
+                reboot_controller=options.reboot_controller,
+                locked=locked,
+            ),
+            PlanRun(
+                out=run_dir / "ansible",
+                lock_path=run_dir / "provision.lock",
+                accept_new_host_keys=options.accept_new_host_keys,
+                ssh_config=options.ssh_config,
+                only=selected,
+                skip_unprobed=True,
+                check=options.check,
+                bundle_roles=False,
+            ),
         )
     except BaseException:
         state.close()
@@ -205,22 +209,9 @@ def _up(
         )
         to_apply = [targets[h.host] for batch in batches for h in batch if not h.converged]
         cache = start_cache(config, options, run_dir, lock, to_apply, say=say)
+        shared = BatchRun(run_dir, lock, targets, config, options, state, result, say, on_progress, on_total, locks)
         for number in range(1, len(batches) + 1):
-            if not run_batch(
-                number,
-                batches,
-                run_dir,
-                lock,
-                targets,
-                config,
-                options,
-                state,
-                result,
-                say,
-                on_progress,
-                on_total,
-                locks,
-            ):
+            if not run_batch(number, batches, shared):
                 break
     except KeyboardInterrupt:
         # Ctrl-C: keep what is known (the state DB already has every finished host) and say

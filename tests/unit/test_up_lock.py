@@ -20,7 +20,7 @@ from provision.cli.plan import parse_assume
 from provision.cli.up import refuse_stack_with_lock
 from provision.config import Config
 from provision.errors import BadInput
-from provision.fleet.planning import _Target, check_locked, check_locked_names, plan
+from provision.fleet.planning import PlanInputs, PlanRun, _Target, check_locked, check_locked_names, plan
 from provision.fleet.up import group_hash
 from provision.hosts import gather
 from provision.stack.drift import host_differences
@@ -31,7 +31,10 @@ from tests.unit.test_probe_facts import OPTIONS, hgx_ubuntu_2204
 
 def _lock(tmp_path: Path, assume: str) -> Lock:
     where = tmp_path / assume.replace(",", "_").replace("=", "-").replace(":", "x")
-    plan(config=Config(), assume=parse_assume(assume), out=where / "run", lock_path=where / "provision.lock")
+    plan(
+        PlanInputs(config=Config(), assume=parse_assume(assume)),
+        PlanRun(out=where / "run", lock_path=where / "provision.lock"),
+    )
     return read_lock(where / "provision.lock")
 
 
