@@ -79,12 +79,13 @@ def plan(
     """
     from provision.config import Config, load_config
     from provision.fleet.planning import plan as run_plan
+    from provision.stack.request import StackRequest
 
     config = load_config(config_path) if config_path is not None else Config()
     result = run_plan(
         PlanInputs(
             config=config,
-            stack_flags=stack_flags,
+            request=StackRequest.build(**config.request_args(stack_flags)),  # parsed once, here
             local=local,
             inventory=inventory,
             assume=parse_assume(assume) if assume else None,

@@ -111,10 +111,10 @@ def up(
     Exit status: 0 every host passes, 1 a host failed, 2 bad input, 3 unsatisfiable.
     """
     from provision.config import Config, load_config
-    from provision.fleet.planning import check_request
     from provision.fleet.records import UpOptions
     from provision.fleet.up import check_options
     from provision.fleet.up import up as run_up
+    from provision.stack.request import StackRequest
 
     if lock_path is not None:
         refuse_stack_with_lock(cloud, stack_flags)
@@ -144,11 +144,11 @@ def up(
         ssh_config=ssh_config,
         reboot_controller=reboot_controller,
         state_path=state_path,
-        stack_flags=stack_flags,
         lock=lock_path,
     )
     check_options(options)
-    check_request(config, stack_flags)  # a bad stack option launches nothing
+    # the stack request, parsed once, here: a bad stack option launches nothing
+    options.request = StackRequest.build(**config.request_args(stack_flags))
     view = ProgressView(as_json)
     confirm = None if (yes or check) else _ask
 

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from provision.hosts.facts import HostFacts
     from provision.hosts.inventory import HostTarget
     from provision.stack.lock import Lock, LockGroup
+    from provision.stack.request import StackRequest
     from provision.stack.resolution import ResolvedHost
 
 
@@ -108,12 +109,13 @@ class _Target:
 
 @dataclass(frozen=True)
 class PlanInputs:
-    """What the user asked `plan` for: the config, the command line's stack options (they win over
-    the config's ``stack:``), which hosts (``--local``, ``-i``, ``--assume``), ``--set`` role
+    """What the user asked `plan` for: the config, the stack request (the command line's stack
+    options win over the config's ``stack:``), which hosts (``--local``, ``-i``, ``--assume``), ``--set`` role
     variables, ``--reboot-controller``, and with ``up --lock`` the lock to apply instead of resolving."""
 
     config: Config
-    stack_flags: Mapping[str, Any] | None = None
+    # the stack request, parsed once by the command line (config and flags); None: the config's
+    request: StackRequest | None = None
     local: bool = False
     inventory: str | None = None
     assume: Assumed | None = None
@@ -144,8 +146,7 @@ def plan(inputs: PlanInputs, context: PlanRun | None = None) -> PlanResult:
     must not write a lock that silently lacks one) unless ``skip_unprobed``: then the host is
     left out of the lock and the run dir and listed in :attr:`PlanResult.unprobed` (`up` fails
     it alone). When no host at all can be probed there is nothing to plan: that raises with
-    every host's reason either way. ``stack_flags`` (the command line's stack options) win over
-    the config's ``stack:``. ``check``: the plan of `up --check`, which installs nothing (see
+    every host's reason either way. ``check``: the plan of `up --check`, which installs nothing (see
     :func:`provision.fleet.closure.wants_closure`).
 
     With ``locked`` (`up --lock`) nothing is resolved: each host is probed only to check that it
@@ -156,9 +157,11 @@ def plan(inputs: PlanInputs, context: PlanRun | None = None) -> PlanResult:
     """
     from provision.ansible.rundir import check_out_dir, ensure_dir, write_run_dir
     from provision.stack.lock import build_lock, dumps_lock, write_lock
+    from provision.stack.request import StackRequest
 
     ctx = context or PlanRun()
-    config, stack_flags, local, inventory = inputs.config, inputs.stack_flags, inputs.local, inputs.inventory
+    config, local, inventory = inputs.config, inputs.local, inputs.inventory
+    request = inputs.request or StackRequest.build(**config.request_args())
     assume, overrides, locked = inputs.assume, inputs.overrides, inputs.locked
     reboot_controller = inputs.reboot_controller
     out, lock_path, accept_new_host_keys, ssh_config = ctx.out, ctx.lock_path, ctx.accept_new_host_keys, ctx.ssh_config
@@ -170,13 +173,7 @@ def plan(inputs: PlanInputs, context: PlanRun | None = None) -> PlanResult:
     targets, user_groups = _targets(local, inventory, assume)
     if only is not None:  # `up --limit`: plan (and probe) only these hosts
         targets = [t for t in targets if t.name in set(only)]
-    check_inputs(
-        config,
-        overrides,
-        [t.target for t in targets if t.target is not None and assume is None],
-        ssh_config,
-        stack_flags,
-    )
+    check_inputs(overrides, [t.target for t in targets if t.target is not None and assume is None], ssh_config)
     if locked is not None:
         if assume is not None:
             raise BadInput("--assume with a given lock", "the lock already describes its hosts")
@@ -200,7 +197,7 @@ def plan(inputs: PlanInputs, context: PlanRun | None = None) -> PlanResult:
         lock, notes = check_locked(locked, targets, unprobed=[f.host for f in unprobed])
         lock_groups = lock.groups
     else:
-        lock_groups = _resolve_groups(targets, config, stack_flags, assume)
+        lock_groups = _resolve_groups(targets, request, assume)
         from provision.fleet.closure import lock_closures, wants_closure
 
         if wants_closure(config.install.lock_closure, applied=assume is None and not check):
@@ -247,16 +244,13 @@ def plan(inputs: PlanInputs, context: PlanRun | None = None) -> PlanResult:
     return result
 
 
-def _resolve_groups(
-    targets: Sequence[_Target], config: Config, stack_flags: Mapping[str, Any] | None, assume: Assumed | None
-) -> list[LockGroup]:
+def _resolve_groups(targets: Sequence[_Target], request: StackRequest, assume: Assumed | None) -> list[LockGroup]:
     """Resolve each host's stack; hosts with the same resolution share a lock group."""
     from provision.stack.lock import LockGroup
     from provision.stack.packages import check_plannable
-    from provision.stack.request import HostSpec, StackRequest
+    from provision.stack.request import HostSpec
     from provision.stack.resolve import resolve
 
-    request_args = config.request_args(stack_flags)
     groups: dict[str, tuple[list[str], Any, str | None]] = {}
     for t in targets:
         if t.facts is not None:
@@ -279,12 +273,10 @@ def _resolve_groups(
                 nvswitch_count=a.nvswitch_count,
             )
             python = a.python
-        args = dict(request_args)
-        if python:  # the host's python3: the only OS Python its venv can be built with
-            args["host_python"] = python
         try:
             check_plannable(host)  # EL8 is refused before its versions are looked at
-            resolution = resolve(StackRequest.build(**args), host)
+            # the host's python3: the only OS Python its venv can be built with
+            resolution = resolve(request.on_host(python) if python else request, host)
             check_plannable(host, resolution.packages)
         except (Unsatisfiable, BadInput) as exc:
             exc.message = f"{t.name}: {exc.message}"
@@ -395,35 +387,20 @@ def check_assume(assume: Assumed | None, local: bool, inventory: str | None) -> 
         )
 
 
-def check_inputs(
-    config: Config,
-    overrides: Mapping[str, Any] | None,
-    targets: Sequence[HostTarget],
-    ssh_config: Path | None,
-    stack_flags: Mapping[str, Any] | None = None,
-) -> None:
-    """Everything `plan` and `up` take that can be wrong, as BadInput before any host is contacted:
-    the stack request (config and flags), ``--set`` names and values (none the
-    lock owns), the ``-F`` file, and each host's SSH settings (port, ssh args, the SSH config it
-    names), read from files only."""
+def check_inputs(overrides: Mapping[str, Any] | None, targets: Sequence[HostTarget], ssh_config: Path | None) -> None:
+    """Everything `plan` and `up` take that can be wrong, as BadInput before any host is contacted
+    (the stack request and the install settings were checked when the command line built them):
+    ``--set`` names and values (none the lock owns), the ``-F`` file, and each host's SSH settings
+    (port, ssh args, the SSH config it names), read from files only."""
     from provision.ansible.roles import check_overrides, check_user_sets
     from provision.hosts.ssh_config import resolve_settings
 
-    check_request(config, stack_flags)  # the install settings were checked when the config was built
     check_user_sets(overrides or {})
     check_overrides(overrides or {})
     check_ssh_config(ssh_config)
     for t in targets:
         if not t.local:
             resolve_settings(t, ssh_config)
-
-
-def check_request(config: Config, stack_flags: Mapping[str, Any] | None) -> None:
-    """The stack request parses (a misspelt --framework, an unknown driver branch): BadInput before
-    any host is probed or, for `up --cloud`, any instance launched."""
-    from provision.stack.request import StackRequest
-
-    StackRequest.build(**config.request_args(stack_flags))
 
 
 def check_ssh_config(ssh_config: Path | None) -> None:

@@ -125,7 +125,7 @@ def _up(
     chosen = select_targets(options.local, options.inventory, hint="provision this machine or an inventory's hosts")
     targets = {t.name: t for t in chosen.targets}  # the hosts `up` may reach, in inventory order
     selected = apply_limit(list(targets), limit_patterns(options.limit))
-    check_inputs(config, options.overrides, [targets[n] for n in selected], options.ssh_config, options.stack_flags)
+    check_inputs(options.overrides, [targets[n] for n in selected], options.ssh_config)
     locked = None
     if options.lock is not None:  # --lock: read and checked against the hosts' names before any contact
         from provision.fleet.planning import check_locked_names
@@ -149,7 +149,7 @@ def _up(
         planned = plan(
             PlanInputs(
                 config=config,
-                stack_flags=options.stack_flags,
+                request=options.request,
                 local=options.local,
                 inventory=options.inventory,
                 overrides=options.overrides,

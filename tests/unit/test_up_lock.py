@@ -25,7 +25,7 @@ from provision.fleet.up import group_hash
 from provision.hosts import gather
 from provision.stack.drift import host_differences
 from provision.stack.lock import Lock, read_lock
-from provision.stack.request import HostSpec
+from provision.stack.request import HostSpec, StackRequest
 from tests.unit.test_probe_facts import OPTIONS, hgx_ubuntu_2204
 
 
@@ -149,9 +149,9 @@ def test_a_kept_driver_is_locked_and_a_host_whose_driver_moved_is_refused() -> N
     --lock refuses a host whose driver is no longer that one."""
     from provision.fleet.planning import _resolve_groups
 
-    [kept] = _resolve_groups([_hgx()], Config(), {"driver": "none"}, None)
+    [kept] = _resolve_groups([_hgx()], StackRequest.build(**Config().request_args({"driver": "none"})), None)
     assert kept.stack["driver"] is None and kept.host["kept_driver"] == "580.95.05"
-    [planned] = _resolve_groups([_hgx()], Config(), {"driver": "580"}, None)
+    [planned] = _resolve_groups([_hgx()], StackRequest.build(**Config().request_args({"driver": "580"})), None)
     assert planned.stack["driver"] is not None and "kept_driver" not in planned.host  # installs its own
     lock = Lock({}, [kept])
     assert check_locked(lock, [_hgx()])[0].groups[0].to_json() == kept.to_json()
