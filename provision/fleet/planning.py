@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from provision.errors import BadInput, OperationFailed, ProvisionError, Unreachable, Unsatisfiable
 from provision.fleet.targets import check_one_source, select_targets
-from provision.remote.smoke.versions import build_matches, version_matches
+from provision.model.versions import build_matches, version_matches
 
 if TYPE_CHECKING:
     from provision.config import Config

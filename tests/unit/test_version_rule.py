@@ -1,4 +1,4 @@
-"""The one version-match rule (provision/remote/smoke/versions.py) and everything that applies it.
+"""The one version-match rule (provision/model/versions.py) and everything that applies it.
 
 One table of cases pins the rule: local version labels (+cu128, +cpu), cuDNN's integer numbering,
 a driver expected as x or x.y against an installed x.y.z, release parts the installed version
@@ -17,10 +17,11 @@ from typing import Any
 import pytest
 import yaml
 
+import provision.model.versions
 from provision.fleet.planning import _same_framework
-from provision.remote.smoke import FILES
+from provision.model.versions import build_matches, version_matches
+from provision.remote.smoke import FILES, SOURCES
 from provision.remote.smoke.verdict import version_checks
-from provision.remote.smoke.versions import build_matches, version_matches
 from provision.stack.drift import drift
 from provision.stack.lock import LockGroup
 
@@ -126,6 +127,19 @@ def test_the_build_is_the_locked_variant(installed: str | None, variant: str, ma
 
 def test_the_rule_travels_with_the_smoke_job() -> None:
     assert "versions.py" in FILES
+    # one file: the bundle carries the model's own module, and the job in the tree loads that same file
+    assert SOURCES["versions.py"] == Path(provision.model.versions.__file__).resolve()
+    assert not (SOURCES["job.py"].parent / "versions.py").exists()
+    import provision.remote.smoke.versions as on_hosts
+
+    assert Path(str(on_hosts.__file__)).resolve() == SOURCES["versions.py"]
+
+
+def test_the_controller_does_not_import_what_runs_on_hosts() -> None:
+    """drift, the planner and the report take the rule from provision/model/, not from remote/."""
+    package = Path(provision.model.versions.__file__).resolve().parents[1]
+    for module in ("stack/drift.py", "fleet/planning.py", "fleet/report.py"):
+        assert "provision.remote" not in (package / module).read_text(), module
 
 
 # --- the verify role's mirror -------------------------------------------------------------------

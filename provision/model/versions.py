@@ -2,9 +2,10 @@
 
 The smoke job's verdict (on the host), the lock's drift (``provision status --check-drift``) and
 the planner's "already installed" all call :func:`version_matches`; the verify role mirrors it in
-Jinja (``playbooks/roles/verify/tasks/main.yml``) and ``tests/unit/test_version_rule.py`` proves
-both agree on one table of cases. Standard library only: this file is copied to hosts with the
-rest of the smoke job, and the controller imports it from here.
+Jinja (``playbooks/roles/verify/vars/main.yml``) and ``tests/unit/test_version_rule.py`` proves
+both agree on one table of cases. Standard library only, importing nothing: the controller
+imports it from here, and the smoke job's bundle carries this file to hosts as
+``smoke/versions.py`` (:data:`provision.remote.smoke.SOURCES`).
 
 The rule:
 
