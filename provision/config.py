@@ -15,7 +15,7 @@ from typing import Any
 
 from provision.errors import BadInput
 from provision.files import load_yaml
-from provision.model.settings import URL, AptSettings, InstallSettings, PipSettings
+from provision.model.settings import AptSettings, InstallSettings, PipSettings, check_url
 from provision.stack.request import DRIVER_FORMS, DRIVER_SPEC, PYTHON_SOURCES
 
 # install.lock_closure's choices, the default first (docs/explanation/design.md, "The lock")
@@ -314,13 +314,15 @@ def _url(value: Any, key: str, where: str) -> str | None:
     text = _string(value, key, where)
     if text is None:
         return None
-    if not URL.match(text):  # render's own check (provision.model.settings), so both agree
+    try:
+        check_url(text, key)  # render's own check (provision.model.settings), so both agree
+    except BadInput:
         raise _bad(
             where,
             key,
             f"must be an http(s):// or file:// URL (got {text!r})",
             f"e.g. {key.rsplit('.', maxsplit=1)[-1]}: file:///srv/python",
-        )
+        ) from None
     return text
 
 

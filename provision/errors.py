@@ -8,8 +8,21 @@ and is reported as ``internal`` (exit 1) with the traceback behind ``--debug``.
 
 from __future__ import annotations
 
+import re
 from enum import IntEnum
 from typing import Any, ClassVar
+
+# The login part of any URL in a text: ``scheme://user:token@`` up to the last ``@`` before the
+# host's end (a password may hold a raw ``@``: urllib.parse.urlsplit also splits at the last one).
+_URL_LOGIN = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)[^/?#\s@]*(?:@[^/?#\s@]*)*@")
+REDACTED = "***"
+
+
+def redact(text: str) -> str:
+    """``text`` with the login of every URL in it replaced by ``***`` (``https://***@host/...``):
+    the one redaction of what reaches a person or a log (errors, notes, reports). The credential
+    itself travels only in the run dir's secrets.yml (provision.ansible.settings)."""
+    return _URL_LOGIN.sub(rf"\g<scheme>{REDACTED}@", text)
 
 
 class ExitCode(IntEnum):
@@ -46,6 +59,8 @@ class ProvisionError(Exception):
         suggestions: list[Any] | None = None,
         details: dict[str, Any] | None = None,
     ) -> None:
+        # every error reaches a person or a log (stderr, --json, a report's note): never a URL's login
+        message, hint = redact(message), redact(hint)
         super().__init__(message)
         self.message = message
         self.hint = hint

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from provision.ansible.rundir import private_umask
-from provision.errors import OperationFailed
+from provision.errors import OperationFailed, redact
 from provision.files import replace_file
 
 # Events that end a task on one host; the key is the runner's event name.
@@ -127,7 +127,7 @@ def _message(result: dict[str, Any]) -> str:
     stderr = str(result.get("stderr") or "").strip()
     if stderr and text == "non-zero return code":  # a command's own words say what went wrong
         text = f"{text}: {stderr.splitlines()[-1]}"
-    return " ".join(str(text).split())[:500]
+    return redact(" ".join(str(text).split()))[:500]  # a tool's words may quote a URL with its login
 
 
 @dataclass(frozen=True)

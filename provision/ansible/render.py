@@ -138,8 +138,8 @@ def render_files(
     if creds:
         all_vars["provision_credentials_dir"] = CREDENTIALS_DIR
         files[SECRETS_FILE] = env.get_template("data.yml.j2").render(
-            what="the credentials of install.pip / install.apt.proxy (0600: keep it private)",
-            body=dump({"provision_credential_files": creds.files()}),
+            what="the credentials of install.pip / install.apt (0600: keep it private)",
+            body=dump({"provision_credential_files": creds.files(), **creds.role_vars()}),
         )
     files["group_vars/all.yml"] = env.get_template("data.yml.j2").render(
         what="settings for every host", body=dump(all_vars)

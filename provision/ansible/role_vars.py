@@ -11,6 +11,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from packaging.requirements import InvalidRequirement, Requirement
+
 from provision.ansible.checks import _check_package, _check_text, _check_version
 from provision.ansible.settings import pip_sources
 from provision.errors import BadInput
@@ -96,6 +98,68 @@ def check_installs_override(overrides: Mapping[str, Any], lock: Mapping[str, Any
                 f"--set frameworks_installs: its packages {', '.join(given) or 'none'} are not the lock's "
                 f"({', '.join(locked) or 'none'}, group {group.get('name')})",
                 f"change only its index_url; the versions follow {_FRAMEWORKS}",
+            )
+
+
+def check_repositories_override(overrides: Mapping[str, Any], lock: Mapping[str, Any]) -> None:
+    """``--set <role>_repositories`` may point a repository the lock plans at a mirror, not trust
+    another key: each entry must name a repository of the lock and carry its key fingerprint, in
+    every lock group that has it (BadInput otherwise, before anything is written)."""
+    for role in PACKAGE_ROLES:
+        value = overrides.get(f"{role}_repositories")
+        for entry in value if isinstance(value, list) else []:
+            name = entry.get("name") if isinstance(entry, Mapping) else None
+            want = {
+                str(r.get("key_fingerprint"))
+                for group in lock.get("groups") or []
+                for r in (group.get("packages") or {}).get("repositories") or []
+                if r.get("name") == name
+            }
+            if not want:
+                raise BadInput(
+                    f"--set {role}_repositories: {name!r} is no repository of the lock",
+                    "name a repository the plan lists (`provision plan` shows each with its key)",
+                )
+            given = "" if entry.get("key_fingerprint") is None else str(entry["key_fingerprint"])
+            if want != {given}:  # one --set serves every group: each must pin that same key
+                raise BadInput(
+                    f"--set {role}_repositories: the key fingerprint {given or 'none'} of {name} is not the "
+                    f"lock's ({', '.join(sorted(want))})",
+                    "a mirror changes the url and key_url only; its key stays the one the knowledge pins",
+                )
+
+
+def check_lock_group(group: Mapping[str, Any], install: InstallSettings) -> None:
+    """A lock group read from a file (`up --lock`) is data anyone could have edited: before any
+    host is contacted, its role variables are made (every value render refuses is refused here: a
+    requirement that is no PEP 508 pin, a URL that is not one URL), and each repository must be
+    the knowledge's for the group's OS, URL, key URL and key fingerprint alike. A site's mirror of
+    a repository is ``--set <role>_repositories`` (its key still the lock's:
+    check_repositories_override); a lock whose repository moved since it was planned is planned
+    again. ``install``: bare of credentials (split_credentials)."""
+    from provision.matrix import load
+    from provision.stack.packages import packaging, template_values
+    from provision.stack.request import HostSpec
+
+    group_vars(group, install)
+    k = load()
+    host = group.get("host") or {}
+    os_id = _check_text(host.get("os") or "", "the lock's host.os")
+    values = template_values(HostSpec(gpu=None, gpu_count=0, os=k.os_release(os_id), arch=str(host.get("arch"))))
+    for r in PackagePlan.from_json(group.get("packages") or {}).repositories:
+        t = packaging(k).repository(r.name, os_id)
+        if t is None:
+            differs = ["the knowledge has no such repository"]
+        else:
+            known = {"url": t.url.format_map(values), "key_url": t.key_url.format_map(values)}
+            known["key fingerprint"] = str(t.key_fingerprint)
+            got = {"url": r.url, "key_url": r.key_url, "key fingerprint": str(r.key_fingerprint)}
+            differs = [f"{w} {got[w]} (the knowledge's: {known[w]})" for w in known if got[w] != known[w]]
+        if differs:
+            raise BadInput(
+                f"group {group.get('name')}: the lock's repository {r.name} is not the knowledge's for {os_id}: "
+                + "; ".join(differs),
+                "plan again with `provision plan`; a mirror goes in --set <role>_repositories, with the same key",
             )
 
 
@@ -346,9 +410,7 @@ def _framework_vars(stack: Mapping[str, Any], pip: PipPlan | None, install: Inst
     if not requirements:  # a lock without packages.pip: exact pins from the stack
         requirements = [f"{name}=={fw['version']}" for name, fw in frameworks.items()]
     for req in requirements:
-        _check_text(req, "framework requirement")
-        if "==" not in req or " " in req.strip():
-            raise BadInput(f"the lock's framework requirement {req!r} is not an exact pin", "regenerate the lock")
+        _check_pin(req)
     mirror = install.pip.index_url
 
     def mirrored(url: str) -> str:
@@ -368,6 +430,23 @@ def _framework_vars(stack: Mapping[str, Any], pip: PipPlan | None, install: Inst
         "frameworks_find_links": list(install.pip.find_links),
         "frameworks_trusted_hosts": list(install.pip.trusted_hosts),
     }
+
+
+def _check_pin(req: Any) -> str:
+    """A requirement of the lock is one PEP 508 requirement pinned with ``==``, nothing pip could
+    read as an option (``--index-url=http://x==1`` has an ``==`` too) or a URL to fetch."""
+    _check_text(req, "framework requirement")
+    try:
+        parsed = Requirement(req)
+    except InvalidRequirement:
+        parsed = None
+    pinned = parsed is not None and [s.operator for s in parsed.specifier] == ["=="]
+    if not pinned or parsed is None or parsed.url or parsed.marker or req.lstrip().startswith("-") or " " in req:
+        raise BadInput(
+            f"the lock's framework requirement {req!r} is not one exact PEP 508 pin (name[extras]==version)",
+            "regenerate the lock with `provision plan`",
+        )
+    return str(req)
 
 
 def locked_installs(closure: Sequence[PythonPackage], mirror: str = "") -> list[dict[str, Any]]:

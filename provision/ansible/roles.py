@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from provision.errors import BadInput
+from provision.model.settings import check_url, split_credential
 
 # The roles in the order site.yml runs them (docs/explanation/design.md).
 ROLES: tuple[str, ...] = (
@@ -63,6 +64,38 @@ def check_overrides(overrides: Mapping[str, Any]) -> None:
                 f"--set {name}: {problem}",
                 "see the role's variables in the docs (generated: mkdocs serve, Reference > Roles)",
             )
+        for url in set_urls(name, value):
+            if not (name == "frameworks_find_links" and url.startswith("/")):  # a local wheel folder
+                check_url(url, f"--set {name}: the URL")
+
+
+# The role variables that hold URLs (their argument specs' descriptions say so), by where in the
+# value: the string itself, each list item, or these keys of each list entry. A --set of one is
+# checked URL by URL (check_overrides), and refused with a login in it (check_user_sets).
+_URL_STRINGS = frozenset(
+    {
+        "nvidia_driver_debian_mirror",
+        "nvidia_driver_debian_security_mirror",
+        "python_env_python_mirror",
+        "python_env_python_downloads_json",
+        "frameworks_index_url",
+    }
+)
+_URL_LISTS = frozenset({"frameworks_extra_index_urls", "frameworks_find_links"})
+_URL_ENTRY_KEYS = {"frameworks_installs": ("index_url",), "frameworks_locked": ("index_url",)}
+_REPOSITORY_KEYS = ("url", "key_url")
+
+
+def set_urls(name: str, value: Any) -> list[str]:
+    """The URLs in a role variable's value ("" is a variable's own "none" and no URL)."""
+    if name in _URL_STRINGS:
+        found = [value]
+    elif name in _URL_LISTS:
+        found = value if isinstance(value, list) else str(value).split(",")  # Ansible splits a str at ","
+    else:
+        keys = _URL_ENTRY_KEYS.get(name) or (_REPOSITORY_KEYS if name.endswith("_repositories") else ())
+        found = [e.get(k) for e in (value if isinstance(value, list) else []) if isinstance(e, Mapping) for k in keys]
+    return [str(u) for u in found if u not in (None, "")]
 
 
 def check_user_sets(overrides: Mapping[str, Any]) -> None:
@@ -74,12 +107,26 @@ def check_user_sets(overrides: Mapping[str, Any]) -> None:
     (``--set nvidia_driver_kernel=6.10`` is 6.1) has lost the text typed: quote it.
     """
     from provision.ansible.role_vars import LOCK_OWNED
+    from provision.ansible.settings import CREDENTIAL_VARS
 
     specs = role_argument_specs()
     for name, value in overrides.items():
         instead = LOCK_OWNED.get(name)
         if instead is not None:
             raise BadInput(f"--set {name}: the lock decides this variable, not --set", f"use {instead}")
+        if name in CREDENTIAL_VARS:  # --set would write it into group_vars
+            raise BadInput(
+                f"--set {name}: a login is never given on the command line",
+                "give it in the URL of install.apt.mirror (provision keeps it in the run's 0600 secrets.yml)",
+            )
+        for url in set_urls(name, value):
+            bare, login = split_credential(url)
+            if login is not None:
+                raise BadInput(
+                    f"--set {name}: {bare} is given with a login, which would be written into group_vars",
+                    "give the mirror in provision.yaml's install: section (its logins go to the run's 0600 "
+                    "secrets.yml), or keep the login in the hosts' own apt auth.conf.d / netrc",
+                )
         spec = specs.get(name) or {}
         if isinstance(value, float) and spec.get("type", "str") in ("str", "path"):
             raise BadInput(

@@ -5,10 +5,11 @@ never in argv).
 
 from __future__ import annotations
 
+import urllib.parse
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
-from provision.model.settings import InstallSettings, index_logins, split_credential
+from provision.model.settings import AptSettings, InstallSettings, index_logins, netrc_credential, split_credential
 
 
 def pip_sources(
@@ -40,17 +41,26 @@ def pip_sources(
 # SSH (`VAR=value /usr/bin/python3 ...`), visible in `ps` on the controller and the host. Only the
 # files' paths travel that way. site.yml removes the folder at the end of the play, failed or not.
 CREDENTIALS_DIR = "/root/.provision-credentials"
+# The role variables only secrets.yml may give (Credentials.role_vars): `--set` of one is refused.
+CREDENTIAL_VARS = frozenset({"nvidia_driver_debian_mirror_auth"})
 
 
 @dataclass(frozen=True)
 class Credentials:
     """The credentials split off the install URLs (see above)."""
 
-    netrc: tuple[tuple[str, str, str], ...] = ()  # (host, login, password) of pip's indexes
-    proxy: str | None = None  # install.apt.proxy as given, credential included
+    # repr=False: a traceback (--debug) or a log line that prints the object shows no credential
+    netrc: tuple[tuple[str, str, str], ...] = field(default=(), repr=False)  # (host, login, password): pip's
+    proxy: str | None = field(default=None, repr=False)  # install.apt.proxy as given, credential included
+    apt_auth: str = field(default="", repr=False)  # apt_auth.conf(5) text of install.apt.mirror's login
 
     def __bool__(self) -> bool:
-        return bool(self.netrc or self.proxy)
+        return bool(self.netrc or self.proxy or self.apt_auth)
+
+    def role_vars(self) -> dict[str, str]:
+        """The role variables that carry a credential (:data:`CREDENTIAL_VARS`): secrets.yml
+        gives them (the play's vars_files), never group_vars."""
+        return {"nvidia_driver_debian_mirror_auth": self.apt_auth} if self.apt_auth else {}
 
     def files(self) -> list[dict[str, str]]:
         """The files site.yml writes into :data:`CREDENTIALS_DIR` on each host (name, content)."""
@@ -86,6 +96,22 @@ def split_credentials(install: InstallSettings) -> tuple[InstallSettings, Creden
     """The settings with every URL bare, and the credentials that were in them (the record was
     checked when it was built, credentials included: :func:`provision.model.settings.index_logins`)."""
     bare_pip, netrc = index_logins(install.pip)
-    proxy, proxy_cred = split_credential(install.apt.proxy) if install.apt.proxy else (None, None)
-    creds = Credentials(netrc=netrc, proxy=install.apt.proxy if proxy_cred else None)
-    return replace(install, pip=bare_pip, apt=replace(install.apt, proxy=proxy)), creds
+    apt = install.apt
+    proxy, proxy_cred = split_credential(apt.proxy) if apt.proxy else (None, None)
+    mirror = split_credential(apt.mirror)[0] if apt.mirror else None
+    creds = Credentials(
+        netrc=netrc,
+        proxy=apt.proxy if proxy_cred else None,
+        apt_auth=_apt_auth(apt.mirror) if apt.mirror else "",
+    )
+    return replace(install, pip=bare_pip, apt=AptSettings(mirror, proxy)), creds
+
+
+def _apt_auth(url: str) -> str:
+    """install.apt.mirror's login as apt_auth.conf(5) reads it: the machine with its scheme (an
+    entry without one matches https only) and path (the login is for this mirror alone)."""
+    bare, cred = netrc_credential(url, "install.apt.mirror")
+    if cred is None:
+        return ""
+    parts = urllib.parse.urlsplit(bare)
+    return f"machine {parts.scheme}://{parts.netloc}{parts.path.rstrip('/')} login {cred[0]} password {cred[1]}\n"

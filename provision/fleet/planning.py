@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from provision.errors import BadInput, OperationFailed, ProvisionError, Unreachable, Unsatisfiable
+from provision.errors import BadInput, OperationFailed, ProvisionError, Unreachable, Unsatisfiable, redact
 from provision.fleet.targets import check_one_source, select_targets
 from provision.model.versions import build_matches, version_matches
 
@@ -86,7 +86,7 @@ class PlanResult:
     groups: list[dict[str, Any]] = field(default_factory=list)
     files: tuple[str, ...] = ()
     unprobed: list[ProbeFailure] = field(default_factory=list)  # only with skip_unprobed
-    notes: list[str] = field(default_factory=list)  # with a given lock: what the user should know
+    notes: list[str] = field(default_factory=list)  # what the user should know of the lock and the install
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -96,6 +96,7 @@ class PlanResult:
             "hosts": [h.to_json() for h in self.hosts],
             "groups": self.groups,
             "files": list(self.files),
+            "notes": self.notes,
         }
 
 
@@ -204,12 +205,22 @@ def plan(inputs: PlanInputs, context: PlanRun | None = None) -> PlanResult:
             lock_closures(lock_groups, install, overrides)  # before anything is written: a conflict leaves no lock
         lock = build_lock(lock_groups)
         notes = []
+    notes += [
+        # a plan without one (--assume, --check, install.lock_closure: never) says so, as `up --lock` does
+        f"group {g.name}: its wheels are not locked by hash (the lock has no wheel closure); "
+        "pip resolves the frameworks' dependencies on the hosts"
+        for g in lock.groups
+        if g.stack.get("frameworks") and not g.python_packages
+    ]
     if install.pip.index_url:  # the lock names upstream indexes; the site's mirror stands in for PyPI
-        notes.append(f"pip: the hosts install from {install.pip.index_url} in place of PyPI (install.pip.index_url)")
+        notes.append(
+            redact(f"pip: the hosts install from {install.pip.index_url} in place of PyPI (install.pip.index_url)")
+        )
     text = dumps_lock(lock)
-    from provision.ansible.role_vars import check_installs_override
+    from provision.ansible.role_vars import check_installs_override, check_repositories_override
 
     check_installs_override(overrides or {}, lock.to_json(), install)  # before anything is written
+    check_repositories_override(overrides or {}, lock.to_json())
     # both places are checked before either is written: bad paths leave nothing half-made
     ensure_dir(out, "--out")
     ensure_dir(lock_path.parent, "--lock")

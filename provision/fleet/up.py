@@ -128,10 +128,15 @@ def _up(
     check_inputs(options.overrides, [targets[n] for n in selected], options.ssh_config)
     locked = None
     if options.lock is not None:  # --lock: read and checked against the hosts' names before any contact
+        from provision.ansible.role_vars import check_lock_group
+        from provision.ansible.settings import split_credentials
         from provision.fleet.planning import check_locked_names
 
         locked = read_lock(options.lock)
         check_locked_names(locked, selected)
+        bare, _ = split_credentials(config.install)
+        for group in locked.groups:  # an edited lock: its repositories and values (role_vars)
+            check_lock_group(group.to_json(), bare)
     state = State(state_path(options.state_path, config.state.path))
 
     run = new_run_id()

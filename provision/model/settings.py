@@ -9,12 +9,13 @@ from __future__ import annotations
 import re
 import urllib.parse
 from dataclasses import dataclass, field
+from typing import Any
 
 from provision.errors import BadInput
 
 # A URL that reaches a command line or a YAML file as one plain value: http(s) or file, no space,
 # quote, backslash or shell/Jinja character (render's checks and config's URL keys share it).
-URL = re.compile(r"^(https?|file)://[^\s\"'\\<>{}|^`]+$")
+URL = re.compile(r"(https?|file)://[^\s\"'\\<>{}|^`]+")  # whole values only: fullmatch
 # A control character: no value provision writes may break a line or a terminal.
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _TRUSTED_HOST = re.compile(r"^[A-Za-z0-9.-]+(:[0-9]+)?$")
@@ -22,10 +23,26 @@ _TRUSTED_HOST = re.compile(r"^[A-Za-z0-9.-]+(:[0-9]+)?$")
 _NETRC_UNSAFE = re.compile(r"[\s\"'#\\]")
 
 
-def check_url(value: str, what: str) -> str:
-    if not URL.match(value):
-        raise BadInput(f"{what} {value!r} is not a plain http(s) or file URL", "give a URL without spaces or quotes")
-    return value
+def check_url(value: Any, what: str) -> str:
+    """One URL, the one check of every URL that reaches a run dir (install settings, the lock,
+    ``--set``): http, https or file, and nothing a sources.list line or a command would read as
+    more than a URL: no whitespace or line break (a second apt line), no quotes, and no square
+    brackets but an IPv6 host's (apt's ``[trusted=yes]`` options)."""
+    ok = isinstance(value, str) and URL.fullmatch(value) is not None  # fullmatch: `$` lets a "\n" end it
+    if ok:
+        try:
+            host = urllib.parse.urlsplit(value).hostname or ""
+        except ValueError:  # brackets that are no IPv6 host
+            ok = False
+        else:
+            rest = value.replace(f"[{host}]", "", 1) if ":" in host else value
+            ok = "[" not in rest and "]" not in rest
+    if not ok:
+        raise BadInput(
+            f"{what} {value!r} is not one plain http(s) or file URL",
+            "give one http://, https:// or file:// URL, without spaces, line breaks, quotes or [options]",
+        )
+    return str(value)
 
 
 def check_path(value: str, what: str) -> str:
@@ -89,9 +106,16 @@ class InstallSettings:
             raise BadInput(f"install.reboot {self.reboot!r} is unknown", "use auto or never")
         check_path(self.venv, "install.venv")
         pip = self.pip
-        for url in (pip.index_url, self.apt.mirror, self.apt.proxy, *pip.extra_index_urls):
+        for key, url in (
+            ("install.pip.index_url", pip.index_url),
+            ("install.apt.mirror", self.apt.mirror),
+            ("install.apt.proxy", self.apt.proxy),
+            ("install.python_mirror", self.python_mirror),
+            ("install.python_downloads_json", self.python_downloads_json),
+            *(("install.pip.extra_index_urls entry", u) for u in pip.extra_index_urls),
+        ):
             if url:
-                check_url(url, "URL")
+                check_url(url, key)
         for link in pip.find_links:
             if not link.startswith("/"):
                 check_url(link, "install.pip.find_links entry")
@@ -104,6 +128,20 @@ class InstallSettings:
             if path:
                 check_path(path, "MOK key path")
         index_logins(pip)  # a credential pip cannot look up is bad input before any host is probed
+        if self.apt.mirror:  # apt reads the mirror's login from an auth.conf file: netrc tokens
+            netrc_credential(self.apt.mirror, "install.apt.mirror")
+        # uv downloads a standalone CPython without a netrc or any other login file
+        # (https://docs.astral.sh/uv/reference/environment/ names none for UV_PYTHON_INSTALL_MIRROR /
+        # UV_PYTHON_DOWNLOADS_JSON_URL): a login there would have to travel in the URL, so it is refused.
+        for key, url in (
+            ("install.python_mirror", self.python_mirror),
+            ("install.python_downloads_json", self.python_downloads_json),
+        ):
+            if url and split_credential(url)[1] is not None:
+                raise BadInput(
+                    f"{key}: {split_credential(url)[0]} is given with a login, which uv cannot read from a file",
+                    "serve the Python downloads without a login (on the hosts' network or as a file:// copy)",
+                )
 
 
 def split_credential(url: str) -> tuple[str, tuple[str, str] | None]:
@@ -120,6 +158,18 @@ def split_credential(url: str) -> tuple[str, tuple[str, str] | None]:
     return urllib.parse.urlunsplit(parts._replace(netloc=netloc)), (login, password)
 
 
+def netrc_credential(url: str, what: str) -> tuple[str, tuple[str, str] | None]:
+    """``url`` split (:func:`split_credential`), its login checked to fit a netrc-style file
+    (pip's netrc, apt's auth.conf: whitespace-separated tokens)."""
+    plain, cred = split_credential(url)
+    if cred is not None and (not cred[0] or _NETRC_UNSAFE.search(cred[0] + cred[1])):
+        raise BadInput(
+            f"{what}: the credential in {plain} cannot go into a netrc file",
+            "give user:token@ with a non-empty user and no spaces, quotes, '#' or '\\'",
+        )
+    return plain, cred
+
+
 def index_logins(pip: PipSettings) -> tuple[PipSettings, tuple[tuple[str, str, str], ...]]:
     """``pip`` with its index URLs bare, and the (host, login, password) split off them.
 
@@ -129,15 +179,10 @@ def index_logins(pip: PipSettings) -> tuple[PipSettings, tuple[tuple[str, str, s
     by_host: dict[str, tuple[str, str]] = {}
 
     def bare(url: str, what: str) -> str:
-        plain, cred = split_credential(url)
+        plain, cred = netrc_credential(url, what)
         if cred is None:
             return url
         host = urllib.parse.urlsplit(plain).hostname or ""
-        if not cred[0] or _NETRC_UNSAFE.search(cred[0] + cred[1]):
-            raise BadInput(
-                f"{what}: the credential in {plain} cannot go into a netrc file",
-                "give user:token@ with a non-empty user and no spaces, quotes, '#' or '\\'",
-            )
         if by_host.setdefault(host, cred) != cred:
             raise BadInput(
                 f"{what}: two different credentials for the index host {host}",
@@ -148,7 +193,8 @@ def index_logins(pip: PipSettings) -> tuple[PipSettings, tuple[tuple[str, str, s
     bare_pip = PipSettings(
         bare(pip.index_url, "install.pip.index_url") if pip.index_url else pip.index_url,
         tuple(bare(u, "install.pip.extra_index_urls") for u in pip.extra_index_urls),
-        pip.find_links,
+        # pip reads netrc for every URL it fetches, find-links pages included
+        tuple(bare(u, "install.pip.find_links") for u in pip.find_links),
         pip.trusted_hosts,
     )
     return bare_pip, tuple((host, login, password) for host, (login, password) in by_host.items())

@@ -30,7 +30,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from email.utils import formatdate
 from pathlib import Path
@@ -447,7 +447,13 @@ def build_repo(folder: Path, debs: list[Deb], key_file: str = "standin-key.asc",
 @contextlib.contextmanager
 def serve(folder: Path, address: str) -> Iterator[str]:
     """Serve ``folder`` over HTTP on ``address`` (the bridge) for the duration; yields the base URL."""
-    handler = functools.partial(_QuietHandler, directory=str(folder))
+    with serve_handler(functools.partial(_QuietHandler, directory=str(folder)), address) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def serve_handler(handler: Callable[..., http.server.BaseHTTPRequestHandler], address: str) -> Iterator[str]:
+    """Serve requests with ``handler`` on ``address`` (a free port) for the duration; yields the base URL."""
     server = http.server.ThreadingHTTPServer((address, 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

@@ -92,6 +92,8 @@ CONTRACTS: dict[str, Contract] = {
             "hosts": "Per host: what changes and which reboots will happen.",
             "groups": "The lock's groups (as in [provision.lock](lock.md), without `host` and `reasons`).",
             "files": "Every file written into the run dir.",
+            "notes": "What to know of the lock and the install (a lock without a wheel closure, a mirror in "
+            "place of PyPI), each URL's login shown as `***`.",
         },
         examples=(("plan", "--assume", ASSUME, "--json"),),
         items=(
