@@ -33,9 +33,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from provision.ansible.role_vars import locked_installs
-from provision.ansible.settings import InstallSettings, PipSettings
 from provision.fleet.closure import lock_closures
 from provision.matrix import load
+from provision.model.settings import InstallSettings, PipSettings
 from provision.stack.lock import LockGroup
 from tests.hosts import harness
 from tests.integration import roles_harness as rh

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from provision.ansible.checks import _check_url
 from provision.errors import BadInput
 from provision.files import load_yaml
+from provision.model.settings import AptSettings, InstallSettings, PipSettings, check_url
 from provision.stack.request import DRIVER_FORMS, DRIVER_SPEC, PYTHON_SOURCES
 
 # install.lock_closure's choices, the default first (docs/explanation/design.md, "The lock")
@@ -51,41 +51,6 @@ class StackConfig:
 
 
 @dataclass(frozen=True)
-class PipConfig:
-    index_url: str | None = None
-    extra_index_urls: tuple[str, ...] = ()
-    find_links: tuple[str, ...] = ()
-    trusted_hosts: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class AptConfig:
-    mirror: str | None = None
-    proxy: str | None = None
-
-
-@dataclass(frozen=True)
-class InstallConfig:
-    method: str = "auto"  # auto | nvidia-repo | distro
-    venv: str = "/opt/provision/venv"
-    pip: PipConfig = field(default_factory=PipConfig)
-    apt: AptConfig = field(default_factory=AptConfig)
-    reboot: str = "auto"  # auto | never
-    cache: str = "auto"  # auto | off: the fleet cache (provision/fleet/cache/)
-    cache_dir: str | None = None  # where it keeps packages and wheels between runs
-    python_source: str = "auto"  # auto | os | standalone: where the venv's Python comes from
-    # A mirror of python-build-standalone's release downloads (uv's python-install-mirror) and a
-    # download list of the site's own (uv's python-downloads-json-url): air-gapped sites
-    python_mirror: str | None = None
-    python_downloads_json: str | None = None
-    # auto | always | never: the lock's wheel closure (provision/fleet/closure.py); auto resolves
-    # it where hosts are probed and leaves it out of --assume plans, which reach nothing
-    lock_closure: str = "auto"
-    # auto | uv | pip: what installs the closure's hashed lists on hosts (auto: uv for a closure)
-    installer: str = "auto"
-
-
-@dataclass(frozen=True)
 class VerifyConfig:
     allow_cpu: bool = False
 
@@ -104,7 +69,7 @@ class StateConfig:
 @dataclass(frozen=True)
 class Config:
     stack: StackConfig = field(default_factory=StackConfig)
-    install: InstallConfig = field(default_factory=InstallConfig)
+    install: InstallSettings = field(default_factory=InstallSettings)
     verify: VerifyConfig = field(default_factory=VerifyConfig)
     path: str | None = None
     state: StateConfig = field(default_factory=StateConfig)
@@ -309,16 +274,18 @@ def parse_config(data: Any, where: str = "provision.yaml") -> Config:
     )
     if install.get("cache") is False:  # YAML 1.1 reads a bare `off` as false
         install = {**install, "cache": "off"}
-    ic = InstallConfig(
+    # Built once, here: the record checks its paths, URLs and credentials (BadInput) and every
+    # stage after takes it as it is.
+    ic = InstallSettings(
         method=_choice(install, "method", "install", where),
         venv=_string(install.get("venv", "/opt/provision/venv"), "install.venv", where) or "/opt/provision/venv",
-        pip=PipConfig(
+        pip=PipSettings(
             index_url=_string(pip.get("index_url"), "install.pip.index_url", where),
             extra_index_urls=_strings(pip.get("extra_index_urls"), "install.pip.extra_index_urls", where),
             find_links=_strings(pip.get("find_links"), "install.pip.find_links", where),
             trusted_hosts=_strings(pip.get("trusted_hosts"), "install.pip.trusted_hosts", where),
         ),
-        apt=AptConfig(
+        apt=AptSettings(
             mirror=_string(apt.get("mirror"), "install.apt.mirror", where),
             proxy=_string(apt.get("proxy"), "install.apt.proxy", where),
         ),
@@ -348,7 +315,7 @@ def _url(value: Any, key: str, where: str) -> str | None:
     if text is None:
         return None
     try:
-        _check_url(text, key)  # render's own check (provision.ansible.checks), so both agree
+        check_url(text, key)  # render's own check (provision.model.settings), so both agree
     except BadInput:
         raise _bad(
             where,

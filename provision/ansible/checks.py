@@ -6,20 +6,18 @@ Ansible could read as a Jinja template. Each check fails as a one-line ``BadInpu
 from __future__ import annotations
 
 import re
-import urllib.parse
 from collections.abc import Mapping
 from typing import Any
 
 import yaml
 
 from provision.errors import BadInput
+from provision.model.settings import CONTROL
 
 _HOST = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,252}$")
 _GROUP = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 _VERSION = re.compile(r"^[0-9]+(\.[0-9]+)*$")
 _PACKAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.+_:-]*$")
-_URL = re.compile(r"(https?|file)://[^\s\"'\\<>{}|^`]+")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # ansible.cfg values: no INI syntax, no interpolation, no line breaks.
 _CFG_PATH = re.compile(r"^/[^\s%;#\x00-\x1f]*$")
 
@@ -62,36 +60,8 @@ def check_host_name(name: str) -> str:
     return name
 
 
-def _check_url(value: Any, what: str) -> str:
-    """One URL, the one check of every URL that reaches a run dir (install settings, the lock,
-    ``--set``): http, https or file, and nothing a sources.list line or a command would read as
-    more than a URL: no whitespace or line break (a second apt line), no quotes, and no square
-    brackets but an IPv6 host's (apt's ``[trusted=yes]`` options)."""
-    ok = isinstance(value, str) and _URL.fullmatch(value) is not None  # fullmatch: `$` lets a "\n" end it
-    if ok:
-        try:
-            host = urllib.parse.urlsplit(value).hostname or ""
-        except ValueError:  # brackets that are no IPv6 host
-            ok = False
-        else:
-            rest = value.replace(f"[{host}]", "", 1) if ":" in host else value
-            ok = "[" not in rest and "]" not in rest
-    if not ok:
-        raise BadInput(
-            f"{what} {value!r} is not one plain http(s) or file URL",
-            "give one http://, https:// or file:// URL, without spaces, line breaks, quotes or [options]",
-        )
-    return str(value)
-
-
-def _check_path(value: str, what: str) -> str:
-    if not value.startswith("/") or _CONTROL.search(value) or "{" in value or ".." in value.split("/"):
-        raise BadInput(f"{what} {value!r} is not an absolute path", "give an absolute path such as /opt/provision/venv")
-    return value
-
-
 def _check_text(value: Any, what: str) -> str:
-    if not isinstance(value, str) or _CONTROL.search(value):
+    if not isinstance(value, str) or CONTROL.search(value):
         raise BadInput(f"{what} must be one line of text", "remove line breaks and control characters")
     return value
 

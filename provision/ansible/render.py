@@ -27,10 +27,11 @@ import yaml
 from provision.ansible.checks import _CFG_PATH, _check_text, _refuse_templates, check_host_name, dump
 from provision.ansible.role_vars import group_vars
 from provision.ansible.roles import BUNDLED_ROLES_PATH, ROLES, check_overrides
-from provision.ansible.settings import CREDENTIALS_DIR, InstallSettings, split_credentials
+from provision.ansible.settings import CREDENTIALS_DIR, split_credentials
 from provision.errors import BadInput
 from provision.hosts.runlock import APPLY_MARK, run_lock_vars
 from provision.hosts.ssh_config import SSH_ARGS
+from provision.model.settings import InstallSettings
 
 # Connection variables a user's inventory may give a host; everything else is not ours to copy.
 CONNECTION_VARS = frozenset(
@@ -132,7 +133,7 @@ def render_files(
     if not names:
         raise BadInput("the lock has no host groups", "run `provision plan` with at least one host")
     all_vars: dict[str, Any] = {}
-    environment = {"http_proxy": install.apt_proxy, "https_proxy": install.apt_proxy} if install.apt_proxy else {}
+    environment = {"http_proxy": install.apt.proxy, "https_proxy": install.apt.proxy} if install.apt.proxy else {}
     # The mark on every process of the play (children inherit it): the next run's host lock waits
     # for processes that still carry it, left running by a controller killed mid-apply
     # (provision/hosts/runlock.py).

@@ -13,10 +13,11 @@ from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from provision.ansible.checks import _check_package, _check_text, _check_url, _check_version
-from provision.ansible.settings import InstallSettings, pip_sources
+from provision.ansible.checks import _check_package, _check_text, _check_version
+from provision.ansible.settings import pip_sources
 from provision.errors import BadInput
 from provision.matrix.packaging import ROLES as PACKAGE_ROLES
+from provision.model.settings import InstallSettings, check_url
 from provision.stack.distro_versions import filled_example
 from provision.stack.lock import PythonPackage
 from provision.stack.packages import PackagePlan, PipPlan, Repository
@@ -275,8 +276,8 @@ def _repository_vars(r: Repository) -> dict[str, str]:
         )
     return {
         "name": _check_package(r.name, "repository name"),
-        "url": _check_url(r.url, "repository URL"),
-        "key_url": _check_url(r.key_url, "repository key URL"),
+        "url": check_url(r.url, "repository URL"),
+        "key_url": check_url(r.key_url, "repository key URL"),
         "key_fingerprint": r.key_fingerprint,
     }
 
@@ -304,8 +305,8 @@ def _driver_vars(driver: Mapping[str, Any] | None, method: str, install: Install
         "nvidia_driver_reboot": install.reboot,
         "nvidia_driver_reboot_controller": install.reboot_controller,
     }
-    if install.apt_mirror:
-        out["nvidia_driver_debian_mirror"] = install.apt_mirror
+    if install.apt.mirror:
+        out["nvidia_driver_debian_mirror"] = install.apt.mirror
     if install.mok_key and install.mok_cert:
         out["nvidia_driver_mok_key"] = install.mok_key
         out["nvidia_driver_mok_cert"] = install.mok_cert
@@ -339,7 +340,7 @@ def _python_vars(
         return out
     for url in (install.python_mirror, install.python_downloads_json):
         if url:
-            _check_url(url, "Python download URL")
+            check_url(url, "Python download URL")
     out.update(
         {
             "python_env_os_packages": _python_packages(os_id, family, _default_python(os_id) or python),
@@ -419,7 +420,7 @@ def _framework_vars(stack: Mapping[str, Any], pip: PipPlan | None, install: Inst
     extras = [mirrored(u) for u in (pip.extra_index_urls if pip else ())] + list(install.pip.extra_index_urls)
     for url in [index, *extras]:
         if url:
-            _check_url(url, "index URL")
+            check_url(url, "index URL")
     return {
         "frameworks_enabled": bool(requirements),
         "frameworks_venv": install.venv,
@@ -458,6 +459,6 @@ def locked_installs(closure: Sequence[PythonPackage], mirror: str = "") -> list[
     for p in closure:
         index = mirror if mirror and p.index.rstrip("/") == PYPI else p.index
         if index:
-            _check_url(index, "index URL")
+            check_url(index, "index URL")
         by_index.setdefault(index, []).append(p.requirement())
     return [{"index_url": i, "requirements": sorted(reqs)} for i, reqs in sorted(by_index.items())]

@@ -14,8 +14,8 @@ from typing import Any
 
 import yaml
 
-from provision.ansible.checks import _check_url
 from provision.errors import BadInput
+from provision.model.settings import check_url, split_credential
 
 # The roles in the order site.yml runs them (docs/explanation/design.md).
 ROLES: tuple[str, ...] = (
@@ -66,7 +66,7 @@ def check_overrides(overrides: Mapping[str, Any]) -> None:
             )
         for url in set_urls(name, value):
             if not (name == "frameworks_find_links" and url.startswith("/")):  # a local wheel folder
-                _check_url(url, f"--set {name}: the URL")
+                check_url(url, f"--set {name}: the URL")
 
 
 # The role variables that hold URLs (their argument specs' descriptions say so), by where in the
@@ -107,7 +107,7 @@ def check_user_sets(overrides: Mapping[str, Any]) -> None:
     (``--set nvidia_driver_kernel=6.10`` is 6.1) has lost the text typed: quote it.
     """
     from provision.ansible.role_vars import LOCK_OWNED
-    from provision.ansible.settings import CREDENTIAL_VARS, split_credential
+    from provision.ansible.settings import CREDENTIAL_VARS
 
     specs = role_argument_specs()
     for name, value in overrides.items():

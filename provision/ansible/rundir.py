@@ -15,9 +15,9 @@ from typing import Any
 
 from provision.ansible.render import SECRETS_FILE, render_files
 from provision.ansible.roles import BUNDLED_ROLES_PATH, default_roles_path
-from provision.ansible.settings import InstallSettings
 from provision.errors import BadInput
 from provision.files import check_tree, private_dir, replace_file, write_durably
+from provision.model.settings import InstallSettings
 
 
 @dataclass(frozen=True)
@@ -137,6 +137,7 @@ def _copy_roles(dest: Path) -> None:
     site.yml runs include others, signed_repo and package_plan: the whole folder goes)."""
     import shutil
 
+    from provision.model import versions
     from provision.resources import playbooks_dir
 
     if dest.is_symlink() or dest.is_file():
@@ -144,6 +145,10 @@ def _copy_roles(dest: Path) -> None:
     elif dest.exists():
         shutil.rmtree(dest)
     shutil.copytree(playbooks_dir() / "roles", dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    # the verify role's filter reads the one version rule; a run dir taken to a machine without
+    # provision carries it (playbooks/roles/verify/filter_plugins/version_rule.py)
+    (dest / "verify" / "files").mkdir(exist_ok=True)
+    shutil.copyfile(Path(versions.__file__), dest / "verify" / "files" / "versions.py")
     # closed like the rest of the run dir (folders 0700, files 0600): the copies keep the installed
     # package's modes otherwise, and the run dir's promise is that nothing in it is open to others
     for path in [dest, *dest.rglob("*")]:

@@ -19,6 +19,8 @@ from provision.cli.options import (
     stack_options,
     target_options,
 )
+from provision.errors import BadInput
+from provision.fleet.planning import Assumed, PlanInputs, PlanRun
 from provision.stack.packages import PackagePlan
 
 if TYPE_CHECKING:
@@ -76,22 +78,21 @@ def plan(
     Exit status: 0 planned, 1 a host could not be probed, 2 bad input, 3 unsatisfiable.
     """
     from provision.config import Config, load_config
-    from provision.fleet.planning import parse_assume
     from provision.fleet.planning import plan as run_plan
+    from provision.stack.request import StackRequest
 
     config = load_config(config_path) if config_path is not None else Config()
     result = run_plan(
-        config=config,
-        stack_flags=stack_flags,
-        local=local,
-        inventory=inventory,
-        assume=parse_assume(assume) if assume else None,
-        out=out,
-        lock_path=lock_path,
-        overrides=parse_sets(sets),
-        reboot_controller=reboot_controller,
-        accept_new_host_keys=accept_new_host_keys,
-        ssh_config=ssh_config,
+        PlanInputs(
+            config=config,
+            request=StackRequest.build(**config.request_args(stack_flags)),  # parsed once, here
+            local=local,
+            inventory=inventory,
+            assume=parse_assume(assume) if assume else None,
+            overrides=parse_sets(sets),
+            reboot_controller=reboot_controller,
+        ),
+        PlanRun(out=out, lock_path=lock_path, accept_new_host_keys=accept_new_host_keys, ssh_config=ssh_config),
     )
     from provision.cli.output import emit
 
@@ -155,3 +156,42 @@ def package_lines(plan: PackagePlan) -> list[str]:
         extra = "".join(f" + {u}" for u in plan.pip.extra_index_urls)
         lines.append(f"+ pip {' '.join(plan.pip.requirements)} (from {plan.pip.index_url}{extra})")
     return lines
+
+
+# --assume KEY=VALUE,...: the command line describes hosts that are not contacted
+ASSUME_KEYS = ("os", "gpu", "arch", "instance_type", "nvswitch", "python", "name")
+
+
+def parse_assume(text: str) -> Assumed:
+    """``os=ubuntu-22.04,gpu=H100-SXM:8[,arch=..,instance_type=..,nvswitch=N,python=X.Y,name=HOST]``."""
+    values: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = part.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not value.strip():
+            raise BadInput(
+                f"--assume part {part!r} is not KEY=VALUE",
+                "write e.g. --assume os=ubuntu-22.04,gpu=H100-SXM:8",
+            )
+        if key not in ASSUME_KEYS:
+            raise BadInput(f"--assume key {key!r} is unknown", f"use {', '.join(ASSUME_KEYS)}")
+        values[key] = value.strip()
+    gpu, count = values.get("gpu"), None
+    if gpu and ":" in gpu:
+        gpu, _, n = gpu.rpartition(":")
+        if not n.isdigit():
+            raise BadInput(f"--assume gpu count {n!r} is not a number", "write gpu=NAME:COUNT, e.g. gpu=H100-SXM:8")
+        count = int(n)
+    nvswitch = values.get("nvswitch")
+    if nvswitch is not None and not nvswitch.isdigit():
+        raise BadInput(f"--assume nvswitch={nvswitch!r} is not a number", "give the NVSwitch count, e.g. nvswitch=4")
+    return Assumed(
+        os=values.get("os"),
+        gpu=gpu,
+        gpu_count=count,
+        arch=values.get("arch"),
+        instance_type=values.get("instance_type"),
+        nvswitch_count=int(nvswitch) if nvswitch else None,
+        python=values.get("python"),
+        name=values.get("name"),
+    )

@@ -69,7 +69,7 @@ def probe(
 
     targets = select_targets(
         local, inventory, hosts, hint="probe the local machine, named hosts, or an inventory's hosts"
-    )
+    ).targets
     from provision.hosts.gather import GatherOptions, matrix_lookup, probe_hosts
     from provision.hosts.ssh_config import resolve_settings
 

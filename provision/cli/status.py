@@ -13,6 +13,7 @@ import click
 
 from provision.cli.options import NONEMPTY, command_options, config_option, ssh_options, state_option, target_options
 from provision.errors import BadInput, ExitCode
+from provision.fleet.targets import check_one_source
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -69,8 +70,7 @@ def status(
     path = locate_state(state_path, config.state.path, config_path)
     if check_drift and not (local or inventory):
         raise BadInput("--check-drift needs to reach the hosts", "give -i INVENTORY or --local")
-    if local and inventory:
-        raise BadInput("give --local or -i INVENTORY, not both", "check drift on this machine or an inventory's hosts")
+    check_one_source(local, inventory, hint="check drift on this machine or an inventory's hosts")
     check_ssh_config(ssh_config)
     known = fleet_hosts(path)  # None: no state DB yet (the default path; a named one must exist)
     hosts = known or []

@@ -16,6 +16,7 @@ import click
 from provision.cli.options import NONEMPTY, command_options, host_keys_option, target_options, timeout_option
 from provision.cli.output import emit
 from provision.errors import BadInput, ExitCode, ProvisionError
+from provision.fleet.targets import check_one_source
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -72,8 +73,7 @@ def tune(
     """
     from provision.advise import tune as t
 
-    if local and inventory is not None:
-        raise BadInput("give --local or -i INVENTORY, not both", "tune this machine or an inventory's hosts")
+    check_one_source(local, inventory, hint="tune this machine or an inventory's hosts")
     if timeout <= 0:
         raise BadInput(f"--timeout {timeout:g} is not positive", "give the seconds allowed per host")
     if plot is not None:

@@ -111,11 +111,10 @@ def up(
     Exit status: 0 every host passes, 1 a host failed, 2 bad input, 3 unsatisfiable.
     """
     from provision.config import Config, load_config
-    from provision.fleet.planning import check_request
     from provision.fleet.records import UpOptions
-    from provision.fleet.targets import check_up_targets
     from provision.fleet.up import check_options
     from provision.fleet.up import up as run_up
+    from provision.stack.request import StackRequest
 
     if lock_path is not None:
         refuse_stack_with_lock(cloud, stack_flags)
@@ -145,11 +144,11 @@ def up(
         ssh_config=ssh_config,
         reboot_controller=reboot_controller,
         state_path=state_path,
-        stack_flags=stack_flags,
         lock=lock_path,
     )
     check_options(options)
-    check_request(config, stack_flags)  # a bad stack option launches nothing
+    # the stack request, parsed once, here: a bad stack option launches nothing
+    options.request = StackRequest.build(**config.request_args(stack_flags))
     view = ProgressView(as_json)
     confirm = None if (yes or check) else _ask
 
@@ -344,3 +343,34 @@ def _human(con: Console, result: UpResult, run: CloudRun | None = None) -> None:
                 f"`{run.down_command()}`; expires {run.launch.expires_at}",
                 markup=False,
             )
+
+
+def check_up_targets(
+    *,
+    cloud: bool,
+    local: bool,
+    inventory: str | None,
+    limit: str | None,
+    launch: LaunchArgs,
+    down_after: bool,
+    keep_on_failure: bool,
+) -> None:
+    """Which hosts: exactly one of --local, -i, --cloud; the launch options only with --cloud."""
+    if cloud:
+        if local or inventory is not None:
+            given = "--local" if local else "-i"
+            raise BadInput(
+                f"give --cloud or {given}, not both", "--cloud provisions the instances it launches; drop one of them"
+            )
+        if limit is not None:
+            raise BadInput(
+                "--limit picks among known hosts; --cloud provisions every instance it launches",
+                "drop --limit (use --count for fewer instances)",
+            )
+        return
+    needs_cloud = sorted("--" + {"os_name": "os"}.get(n, n).replace("_", "-") for n in launch.given)
+    needs_cloud += ["--down-after"] * down_after + ["--keep-on-failure"] * keep_on_failure
+    if needs_cloud:
+        raise BadInput(f"{', '.join(needs_cloud)}: only with --cloud", "add --cloud to launch instances, or drop them")
+    if not local and inventory is None:
+        raise BadInput("nothing to provision", "give --local, -i INVENTORY or --cloud")

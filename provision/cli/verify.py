@@ -84,7 +84,7 @@ def verify(
     lock = api.load_lock(lock_path) if lock_path is not None else None
     from provision.fleet.targets import select_targets
 
-    targets = select_targets(local, inventory, hint="verify this machine or an inventory's hosts")
+    targets = select_targets(local, inventory, hint="verify this machine or an inventory's hosts").targets
     connect = api.default_connect(
         accept_new_host_keys=accept_new_host_keys, ssh_config=ssh_config, connect_timeout=connect_timeout
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,24 +32,32 @@ def lock_failed(h: HostRun, line: str, say: Callable[[str], None]) -> None:
     say(f"{line}; the other hosts go on")
 
 
-def run_batch(  # noqa: PLR0917
-    number: int,
-    batches: list[list[HostRun]],
-    run_dir: Path,
-    lock: Lock,
-    targets: dict[str, HostTarget],
-    config: Config,
-    options: UpOptions,
-    state: State,
-    result: UpResult,
-    say: Callable[[str], None],
-    on_progress: Progress | None,
-    on_total: Callable[[int | None], None] | None,
-    locks: RunLocks | None = None,
-) -> bool:
+@dataclass(frozen=True)
+class BatchRun:
+    """What every batch of one `up` run shares: the run's folder, lock, hosts by name, settings,
+    state DB and result, how it reports (``say``, ``on_progress``, ``on_total``), and the hosts'
+    run locks (None before they are taken)."""
+
+    run_dir: Path
+    lock: Lock
+    targets: dict[str, HostTarget]
+    config: Config
+    options: UpOptions
+    state: State
+    result: UpResult
+    say: Callable[[str], None]
+    on_progress: Progress | None = None
+    on_total: Callable[[int | None], None] | None = None
+    locks: RunLocks | None = None
+
+
+def run_batch(number: int, batches: list[list[HostRun]], run: BatchRun) -> bool:
     """Apply, verify and remember one batch; False when --serial must stop after it."""
     from provision.fleet import verify as verify_api
 
+    run_dir, lock, targets, config, options = run.run_dir, run.lock, run.targets, run.config, run.options
+    state, result, say, locks = run.state, run.result, run.say, run.locks
+    on_progress, on_total = run.on_progress, run.on_total
     batch = batches[number - 1]
     for h in batch:
         h.batch = number if options.serial else None

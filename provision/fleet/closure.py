@@ -30,10 +30,11 @@ from typing import Any
 from packaging.utils import canonicalize_name
 
 from provision.ansible.role_vars import PYPI, group_vars
-from provision.ansible.settings import InstallSettings, netrc_text, split_credentials
+from provision.ansible.settings import netrc_text, split_credentials
 from provision.errors import BadInput, OperationFailed, Unreachable, Unsatisfiable
 from provision.fleet.cache.wheels import WheelSet, last_error, netrc_env
 from provision.matrix.pypi import default_cache, pip_dry_run
+from provision.model.settings import InstallSettings
 from provision.stack.lock import LockGroup, PythonPackage
 
 CACHE_TTL_S = 24 * 3600

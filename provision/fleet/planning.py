@@ -14,16 +14,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from provision.errors import BadInput, OperationFailed, ProvisionError, Unreachable, Unsatisfiable, redact
-from provision.remote.smoke.versions import build_matches, version_matches
+from provision.fleet.targets import check_one_source, select_targets
+from provision.model.versions import build_matches, version_matches
 
 if TYPE_CHECKING:
     from provision.config import Config
     from provision.hosts.facts import HostFacts
     from provision.hosts.inventory import HostTarget
     from provision.stack.lock import Lock, LockGroup
+    from provision.stack.request import StackRequest
     from provision.stack.resolution import ResolvedHost
-
-ASSUME_KEYS = ("os", "gpu", "arch", "instance_type", "nvswitch", "python", "name")
 
 
 @dataclass(frozen=True)
@@ -38,41 +38,6 @@ class Assumed:
     nvswitch_count: int | None = None
     python: str | None = None
     name: str | None = None  # the host described; None: the inventory's hosts (-i) are
-
-
-def parse_assume(text: str) -> Assumed:
-    """``os=ubuntu-22.04,gpu=H100-SXM:8[,arch=..,instance_type=..,nvswitch=N,python=X.Y,name=HOST]``."""
-    values: dict[str, str] = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        key, sep, value = part.partition("=")
-        key = key.strip().replace("-", "_")
-        if not sep or not value.strip():
-            raise BadInput(
-                f"--assume part {part!r} is not KEY=VALUE",
-                "write e.g. --assume os=ubuntu-22.04,gpu=H100-SXM:8",
-            )
-        if key not in ASSUME_KEYS:
-            raise BadInput(f"--assume key {key!r} is unknown", f"use {', '.join(ASSUME_KEYS)}")
-        values[key] = value.strip()
-    gpu, count = values.get("gpu"), None
-    if gpu and ":" in gpu:
-        gpu, _, n = gpu.rpartition(":")
-        if not n.isdigit():
-            raise BadInput(f"--assume gpu count {n!r} is not a number", "write gpu=NAME:COUNT, e.g. gpu=H100-SXM:8")
-        count = int(n)
-    nvswitch = values.get("nvswitch")
-    if nvswitch is not None and not nvswitch.isdigit():
-        raise BadInput(f"--assume nvswitch={nvswitch!r} is not a number", "give the NVSwitch count, e.g. nvswitch=4")
-    return Assumed(
-        os=values.get("os"),
-        gpu=gpu,
-        gpu_count=count,
-        arch=values.get("arch"),
-        instance_type=values.get("instance_type"),
-        nvswitch_count=int(nvswitch) if nvswitch else None,
-        python=values.get("python"),
-        name=values.get("name"),
-    )
 
 
 @dataclass
@@ -143,34 +108,49 @@ class _Target:
     facts: HostFacts | None = None
 
 
-def plan(
-    *,
-    config: Config,
-    stack_flags: Mapping[str, Any] | None = None,
-    local: bool = False,
-    inventory: str | None = None,
-    assume: Assumed | None = None,
-    out: Path = Path(".provision/run"),
-    lock_path: Path = Path("provision.lock"),
-    overrides: Mapping[str, Any] | None = None,
-    reboot_controller: bool = False,
-    accept_new_host_keys: bool = False,
-    ssh_config: Path | None = None,
-    only: Sequence[str] | None = None,
-    skip_unprobed: bool = False,
-    check: bool = False,
-    locked: Lock | None = None,
-    bundle_roles: bool = True,
-    run_id: str | None = None,
-) -> PlanResult:
+@dataclass(frozen=True)
+class PlanInputs:
+    """What the user asked `plan` for: the config, the stack request (the command line's stack
+    options win over the config's ``stack:``), which hosts (``--local``, ``-i``, ``--assume``), ``--set`` role
+    variables, ``--reboot-controller``, and with ``up --lock`` the lock to apply instead of resolving."""
+
+    config: Config
+    # the stack request, parsed once by the command line (config and flags); None: the config's
+    request: StackRequest | None = None
+    local: bool = False
+    inventory: str | None = None
+    assume: Assumed | None = None
+    overrides: Mapping[str, Any] | None = None
+    reboot_controller: bool = False
+    locked: Lock | None = None
+
+
+@dataclass(frozen=True)
+class PlanRun:
+    """How this run plans: where the run dir and the lock go, how hosts are reached, which of them
+    (``only``: `up --limit`), and the modes `up` sets (``skip_unprobed``, ``check``, ``bundle_roles``,
+    ``run_id``)."""
+
+    out: Path = Path(".provision/run")
+    lock_path: Path = Path("provision.lock")
+    accept_new_host_keys: bool = False
+    ssh_config: Path | None = None
+    only: Sequence[str] | None = None
+    skip_unprobed: bool = False
+    check: bool = False
+    bundle_roles: bool = True
+    # `up`'s run id (see provision.ansible.render.render_files); None for `plan`
+    run_id: str | None = None
+
+
+def plan(inputs: PlanInputs, context: PlanRun | None = None) -> PlanResult:
     """Resolve per host, write ``lock_path`` and the run dir ``out``; contact hosts only to probe.
 
     A host that cannot be probed stops the plan (one lock is written for all hosts, and `plan`
     must not write a lock that silently lacks one) unless ``skip_unprobed``: then the host is
     left out of the lock and the run dir and listed in :attr:`PlanResult.unprobed` (`up` fails
     it alone). When no host at all can be probed there is nothing to plan: that raises with
-    every host's reason either way. ``stack_flags`` (the command line's stack options) win over
-    the config's ``stack:``. ``check``: the plan of `up --check`, which installs nothing (see
+    every host's reason either way. ``check``: the plan of `up --check`, which installs nothing (see
     :func:`provision.fleet.closure.wants_closure`).
 
     With ``locked`` (`up --lock`) nothing is resolved: each host is probed only to check that it
@@ -181,25 +161,25 @@ def plan(
     (see :func:`provision.ansible.render.render_files`).
     """
     from provision.ansible.rundir import check_out_dir, ensure_dir, write_run_dir
-    from provision.ansible.settings import InstallSettings
     from provision.stack.lock import build_lock, dumps_lock, write_lock
+    from provision.stack.request import StackRequest
 
-    if local and inventory:
-        raise BadInput("give --local or -i INVENTORY, not both", "plan the local machine or an inventory's hosts")
+    ctx = context or PlanRun()
+    config, local, inventory = inputs.config, inputs.local, inputs.inventory
+    request = inputs.request or StackRequest.build(**config.request_args())
+    assume, overrides, locked = inputs.assume, inputs.overrides, inputs.locked
+    reboot_controller = inputs.reboot_controller
+    out, lock_path, accept_new_host_keys, ssh_config = ctx.out, ctx.lock_path, ctx.accept_new_host_keys, ctx.ssh_config
+    only, skip_unprobed, check, bundle_roles = ctx.only, ctx.skip_unprobed, ctx.check, ctx.bundle_roles
+    run_id = ctx.run_id
+    check_one_source(local, inventory, hint="plan the local machine or an inventory's hosts")
     check_assume(assume, local, inventory)
-    install = InstallSettings.from_config(config.install)
-    install = InstallSettings(**{**install.__dict__, "reboot_controller": reboot_controller})
+    install = replace(config.install, reboot_controller=reboot_controller)
     check_out_dir(out)  # before any host is contacted: a user's folder is refused, nothing written
     targets, user_groups = _targets(local, inventory, assume)
     if only is not None:  # `up --limit`: plan (and probe) only these hosts
         targets = [t for t in targets if t.name in set(only)]
-    check_inputs(
-        config,
-        overrides,
-        [t.target for t in targets if t.target is not None and assume is None],
-        ssh_config,
-        stack_flags,
-    )
+    check_inputs(overrides, [t.target for t in targets if t.target is not None and assume is None], ssh_config)
     if locked is not None:
         if assume is not None:
             raise BadInput("--assume with a given lock", "the lock already describes its hosts")
@@ -223,7 +203,7 @@ def plan(
         lock, notes = check_locked(locked, targets, unprobed=[f.host for f in unprobed])
         lock_groups = lock.groups
     else:
-        lock_groups = _resolve_groups(targets, config, stack_flags, assume)
+        lock_groups = _resolve_groups(targets, request, assume)
         from provision.fleet.closure import lock_closures, wants_closure
 
         if wants_closure(config.install.lock_closure, applied=assume is None and not check):
@@ -281,16 +261,13 @@ def plan(
     return result
 
 
-def _resolve_groups(
-    targets: Sequence[_Target], config: Config, stack_flags: Mapping[str, Any] | None, assume: Assumed | None
-) -> list[LockGroup]:
+def _resolve_groups(targets: Sequence[_Target], request: StackRequest, assume: Assumed | None) -> list[LockGroup]:
     """Resolve each host's stack; hosts with the same resolution share a lock group."""
     from provision.stack.lock import LockGroup
     from provision.stack.packages import check_plannable
-    from provision.stack.request import HostSpec, StackRequest
+    from provision.stack.request import HostSpec
     from provision.stack.resolve import resolve
 
-    request_args = config.request_args(stack_flags)
     groups: dict[str, tuple[list[str], Any, str | None]] = {}
     for t in targets:
         if t.facts is not None:
@@ -313,12 +290,10 @@ def _resolve_groups(
                 nvswitch_count=a.nvswitch_count,
             )
             python = a.python
-        args = dict(request_args)
-        if python:  # the host's python3: the only OS Python its venv can be built with
-            args["host_python"] = python
         try:
             check_plannable(host)  # EL8 is refused before its versions are looked at
-            resolution = resolve(StackRequest.build(**args), host)
+            # the host's python3: the only OS Python its venv can be built with
+            resolution = resolve(request.on_host(python) if python else request, host)
             check_plannable(host, resolution.packages)
         except (Unsatisfiable, BadInput) as exc:
             exc.message = f"{t.name}: {exc.message}"
@@ -429,37 +404,20 @@ def check_assume(assume: Assumed | None, local: bool, inventory: str | None) -> 
         )
 
 
-def check_inputs(
-    config: Config,
-    overrides: Mapping[str, Any] | None,
-    targets: Sequence[HostTarget],
-    ssh_config: Path | None,
-    stack_flags: Mapping[str, Any] | None = None,
-) -> None:
-    """Everything `plan` and `up` take that can be wrong, as BadInput before any host is contacted:
-    the stack request (config and flags), the install settings, ``--set`` names and values (none the
-    lock owns), the ``-F`` file, and each host's SSH settings (port, ssh args, the SSH config it
-    names), read from files only."""
+def check_inputs(overrides: Mapping[str, Any] | None, targets: Sequence[HostTarget], ssh_config: Path | None) -> None:
+    """Everything `plan` and `up` take that can be wrong, as BadInput before any host is contacted
+    (the stack request and the install settings were checked when the command line built them):
+    ``--set`` names and values (none the lock owns), the ``-F`` file, and each host's SSH settings
+    (port, ssh args, the SSH config it names), read from files only."""
     from provision.ansible.roles import check_overrides, check_user_sets
-    from provision.ansible.settings import InstallSettings, check_settings
     from provision.hosts.ssh_config import resolve_settings
 
-    check_request(config, stack_flags)
-    check_settings(InstallSettings.from_config(config.install))
     check_user_sets(overrides or {})
     check_overrides(overrides or {})
     check_ssh_config(ssh_config)
     for t in targets:
         if not t.local:
             resolve_settings(t, ssh_config)
-
-
-def check_request(config: Config, stack_flags: Mapping[str, Any] | None) -> None:
-    """The stack request parses (a misspelt --framework, an unknown driver branch): BadInput before
-    any host is probed or, for `up --cloud`, any instance launched."""
-    from provision.stack.request import StackRequest
-
-    StackRequest.build(**config.request_args(stack_flags))
 
 
 def check_ssh_config(ssh_config: Path | None) -> None:
@@ -474,15 +432,9 @@ def _targets(
     """The hosts to plan, and the inventory's own groups (kept in the run dir's inventory)."""
     from provision.ansible.checks import check_host_name
 
-    if inventory:
-        from provision.hosts.inventory import read_inventory
-
-        inv = read_inventory(inventory)
+    if inventory or local:
+        inv = select_targets(local, inventory, hint="plan the local machine or an inventory's hosts")
         return [_Target(t.name, _connection_vars(t), t) for t in inv.targets], inv.group_tree()
-    if local:
-        from provision.hosts.inventory import LOCALHOST
-
-        return [_Target("localhost", _local_connection(), LOCALHOST)], {}
     if assume is None or assume.name is None:  # check_assume refused a nameless --assume already
         raise BadInput(
             "nothing to plan for", "give --local, -i INVENTORY or --assume os=ubuntu-22.04,gpu=H100-SXM:8,name=HOST"

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from provision.ansible.apply import HostProgress
     from provision.fleet.planning import HostPlan
+    from provision.stack.request import StackRequest
 
 
 RUNS_DIR = Path(".provision") / "runs"
@@ -137,7 +138,8 @@ class UpOptions:
     state_path: Path | None = None  # --state; else config.state.path; else the default
     lock: Path | None = None  # --lock: apply exactly this lock (hosts probed only to check they fit it)
     runs_dir: Path = RUNS_DIR
-    stack_flags: dict[str, Any] = field(default_factory=dict)  # the stack options given; they beat the config
+    # the stack request, parsed once by the command line (the stack options given beat the config's)
+    request: StackRequest | None = None
 
 
 Progress = Callable[["HostProgress"], None]

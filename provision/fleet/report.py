@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from provision.files import replace_file
 from provision.fleet.charts import bar_chart, line_chart
 from provision.fleet.verify import JOB_KEYS, HostResult, failures
-from provision.remote.smoke.versions import cudnn_dotted
+from provision.model.versions import cudnn_dotted
 from provision.stack.drift import compare
 
 if TYPE_CHECKING:

@@ -29,10 +29,11 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from provision.errors import BadInput, Interrupted
-from provision.fleet.batch import check_without_gpu, lock_failed, make_batches, run_batch, unprobed_run
+from provision.fleet.batch import BatchRun, check_without_gpu, lock_failed, make_batches, run_batch, unprobed_run
 from provision.fleet.cache.config import start_cache
 from provision.fleet.records import LOCK_TASK, NOT_RUN, PROBE_TASK, HostRun, Progress, UpOptions, UpResult
 from provision.fleet.report import finish_reports
+from provision.fleet.targets import select_targets
 from provision.ids import new_run_id
 
 if TYPE_CHECKING:
@@ -67,15 +68,6 @@ def apply_limit(names: Sequence[str], patterns: Sequence[str]) -> list[str]:
                 f"the hosts are {', '.join(names[:8])}" + (" ..." if len(names) > 8 else ""),
             )
     return [n for n in names if any(fnmatch.fnmatchcase(n, p) for p in patterns)]
-
-
-def load_targets(local: bool, inventory: str | None) -> dict[str, HostTarget]:
-    """The hosts `up` may reach, by name, in inventory order."""
-    from provision.hosts.inventory import LOCALHOST, load_inventory
-
-    if local and inventory:
-        raise BadInput("give --local or -i INVENTORY, not both", "provision this machine or an inventory's hosts")
-    return {t.name: t for t in (load_inventory(inventory) if inventory else [LOCALHOST])}
 
 
 def group_hash(group: LockGroup) -> str:
@@ -123,25 +115,26 @@ def _up(
     on_total: Callable[[int | None], None] | None,
 ) -> UpResult:
     from provision.files import private_dir
-    from provision.fleet.planning import check_inputs, plan
+    from provision.fleet.planning import PlanInputs, PlanRun, check_inputs, plan
     from provision.fleet.state import State, state_path
     from provision.stack.drift import expected_versions
     from provision.stack.lock import read_lock
 
     say = on_phase or (lambda _: None)
     check_options(options)
-    targets = load_targets(options.local, options.inventory)
+    chosen = select_targets(options.local, options.inventory, hint="provision this machine or an inventory's hosts")
+    targets = {t.name: t for t in chosen.targets}  # the hosts `up` may reach, in inventory order
     selected = apply_limit(list(targets), limit_patterns(options.limit))
-    check_inputs(config, options.overrides, [targets[n] for n in selected], options.ssh_config, options.stack_flags)
+    check_inputs(options.overrides, [targets[n] for n in selected], options.ssh_config)
     locked = None
     if options.lock is not None:  # --lock: read and checked against the hosts' names before any contact
         from provision.ansible.role_vars import check_lock_group
-        from provision.ansible.settings import InstallSettings, split_credentials
+        from provision.ansible.settings import split_credentials
         from provision.fleet.planning import check_locked_names
 
         locked = read_lock(options.lock)
         check_locked_names(locked, selected)
-        bare, _ = split_credentials(InstallSettings.from_config(config.install))
+        bare, _ = split_credentials(config.install)
         for group in locked.groups:  # an edited lock: its repositories and values (role_vars)
             check_lock_group(group.to_json(), bare)
     state = State(state_path(options.state_path, config.state.path))
@@ -159,22 +152,26 @@ def _up(
     say(f"run {run}: probing {len(selected)} host(s)" + (f" to check them against {options.lock}" if locked else ""))
     try:
         planned = plan(
-            config=config,
-            stack_flags=options.stack_flags,
-            local=options.local,
-            inventory=options.inventory,
-            out=run_dir / "ansible",
-            lock_path=run_dir / "provision.lock",
-            overrides=options.overrides,
-            reboot_controller=options.reboot_controller,
-            accept_new_host_keys=options.accept_new_host_keys,
-            ssh_config=options.ssh_config,
-            only=selected,
-            skip_unprobed=True,
-            check=options.check,
-            locked=locked,
-            bundle_roles=False,
-            run_id=run,
+            PlanInputs(
+                config=config,
+                request=options.request,
+                local=options.local,
+                inventory=options.inventory,
+                overrides=options.overrides,
+                reboot_controller=options.reboot_controller,
+                locked=locked,
+            ),
+            PlanRun(
+                out=run_dir / "ansible",
+                lock_path=run_dir / "provision.lock",
+                accept_new_host_keys=options.accept_new_host_keys,
+                ssh_config=options.ssh_config,
+                only=selected,
+                skip_unprobed=True,
+                check=options.check,
+                bundle_roles=False,
+                run_id=run,
+            ),
         )
     except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, SIGHUP while probing: nothing was changed
         state.close()
@@ -227,22 +224,9 @@ def _up(
         )
         to_apply = [targets[h.host] for batch in batches for h in batch if not h.converged]
         cache = start_cache(config, options, run_dir, lock, to_apply, say=say)
+        shared = BatchRun(run_dir, lock, targets, config, options, state, result, say, on_progress, on_total, locks)
         for number in range(1, len(batches) + 1):
-            if not run_batch(
-                number,
-                batches,
-                run_dir,
-                lock,
-                targets,
-                config,
-                options,
-                state,
-                result,
-                say,
-                on_progress,
-                on_total,
-                locks,
-            ):
+            if not run_batch(number, batches, shared):
                 break
     except KeyboardInterrupt as exc:
         # Ctrl-C, SIGTERM, SIGHUP (errors.SignalInterrupt; Ansible already stopped): keep what is

@@ -23,8 +23,7 @@ from provision.errors import BadInput, OperationFailed, ProvisionError
 from provision.hosts.inventory import HostTarget
 from provision.hosts.remote_job import Content, RemoteJob
 from provision.hosts.transport import CommandResult, Transport
-from provision.remote.smoke import DIR as SMOKE_DIR
-from provision.remote.smoke import FILES as SMOKE_FILES
+from provision.remote.smoke import SOURCES as SMOKE_SOURCES
 from provision.stack.drift import expected_versions
 from provision.stack.lock import Lock, LockGroup, find_group, read_lock
 
@@ -159,7 +158,7 @@ def job_command(python: str, workdir: str, host: str, allow_cpu: bool, extra: Se
 
 def smoke_job(transport: Transport, expect: dict[str, str]) -> RemoteJob:
     """The smoke job and the expectations, for a fresh folder on the host (``with`` copies them)."""
-    files: dict[str, Content] = {f"smoke/{name}": SMOKE_DIR / name for name in SMOKE_FILES}
+    files: dict[str, Content] = {f"smoke/{name}": source for name, source in SMOKE_SOURCES.items()}
     files["expect.json"] = json.dumps(expect).encode()
     return RemoteJob(transport, files, prefix="provision-verify")
 

@@ -2,7 +2,7 @@
 
 :func:`expected_versions` reads a lock group as flat ``{item: version}``; :func:`drift` compares
 that with what a probe or the smoke job observed and names every item that left the lock. Whether
-a version matches is the one rule of :mod:`provision.remote.smoke.versions`.
+a version matches is the one rule of :mod:`provision.model.versions`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from provision.remote.smoke.versions import build_matches, cudnn_number, split_local, version_matches
+from provision.model.versions import build_matches, cudnn_number, split_local, version_matches
 from provision.stack.lock import LockGroup
 
 if TYPE_CHECKING:

@@ -187,10 +187,15 @@ class StackRequest:
         source = (python_source or "auto").lower()
         if source not in PYTHON_SOURCES:
             raise BadInput(f"unknown Python source `{python_source}`", "use auto, os or standalone")
+        return cls(specs, drv, km, tk, dnn, py, index, variant, method, source).on_host(host_python)
+
+    def on_host(self, host_python: str | None) -> StackRequest:
+        """This request for a host whose python3 is ``host_python`` (checked: X.Y): the request is
+        parsed once and each planned host gets its copy (provision/fleet/planning.py)."""
         hp = _none_or(host_python, also=("auto",))
         if hp is not None and not _PYTHON.match(hp):
             raise BadInput(f"malformed host Python version `{host_python}`", "use X.Y, e.g. 3.11")
-        return cls(specs, drv, km, tk, dnn, py, index, variant, method, source, hp)
+        return replace(self, host_python=hp)
 
     @property
     def cpu_only(self) -> bool:

@@ -21,7 +21,7 @@ import yaml
 from packaging.utils import canonicalize_name
 
 from provision.ansible.rundir import write_run_dir
-from provision.ansible.settings import InstallSettings
+from provision.model.settings import InstallSettings
 from provision.stack.lock import LockGroup, build_lock, dumps_lock
 from provision.stack.request import HostSpec, StackRequest
 from provision.stack.resolve import resolve

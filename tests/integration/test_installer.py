@@ -8,9 +8,9 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from provision.ansible.settings import InstallSettings, PipSettings
 from provision.fleet.closure import lock_closures
 from provision.matrix import load
+from provision.model.settings import InstallSettings, PipSettings
 from provision.stack.lock import LockGroup
 from tests.hosts import harness
 from tests.integration import roles_harness as rh

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from provision.ansible.settings import InstallSettings, PipSettings
 from provision.matrix import load
+from provision.model.settings import InstallSettings, PipSettings
 from tests.hosts import harness
 from tests.hosts import standalone_python as standin
 from tests.integration import roles_harness as rh

@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from provision.ansible.settings import InstallSettings, PipSettings
 from provision.fleet.closure import lock_closures
+from provision.model.settings import InstallSettings, PipSettings
 from provision.stack.lock import LockGroup
 from tests.hosts import harness
 from tests.integration import roles_harness as rh

@@ -35,7 +35,7 @@ from typing import ClassVar
 import pytest
 import yaml
 
-from provision.ansible.settings import InstallSettings
+from provision.model.settings import AptSettings, InstallSettings
 from tests.hosts import harness
 from tests.integration import roles_harness as rh
 from tests.integration import standin_repo as sr
@@ -390,7 +390,7 @@ def test_an_apt_mirror_login_is_only_in_apts_root_only_file(testhosts: harness.H
     rh.reach_bridge_directly(testhosts, host)  # the hosts' filtering proxy passes only Debian and PyPI
     with login_mirror(gw, "http://deb.debian.org/debian", f"apt:{APT_TOKEN}") as (mirror, seen):
         group = rh.lock_group("mirror", [host.name], gpu="L4", gpu_count=1, os="debian-12", install_method="distro")
-        install = InstallSettings(apt_mirror=mirror.replace("http://", f"http://apt:{APT_TOKEN}@"))
+        install = InstallSettings(apt=AptSettings(mirror=mirror.replace("http://", f"http://apt:{APT_TOKEN}@")))
         run = rh.render(tmp_path / "run", testhosts, host, group, install=install)
         holders = sorted(str(p.relative_to(run)) for p in _walk(run) if p.is_file() and APT_TOKEN in p.read_text())
         assert holders == ["secrets.yml"]

@@ -364,9 +364,9 @@ def test_sigterm_during_the_run_ends_it(
     before = signal.getsignal(signal.SIGTERM)
     real_plan = provision.fleet.planning.plan
 
-    def plan_then_killed(**kwargs: Any) -> Any:
+    def plan_then_killed(*args: Any, **kwargs: Any) -> Any:
         os.kill(os.getpid(), signal.SIGTERM)
-        return real_plan(**kwargs)
+        return real_plan(*args, **kwargs)
 
     monkeypatch.setattr(provision.fleet.planning, "plan", plan_then_killed)
     code, _, err = run_cli(oneshot.args("--down-after"), capsys)

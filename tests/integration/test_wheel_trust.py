@@ -26,8 +26,8 @@ from typing import Any
 import pytest
 import yaml
 
-from provision.ansible.settings import InstallSettings, PipSettings
 from provision.matrix import load
+from provision.model.settings import InstallSettings, PipSettings
 from tests.hosts import harness
 from tests.integration import roles_harness as rh
 from tests.wheels import make_wheel, sha256

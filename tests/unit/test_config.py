@@ -180,13 +180,12 @@ def test_python_source_settings_refuse_bad_values(text: str, needle: str) -> Non
 
 
 def test_python_source_reaches_the_request_and_the_mirror_the_install_settings() -> None:
-    from provision.ansible.settings import InstallSettings
 
     cfg = parse_config(
         {"install": {"python_source": "standalone", "python_mirror": "file:///srv/pbs", "python_downloads_json": None}}
     )
     assert cfg.request_args()["python_source"] == "standalone"
     assert StackRequest.build(**cfg.request_args()).python_source == "standalone"
-    settings = InstallSettings.from_config(cfg.install)
+    settings = cfg.install  # the install settings record itself, built once here
     assert (settings.python_mirror, settings.python_downloads_json) == ("file:///srv/pbs", None)
     assert parse_config(None).request_args()["python_source"] == "auto"

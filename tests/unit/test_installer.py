@@ -12,10 +12,10 @@ import yaml
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
 from provision.ansible.role_vars import group_vars, installer
-from provision.ansible.settings import InstallSettings, PipSettings
 from provision.config import parse_config
 from provision.errors import BadInput
 from provision.matrix import load
+from provision.model.settings import InstallSettings, PipSettings
 from provision.stack.lock import PythonPackage
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,7 +49,7 @@ def test_the_config_takes_auto_uv_or_pip_and_refuses_others() -> None:
     assert parse_config({"install": {"installer": "UV"}}).install.installer == "uv"
     with pytest.raises(BadInput, match=r"install\.installer.*auto, uv, pip"):
         parse_config({"install": {"installer": "conda"}})
-    assert InstallSettings.from_config(parse_config({"install": {"installer": "pip"}}).install).installer == "pip"
+    assert parse_config({"install": {"installer": "pip"}}).install.installer == "pip"
 
 
 @pytest.mark.parametrize(

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from provision.ansible.render import render_files
-from provision.ansible.settings import InstallSettings
 from provision.errors import BadInput
+from provision.model.settings import InstallSettings
 from provision.stack.lock import read_lock
 from tests.cli_run import provision
 from tests.support.run_dir import syntax_check

@@ -23,8 +23,8 @@ import yaml
 from provision.ansible.checks import dump
 from provision.ansible.render import become_answers, render_files
 from provision.ansible.rundir import write_run_dir
-from provision.ansible.settings import InstallSettings, PipSettings
 from provision.errors import BadInput
+from provision.model.settings import AptSettings, InstallSettings, PipSettings
 from tests.support.run_dir import syntax_check
 
 GOLDEN = Path(__file__).parent / "golden" / "render"
@@ -33,7 +33,9 @@ HOSTS = {
     "gpu-1.example": {"ansible_host": "10.0.0.1", "ansible_user": "ubuntu", "ansible_port": "2222"},
     "gpu-2.example": {"ansible_host": "10.0.0.2", "ansible_password": "never-copied"},
 }
-INSTALL = InstallSettings(pip=PipSettings(find_links=("/srv/wheels",)), apt_proxy="http://proxy.example:3128")
+INSTALL = InstallSettings(
+    pip=PipSettings(find_links=("/srv/wheels",)), apt=AptSettings(proxy="http://proxy.example:3128")
+)
 UPDATE = os.environ.get("PROVISION_UPDATE_GOLDEN") == "1"
 
 
@@ -106,17 +108,18 @@ def test_strings_that_ansible_would_template_are_refused() -> None:
 @pytest.mark.parametrize(
     "install, what",
     [
-        (InstallSettings(venv="relative/venv"), "install.venv"),
-        (InstallSettings(venv="/opt/{{ evil }}"), "install.venv"),
-        (InstallSettings(pip=PipSettings(index_url="http://x/\n- hosts: all")), "URL"),
-        (InstallSettings(pip=PipSettings(trusted_hosts=("a b",))), "trusted_hosts"),
-        (InstallSettings(apt_proxy="http://proxy:3128 -o x"), "URL"),
-        (InstallSettings(reboot="sometimes"), "install.reboot"),
+        ({"venv": "relative/venv"}, "install.venv"),
+        ({"venv": "/opt/{{ evil }}"}, "install.venv"),
+        ({"pip": PipSettings(index_url="http://x/\n- hosts: all")}, "URL"),
+        ({"pip": PipSettings(trusted_hosts=("a b",))}, "trusted_hosts"),
+        ({"apt": AptSettings(proxy="http://proxy:3128 -o x")}, "URL"),
+        ({"reboot": "sometimes"}, "install.reboot"),
     ],
 )
-def test_user_values_are_validated(install: InstallSettings, what: str) -> None:
+def test_user_values_are_validated(install: dict[str, Any], what: str) -> None:
+    # the settings are checked when they are built (once, at config loading), before any render
     with pytest.raises(BadInput, match=what.replace(".", r"\.")):
-        render_files(_lock("debian-12"), HOSTS, install, roles_path="/r")
+        render_files(_lock("debian-12"), HOSTS, InstallSettings(**install), roles_path="/r")
 
 
 @pytest.mark.parametrize(
@@ -264,8 +267,7 @@ def test_lock_owned_variables_are_exactly_what_group_vars_takes_from_the_lock() 
     other = InstallSettings(
         venv="/srv/other/venv",
         pip=PipSettings("https://mirror.example/simple", ("https://x.example/s",), ("/w",), ("x.example",)),
-        apt_mirror="http://mirror.example/debian",
-        apt_proxy="http://proxy.example:3128",
+        apt=AptSettings(mirror="http://mirror.example/debian", proxy="http://proxy.example:3128"),
         reboot="never",
         reboot_controller=True,
         mok_key="/k.priv",

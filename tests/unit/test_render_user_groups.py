@@ -18,9 +18,9 @@ import pytest
 import yaml
 
 from provision.ansible.render import render_files
-from provision.ansible.settings import InstallSettings
 from provision.errors import BadInput
 from provision.hosts.inventory import read_inventory
+from provision.model.settings import InstallSettings
 from provision.stack.lock import read_lock
 
 BIN = Path(sys.executable).parent

@@ -22,7 +22,7 @@ import pytest
 
 from provision.ansible.role_vars import group_vars
 from provision.ansible.rundir import write_run_dir
-from provision.ansible.settings import InstallSettings
+from provision.model.settings import InstallSettings
 from provision.resources import playbooks_dir
 from tests.support.run_dir import syntax_check
 

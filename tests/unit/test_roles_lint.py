@@ -14,7 +14,7 @@ import yaml
 
 from provision.ansible.render import render_files
 from provision.ansible.roles import ROLES
-from provision.ansible.settings import InstallSettings
+from provision.model.settings import InstallSettings
 from provision.resources import playbooks_dir
 from tests.integration.roles_harness import TESTONLY
 

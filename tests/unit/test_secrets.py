@@ -20,10 +20,10 @@ import yaml
 from provision.ansible.apply import RUNNER_ENV_ALLOW, _forget_environment, _without_inherited, runner_environment
 from provision.ansible.render import render_files
 from provision.ansible.rundir import write_run_dir
-from provision.ansible.settings import InstallSettings, PipSettings, split_credential
 from provision.errors import BadInput
 from provision.fleet.cache.tunnel import host_vars
 from provision.fleet.cache.wheels import WheelSet, netrc_env
+from provision.model.settings import AptSettings, InstallSettings, PipSettings, split_credential
 from tests.support.run_dir import syntax_check
 
 GOLDEN = Path(__file__).parent / "golden" / "render"
@@ -34,7 +34,7 @@ INSTALL = InstallSettings(
         index_url="https://alice:s3cr3t-index@mirror.example/simple",
         extra_index_urls=("https://bob:s3cr3t-extra@extra.example:8443/simple", "https://plain.example/"),
     ),
-    apt_proxy="http://carol:s3cr3t-proxy@proxy.example:3128",
+    apt=AptSettings(proxy="http://carol:s3cr3t-proxy@proxy.example:3128"),
 )
 
 
@@ -104,28 +104,29 @@ def test_each_up_run_has_its_own_credentials_folder_mark_and_run_lock() -> None:
 
 
 def test_a_run_without_credentials_renders_as_before() -> None:
-    plain = InstallSettings(pip=PipSettings(find_links=("/srv/wheels",)), apt_proxy="http://proxy.example:3128")
+    plain = InstallSettings(
+        pip=PipSettings(find_links=("/srv/wheels",)), apt=AptSettings(proxy="http://proxy.example:3128")
+    )
     files = render_files(_lock(), HOSTS, plain, roles_path="/usr/share/provision/roles")
     assert "secrets.yml" not in files
     assert "roles" in yaml.safe_load(files["site.yml"])[0]
 
 
 @pytest.mark.parametrize(
-    ("install", "message"),
+    ("pip", "message"),
     [
         (
-            InstallSettings(
-                pip=PipSettings(index_url="https://a:x@h.example/s", extra_index_urls=("https://b:y@h.example/t",))
-            ),
+            PipSettings(index_url="https://a:x@h.example/s", extra_index_urls=("https://b:y@h.example/t",)),
             "two different credentials for the index host h.example",
         ),
-        (InstallSettings(pip=PipSettings(index_url="https://a:x%20y@h.example/s")), "cannot go into a netrc file"),
-        (InstallSettings(pip=PipSettings(index_url="https://:tok@h.example/s")), "cannot go into a netrc file"),
+        (PipSettings(index_url="https://a:x%20y@h.example/s"), "cannot go into a netrc file"),
+        (PipSettings(index_url="https://:tok@h.example/s"), "cannot go into a netrc file"),
     ],
 )
-def test_credentials_pip_cannot_look_up_are_bad_input(install: InstallSettings, message: str) -> None:
+def test_credentials_pip_cannot_look_up_are_bad_input(pip: PipSettings, message: str) -> None:
+    # refused when the settings are built (config loading), before any render
     with pytest.raises(BadInput, match=message):
-        render_files(_lock(), HOSTS, install, roles_path="/usr/share/provision/roles")
+        render_files(_lock(), HOSTS, InstallSettings(pip=pip), roles_path="/usr/share/provision/roles")
 
 
 def test_the_run_dir_is_private_and_passes_ansible_syntax_check(tmp_path: Path) -> None:

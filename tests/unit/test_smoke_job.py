@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from provision.remote.smoke import DIR, FILES
+from provision.remote.smoke import DIR, FILES, SOURCES
 from provision.remote.smoke.verdict import decide
 from tests import fakenvml
 
@@ -33,7 +33,7 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("host")
     (root / "smoke").mkdir()
     for name in FILES:
-        shutil.copy(DIR / name, root / "smoke" / name)
+        shutil.copy(SOURCES[name], root / "smoke" / name)
     return root / "smoke" / "job.py"
 
 
@@ -268,7 +268,9 @@ def test_the_sampler_reads_utilization_throttling_and_the_link_every_100_ms(fake
 def test_the_copied_files_are_the_whole_job() -> None:
     """verify copies FILES to hosts: a module added to the folder but not to FILES would be missing there."""
     present = {p.name for p in DIR.iterdir() if p.suffix in (".py", ".json")}
-    assert present == set(FILES)
+    # the version rule is the one file that comes from elsewhere (provision/model/versions.py)
+    assert present == {name for name, source in SOURCES.items() if source.parent == DIR}
+    assert set(SOURCES) == set(FILES) and all(source.is_file() for source in SOURCES.values())
 
 
 # Loaded by every Python process of the job (the job and its spawned ranks) through PYTHONPATH:

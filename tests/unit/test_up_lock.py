@@ -16,21 +16,25 @@ import click
 import pytest
 from click.testing import CliRunner
 
+from provision.cli.plan import parse_assume
 from provision.cli.up import refuse_stack_with_lock
 from provision.config import Config
 from provision.errors import BadInput
-from provision.fleet.planning import _Target, check_locked, check_locked_names, parse_assume, plan
+from provision.fleet.planning import PlanInputs, PlanRun, _Target, check_locked, check_locked_names, plan
 from provision.fleet.up import group_hash
 from provision.hosts import gather
 from provision.stack.drift import host_differences
 from provision.stack.lock import Lock, read_lock
-from provision.stack.request import HostSpec
+from provision.stack.request import HostSpec, StackRequest
 from tests.support.probe_fixtures import OPTIONS, hgx_ubuntu_2204
 
 
 def _lock(tmp_path: Path, assume: str) -> Lock:
     where = tmp_path / assume.replace(",", "_").replace("=", "-").replace(":", "x")
-    plan(config=Config(), assume=parse_assume(assume), out=where / "run", lock_path=where / "provision.lock")
+    plan(
+        PlanInputs(config=Config(), assume=parse_assume(assume)),
+        PlanRun(out=where / "run", lock_path=where / "provision.lock"),
+    )
     return read_lock(where / "provision.lock")
 
 
@@ -145,9 +149,9 @@ def test_a_kept_driver_is_locked_and_a_host_whose_driver_moved_is_refused() -> N
     --lock refuses a host whose driver is no longer that one."""
     from provision.fleet.planning import _resolve_groups
 
-    [kept] = _resolve_groups([_hgx()], Config(), {"driver": "none"}, None)
+    [kept] = _resolve_groups([_hgx()], StackRequest.build(**Config().request_args({"driver": "none"})), None)
     assert kept.stack["driver"] is None and kept.host["kept_driver"] == "580.95.05"
-    [planned] = _resolve_groups([_hgx()], Config(), {"driver": "580"}, None)
+    [planned] = _resolve_groups([_hgx()], StackRequest.build(**Config().request_args({"driver": "580"})), None)
     assert planned.stack["driver"] is not None and "kept_driver" not in planned.host  # installs its own
     lock = Lock({}, [kept])
     assert check_locked(lock, [_hgx()])[0].groups[0].to_json() == kept.to_json()

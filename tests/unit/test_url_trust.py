@@ -21,7 +21,7 @@ from provision.ansible.apply import _message
 from provision.config import load_config
 from provision.errors import redact
 from provision.fleet.cache.wheels import WheelSet
-from provision.fleet.planning import plan
+from provision.fleet.planning import PlanInputs, PlanRun, plan
 from provision.stack.lock import read_lock
 from tests.cli_run import provision
 
@@ -198,11 +198,7 @@ def test_a_lock_without_a_wheel_closure_says_so_in_plan_and_up_lock(tmp_path: Pa
     locked = read_lock(tmp_path / "provision.lock")
     assert not locked.groups[0].python_packages
     again = plan(
-        config=load_config(tmp_path / "p.yaml"),
-        local=True,
-        locked=locked,
-        out=tmp_path / "up-run",
-        lock_path=tmp_path / "up.lock",
-        bundle_roles=False,
+        PlanInputs(config=load_config(tmp_path / "p.yaml"), local=True, locked=locked),
+        PlanRun(out=tmp_path / "up-run", lock_path=tmp_path / "up.lock", bundle_roles=False),
     )
     assert note in again.notes

@@ -1,9 +1,9 @@
-"""The one version-match rule (provision/remote/smoke/versions.py) and everything that applies it.
+"""The one version-match rule (provision/model/versions.py) and everything that applies it.
 
 One table of cases pins the rule: local version labels (+cu128, +cpu), cuDNN's integer numbering,
 a driver expected as x or x.y against an installed x.y.z, release parts the installed version
 lacks, and "not installed". The smoke job's verdict, the lock's drift, the planner's "already
-installed" and the verify role (its Jinja mirror, evaluated here by Ansible's own template engine)
+installed" and the verify role (its filter, which loads the rule, evaluated here by Ansible's own engine)
 must all agree with it.
 """
 
@@ -17,10 +17,11 @@ from typing import Any
 import pytest
 import yaml
 
+import provision.model.versions
 from provision.fleet.planning import _same_framework
-from provision.remote.smoke import FILES
+from provision.model.versions import build_matches, version_matches
+from provision.remote.smoke import FILES, SOURCES
 from provision.remote.smoke.verdict import version_checks
-from provision.remote.smoke.versions import build_matches, version_matches
 from provision.stack.drift import drift
 from provision.stack.lock import LockGroup
 
@@ -126,9 +127,22 @@ def test_the_build_is_the_locked_variant(installed: str | None, variant: str, ma
 
 def test_the_rule_travels_with_the_smoke_job() -> None:
     assert "versions.py" in FILES
+    # one file: the bundle carries the model's own module, and the job in the tree loads that same file
+    assert SOURCES["versions.py"] == Path(provision.model.versions.__file__).resolve()
+    assert not (SOURCES["job.py"].parent / "versions.py").exists()
+    import provision.remote.smoke.versions as on_hosts
+
+    assert Path(str(on_hosts.__file__)).resolve() == SOURCES["versions.py"]
 
 
-# --- the verify role's mirror -------------------------------------------------------------------
+def test_the_controller_does_not_import_what_runs_on_hosts() -> None:
+    """drift, the planner and the report take the rule from provision/model/, not from remote/."""
+    package = Path(provision.model.versions.__file__).resolve().parents[1]
+    for module in ("stack/drift.py", "fleet/planning.py", "fleet/report.py"):
+        assert "provision.remote" not in (package / module).read_text(), module
+
+
+# --- the verify role: its filter asks the one rule ------------------------------------------------
 
 
 @functools.cache
@@ -141,18 +155,14 @@ def _task(name: str) -> dict[str, Any]:
     raise AssertionError(f"no task {name!r} in the verify role")
 
 
-@functools.cache
-def _role_vars() -> dict[str, Any]:
-    return dict(yaml.safe_load((ROLE / "vars" / "main.yml").read_text()))
-
-
 def _assert_passes(task: dict[str, Any], variables: dict[str, Any]) -> bool:
-    """Evaluate an assert task as Ansible does: its vars, the role's vars, then every ``that``."""
+    """Evaluate an assert task as Ansible does: its vars, the role's filters, then every ``that``."""
     from ansible.parsing.dataloader import DataLoader
+    from ansible.plugins.loader import filter_loader
     from ansible.template import Templar, trust_as_template
 
-    role_vars = _role_vars()
-    trusted = {k: trust_as_template(v) for k, v in {**role_vars, **task.get("vars", {})}.items()}
+    filter_loader.add_directory(str(ROLE / "filter_plugins"))  # as Ansible does for a role's plugins
+    trusted = {k: trust_as_template(v) for k, v in task.get("vars", {}).items()}
     templar = Templar(loader=DataLoader(), variables={**variables, **trusted})
     that = task["ansible.builtin.assert"]["that"]
     results = [
@@ -163,6 +173,29 @@ def _assert_passes(task: dict[str, Any], variables: dict[str, Any]) -> bool:
     return all(results)
 
 
+def test_the_verify_role_has_no_copy_of_the_rule() -> None:
+    """The role asks the rule through its filter (filter_plugins/version_rule.py, which loads
+    provision/model/versions.py): no Jinja copy of it in vars/, no version split in its tasks."""
+    assert not (ROLE / "vars").exists()
+    for path in ROLE.rglob("*.yml"):
+        text = path.read_text()
+        assert "__verify_version_matches" not in text and ".split('+'" not in text, path
+    asks = [t for t in map(_task, ROLE_TASKS) if "verify_version_matches" in json.dumps(t)]
+    assert len(asks) == len(ROLE_TASKS)
+    plugin = (ROLE / "filter_plugins" / "version_rule.py").read_text()
+    assert "def version_matches" not in plugin and "provision.model" in plugin
+
+
+def test_a_run_dir_carries_the_rule_for_the_filter(tmp_path: Path) -> None:
+    """`plan --out` copies the roles; the verify role's copy carries the rule's file, byte for byte."""
+    from provision.ansible.rundir import _copy_roles
+
+    _copy_roles(tmp_path / "roles")
+    carried = tmp_path / "roles" / "verify" / "files" / "versions.py"
+    assert carried.read_bytes() == Path(provision.model.versions.__file__).read_bytes()
+
+
+ROLE_TASKS = ("Fail when the GPUs do not run the lock's driver", "Fail when a framework is not at the lock's version")
 ROLE_CASES = [c for c in CASES if c[0] != "cudnn" and c[1] is not None and c[2] not in (None, "none")]
 
 

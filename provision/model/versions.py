@@ -1,10 +1,12 @@
 """The one rule for "is the installed version the locked one": used on hosts and on the controller.
 
-The smoke job's verdict (on the host), the lock's drift (``provision status --check-drift``) and
-the planner's "already installed" all call :func:`version_matches`; the verify role mirrors it in
-Jinja (``playbooks/roles/verify/tasks/main.yml``) and ``tests/unit/test_version_rule.py`` proves
-both agree on one table of cases. Standard library only: this file is copied to hosts with the
-rest of the smoke job, and the controller imports it from here.
+The smoke job's verdict (on the host), the lock's drift (``provision status --check-drift``),
+the planner's "already installed" and the verify role (its filter
+``playbooks/roles/verify/filter_plugins/version_rule.py`` loads this file) all call
+:func:`version_matches`; ``tests/unit/test_version_rule.py`` proves they agree on one table of
+cases. Standard library only, importing nothing: the controller imports it from here, the smoke
+job's bundle carries it to hosts as ``smoke/versions.py`` (:data:`provision.remote.smoke.SOURCES`),
+and a `plan --out` run dir carries it for the verify role (``roles/verify/files/versions.py``).
 
 The rule:
 
