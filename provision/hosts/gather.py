@@ -31,6 +31,7 @@ from provision.hosts.inventory import HostTarget
 from provision.hosts.local import LocalTransport
 from provision.hosts.ssh import SSHTransport, connect
 from provision.hosts.transport import Transport
+from provision.model.facts import UbuntuDriverIndex
 
 SNIPPETS = Path(__file__).resolve().parents[1] / "remote" / "snippets"
 IMDS_DEFAULT = "http://169.254.169.254"
@@ -355,11 +356,11 @@ def _sysfs_rows(text: str) -> str:
     )
 
 
-def _ubuntu_driver_index(text: str, kernel: str | None) -> hf.UbuntuDriverIndex:
+def _ubuntu_driver_index(text: str, kernel: str | None) -> UbuntuDriverIndex:
     """The ``ubuntu_driver_index`` section: ``@@lists``, then ``@@images``, ``@@show``, ``@@policy`` parts."""
     parts = dict(re.findall(r"^@@(images|show|policy)\n(.*?)(?=^@@|\Z)", text, re.M | re.S))
     modules = pp.precompiled_modules(pp.parse_apt_cache_show(parts.get("show", "")), kernel or "")
-    return hf.UbuntuDriverIndex(
+    return UbuntuDriverIndex(
         kernel_flavour=pp.kernel_flavour(kernel, pp.kernel_metapackages(parts.get("images", ""))),
         modules=tuple(modules),
         userspace=pp.parse_apt_cache_policy_all(parts.get("policy", "")),
