@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from provision.errors import BadInput
+from provision.model.defaults import DEFAULT_VENV
 
 _HOST = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,252}$")
 _GROUP = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
@@ -86,7 +87,7 @@ def _check_url(value: Any, what: str) -> str:
 
 def _check_path(value: str, what: str) -> str:
     if not value.startswith("/") or _CONTROL.search(value) or "{" in value or ".." in value.split("/"):
-        raise BadInput(f"{what} {value!r} is not an absolute path", "give an absolute path such as /opt/provision/venv")
+        raise BadInput(f"{what} {value!r} is not an absolute path", f"give an absolute path such as {DEFAULT_VENV}")
     return value
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from provision.ansible.checks import _check_path, _check_url
 from provision.errors import BadInput
+from provision.model.defaults import DEFAULT_VENV, INSTALL_METHOD_CHOICES
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,7 @@ class InstallSettings:
     """provision.yaml's ``install:`` section, as render needs it."""
 
     method: str = "auto"  # auto | nvidia-repo | distro
-    venv: str = "/opt/provision/venv"
+    venv: str = DEFAULT_VENV
     pip: PipSettings = field(default_factory=PipSettings)
     apt_mirror: str | None = None
     apt_proxy: str | None = None
@@ -234,7 +235,7 @@ def _split_credentials(install: InstallSettings) -> tuple[InstallSettings, Crede
 
 
 def check_settings(install: InstallSettings) -> None:
-    if install.method not in ("auto", "nvidia-repo", "distro"):
+    if install.method not in INSTALL_METHOD_CHOICES:
         raise BadInput(f"install.method {install.method!r} is unknown", "use auto, nvidia-repo or distro")
     if install.reboot not in ("auto", "never"):
         raise BadInput(f"install.reboot {install.reboot!r} is unknown", "use auto or never")

@@ -13,6 +13,7 @@ import click
 
 from provision.cli.options import NONEMPTY, command_options, config_option, ssh_options, state_option, target_options
 from provision.errors import BadInput, ExitCode
+from provision.model.defaults import DEFAULT_VENV
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
     type=NONEMPTY,
     metavar="PATH",
     help="With --check-drift: the venv whose frameworks are compared (default: install.venv "
-    "in the config, else /opt/provision/venv).",
+    f"in the config, else {DEFAULT_VENV}).",
 )
 @ssh_options()
 @command_options

@@ -16,6 +16,7 @@ import click
 from provision.cli.options import NONEMPTY, command_options, host_keys_option, target_options, timeout_option
 from provision.cli.output import emit
 from provision.errors import BadInput, ExitCode, ProvisionError
+from provision.model.defaults import DEFAULT_VENV
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
     from provision.hosts.inventory import HostTarget
 
 # The venv `provision up` installs the frameworks into (docs/explanation/design.md, config `install.venv`).
-REMOTE_PYTHON = "/opt/provision/venv/bin/python"
+REMOTE_PYTHON = f"{DEFAULT_VENV}/bin/python"
 
 
 @click.command(name="tune")

@@ -16,6 +16,7 @@ from packaging.version import Version
 
 from provision.errors import BadInput
 from provision.matrix import Gpu, Knowledge, OsRelease, load
+from provision.model.defaults import INSTALL_METHOD_CHOICES
 from provision.model.facts import ProbedHost
 
 FRAMEWORKS = ("torch", "tensorflow", "jax")
@@ -182,7 +183,7 @@ class StackRequest:
                     f"give one variant: drop --torch-variant, or change the spec to +{variant}",
                 )
         method = (install_method or "auto").lower()
-        if method not in ("auto", "nvidia-repo", "distro"):
+        if method not in INSTALL_METHOD_CHOICES:
             raise BadInput(f"unknown install method `{install_method}`", "use auto, nvidia-repo or distro")
         source = (python_source or "auto").lower()
         if source not in PYTHON_SOURCES:
