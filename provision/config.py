@@ -15,6 +15,7 @@ from typing import Any
 
 from provision.errors import BadInput
 from provision.files import load_yaml
+from provision.model.defaults import DEFAULT_VENV, INSTALL_METHOD_CHOICES
 from provision.model.settings import AptSettings, InstallSettings, PipSettings, check_url
 from provision.stack.request import DRIVER_FORMS, DRIVER_SPEC, PYTHON_SOURCES
 
@@ -135,7 +136,7 @@ KEYS: tuple[Key, ...] = (
         "install.method",
         "choice",
         "How the driver is installed: NVIDIA's CUDA network repository or the OS's own packages.",
-        ("auto", "nvidia-repo", "distro"),
+        INSTALL_METHOD_CHOICES,
     ),
     Key("install.venv", "string", "Where the frameworks' virtual environment lives on each host."),
     Key("install.pip", "mapping", "Where hosts install wheels from (air-gapped sites: a local index or wheelhouse)."),
@@ -278,7 +279,7 @@ def parse_config(data: Any, where: str = "provision.yaml") -> Config:
     # stage after takes it as it is.
     ic = InstallSettings(
         method=_choice(install, "method", "install", where),
-        venv=_string(install.get("venv", "/opt/provision/venv"), "install.venv", where) or "/opt/provision/venv",
+        venv=_string(install.get("venv", DEFAULT_VENV), "install.venv", where) or DEFAULT_VENV,
         pip=PipSettings(
             index_url=_string(pip.get("index_url"), "install.pip.index_url", where),
             extra_index_urls=_strings(pip.get("extra_index_urls"), "install.pip.extra_index_urls", where),

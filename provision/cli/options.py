@@ -18,6 +18,7 @@ import click
 
 from provision.errors import BadInput
 from provision.files import load_yaml
+from provision.model.defaults import INSTALL_METHOD_CHOICES
 
 F = TypeVar("F", bound=Callable[..., Any])
 Decorator = Callable[[F], F]
@@ -244,7 +245,7 @@ def _stack_option_list() -> list[tuple[str, Callable[[Any], Any]]]:
             "install_method",
             click.option(
                 "--install-method",
-                type=click.Choice(["auto", "nvidia-repo", "distro"]),
+                type=click.Choice(INSTALL_METHOD_CHOICES),
                 help="How the driver is installed (overrides install.method).",
             ),
         ),

@@ -14,6 +14,7 @@ import click
 from provision.cli.options import NONEMPTY, command_options, config_option, ssh_options, state_option, target_options
 from provision.errors import BadInput, ExitCode
 from provision.fleet.targets import check_one_source
+from provision.model.defaults import DEFAULT_VENV
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
     type=NONEMPTY,
     metavar="PATH",
     help="With --check-drift: the venv whose frameworks are compared (default: install.venv "
-    "in the config, else /opt/provision/venv).",
+    f"in the config, else {DEFAULT_VENV}).",
 )
 @ssh_options()
 @command_options

@@ -17,6 +17,7 @@ from provision.cli.options import NONEMPTY, command_options, host_keys_option, t
 from provision.cli.output import emit
 from provision.errors import BadInput, ExitCode, ProvisionError
 from provision.fleet.targets import check_one_source
+from provision.model.defaults import DEFAULT_VENV
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
     from provision.hosts.inventory import HostTarget
 
 # The venv `provision up` installs the frameworks into (docs/explanation/design.md, config `install.venv`).
-REMOTE_PYTHON = "/opt/provision/venv/bin/python"
+REMOTE_PYTHON = f"{DEFAULT_VENV}/bin/python"
 
 
 @click.command(name="tune")

@@ -24,6 +24,7 @@ from provision.cli.options import (
     timeout_option,
 )
 from provision.errors import ExitCode
+from provision.model.defaults import DEFAULT_VENV
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
     "--venv",
     type=NONEMPTY,
     metavar="PATH",
-    help="Run the job with this venv's Python (default: /opt/provision/venv when present, "
+    help=f"Run the job with this venv's Python (default: {DEFAULT_VENV} when present, "
     "else python3 on hosts and this Python locally).",
 )
 @click.option("--allow-cpu", is_flag=True, help="Let a host without a usable GPU pass on the CPU (CI, laptops).")

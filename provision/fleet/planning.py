@@ -271,10 +271,10 @@ def _resolve_groups(targets: Sequence[_Target], request: StackRequest, assume: A
     groups: dict[str, tuple[list[str], Any, str | None]] = {}
     for t in targets:
         if t.facts is not None:
-            from provision.hosts.facts import host_description
+            from provision.hosts.facts import host_description, probed_host
 
             try:
-                host = HostSpec.from_facts(t.facts.to_json())
+                host = HostSpec.from_facts(probed_host(t.facts))
             except BadInput as exc:  # a mixed host, a GPU the data lacks: say which host
                 exc.message = f"{t.name}: {exc.message}"
                 raise
@@ -342,6 +342,7 @@ def check_locked(locked: Lock, targets: Sequence[_Target], unprobed: Sequence[st
     state DB's group hash is the plan's); only their host lists shrink to this run's hosts.
     ``unprobed``: this run's hosts that could not be probed (`up` fails them alone; no note).
     """
+    from provision.hosts.facts import probed_host
     from provision.matrix import load
     from provision.stack.drift import host_differences
     from provision.stack.lock import Lock, find_group
@@ -356,7 +357,7 @@ def check_locked(locked: Lock, targets: Sequence[_Target], unprobed: Sequence[st
         if t.facts is None:
             continue
         try:
-            spec = HostSpec.from_facts(t.facts.to_json())
+            spec = HostSpec.from_facts(probed_host(t.facts))
         except BadInput as exc:  # a mixed host, a GPU the data lacks: say which host
             exc.message = f"{t.name}: {exc.message}"
             raise

@@ -23,13 +23,13 @@ from provision.errors import BadInput, OperationFailed, ProvisionError
 from provision.hosts.inventory import HostTarget
 from provision.hosts.remote_job import Content, RemoteJob
 from provision.hosts.transport import CommandResult, Transport
+from provision.model.defaults import DEFAULT_VENV
 from provision.remote.smoke import SOURCES as SMOKE_SOURCES
 from provision.stack.drift import expected_versions
 from provision.stack.lock import Lock, LockGroup, find_group, read_lock
 
 SCHEMA = "provision.verify/1"
 # Where `provision up` puts the frameworks (config `install.venv`); used when it exists.
-DEFAULT_VENV = "/opt/provision/venv"
 # The job itself stops its stages well before this; the margin covers torch's import on a cold disk.
 DEFAULT_TIMEOUT_S = 900.0
 
@@ -121,7 +121,7 @@ def local_python(venv: str | None) -> str:
         if not python.is_file():
             raise BadInput(
                 f"no Python in the venv {venv} (looked for {python})",
-                "give the venv that holds the frameworks, e.g. --venv /opt/provision/venv",
+                f"give the venv that holds the frameworks, e.g. --venv {DEFAULT_VENV}",
             )
         return str(python)
     default = Path(DEFAULT_VENV) / "bin" / "python"

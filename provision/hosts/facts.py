@@ -12,6 +12,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
+from provision.model.facts import ProbedGpu, ProbedHost, UbuntuDriverIndex
+
 # Distributions reported as "frameworks" (the venv entry lists the CUDA wheels beside them).
 FRAMEWORKS = ("torch", "torchvision", "torchaudio", "tensorflow", "tensorflow-cpu", "jax", "jaxlib")
 
@@ -150,53 +152,6 @@ class KernelHeaders:
     installed: bool
     installable: bool | None  # None: the package index could not be asked
     package: str | None
-
-
-@dataclass(frozen=True)
-class AptVersions:
-    """``apt-cache policy``: the installed version and the one apt would install (None: none)."""
-
-    installed: str | None
-    candidate: str | None
-
-
-@dataclass(frozen=True)
-class PrecompiledModules:
-    """Canonical's signed module package for the running kernel (linux-restricted-modules).
-
-    ``linux-modules-nvidia-<branch>-server[-open]-<uname -r>``: its own version is the kernel's;
-    the driver it was built for is the ``nvidia-kernel-common-<branch>-server (>= X)`` it depends on.
-    """
-
-    package: str
-    branch: int
-    open: bool
-    version: str
-    driver_version: str | None
-
-
-@dataclass(frozen=True)
-class UbuntuDriverIndex:
-    """What the host's own apt index offers for Ubuntu's ``distro`` driver (read at probe).
-
-    ``kernel_flavour``: the flavour of Canonical's module metapackages for the running kernel
-    (``generic``, ``generic-hwe-22.04``, ``aws``, ...); ``modules``: the precompiled module packages
-    for the running kernel; ``userspace``: the headless and utils packages of those branches.
-    ``lists`` False: apt had no package lists (nothing could be read; ``apt-get update`` first).
-    """
-
-    kernel_flavour: str | None
-    modules: tuple[PrecompiledModules, ...] = ()
-    userspace: Mapping[str, AptVersions] = field(default_factory=dict)
-    lists: bool = True
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "kernel_flavour": self.kernel_flavour,
-            "lists": self.lists,
-            "modules": [asdict(m) for m in self.modules],
-            "userspace": {name: asdict(v) for name, v in self.userspace.items()},
-        }
 
 
 @dataclass(frozen=True)
@@ -381,4 +336,17 @@ def host_description(facts: HostFacts) -> HostDescription:
         os=facts.os.slug if facts.os else None,
         arch=facts.arch,
         python=python,
+    )
+
+
+def probed_host(facts: HostFacts) -> ProbedHost:
+    """What the resolver reads of these facts (``HostSpec.from_facts``): built once, here at the edge."""
+    return ProbedHost(
+        os=facts.os.slug if facts.os else None,
+        arch=facts.arch,
+        gpus=tuple(ProbedGpu(g.model, g.pci_id) for g in facts.gpus),
+        nvswitch_count=facts.nvswitch_count,
+        instance_type=facts.ec2_instance_type,
+        kernel=facts.kernel,
+        ubuntu_driver_index=facts.ubuntu_driver_index,
     )

@@ -1,10 +1,12 @@
 """Collect facts: run the probe commands over a :class:`Transport` and feed the pure parsers.
 
 One POSIX shell script per host carries every command (one SSH round trip, whatever the number
-of facts); its output is a series of sections, each the raw output of one real tool, which
+of facts): ``remote/snippets/probe.sh``, a file shipped with the package and sent as it is, its
+parameters (and the snippets below, as text) in environment variables (:func:`probe_command`).
+Its output is a series of sections, each the raw output of one real tool, which
 :mod:`provision.hosts.parse_system` and :mod:`provision.hosts.parse_packages` parse. The few
-facts that need root (package-manager locks) run in a second script under ``sudo`` when the login
-user is not root. Hosts are probed in parallel.
+facts that need root (package-manager locks), the script's ``root`` part, run in a second call
+under ``sudo`` when the login user is not root. Hosts are probed in parallel.
 
 Small stdlib-only Python programs (``snippets/``) run on the host for what no standard tool
 prints: NVML, lock holders, venv package versions, the EC2 metadata service.
@@ -31,6 +33,7 @@ from provision.hosts.inventory import HostTarget
 from provision.hosts.local import LocalTransport
 from provision.hosts.ssh import SSHTransport, connect
 from provision.hosts.transport import Transport
+from provision.model.facts import UbuntuDriverIndex
 
 SNIPPETS = Path(__file__).resolve().parents[1] / "remote" / "snippets"
 IMDS_DEFAULT = "http://169.254.169.254"
@@ -70,153 +73,44 @@ class GatherOptions:
         return cls(imds_endpoint=endpoint, imds_disabled=disabled, **kwargs)
 
 
+PROBE_SCRIPT = SNIPPETS / "probe.sh"
+
+
 def _snippet(name: str) -> str:
     return (SNIPPETS / f"{name}.py").read_text()
 
 
-def _python_heredoc(python: str, name: str, args: str = "", *, stdlib_only: bool = False) -> str:
-    # A quoted heredoc: the shell expands nothing inside the program text. -B: never write
-    # bytecode on the host; -I -S for programs that need nothing beyond the standard library
-    # (no site-packages to scan, no PYTHON* variables of the login to honour).
-    end = f"PROVISION_{name.upper()}_EOF"
-    flags = "-B -I -S" if stdlib_only else "-B"
-    return f"{python} {flags} - {args} <<'{end}'\n{_snippet(name)}\n{end}\n"
+def probe_env(options: GatherOptions, parts: Sequence[str]) -> dict[str, str]:
+    """The probe script's parameters (its header lists them) for ``parts`` (``main``, ``root``)."""
+    env: dict[str, str] = {}
+    if "main" in parts:
+        endpoint = "" if options.imds_disabled else (options.imds_endpoint or IMDS_DEFAULT)
+        env.update(
+            PROVISION_DPKG_FORMAT=DPKG_FORMAT,
+            PROVISION_UPGRADE_UNITS=" ".join(UPGRADE_UNITS),
+            PROVISION_RUNTIMES=" ".join(RUNTIMES),
+            PROVISION_NVML_PY=_snippet("nvml_query"),
+            PROVISION_IMDS_ENDPOINT=endpoint,
+            # an endpoint set (tests, proxies) is always asked; the standard one only on EC2 hardware
+            PROVISION_IMDS_ASK="always" if options.imds_endpoint else "ec2",
+            PROVISION_VENV_PYTHON=options.venv.rstrip("/") + "/bin/python" if options.venv else "",
+        )
+        if endpoint:
+            env["PROVISION_IMDS_PY"] = _snippet("imds")
+        if options.venv:
+            env["PROVISION_VENV_PY"] = _snippet("venv_packages")
+    if "root" in parts:
+        fcntl_locks, pid_files = package_lock_files()
+        env["PROVISION_LOCK_FILES"] = " ".join([*(f"fcntl:{p}" for p in fcntl_locks), *(f"pid:{p}" for p in pid_files)])
+        env["PROVISION_LOCKS_PY"] = _snippet("package_locks")
+    return env
 
 
-_HEADER = r"""
-export LC_ALL=C PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin:/usr/local/cuda/bin"
-sec() { printf '\n@@provision-section %s@@\n' "$1"; }
-PY=$(command -v python3 || command -v /usr/libexec/platform-python || true)
-"""
-
-_MAIN = r"""
-sec id; id -un; id -u
-sec hostname; hostname 2>/dev/null || cat /etc/hostname
-sec os_release; cat /etc/os-release 2>/dev/null || cat /usr/lib/os-release
-sec uname; uname -r; uname -m
-sec lspci; command -v lspci >/dev/null && lspci -nn 2>/dev/null
-sec sysfs_pci
-if ! command -v lspci >/dev/null; then
-  (cd /sys/bus/pci/devices 2>/dev/null && grep -H . ./*/class ./*/vendor ./*/device 2>/dev/null)
-fi
-sec proc_modules; cat /proc/modules 2>/dev/null
-sec proc_driver; cat /proc/driver/nvidia/version 2>/dev/null
-sec modinfo; modinfo nvidia 2>/dev/null
-sec dpkg
-command -v dpkg-query >/dev/null && dpkg-query -W -f='@@DPKG_FORMAT@@' \
-  'nvidia-*' 'libnvidia-*' 'cuda-*' 'libcudnn*' 'cudnn*' 'linux-headers-*' 2>/dev/null
-sec rpm
-command -v rpm >/dev/null && rpm -qa --qf '%{NAME}\t%|EPOCH?{%{EPOCH}:}:{}|%{VERSION}-%{RELEASE}\n' \
-  'nvidia*' 'kmod-nvidia*' 'cuda*' 'libcudnn*' 'kernel-devel*' 2>/dev/null
-sec headers_build; [ -e "/lib/modules/$(uname -r)/build" ] && echo yes || echo no
-sec apt_headers
-if command -v apt-cache >/dev/null; then
-  set -- /var/lib/apt/lists/*_Packages
-  if [ -e "$1" ]; then
-    # apt keeps its lists uncompressed by default: a fixed-string scan of them costs a fifth of
-    # the CPU of apt-cache, which counts when many probed hosts share a machine's CPUs.
-    echo "@@lists yes"
-    grep -q -x -F "Package: linux-headers-$(uname -r)" "$@" && echo "@@listed yes" || echo "@@listed no"
-  elif ls /var/lib/apt/lists/ 2>/dev/null | grep -q '_Packages'; then
-    echo "@@lists yes"; apt-cache policy "linux-headers-$(uname -r)" 2>/dev/null
-  else
-    echo "@@lists no"
-  fi
-fi
-# Ubuntu's distro driver: Canonical's precompiled modules for the running kernel fix the driver
-# version, and the archive keeps only the newest of each package, so the host's own index says
-# which version the plan can hold (provision/stack/distro_versions.py reads these facts).
-sec ubuntu_driver_index
-if [ -r /etc/os-release ] && grep -qx 'ID=ubuntu' /etc/os-release && command -v apt-cache >/dev/null; then
-  k=$(uname -r)
-  ls /var/lib/apt/lists/ 2>/dev/null | grep -q '_Packages' && echo "@@lists yes" || echo "@@lists no"
-  echo "@@images"
-  dpkg-query -W -f='@@DPKG_FORMAT@@' 'linux-image-*' 2>/dev/null
-  mods=$(apt-cache pkgnames linux-modules-nvidia- 2>/dev/null | grep -e "-server-$k\$" -e "-server-open-$k\$" | sort)
-  if [ -n "$mods" ]; then
-    echo "@@show"; apt-cache show --no-all-versions $mods 2>/dev/null
-    echo "@@policy"
-    for b in $(echo "$mods" | sed -n 's/^linux-modules-nvidia-\([0-9]*\)-server.*/\1/p' | sort -u); do
-      echo "nvidia-headless-no-dkms-$b-server nvidia-headless-no-dkms-$b-server-open"
-      echo "nvidia-headless-$b-server nvidia-headless-$b-server-open nvidia-utils-$b-server"
-    done | xargs apt-cache policy 2>/dev/null
-  fi
-fi
-sec dnf_headers
-if command -v dnf >/dev/null; then
-  timeout 30 dnf -q --cacheonly list --available "kernel-devel-$(uname -r)" 2>&1; echo "@@rc $?"
-fi
-sec efi; [ -d /sys/firmware/efi ] && echo yes || echo no
-sec mokutil; command -v mokutil >/dev/null && mokutil --sb-state 2>&1
-sec efivar_sb
-for f in /sys/firmware/efi/efivars/SecureBoot-*; do [ -r "$f" ] && od -An -tu1 "$f" 2>/dev/null; break; done
-sec nvidia_smi; command -v nvidia-smi >/dev/null && timeout 60 nvidia-smi -q -x 2>/dev/null
-sec nvml
-if ! command -v nvidia-smi >/dev/null && [ -n "$PY" ] && \
-   { [ -n "${LD_LIBRARY_PATH:-}" ] || ldconfig -p 2>/dev/null | grep -q 'libnvidia-ml\.so\.1'; }; then
-@@NVML@@
-fi
-sec cuda_dirs
-for d in /usr/local/cuda-*; do
-  [ -d "$d" ] || continue
-  for f in "$d/version.json" "$d/version.txt"; do [ -f "$f" ] && { echo "@@file $d"; cat "$f"; break; }; done
-done
-sec nvcc; command -v nvcc && nvcc --version 2>/dev/null
-sec cudnn_header
-for f in /usr/include/cudnn_version.h /usr/include/*-linux-gnu/cudnn_version*.h \
-         /usr/local/cuda/include/cudnn_version.h; do
-  [ -f "$f" ] && { echo "@@file $f"; grep -E '#define CUDNN_(MAJOR|MINOR|PATCHLEVEL)' "$f"; break; }
-done
-sec python; [ -n "$PY" ] && "$PY" --version 2>&1
-sec pythons; ls /usr/bin /usr/local/bin 2>/dev/null | grep -E '^python[0-9]+\.[0-9]+$'
-sec df; df -P -k / /var 2>/dev/null
-sec meminfo; cat /proc/meminfo 2>/dev/null
-sec nproc; nproc 2>/dev/null || getconf _NPROCESSORS_ONLN
-sec units; command -v systemctl >/dev/null && systemctl is-active @@UNITS@@ 2>/dev/null
-sec processes; ps -eo comm= 2>/dev/null
-sec apt_periodic
-[ -d /etc/apt ] && grep -hs 'APT::Periodic::Unattended-Upgrade' /etc/apt/apt.conf /etc/apt/apt.conf.d/*
-sec runtimes; for t in @@RUNTIMES@@; do c=$(command -v "$t") && echo "$t $c"; done
-sec imds
-@@IMDS@@
-sec venv
-@@VENV@@
-"""
-
-_ROOT = r"""
-sec locks
-[ -n "$PY" ] && @@LOCKS@@
-"""
-
-_ON_EC2 = (
-    "grep -qis -e amazon -e '^ec2' /sys/class/dmi/id/sys_vendor /sys/class/dmi/id/bios_vendor "
-    "/sys/hypervisor/uuid 2>/dev/null"
-)
-
-
-def main_script(options: GatherOptions, with_root: bool) -> str:
-    """The script of the unprivileged facts (and the root ones when the user is root anyway)."""
-    if options.imds_disabled:
-        imds = ":"
-    elif options.imds_endpoint:
-        ask = _python_heredoc("$PY", "imds", shlex.quote(options.imds_endpoint), stdlib_only=True)
-        imds = f'[ -n "$PY" ] && {ask}'
-    else:
-        ask = _python_heredoc("$PY", "imds", IMDS_DEFAULT, stdlib_only=True)
-        imds = f'[ -n "$PY" ] && {_ON_EC2} && {ask}'
-    venv = ":"
-    if options.venv:
-        venv_python = shlex.quote(options.venv.rstrip("/") + "/bin/python")
-        venv = f"[ -x {venv_python} ] && {_python_heredoc(venv_python, 'venv_packages')}"
-    body = (
-        _MAIN.replace("@@NVML@@", _python_heredoc('"$PY"', "nvml_query"))
-        .replace("@@UNITS@@", " ".join(UPGRADE_UNITS))
-        .replace("@@RUNTIMES@@", " ".join(RUNTIMES))
-        .replace("@@DPKG_FORMAT@@", DPKG_FORMAT)
-        .replace("@@IMDS@@", imds)
-        .replace("@@VENV@@", venv)
-    )
-    return _HEADER + body + (root_body() if with_root else "")
+def probe_command(options: GatherOptions, parts: Sequence[str]) -> str:
+    """The shell command that runs the probe script (:data:`PROBE_SCRIPT`, sent as it is) for
+    ``parts``, its parameters as environment variables (``env``, so sudo's reset does not drop them)."""
+    assignments = [f"{name}={value}" for name, value in probe_env(options, parts).items()]
+    return shlex.join(["env", *assignments, "sh", "-c", PROBE_SCRIPT.read_text(), "provision-probe", *parts])
 
 
 def package_lock_files() -> tuple[list[str], list[str]]:
@@ -226,16 +120,6 @@ def package_lock_files() -> tuple[list[str], list[str]]:
 
     doc = json.loads((playbooks_dir() / "roles" / "preflight" / "files" / "package_locks.json").read_text())
     return [str(p) for p in doc["fcntl"]], [str(p) for p in doc["pid_files"]]
-
-
-def root_body() -> str:
-    fcntl_locks, pid_files = package_lock_files()
-    args = shlex.join([*(f"fcntl:{p}" for p in fcntl_locks), *(f"pid:{p}" for p in pid_files)])
-    return _ROOT.replace("@@LOCKS@@", _python_heredoc('"$PY"', "package_locks", args, stdlib_only=True))
-
-
-def root_script() -> str:
-    return _HEADER + root_body()
 
 
 def split_sections(output: str) -> dict[str, str]:
@@ -355,11 +239,11 @@ def _sysfs_rows(text: str) -> str:
     )
 
 
-def _ubuntu_driver_index(text: str, kernel: str | None) -> hf.UbuntuDriverIndex:
+def _ubuntu_driver_index(text: str, kernel: str | None) -> UbuntuDriverIndex:
     """The ``ubuntu_driver_index`` section: ``@@lists``, then ``@@images``, ``@@show``, ``@@policy`` parts."""
     parts = dict(re.findall(r"^@@(images|show|policy)\n(.*?)(?=^@@|\Z)", text, re.M | re.S))
     modules = pp.precompiled_modules(pp.parse_apt_cache_show(parts.get("show", "")), kernel or "")
-    return hf.UbuntuDriverIndex(
+    return UbuntuDriverIndex(
         kernel_flavour=pp.kernel_flavour(kernel, pp.kernel_metapackages(parts.get("images", ""))),
         modules=tuple(modules),
         userspace=pp.parse_apt_cache_policy_all(parts.get("policy", "")),
@@ -405,7 +289,7 @@ def gather(transport: Transport, options: GatherOptions | None = None) -> hf.Hos
     options = options or GatherOptions()
     root = _known_root(transport)
     result = transport.run(
-        shlex.join(["sh", "-c", main_script(options, with_root=bool(root))]), timeout=options.command_timeout
+        probe_command(options, ["main", "root"] if root else ["main"]), timeout=options.command_timeout
     )
     sections = split_sections(result.stdout)
     if "id" not in sections:
@@ -416,7 +300,7 @@ def gather(transport: Transport, options: GatherOptions | None = None) -> hf.Hos
     warnings: list[str] = []
     if not root and sections["id"].split()[1:2] != ["0"]:
         # Not root: the root-only facts under sudo (never prompting), else as the user, marked.
-        privileged = transport.run(shlex.join(["sh", "-c", root_script()]), sudo=True, timeout=options.command_timeout)
+        privileged = transport.run(probe_command(options, ["root"]), sudo=True, timeout=options.command_timeout)
         if "locks" in split_sections(privileged.stdout):
             sections.update(split_sections(privileged.stdout))
         else:
@@ -424,7 +308,7 @@ def gather(transport: Transport, options: GatherOptions | None = None) -> hf.Hos
             warnings.append(
                 f"sudo failed ({said[-1] if said else 'no output'}); facts that need root were read as the login user"
             )
-            plain = transport.run(shlex.join(["sh", "-c", root_script()]), timeout=options.command_timeout)
+            plain = transport.run(probe_command(options, ["root"]), timeout=options.command_timeout)
             sections.update(split_sections(plain.stdout))
     facts = facts_from_sections(sections, options)
     facts.warnings[:0] = warnings

@@ -11,7 +11,8 @@ import json
 import re
 from collections.abc import Mapping
 
-from provision.hosts.facts import AptVersions, CudaToolkit, Cudnn, DriverInfo, PrecompiledModules
+from provision.hosts.facts import CudaToolkit, Cudnn, DriverInfo
+from provision.model.facts import AptVersions, PrecompiledModules
 
 
 def parse_dpkg_query(text: str) -> dict[str, str]:

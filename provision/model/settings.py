@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from provision.errors import BadInput
+from provision.model.defaults import DEFAULT_VENV, INSTALL_METHOD_CHOICES
 
 # A URL that reaches a command line or a YAML file as one plain value: http(s) or file, no space,
 # quote, backslash or shell/Jinja character (render's checks and config's URL keys share it).
@@ -47,7 +48,7 @@ def check_url(value: Any, what: str) -> str:
 
 def check_path(value: str, what: str) -> str:
     if not value.startswith("/") or CONTROL.search(value) or "{" in value or ".." in value.split("/"):
-        raise BadInput(f"{what} {value!r} is not an absolute path", "give an absolute path such as /opt/provision/venv")
+        raise BadInput(f"{what} {value!r} is not an absolute path", f"give an absolute path such as {DEFAULT_VENV}")
     return value
 
 
@@ -79,7 +80,7 @@ class InstallSettings:
     """
 
     method: str = "auto"  # auto | nvidia-repo | distro
-    venv: str = "/opt/provision/venv"
+    venv: str = DEFAULT_VENV
     pip: PipSettings = field(default_factory=PipSettings)
     apt: AptSettings = field(default_factory=AptSettings)
     reboot: str = "auto"  # auto | never
@@ -100,8 +101,8 @@ class InstallSettings:
     mok_cert: str | None = None
 
     def __post_init__(self) -> None:
-        if self.method not in ("auto", "nvidia-repo", "distro"):
-            raise BadInput(f"install.method {self.method!r} is unknown", "use auto, nvidia-repo or distro")
+        if self.method not in INSTALL_METHOD_CHOICES:
+            raise BadInput(f"install.method {self.method!r} is unknown", f"use {', '.join(INSTALL_METHOD_CHOICES)}")
         if self.reboot not in ("auto", "never"):
             raise BadInput(f"install.reboot {self.reboot!r} is unknown", "use auto or never")
         check_path(self.venv, "install.venv")

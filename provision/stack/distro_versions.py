@@ -6,7 +6,7 @@ source linux-restricted-modules) are built per kernel for one driver version, th
 ``nvidia-kernel-common-<b>-server (>= X)`` dependency (NVIDIA GPU Operator docs, "precompiled
 drivers", `apt show linux-modules-nvidia-525-server-5.15.0-69-generic`). The knowledge's
 per-release version is a guess that goes stale; probe reads the host's index instead
-(``facts["ubuntu_driver_index"]``, provision/hosts/gather.py) and this module turns it into the
+(``ProbedHost.ubuntu_driver_index``, read by provision/hosts/gather.py) and this module turns it into the
 driver version the lock holds. Without facts (``--assume``) the version is decided on the host:
 the plan says so (version null, the kernel's flavour and release left in the names as
 ``{kernel_flavour}`` and ``{kernel}``) and the run records what was installed.
@@ -20,9 +20,9 @@ driver container installs them (NVIDIA/gpu-driver-container ubuntu22.04/precompi
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+
+from provision.model.facts import ProbedHost
 
 # In a package name of the plan, what the host fills in where the plan had no facts (--assume).
 KERNEL_FLAVOUR = "{kernel_flavour}"
@@ -71,28 +71,23 @@ def _upstream(version: str) -> str:
     return version.split(":", 1)[-1].split("-", 1)[0]
 
 
-def ubuntu_driver(
-    facts: Mapping[str, Any] | None, branch: int, open_modules: bool, kernel: str | None = None
-) -> UbuntuDriver:
-    """What the host's index (probe facts: the whole facts object) offers for ``branch``.
+def ubuntu_driver(probed: ProbedHost | None, branch: int, open_modules: bool) -> UbuntuDriver:
+    """What the host's index (read at probe) offers for ``branch``.
 
     Refused (one line, for the resolver's failures) when the running kernel has no precompiled
     module of the branch and flavour, or when the index's headless set is at another version
     than the one those modules were built for: apt would then mix a new user space with an old
     module, which the driver refuses at load.
     """
-    index = (facts or {}).get("ubuntu_driver_index")
-    kernel = kernel or (facts or {}).get("kernel")
-    if not index:
+    index = probed.ubuntu_driver_index if probed is not None else None
+    kernel = probed.kernel if probed is not None else None
+    if index is None:
         return UbuntuDriver(None, kernel, None, note="decided on the host: its kernel's precompiled modules fix it")
-    flavour = index.get("kernel_flavour")
-    if not index.get("lists", True):
+    flavour = index.kernel_flavour
+    if not index.lists:
         return UbuntuDriver(None, kernel, flavour, note="decided on the host: apt had no package lists at probe")
     kind = f"{branch}-server{_suffix(open_modules)}"
-    module = next(
-        (m for m in index.get("modules") or [] if m.get("branch") == branch and bool(m.get("open")) == open_modules),
-        None,
-    )
+    module = next((m for m in index.modules if m.branch == branch and m.open == open_modules), None)
     if module is None:
         return UbuntuDriver(
             None,
@@ -100,12 +95,12 @@ def ubuntu_driver(
             flavour,
             refused=f"install_method: Ubuntu has no precompiled {kind} modules for kernel {kernel} in the host's index",
         )
-    version = module.get("driver_version")
+    version = module.driver_version
     if not version:
-        return UbuntuDriver(None, kernel, flavour, note=f"decided on the host: {module.get('package')} names no driver")
-    userspace: Mapping[str, Mapping[str, Any]] = index.get("userspace") or {}
+        return UbuntuDriver(None, kernel, flavour, note=f"decided on the host: {module.package} names no driver")
     for name in userspace_packages(branch, open_modules):
-        candidate = (userspace.get(name) or {}).get("candidate")
+        found = index.userspace.get(name)
+        candidate = found.candidate if found is not None else None
         if candidate is None:
             return UbuntuDriver(
                 None, kernel, flavour, refused=f"install_method: {name} is not in the host's index (apt-get update?)"
@@ -121,4 +116,4 @@ def ubuntu_driver(
                     "and probe again, or use install_method nvidia-repo"
                 ),
             )
-    return UbuntuDriver(version, kernel, flavour, note=f"from the host's index ({module.get('package')})")
+    return UbuntuDriver(version, kernel, flavour, note=f"from the host's index ({module.package})")

@@ -273,8 +273,8 @@ class _Builder:
 def template_values(host: HostSpec) -> dict[str, str]:
     """The host's part of the placeholders: repository dirs and arch names."""
     aarch64 = host.arch == "aarch64"
-    probed = host.probed or {}
-    index = probed.get("ubuntu_driver_index") or {}
+    probed = host.probed
+    index = probed.ubuntu_driver_index if probed is not None else None
     return {
         "repo_dir": host.os.repo_name or "",
         "arch_dir": "sbsa" if aarch64 else "x86_64",
@@ -284,8 +284,8 @@ def template_values(host: HostSpec) -> dict[str, str]:
         # generic-hwe-22.04, not what `uname -r` says) and release come from the probed host's
         # index; a described host (--assume) leaves both in the names for the host to fill in
         # (nvidia_driver's distro-ubuntu.yml, by the rule of provision.stack.distro_versions).
-        "kernel_flavour": str(index.get("kernel_flavour") or KERNEL_FLAVOUR),
-        "kernel": str(probed.get("kernel") or KERNEL),
+        "kernel_flavour": (index.kernel_flavour if index is not None else None) or KERNEL_FLAVOUR,
+        "kernel": (probed.kernel if probed is not None else None) or KERNEL,
     }
 
 

@@ -7,9 +7,8 @@ specifier or an impossible count is :class:`BadInput` (exit 2) naming the neares
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -17,6 +16,8 @@ from packaging.version import Version
 
 from provision.errors import BadInput
 from provision.matrix import Gpu, Knowledge, OsRelease, load
+from provision.model.defaults import INSTALL_METHOD_CHOICES
+from provision.model.facts import ProbedHost
 
 FRAMEWORKS = ("torch", "tensorflow", "jax")
 EXTRAS = {"torch": frozenset(), "tensorflow": frozenset({"and-cuda"}), "jax": frozenset({"cuda12", "cuda13"})}
@@ -182,7 +183,7 @@ class StackRequest:
                     f"give one variant: drop --torch-variant, or change the spec to +{variant}",
                 )
         method = (install_method or "auto").lower()
-        if method not in ("auto", "nvidia-repo", "distro"):
+        if method not in INSTALL_METHOD_CHOICES:
             raise BadInput(f"unknown install method `{install_method}`", "use auto, nvidia-repo or distro")
         source = (python_source or "auto").lower()
         if source not in PYTHON_SOURCES:
@@ -229,9 +230,9 @@ class HostSpec:
     arch: str
     instance_type: str | None = None
     fabric_manager: bool | None = None  # known from the instance type or probed NVSwitches
-    # The probe facts of a probed host (None: described with --assume); the resolver reads what
-    # the host's own index offers from them (provision.stack.distro_versions).
-    probed: Mapping[str, Any] | None = field(default=None, compare=False, hash=False, repr=False)
+    # What the probe found (None: described with --assume); the resolver reads what the host's own
+    # index offers from it (provision.stack.distro_versions).
+    probed: ProbedHost | None = field(default=None, compare=False, hash=False, repr=False)
 
     @classmethod
     def describe(
@@ -281,10 +282,11 @@ class HostSpec:
         return cls(g, count if count is not None else (1 if g else 0), osr, a, it_name, fm)
 
     @classmethod
-    def from_facts(cls, facts: Mapping[str, Any], knowledge: Knowledge | None = None) -> HostSpec:
-        """A host described by `provision probe` facts (``os``, ``arch``, ``gpus``, ``nvswitch_count``,
-        ``ec2_instance_type``): the one facts -> HostSpec adapter (plan and up read probed hosts
-        through it, as ``HostFacts.to_json()``; the stack never imports the hosts package).
+    def from_facts(cls, facts: ProbedHost, knowledge: Knowledge | None = None) -> HostSpec:
+        """A host described by what its probe found: the one facts -> HostSpec adapter (plan and up
+        build the record from ``HostFacts`` with ``provision.hosts.facts.probed_host``, a ``probe
+        --json`` document gives it through ``ProbedHost.from_json``; the stack never imports the
+        hosts package).
 
         GPUs are matched by ``model`` or else ``pci_id``; a host without GPUs resolves as a
         GPU-less host (CPU-only stacks); several different models on one host, or a PCI ID the
@@ -292,8 +294,8 @@ class HostSpec:
         """
         k = knowledge or load()
         models: list[str] = []
-        for g in facts.get("gpus") or []:
-            gpu = k.gpu(g["model"]) if g.get("model") else k.gpu(str(g.get("pci_id", "")))
+        for g in facts.gpus:
+            gpu = k.gpu(g.model) if g.model else k.gpu(g.pci_id)
             models.append(gpu.name)
         if len(set(models)) > 1:
             raise BadInput(
@@ -303,10 +305,10 @@ class HostSpec:
         spec = cls.describe(
             gpu=models[0] if models else None,
             gpu_count=len(models) or None,
-            instance_type=facts.get("ec2_instance_type"),
-            os=facts.get("os"),
-            arch=facts.get("arch"),
-            nvswitch_count=facts.get("nvswitch_count"),
+            instance_type=facts.instance_type,
+            os=facts.os,
+            arch=facts.arch,
+            nvswitch_count=facts.nvswitch_count,
             knowledge=k,
         )
         return replace(spec, probed=facts)

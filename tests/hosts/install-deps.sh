@@ -25,6 +25,7 @@ command -v chromium >/dev/null || need+=(chromium)   # report.html is looked at 
 [[ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ]] || need+=(fonts-dejavu-core)   # the charts' text widths are checked against it
 command -v patchelf >/dev/null || need+=(patchelf)   # the stand-in standalone CPython is relocated as python-build-standalone is
 [[ -x /usr/sbin/squid ]] || command -v squid >/dev/null || need+=(squid)   # the fleet cache's proxy
+command -v shellcheck >/dev/null || need+=(shellcheck)   # the probe script (provision/remote/snippets/probe.sh) is shellchecked
 ((${#need[@]})) || exit 0
 if [[ $(id -u) != 0 ]]; then
   echo "error: missing OS packages: ${need[*]} (install them as root: apt-get install ${need[*]})" >&2

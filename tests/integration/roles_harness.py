@@ -29,17 +29,13 @@ from tests.hosts import harness
 
 BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parents[2]
-# The explicit test-only switches: no GPU on the test hosts, so no GPU check and no module load.
-# They are no role variable (no default, no argument spec, so `--set` and provision's overrides refuse
-# them and a production run never carries one): render() writes them into the run dir's host_vars/,
-# which plain ansible-playbook reads beside the inventory.
-TESTONLY = {
-    "preflight_testonly_skip_gpu_check": True,
-    "nvidia_driver_testonly_skip_module_load": True,
-    "verify_testonly_skip_gpu": True,
-    # the driver role's reboot ends the run lock's holder in place of rebooting (test_runlock.py
-    # turns it on; the role tests never reach the reboot: the module load is skipped)
-    "nvidia_driver_testonly_reboot_ends_lock": False,
+# No GPU on the test hosts: the role variables that stand a GPU-less host in for a GPU host (no GPU
+# check, no module load, no nvidia-smi check; each documented in its role's defaults, true there).
+# render() sets them, nothing else differs from a GPU host's run.
+GPU_LESS = {
+    "preflight_check_gpu": False,
+    "nvidia_driver_load_module": False,
+    "verify_check_driver": False,
 }
 _RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
 
@@ -102,20 +98,14 @@ def render(
     group = {**group, "hosts": [host.name]}
     lock = build_lock([LockGroup.from_json(group)])
     text = dumps_lock(lock)
-    merged = {**TESTONLY, **(overrides or {})}
     write_run_dir(
         run,
         json.loads(text),
         text,
         {host.name: connection(hostset, host)},
         install or InstallSettings(),
-        overrides={k: v for k, v in merged.items() if k not in TESTONLY},
+        overrides={**GPU_LESS, **(overrides or {})},
     )
-    host_vars = run / "host_vars"
-    host_vars.mkdir(mode=0o700, exist_ok=True)
-    testonly = host_vars / f"{host.name}.yml"
-    testonly.write_text(yaml.safe_dump({k: v for k, v in merged.items() if k in TESTONLY}))
-    testonly.chmod(0o600)
     return run
 
 

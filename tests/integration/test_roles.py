@@ -1,9 +1,9 @@
 """The roles for real, on Debian 12 and Debian 13 SSH test hosts, through a run dir that plain
 `ansible-playbook` applies (rendered from a lock group the real resolver made).
 
-The test hosts have no GPU: preflight's GPU check and the module load are skipped by the explicit
-test-only variables (roles_harness.TESTONLY), nothing else. Debian 12 host 1 and the Debian 13
-host run the long real installs (Debian's non-free driver built by DKMS for real against the
+The test hosts have no GPU: preflight's GPU check, the module load and verify's nvidia-smi check
+are skipped by their documented role variables (roles_harness.GPU_LESS), nothing else. Debian 12
+host 1 and the Debian 13 host run the long real installs (Debian's non-free driver built by DKMS for real against the
 release's own kernel headers; on Debian 12 also Debian's CUDA toolkit) in the background while
 Debian 12 host 2 runs the rest, so the whole module stays within about ten minutes on two cores.
 

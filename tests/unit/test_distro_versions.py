@@ -17,6 +17,7 @@ import pytest
 from provision.errors import Unsatisfiable
 from provision.hosts import gather
 from provision.hosts import parse_packages as pp
+from provision.model.facts import ProbedHost
 from provision.stack import distro_versions as dv
 from provision.stack.request import HostSpec, StackRequest
 from provision.stack.resolve import resolve
@@ -98,7 +99,7 @@ def test_kernel_metapackages_leave_out_the_per_kernel_images() -> None:
 
 def test_the_driver_version_comes_from_the_kernels_modules_and_the_plan_holds_the_headless_set_at_it() -> None:
     facts = _facts("6.8.0-52-generic", "hwe-22.04")
-    found = dv.ubuntu_driver(facts, 580, True)
+    found = dv.ubuntu_driver(ProbedHost.from_json(facts), 580, True)
     assert (found.version, found.kernel_flavour, found.refused) == ("580.95.05", "generic-hwe-22.04", None)
     assert found.version is not None
     assert ubuntu_entries(facts, found.version) == [
@@ -112,14 +113,14 @@ def test_the_driver_version_comes_from_the_kernels_modules_and_the_plan_holds_th
 def test_a_kernel_whose_modules_lag_behind_the_archives_user_space_is_refused() -> None:
     """The archive keeps only the newest nvidia-utils; the old kernel's modules are an older driver."""
     facts = _facts("6.8.0-1021-aws", "aws-22.04")
-    found = dv.ubuntu_driver(facts, 580, True)
+    found = dv.ubuntu_driver(ProbedHost.from_json(facts), 580, True)
     assert found.version is None and found.kernel_flavour == "aws"
     assert found.refused and "nvidia-headless-no-dkms-580-server-open 580.95.05" in found.refused
     assert "modules are 580.82.07" in found.refused and "boot the newest kernel" in found.refused
 
 
 def test_a_branch_without_precompiled_modules_for_the_kernel_is_refused() -> None:
-    found = dv.ubuntu_driver(_facts("6.8.0-52-generic", "hwe-22.04"), 570, False)
+    found = dv.ubuntu_driver(ProbedHost.from_json(_facts("6.8.0-52-generic", "hwe-22.04")), 570, False)
     assert found.refused == (
         "install_method: Ubuntu has no precompiled 570-server modules for kernel 6.8.0-52-generic in the host's index"
     )
@@ -136,7 +137,7 @@ def test_without_a_host_the_version_is_decided_on_the_host() -> None:
     assert {v for _, v in entries} == {None}
     # apt had no lists at probe: nothing to read, the host decides as well
     no_lists = {"kernel": "6.8.0-52-generic", "ubuntu_driver_index": {"kernel_flavour": "generic", "lists": False}}
-    assert dv.ubuntu_driver(no_lists, 580, True).decided_on_host
+    assert dv.ubuntu_driver(ProbedHost.from_json(no_lists), 580, True).decided_on_host
 
 
 def _l4_facts(kernel: str, name: str) -> dict[str, Any]:
@@ -147,11 +148,11 @@ def _l4_facts(kernel: str, name: str) -> dict[str, Any]:
 
 
 def test_the_resolver_takes_the_probed_hosts_version_for_ubuntus_distro_driver() -> None:
-    host = HostSpec.from_facts(_l4_facts("6.8.0-52-generic", "hwe-22.04"))
+    host = HostSpec.from_facts(ProbedHost.from_json(_l4_facts("6.8.0-52-generic", "hwe-22.04")))
     res = resolve(StackRequest.build(driver="580", install_method="distro"), host).to_json()
     assert res["stack"]["driver"]["version"] == "580.95.05"
     with pytest.raises(Unsatisfiable, match=r"offers 580\.95\.05, not 580\.105\.08"):
         resolve(StackRequest.build(driver="580.105.08", install_method="distro"), host)
-    stale = HostSpec.from_facts(_l4_facts("6.8.0-1021-aws", "aws-22.04"))
+    stale = HostSpec.from_facts(ProbedHost.from_json(_l4_facts("6.8.0-1021-aws", "aws-22.04")))
     with pytest.raises(Unsatisfiable, match="boot the newest kernel"):
         resolve(StackRequest.build(driver="580", install_method="distro"), stale)

@@ -25,7 +25,7 @@ def test_the_one_list_covers_apt_dpkg_rpm_and_dnf_and_both_readers_take_it() -> 
     assert "/var/lib/apt/lists/lock" in doc["fcntl"] and "/var/lib/rpm/.rpm.lock" in doc["fcntl"]
     assert "/var/cache/apt/archives/lock" in doc["fcntl"] and "/var/run/dnf.pid" in doc["pid_files"]
     assert gather.package_lock_files() == (doc["fcntl"], doc["pid_files"])
-    root = gather.root_body()
+    root = gather.probe_command(gather.GatherOptions(), ["root"])
     for path in doc["fcntl"]:
         assert f"fcntl:{path}" in root
     for path in doc["pid_files"]:

@@ -298,6 +298,7 @@ def test_a_probed_host_without_an_nvidia_gpu_gets_no_driver_unless_one_is_pinned
     """A real probe's facts (a Debian 12 VM whose lspci lists no NVIDIA device): the resolver plans
     no driver for it and says why; a pinned driver is still honoured (the user asked for it)."""
     from provision.hosts import gather
+    from provision.hosts.facts import probed_host
     from provision.matrix import load
     from provision.stack.request import NO_GPU_FOUND, HostSpec, StackRequest
     from provision.stack.resolve import resolve
@@ -312,7 +313,7 @@ def test_a_probed_host_without_an_nvidia_gpu_gets_no_driver_unless_one_is_pinned
         "pythons": "python3.11\n",
     }
     facts = gather.facts_from_sections(sections, gather.GatherOptions(lookup=load().gpu_by_pci_id))
-    host = HostSpec.from_facts(facts.to_json())
+    host = HostSpec.from_facts(probed_host(facts))
     assert host.gpu is None and host.probed is not None
     res = resolve(StackRequest.build(frameworks=["torch==2.8.0"]), host)
     assert res.stack.driver is None

@@ -10,6 +10,7 @@ import pytest
 from provision.errors import BadInput
 from provision.hosts import facts as hf
 from provision.hosts import gather
+from provision.model.facts import ProbedHost
 from provision.stack.request import HostSpec
 from tests.support.probe_fixtures import OPTIONS, fixture, hgx_ubuntu_2204, table_lookup
 
@@ -219,7 +220,7 @@ def test_unknown_gpu_keeps_pci_id_and_takes_cc_from_nvml() -> None:
     assert (desc.gpu, desc.compute_capability, desc.gpu_count) == (None, "12.1", 1)
     # resolve cannot pick a driver for a GPU the knowledge data lacks: bad input, not a GPU-less host
     with pytest.raises(BadInput, match="unknown GPU PCI ID `10de:2e2a`"):
-        HostSpec.from_facts(facts.to_json())
+        HostSpec.from_facts(hf.probed_host(facts))
 
 
 def test_nvml_error_is_reported_not_raised() -> None:
@@ -256,7 +257,7 @@ def test_description_feeds_the_resolver() -> None:
     from provision.matrix import load
 
     options = gather.GatherOptions(lookup=load().gpu_by_pci_id)
-    spec = HostSpec.from_facts(gather.facts_from_sections(hgx_ubuntu_2204(), options).to_json())
+    spec = HostSpec.from_facts(hf.probed_host(gather.facts_from_sections(hgx_ubuntu_2204(), options)))
     assert (spec.gpu.name if spec.gpu else None, spec.gpu_count, spec.os.id, spec.arch) == (
         "H100-SXM",
         8,
@@ -291,8 +292,10 @@ def test_facts_json_is_what_resolve_reads() -> None:
 
     options = gather.GatherOptions(lookup=load().gpu_by_pci_id)
     facts = gather.facts_from_sections(hgx_ubuntu_2204(), options)
-    from_json = HostSpec.from_facts(json.loads(json.dumps(facts.to_json())))
-    from_facts = HostSpec.from_facts(facts.to_json())  # what plan reads
+    probed = ProbedHost.from_json(json.loads(json.dumps(facts.to_json())))
+    assert probed == hf.probed_host(facts)  # the JSON reader and the edge builder agree
+    from_json = HostSpec.from_facts(probed)
+    from_facts = HostSpec.from_facts(hf.probed_host(facts))  # what plan reads
     assert from_json == from_facts
     assert from_json.gpu is not None and from_json.gpu.name == "H100-SXM" and from_json.gpu_count == 8
 
@@ -309,9 +312,24 @@ def test_a_host_with_mixed_gpu_models_is_refused_by_the_one_adapter() -> None:
     facts = gather.facts_from_sections(sections, gather.GatherOptions(lookup=load().gpu_by_pci_id))
     assert [g.model for g in facts.gpus] == ["H100-SXM", "H100-SXM", "L4"]
     with pytest.raises(BadInput, match=r"different GPU models \(H100-SXM, L4\)"):
-        HostSpec.from_facts(facts.to_json())
+        HostSpec.from_facts(hf.probed_host(facts))
     sections["lspci"] = "\n".join([h100, h100])
     same = HostSpec.from_facts(
-        gather.facts_from_sections(sections, gather.GatherOptions(lookup=load().gpu_by_pci_id)).to_json()
+        hf.probed_host(gather.facts_from_sections(sections, gather.GatherOptions(lookup=load().gpu_by_pci_id)))
     )
     assert (same.gpu.name if same.gpu else None, same.gpu_count) == ("H100-SXM", 2)
+
+
+def test_the_resolvers_facts_are_read_from_json_once_and_malformed_ones_are_bad_input() -> None:
+    """ProbedHost.from_json reads the `facts` object of `probe --json`; a value of the wrong type is
+    bad input naming the key, not a KeyError deep in the resolver."""
+    doc = {"os": "ubuntu-22.04", "arch": "x86_64", "gpus": [{"model": None, "pci_id": "10de:2330"}]}
+    assert ProbedHost.from_json(doc).gpus[0].pci_id == "10de:2330"
+    for bad, key in (
+        ({"gpus": "H100"}, "facts.gpus"),
+        ({"nvswitch_count": "6"}, "facts.nvswitch_count"),
+        ({"os": 22.04}, "facts.os"),
+        ({"ubuntu_driver_index": {"modules": [{"branch": 580}]}}, "facts.ubuntu_driver_index"),
+    ):
+        with pytest.raises(BadInput, match=key.replace(".", r"\.")):
+            ProbedHost.from_json({**doc, **bad})

@@ -106,9 +106,10 @@ def test_disabled_is_not_asked(imds: tuple[str, list[tuple[str, str, str | None]
 
 
 def test_default_endpoint_is_asked_only_on_ec2_hardware() -> None:
-    script = gather.main_script(gather.GatherOptions(), with_root=False)
-    imds_part = script.split("sec imds")[1].split("sec venv")[0]
-    assert "/sys/class/dmi/id/sys_vendor" in imds_part and gather.IMDS_DEFAULT in imds_part
+    env = gather.probe_env(gather.GatherOptions(), ["main"])
+    imds_part = gather.PROBE_SCRIPT.read_text().split("sec imds")[1].split("sec venv")[0]
+    assert "/sys/class/dmi/id/sys_vendor" in imds_part and env["PROVISION_IMDS_ENDPOINT"] == gather.IMDS_DEFAULT
+    assert env["PROVISION_IMDS_ASK"] == "ec2" and '"$PROVISION_IMDS_ASK" = always ] ||' in imds_part
 
 
 def test_aws_environment_names(monkeypatch: pytest.MonkeyPatch) -> None:

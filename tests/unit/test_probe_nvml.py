@@ -39,8 +39,10 @@ def _env(lib: Path, **extra: str) -> dict[str, str]:
 
 
 def _query(env: dict[str, str]) -> tuple[hf.NvmlInventory | None, str | None]:
-    script = gather._python_heredoc("python3", "nvml_query")
-    result = LocalTransport(env=env).run(["sh", "-c", script])
+    # as the probe script runs it: its own py function (no part given, the script only defines it)
+    script = gather.PROBE_SCRIPT.read_text() + '\npy python3 -B "$PROVISION_NVML_PY"\n'
+    nvml = gather.probe_env(gather.GatherOptions(), ["main"])["PROVISION_NVML_PY"]
+    result = LocalTransport(env={**env, "PROVISION_NVML_PY": nvml}).run(["sh", "-c", script])
     assert result.ok, result.stderr
     return ps.parse_nvml_json(result.stdout)
 

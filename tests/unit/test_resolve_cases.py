@@ -14,6 +14,7 @@ import pytest
 
 from provision.errors import BadInput, Unsatisfiable
 from provision.matrix import load
+from provision.model.facts import ProbedHost
 from provision.stack.request import HostSpec, StackRequest
 from provision.stack.resolve import resolve
 
@@ -859,17 +860,19 @@ def test_host_from_probe_facts() -> None:
         "nvswitch_count": 6,
         "gpus": [{"pci_id": "10de:2330", "model": None}] * 8,
     }
-    host = HostSpec.from_facts(facts)
+    host = HostSpec.from_facts(ProbedHost.from_json(facts))
     assert (host.gpu and host.gpu.name, host.gpu_count, host.needs_fabric_manager) == ("H100-SXM", 8, True)
     res = resolve(StackRequest.build(), host)
     stack = res.to_json()["stack"]
     assert stack["fabric_manager"] == {"version": stack["driver"]["version"]}
-    gpuless = HostSpec.from_facts({"os": "debian-12", "arch": "x86_64", "gpus": []})
+    gpuless = HostSpec.from_facts(ProbedHost.from_json({"os": "debian-12", "arch": "x86_64", "gpus": []}))
     cpu = resolve(StackRequest.build(frameworks=["torch==2.13.0+cpu"]), gpuless)
     assert cpu.stack.driver is None and cpu.host.gpu is None
     with pytest.raises(BadInput, match="different GPU models"):
-        HostSpec.from_facts({"os": "debian-12", "gpus": [{"model": "T4"}, {"model": "L4"}]})
-    no_switch = HostSpec.from_facts({"os": "ubuntu-22.04", "nvswitch_count": 0, "gpus": [{"model": "H100-SXM"}] * 8})
+        HostSpec.from_facts(ProbedHost.from_json({"os": "debian-12", "gpus": [{"model": "T4"}, {"model": "L4"}]}))
+    no_switch = HostSpec.from_facts(
+        ProbedHost.from_json({"os": "ubuntu-22.04", "nvswitch_count": 0, "gpus": [{"model": "H100-SXM"}] * 8})
+    )
     assert no_switch.needs_fabric_manager is False
 
 

@@ -14,9 +14,10 @@ import yaml
 
 from provision.ansible.render import render_files
 from provision.ansible.roles import ROLES
+from provision.model.defaults import DEFAULT_VENV, INSTALL_METHODS
 from provision.model.settings import InstallSettings
 from provision.resources import playbooks_dir
-from tests.integration.roles_harness import TESTONLY
+from tests.integration.roles_harness import GPU_LESS
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -92,17 +93,44 @@ def test_every_role_names_the_platforms_preflight_supports(role: str) -> None:
     assert info["role_name"] == role
 
 
+def test_the_venv_path_is_defined_once_and_the_other_roles_derive_it() -> None:
+    """python_env_path is provision's default install.venv; frameworks_venv and verify_venv keep
+    their names (the roles' interface) and default to it."""
+    assert _role_yaml("python_env", "defaults/main.yml")["python_env_path"] == DEFAULT_VENV
+    assert _role_yaml("frameworks", "defaults/main.yml")["frameworks_venv"] == "{{ python_env_path }}"
+    assert _role_yaml("verify", "defaults/main.yml")["verify_venv"] == "{{ python_env_path }}"
+    assert ROLES.index("python_env") < ROLES.index("frameworks") < ROLES.index("verify")
+
+
+def test_the_roles_install_method_choices_are_the_python_list() -> None:
+    """The roles keep YAML `choices:` (Ansible validates without provision); they are
+    provision.model.defaults.INSTALL_METHODS, the one list config, the CLI and the resolver use."""
+    found = {}
+    for role in ALL_ROLES:
+        spec = _role_yaml(role, "meta/argument_specs.yml")["argument_specs"]["main"]["options"]
+        defaults = _role_yaml(role, "defaults/main.yml")
+        for name, option in spec.items():
+            if name.endswith("_method"):
+                found[name] = option.get("choices")
+                assert defaults[name] in INSTALL_METHODS, name
+    assert set(found) == {"nvidia_driver_method", "cuda_toolkit_method"}
+    assert all(choices == list(INSTALL_METHODS) for choices in found.values()), found
+
+
 @pytest.mark.parametrize("role", ALL_ROLES)
-def test_no_test_only_switch_is_in_a_role_interface(role: str) -> None:
-    """The *_testonly_* switches are no role variable: production runs never carry one, `--set`
-    refuses them, the tasks read them with a default, and only the test harness sets them."""
+def test_the_gpu_less_switches_are_documented_role_variables(role: str) -> None:
+    """What the role tests set on their GPU-less hosts is each role's documented interface: a bool
+    that defaults to true (a real host's run), with a description; no hidden switch is read."""
     defaults = _role_yaml(role, "defaults/main.yml")
     spec = _role_yaml(role, "meta/argument_specs.yml")["argument_specs"]["main"]["options"]
-    assert not [n for n in [*defaults, *spec] if "testonly" in n]
-    for path in (playbooks_dir() / "roles" / role / "tasks").glob("*.yml"):
-        code = "\n".join(line for line in path.read_text().splitlines() if not line.lstrip().startswith("#"))
-        for name, after in re.findall(r"(\w+_testonly_\w+)(.{0,17})", code):
-            assert name in TESTONLY and after == " | default(false)", f"{path.name}: {name}{after}"
+    for name in [n for n in GPU_LESS if n.startswith(f"{role}_")]:
+        assert defaults[name] is True and GPU_LESS[name] is False, name
+        assert spec[name]["type"] == "bool" and spec[name]["description"], name
+    if role == "nvidia_driver":  # the run-lock test's stand-in for a reboot, off on real hosts
+        assert defaults["nvidia_driver_reboot_lock_only"] is False
+        assert spec["nvidia_driver_reboot_lock_only"]["type"] == "bool"
+    for path in (playbooks_dir() / "roles" / role).rglob("*.yml"):
+        assert "testonly" not in path.read_text(), path.name
 
 
 @pytest.mark.parametrize("role", ALL_ROLES)

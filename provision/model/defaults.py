@@ -1,0 +1,18 @@
+"""Values declared once that the config, the CLI, the resolver, the Ansible settings and the roles share.
+
+The roles keep their own YAML copies (``choices:`` in ``meta/argument_specs.yml``, the venv in
+``playbooks/roles/python_env/defaults/main.yml``) because Ansible reads them without provision;
+``tests/unit/test_roles_lint.py`` checks those copies equal these values.
+"""
+
+from __future__ import annotations
+
+# How the NVIDIA driver (and a system CUDA toolkit) is installed: NVIDIA's CUDA network repository
+# or the OS's own packages. The roles take one of these; the request and the config also take auto
+# (the resolver picks per host).
+INSTALL_METHODS = ("nvidia-repo", "distro")
+INSTALL_METHOD_CHOICES = ("auto", *INSTALL_METHODS)
+
+# Where the frameworks' virtual environment lives on each host (install.venv's default, the
+# python_env role's python_env_path, from which frameworks_venv and verify_venv derive).
+DEFAULT_VENV = "/opt/provision/venv"
