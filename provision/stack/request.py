@@ -184,7 +184,7 @@ class StackRequest:
                 )
         method = (install_method or "auto").lower()
         if method not in INSTALL_METHOD_CHOICES:
-            raise BadInput(f"unknown install method `{install_method}`", "use auto, nvidia-repo or distro")
+            raise BadInput(f"unknown install method `{install_method}`", f"use {', '.join(INSTALL_METHOD_CHOICES)}")
         source = (python_source or "auto").lower()
         if source not in PYTHON_SOURCES:
             raise BadInput(f"unknown Python source `{python_source}`", "use auto, os or standalone")
