@@ -19,7 +19,7 @@ from provision.cli.options import (
     stack_options,
     target_options,
 )
-from provision.stack.packages import PackagePlan
+from provision.model.packages import PackagePlan
 
 if TYPE_CHECKING:
     from rich.console import Console

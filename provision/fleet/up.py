@@ -80,7 +80,7 @@ def load_targets(local: bool, inventory: str | None) -> dict[str, HostTarget]:
 
 def group_hash(group: LockGroup) -> str:
     """A lock group's identity for the state DB: what is installed, not which hosts share it."""
-    doc = {"host": group.host, "stack": group.stack, "packages": group.to_json()["packages"]}
+    doc = {"host": group.host.to_json(), "stack": group.stack.to_json(), "packages": group.to_json()["packages"]}
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -122,11 +122,10 @@ def _up(
     on_phase: Callable[[str], None] | None,
     on_total: Callable[[int | None], None] | None,
 ) -> UpResult:
-    from provision.files import private_dir
+    from provision.files import private_dir, read_lock
     from provision.fleet.planning import check_inputs, plan
     from provision.fleet.state import State, state_path
     from provision.stack.drift import expected_versions
-    from provision.stack.lock import read_lock
 
     say = on_phase or (lambda _: None)
     check_options(options)
@@ -176,7 +175,7 @@ def _up(
         raise
     for note in planned.notes:
         say(note)
-    lock = read_lock(planned.lock_path)
+    lock = planned.lock  # what plan wrote to planned.lock_path, not read back
     groups = {h: g for g in lock.groups for h in g.hosts}
     for hp in planned.hosts:
         group = groups[hp.host]

@@ -24,6 +24,7 @@ from provision.ansible.settings import InstallSettings, PipSettings, split_crede
 from provision.errors import BadInput
 from provision.fleet.cache.tunnel import host_vars
 from provision.fleet.cache.wheels import WheelSet, netrc_env
+from provision.model import Lock
 
 GOLDEN = Path(__file__).parent / "golden" / "render"
 HOSTS = {"gpu-1.example": {"ansible_host": "10.0.0.1"}}
@@ -52,7 +53,7 @@ def test_split_credential_keeps_the_url_and_decodes_the_login() -> None:
 
 
 def test_credentials_are_only_in_secrets_yml_and_the_play_env_only_names_files() -> None:
-    files = render_files(_lock(), HOSTS, INSTALL, roles_path="/usr/share/provision/roles")
+    files = render_files(Lock.from_json(_lock()), HOSTS, INSTALL, roles_path="/usr/share/provision/roles")
     holders = {rel for rel, text in files.items() if any(t in text for t in TOKENS)}
     assert holders == {"secrets.yml"}
     group = next(rel for rel in files if rel.startswith("group_vars/") and rel != "group_vars/all.yml")
@@ -84,7 +85,7 @@ def test_credentials_are_only_in_secrets_yml_and_the_play_env_only_names_files()
 
 def test_a_run_without_credentials_renders_as_before() -> None:
     plain = InstallSettings(pip=PipSettings(find_links=("/srv/wheels",)), apt_proxy="http://proxy.example:3128")
-    files = render_files(_lock(), HOSTS, plain, roles_path="/usr/share/provision/roles")
+    files = render_files(Lock.from_json(_lock()), HOSTS, plain, roles_path="/usr/share/provision/roles")
     assert "secrets.yml" not in files
     assert "roles" in yaml.safe_load(files["site.yml"])[0]
 
@@ -104,7 +105,7 @@ def test_a_run_without_credentials_renders_as_before() -> None:
 )
 def test_credentials_pip_cannot_look_up_are_bad_input(install: InstallSettings, message: str) -> None:
     with pytest.raises(BadInput, match=message):
-        render_files(_lock(), HOSTS, install, roles_path="/usr/share/provision/roles")
+        render_files(Lock.from_json(_lock()), HOSTS, install, roles_path="/usr/share/provision/roles")
 
 
 def test_the_run_dir_is_private_and_passes_ansible_syntax_check(tmp_path: Path) -> None:
@@ -112,7 +113,7 @@ def test_the_run_dir_is_private_and_passes_ansible_syntax_check(tmp_path: Path) 
     out.mkdir(mode=0o755)
     out.chmod(0o755)
     lock = _lock()
-    write_run_dir(out, lock, json.dumps(lock), HOSTS, INSTALL)
+    write_run_dir(out, Lock.from_json(lock), json.dumps(lock), HOSTS, INSTALL)
     for path in [out, *out.rglob("*")]:
         mode = path.stat().st_mode
         assert not mode & 0o077, f"{path} is {stat.filemode(mode)}"
@@ -126,7 +127,7 @@ def test_the_run_dir_is_private_and_passes_ansible_syntax_check(tmp_path: Path) 
     )
     assert result.returncode == 0, result.stderr
     # planned again without credentials: the old secrets.yml does not stay behind
-    write_run_dir(out, lock, json.dumps(lock), HOSTS, InstallSettings())
+    write_run_dir(out, Lock.from_json(lock), json.dumps(lock), HOSTS, InstallSettings())
     assert not (out / "secrets.yml").exists()
 
 
