@@ -51,7 +51,7 @@ def closure_file(wheelhouse: Path, host: harness.TestHost) -> tuple[str, int]:
     install = InstallSettings(pip=PipSettings(find_links=(str(wheelhouse),)))
     locked = LockGroup.from_json(group)
     with tempfile.TemporaryDirectory() as cache:
-        lock_closures([locked], install, {"frameworks_no_index": True}, cache=Path(cache))
+        [locked] = lock_closures([locked], install, {"frameworks_no_index": True}, cache=Path(cache))
     [entry] = locked_installs(locked.python_packages)
     return "".join(f"{line}\n" for line in entry["requirements"]), len(entry["requirements"])
 

@@ -14,6 +14,9 @@ at the target's name is replaced, never followed; what it pointed at keeps its c
 :func:`check_tree` is the check before the first write: a folder provision will write into and
 delete from must be the user's own, closed to others, and hold no link at all (a link in it is
 refused naming the link, and nothing is touched).
+
+The lock file is read and written here (:func:`read_lock`, :func:`write_lock`): its bytes and its
+one validating reader are :mod:`provision.model.lock`'s, which does no I/O.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from provision.errors import BadInput
+from provision.model.lock import Lock, dumps_lock, parse_lock
 
 if TYPE_CHECKING:
     import yaml
@@ -162,6 +166,23 @@ def write_durably(p: Path, text: str) -> Path:
     in the folder), is the order POSIX and the filesystems promise to keep (fsync(2), rename(2)).
     """
     return replace_file(p, text, durable=True)
+
+
+def write_lock(lock: Lock, path: Path | str) -> Path:
+    """Write atomically and durably (a reader never sees half a lock, nor a crash an empty one)."""
+    return write_durably(Path(path), dumps_lock(lock))
+
+
+def read_lock(path: Path | str) -> Lock:
+    """The lock at ``path``; BadInput when it is missing, unreadable or malformed."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise BadInput(f"no lock file at {p}", "run `provision plan` first or pass --lock FILE") from None
+    except OSError as exc:
+        raise BadInput(f"cannot read lock file {p}: {exc.strerror}", "check the path and permissions") from None
+    return parse_lock(text, str(p))
 
 
 def replace_file(p: Path, text: str, *, durable: bool = False) -> Path:

@@ -31,6 +31,7 @@ from provision.ansible.settings import CREDENTIALS_DIR, split_credentials
 from provision.errors import BadInput
 from provision.hosts.runlock import APPLY_MARK, run_lock_vars
 from provision.hosts.ssh_config import SSH_ARGS
+from provision.model.lock import Lock, LockGroup
 from provision.model.settings import InstallSettings
 
 # Connection variables a user's inventory may give a host; everything else is not ours to copy.
@@ -54,8 +55,8 @@ CONNECTION_VARS = frozenset(
 )
 
 
-def group_name(index: int, group: Mapping[str, Any]) -> str:
-    name = str(group.get("name") or f"group{index + 1}")
+def group_name(index: int, group: LockGroup) -> str:
+    name = group.name or f"group{index + 1}"
     name = re.sub(r"[^a-z0-9_]+", "_", name.lower()).strip("_") or f"group{index + 1}"
     if not name[0].isalpha():
         name = f"g_{name}"
@@ -63,7 +64,7 @@ def group_name(index: int, group: Mapping[str, Any]) -> str:
 
 
 def render_files(
-    lock: Mapping[str, Any],
+    lock: Lock,
     hosts: Mapping[str, Mapping[str, Any]],
     install: InstallSettings,
     *,
@@ -106,13 +107,13 @@ def render_files(
     inventory: dict[str, Any] = {}
     names: list[str] = []
     prompts: list[dict[str, Any]] = []  # one vars_prompt per host with a sudo password
-    for i, group in enumerate(lock.get("groups") or []):
+    for i, group in enumerate(lock.groups):
         name = group_name(i, group)
         if name in names:
             name = f"{name}_{i + 1}"
         names.append(name)
         members: dict[str, Any] = {}
-        for host in group.get("hosts") or []:
+        for host in group.hosts:
             check_host_name(str(host))
             members[str(host)] = _connection(str(host), hosts.get(str(host), {}))
             if any(hosts.get(str(host), {}).get(k) is not None for k in BECOME_PASSWORD_VARS):
@@ -192,7 +193,7 @@ def render_files(
     # the one string here that Ansible must template is ours: dump it without the marker check
     body = yaml.safe_dump([play], sort_keys=False, default_flow_style=False, width=1000)
     files["site.yml"] = env.get_template("site.yml.j2").render(body=body)
-    nhosts = sum(len(g.get("hosts") or []) for g in lock.get("groups") or [])
+    nhosts = sum(len(g.hosts) for g in lock.groups)
     files["ansible.cfg"] = env.get_template("ansible.cfg.j2").render(
         roles_path=roles_path, forks=_forks(nhosts), ssh_args=SSH_ARGS
     )

@@ -16,11 +16,12 @@ from packaging.requirements import InvalidRequirement, Requirement
 from provision.ansible.checks import _check_package, _check_text, _check_version
 from provision.ansible.settings import pip_sources
 from provision.errors import BadInput
-from provision.matrix.packaging import ROLES as PACKAGE_ROLES
+from provision.model.lock import Lock, LockGroup, PythonPackage
+from provision.model.packages import ROLES as PACKAGE_ROLES
+from provision.model.packages import PackagePlan, PipPlan, Repository
 from provision.model.settings import InstallSettings, check_url
+from provision.model.stack import DriverPin, Stack
 from provision.stack.distro_versions import filled_example
-from provision.stack.lock import PythonPackage
-from provision.stack.packages import PackagePlan, PipPlan, Repository
 
 PYPI = "https://pypi.org/simple"
 
@@ -77,7 +78,7 @@ LOCK_OWNED: dict[str, str] = {
 WHERE_FROM = frozenset({*(f"{role}_repositories" for role in PACKAGE_ROLES), "frameworks_installs"})
 
 
-def check_installs_override(overrides: Mapping[str, Any], lock: Mapping[str, Any], install: InstallSettings) -> None:
+def check_installs_override(overrides: Mapping[str, Any], lock: Lock, install: InstallSettings) -> None:
     """``--set frameworks_installs`` may send the lock's wheels to another index, not change them:
     its requirements must be each lock group's own (BadInput otherwise, before anything is written)."""
     value = overrides.get("frameworks_installs")
@@ -91,17 +92,17 @@ def check_installs_override(overrides: Mapping[str, Any], lock: Mapping[str, Any
             "see the frameworks role's variables in the docs (generated: mkdocs serve, Reference > Roles)",
         )
     given = sorted(str(p) for e in value for p in e["packages"])
-    for group in lock.get("groups") or []:
+    for group in lock.groups:
         locked = sorted(str(p) for e in group_vars(group, install)["frameworks_installs"] for p in e["packages"])
         if given != locked:
             raise BadInput(
                 f"--set frameworks_installs: its packages {', '.join(given) or 'none'} are not the lock's "
-                f"({', '.join(locked) or 'none'}, group {group.get('name')})",
+                f"({', '.join(locked) or 'none'}, group {group.name})",
                 f"change only its index_url; the versions follow {_FRAMEWORKS}",
             )
 
 
-def check_repositories_override(overrides: Mapping[str, Any], lock: Mapping[str, Any]) -> None:
+def check_repositories_override(overrides: Mapping[str, Any], lock: Lock) -> None:
     """``--set <role>_repositories`` may point a repository the lock plans at a mirror, not trust
     another key: each entry must name a repository of the lock and carry its key fingerprint, in
     every lock group that has it (BadInput otherwise, before anything is written)."""
@@ -110,10 +111,10 @@ def check_repositories_override(overrides: Mapping[str, Any], lock: Mapping[str,
         for entry in value if isinstance(value, list) else []:
             name = entry.get("name") if isinstance(entry, Mapping) else None
             want = {
-                str(r.get("key_fingerprint"))
-                for group in lock.get("groups") or []
-                for r in (group.get("packages") or {}).get("repositories") or []
-                if r.get("name") == name
+                str(r.key_fingerprint)
+                for group in lock.groups
+                for r in (group.packages.repositories if group.packages is not None else [])
+                if r.name == name
             }
             if not want:
                 raise BadInput(
@@ -129,7 +130,7 @@ def check_repositories_override(overrides: Mapping[str, Any], lock: Mapping[str,
                 )
 
 
-def check_lock_group(group: Mapping[str, Any], install: InstallSettings) -> None:
+def check_lock_group(group: LockGroup, install: InstallSettings) -> None:
     """A lock group read from a file (`up --lock`) is data anyone could have edited: before any
     host is contacted, its role variables are made (every value render refuses is refused here: a
     requirement that is no PEP 508 pin, a URL that is not one URL), and each repository must be
@@ -143,10 +144,9 @@ def check_lock_group(group: Mapping[str, Any], install: InstallSettings) -> None
 
     group_vars(group, install)
     k = load()
-    host = group.get("host") or {}
-    os_id = _check_text(host.get("os") or "", "the lock's host.os")
-    values = template_values(HostSpec(gpu=None, gpu_count=0, os=k.os_release(os_id), arch=str(host.get("arch"))))
-    for r in PackagePlan.from_json(group.get("packages") or {}).repositories:
+    os_id = _check_text(group.host.os or "", "the lock's host.os")
+    values = template_values(HostSpec(gpu=None, gpu_count=0, os=k.os_release(os_id), arch=str(group.host.arch)))
+    for r in group.packages.repositories if group.packages is not None else []:
         t = packaging(k).repository(r.name, os_id)
         if t is None:
             differs = ["the knowledge has no such repository"]
@@ -157,25 +157,26 @@ def check_lock_group(group: Mapping[str, Any], install: InstallSettings) -> None
             differs = [f"{w} {got[w]} (the knowledge's: {known[w]})" for w in known if got[w] != known[w]]
         if differs:
             raise BadInput(
-                f"group {group.get('name')}: the lock's repository {r.name} is not the knowledge's for {os_id}: "
+                f"group {group.name}: the lock's repository {r.name} is not the knowledge's for {os_id}: "
                 + "; ".join(differs),
                 "plan again with `provision plan`; a mirror goes in --set <role>_repositories, with the same key",
             )
 
 
-def group_vars(group: Mapping[str, Any], install: InstallSettings, *, index_login: bool = False) -> dict[str, Any]:
+def group_vars(group: LockGroup, install: InstallSettings, *, index_login: bool = False) -> dict[str, Any]:
     """The role variables of one lock group (every role's documented interface). ``index_login``:
     pip's indexes take a login (render has split it out of ``install`` into the hosts' netrc)."""
-    host = group.get("host") or {}
-    stack = group.get("stack") or {}
-    os_id = _check_text(host.get("os") or "", "the lock's host.os")
+    host, stack = group.host, group.stack
+    os_id = _check_text(host.os or "", "the lock's host.os")
     distro = os_id.split("-")[0]
-    plan = PackagePlan.from_json(group.get("packages") or {})
+    plan = group.packages
+    if plan is None:  # a lock group without a package plan installs nothing it could name
+        raise BadInput("the lock's packages.manager is not apt or dnf", "regenerate the lock with `provision plan`")
     pip = plan.pip
     family = "debian" if plan.manager == "apt" else "redhat"
     out: dict[str, Any] = package_vars(plan)
 
-    driver = stack.get("driver")
+    driver = stack.driver
     method = _method(driver, install)
     uses_dkms = not (method == "distro" and distro == "ubuntu")
     out.update(_driver_vars(driver, method, install))
@@ -186,53 +187,48 @@ def group_vars(group: Mapping[str, Any], install: InstallSettings, *, index_logi
             # A driver or a CUDA build of a framework is useless without a GPU: preflight refuses
             # such a host before any change (a probed host without one has no driver in the
             # lock, but its CUDA torch would still be installed for nothing).
-            "preflight_require_gpu": driver is not None
-            or any((fw or {}).get("cuda") for fw in (stack.get("frameworks") or {}).values()),
+            "preflight_require_gpu": driver is not None or any(fw.cuda for fw in stack.frameworks.values()),
             "preflight_mok_signing": bool(install.mok_key and install.mok_cert),
             "preflight_disk_paths": ["/", str(Path(install.venv).parent)],
         }
     )
 
-    fm = stack.get("fabric_manager")
+    fm = stack.fabric_manager
     out["fabric_manager_enabled"] = fm is not None
     if fm is not None:
-        out["fabric_manager_version"] = _check_version(fm.get("version"), "fabric_manager.version")
+        out["fabric_manager_version"] = _check_version(fm, "fabric_manager.version")
 
-    toolkit = stack.get("cuda_toolkit")
+    toolkit = stack.cuda_toolkit
     out["cuda_toolkit_enabled"] = toolkit is not None
     if toolkit is not None:
-        out["cuda_toolkit_version"] = _check_version(toolkit.get("version"), "cuda_toolkit.version")
+        out["cuda_toolkit_version"] = _check_version(toolkit, "cuda_toolkit.version")
         out["cuda_toolkit_method"] = method
 
-    cudnn = stack.get("cudnn")
+    cudnn = stack.cudnn
     out["cudnn_enabled"] = cudnn is not None
     if cudnn is not None:
-        out["cudnn_version"] = _check_version(cudnn.get("version"), "cudnn.version")
+        out["cudnn_version"] = _check_version(cudnn.version, "cudnn.version")
 
-    python = _check_version(stack.get("python") or host.get("python"), "python")
+    python = _check_version(stack.python or host.python, "python")
     out.update(_python_vars(stack, os_id, family, python, install))
     out.update(_framework_vars(stack, pip, install))
-    closure = [
-        PythonPackage.from_json(p, f"the lock's python_packages[{i}]")
-        for i, p in enumerate(group.get("python_packages") or [])
-    ]
+    closure = group.python_packages
     out["frameworks_locked"] = locked_installs(closure, install.pip.index_url or "")
     out["frameworks_installer"] = installer(install.installer, closure, index_login=index_login)
     if out["frameworks_installer"] == "uv":  # python_env installs uv for it (the standalone path's own)
         out.update({"python_env_install_uv": True, **_uv_vars(install)})
 
-    for extra in ("container_toolkit", "dcgm"):
-        item = stack.get(extra)
-        out[f"{extra}_enabled"] = item is not None
-        if item is not None:
-            out[f"{extra}_version"] = _check_text(str(item.get("version") or ""), f"{extra}.version")
+    for extra, version in (("container_toolkit", stack.container_toolkit), ("dcgm", stack.dcgm)):
+        out[f"{extra}_enabled"] = version is not None
+        if version is not None:
+            out[f"{extra}_version"] = _check_text(version, f"{extra}.version")
 
     out.update(
         {
-            "verify_driver_version": driver["version"] if driver else "",
+            "verify_driver_version": driver.version if driver else "",
             "verify_frameworks": _pinned_versions(out["frameworks_installs"]),
             "verify_venv": install.venv,
-            "verify_stack": dict(stack),
+            "verify_stack": stack.to_json(),
         }
     )
     return out
@@ -292,14 +288,13 @@ def _pinned_versions(installs: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     return out
 
 
-def _method(driver: Mapping[str, Any] | None, install: InstallSettings) -> str:
-    locked = (driver or {}).get("install_method")
-    if locked:
-        return str(locked)
+def _method(driver: DriverPin | None, install: InstallSettings) -> str:
+    if driver is not None and driver.install_method:
+        return driver.install_method
     return "nvidia-repo" if install.method == "auto" else install.method
 
 
-def _driver_vars(driver: Mapping[str, Any] | None, method: str, install: InstallSettings) -> dict[str, Any]:
+def _driver_vars(driver: DriverPin | None, method: str, install: InstallSettings) -> dict[str, Any]:
     out: dict[str, Any] = {
         "nvidia_driver_enabled": driver is not None,
         "nvidia_driver_reboot": install.reboot,
@@ -312,26 +307,24 @@ def _driver_vars(driver: Mapping[str, Any] | None, method: str, install: Install
         out["nvidia_driver_mok_cert"] = install.mok_cert
     if driver is None:
         return out
-    flavour = driver.get("kernel_modules")
+    flavour = driver.kernel_modules
     if flavour not in ("open", "proprietary"):
         raise BadInput(f"the lock's driver.kernel_modules {flavour!r} is unknown", "regenerate the lock")
     out.update(
         {
             "nvidia_driver_method": method,
-            "nvidia_driver_branch": _check_version(str(driver.get("branch")), "driver.branch"),
-            "nvidia_driver_version": _check_version(driver.get("version"), "driver.version"),
+            "nvidia_driver_branch": _check_version(driver.branch, "driver.branch"),
+            "nvidia_driver_version": _check_version(driver.version, "driver.version"),
             "nvidia_driver_kernel_modules": flavour,
         }
     )
     return out
 
 
-def _python_vars(
-    stack: Mapping[str, Any], os_id: str, family: str, python: str, install: InstallSettings
-) -> dict[str, Any]:
+def _python_vars(stack: Stack, os_id: str, family: str, python: str, install: InstallSettings) -> dict[str, Any]:
     """python_env's interface: the OS's Python, or a standalone CPython that uv installs (then the
     OS's own python3, whatever its version, only runs uv)."""
-    source = str(stack.get("python_source") or "os")
+    source = stack.source
     if source not in ("os", "standalone"):
         raise BadInput(f"the lock's stack.python_source {source!r} is neither os nor standalone", "regenerate the lock")
     out: dict[str, Any] = {"python_env_path": install.venv, "python_env_python": python, "python_env_source": source}
@@ -404,11 +397,10 @@ def _default_python(os_id: str) -> str | None:
         return None
 
 
-def _framework_vars(stack: Mapping[str, Any], pip: PipPlan | None, install: InstallSettings) -> dict[str, Any]:
-    frameworks = stack.get("frameworks") or {}
+def _framework_vars(stack: Stack, pip: PipPlan | None, install: InstallSettings) -> dict[str, Any]:
     requirements = list(pip.requirements if pip else ())
     if not requirements:  # a lock without packages.pip: exact pins from the stack
-        requirements = [f"{name}=={fw['version']}" for name, fw in frameworks.items()]
+        requirements = [f"{name}=={fw.version}" for name, fw in stack.frameworks.items()]
     for req in requirements:
         _check_pin(req)
     mirror = install.pip.index_url

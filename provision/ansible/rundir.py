@@ -17,6 +17,7 @@ from provision.ansible.render import SECRETS_FILE, render_files
 from provision.ansible.roles import BUNDLED_ROLES_PATH, default_roles_path
 from provision.errors import BadInput
 from provision.files import check_tree, private_dir, replace_file, write_durably
+from provision.model.lock import Lock
 from provision.model.settings import InstallSettings
 
 
@@ -82,7 +83,7 @@ def check_out_dir(out: Path, option: str = "--out") -> None:
 
 def write_run_dir(
     out: Path,
-    lock: Mapping[str, Any],
+    lock: Lock,
     lock_text: str,
     hosts: Mapping[str, Mapping[str, Any]],
     install: InstallSettings,

@@ -21,7 +21,7 @@ from provision.cli.options import (
 )
 from provision.errors import BadInput
 from provision.fleet.planning import Assumed, PlanInputs, PlanRun
-from provision.stack.packages import PackagePlan
+from provision.model.packages import PackagePlan
 
 if TYPE_CHECKING:
     from rich.console import Console

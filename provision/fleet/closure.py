@@ -24,6 +24,7 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +35,8 @@ from provision.ansible.settings import netrc_text, split_credentials
 from provision.errors import BadInput, OperationFailed, Unreachable, Unsatisfiable
 from provision.fleet.cache.wheels import WheelSet, last_error, netrc_env
 from provision.matrix.pypi import default_cache, pip_dry_run
+from provision.model.lock import LockGroup, PythonPackage
 from provision.model.settings import InstallSettings
-from provision.stack.lock import LockGroup, PythonPackage
 
 CACHE_TTL_S = 24 * 3600
 # pip's own defaults (5 retries, 15 s) make an unreachable index a minute's wait at plan time
@@ -67,15 +68,17 @@ def lock_closures(
     overrides: Mapping[str, Any] | None = None,
     *,
     cache: Path | None = None,
-) -> None:
-    """Set each group's ``python_packages`` to its frameworks' closure (in place)."""
+) -> list[LockGroup]:
+    """``groups`` each with its ``python_packages`` set to its frameworks' closure."""
     bare, creds = split_credentials(install)
     netrc = netrc_text(creds.netrc) if creds.netrc else ""
+    out = []
     for g in groups:
-        data = {**group_vars(g.to_json(), bare), **(overrides or {})}
-        platform = {"python": data.get("python_env_python"), "arch": g.host.get("arch")}
+        data = {**group_vars(g, bare), **(overrides or {})}
+        platform = {"python": data.get("python_env_python"), "arch": g.host.arch}
         ws = WheelSet.from_group_vars(data, platform, netrc=netrc)
-        g.python_packages = resolve(ws, g.name, cache or default_cache()) if ws is not None else []
+        out.append(replace(g, python_packages=resolve(ws, g.name, cache or default_cache()) if ws is not None else []))
+    return out
 
 
 def resolve(ws: WheelSet, group: str, cache: Path) -> list[PythonPackage]:

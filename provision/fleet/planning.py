@@ -15,15 +15,16 @@ from typing import TYPE_CHECKING, Any
 
 from provision.errors import BadInput, OperationFailed, ProvisionError, Unreachable, Unsatisfiable, redact
 from provision.fleet.targets import check_one_source, select_targets
+from provision.model.host import ResolvedHost
+from provision.model.lock import Lock, LockGroup
+from provision.model.stack import FrameworkPin, Stack
 from provision.model.versions import build_matches, version_matches
 
 if TYPE_CHECKING:
     from provision.config import Config
     from provision.hosts.facts import HostFacts
     from provision.hosts.inventory import HostTarget
-    from provision.stack.lock import Lock, LockGroup
     from provision.stack.request import StackRequest
-    from provision.stack.resolution import ResolvedHost
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,7 @@ class PlanResult:
     files: tuple[str, ...] = ()
     unprobed: list[ProbeFailure] = field(default_factory=list)  # only with skip_unprobed
     notes: list[str] = field(default_factory=list)  # what the user should know of the lock and the install
+    lock: Lock = field(default_factory=lambda: Lock({}, []))  # what lock_path holds (up applies it)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -161,7 +163,8 @@ def plan(inputs: PlanInputs, context: PlanRun | None = None) -> PlanResult:
     (see :func:`provision.ansible.render.render_files`).
     """
     from provision.ansible.rundir import check_out_dir, ensure_dir, write_run_dir
-    from provision.stack.lock import build_lock, dumps_lock, write_lock
+    from provision.files import write_lock
+    from provision.stack.lock import build_lock, dumps_lock
     from provision.stack.request import StackRequest
 
     ctx = context or PlanRun()
@@ -207,7 +210,8 @@ def plan(inputs: PlanInputs, context: PlanRun | None = None) -> PlanResult:
         from provision.fleet.closure import lock_closures, wants_closure
 
         if wants_closure(config.install.lock_closure, applied=assume is None and not check):
-            lock_closures(lock_groups, install, overrides)  # before anything is written: a conflict leaves no lock
+            # before anything is written: a conflict leaves no lock
+            lock_groups = lock_closures(lock_groups, install, overrides)
         lock = build_lock(lock_groups)
         notes = []
     notes += [
@@ -215,7 +219,7 @@ def plan(inputs: PlanInputs, context: PlanRun | None = None) -> PlanResult:
         f"group {g.name}: its wheels are not locked by hash (the lock has no wheel closure); "
         "pip resolves the frameworks' dependencies on the hosts"
         for g in lock.groups
-        if g.stack.get("frameworks") and not g.python_packages
+        if g.stack.frameworks and not g.python_packages
     ]
     if install.pip.index_url:  # the lock names upstream indexes; the site's mirror stands in for PyPI
         notes.append(
@@ -224,8 +228,8 @@ def plan(inputs: PlanInputs, context: PlanRun | None = None) -> PlanResult:
     text = dumps_lock(lock)
     from provision.ansible.role_vars import check_installs_override, check_repositories_override
 
-    check_installs_override(overrides or {}, lock.to_json(), install)  # before anything is written
-    check_repositories_override(overrides or {}, lock.to_json())
+    check_installs_override(overrides or {}, lock, install)  # before anything is written
+    check_repositories_override(overrides or {}, lock)
     # both places are checked before either is written: bad paths leave nothing half-made
     ensure_dir(out, "--out")
     ensure_dir(lock_path.parent, "--lock")
@@ -233,7 +237,7 @@ def plan(inputs: PlanInputs, context: PlanRun | None = None) -> PlanResult:
     # --lock inside --out would otherwise make the folder look like a user's non-empty folder.
     run = write_run_dir(
         out,
-        lock.to_json(),
+        lock,
         text,
         {t.name: t.connection for t in targets},
         install,
@@ -244,13 +248,13 @@ def plan(inputs: PlanInputs, context: PlanRun | None = None) -> PlanResult:
     )
     write_lock(lock, lock_path)
     by_name = {t.name: t for t in targets}
-    result = PlanResult(out=out, lock_path=lock_path, files=run.files, unprobed=unprobed, notes=notes)
+    result = PlanResult(out=out, lock_path=lock_path, files=run.files, unprobed=unprobed, notes=notes, lock=lock)
     for g in lock_groups:
         result.groups.append(
             {
                 "name": g.name,
                 "hosts": g.hosts,
-                "stack": g.stack,
+                "stack": g.stack.to_json(),
                 "packages": g.packages.to_json() if g.packages else None,
                 "python_packages": g.to_json()["python_packages"],
                 "warnings": g.warnings,
@@ -263,7 +267,7 @@ def plan(inputs: PlanInputs, context: PlanRun | None = None) -> PlanResult:
 
 def _resolve_groups(targets: Sequence[_Target], request: StackRequest, assume: Assumed | None) -> list[LockGroup]:
     """Resolve each host's stack; hosts with the same resolution share a lock group."""
-    from provision.stack.lock import LockGroup
+    from provision.stack.lock import lock_group
     from provision.stack.packages import check_plannable
     from provision.stack.request import HostSpec
     from provision.stack.resolve import resolve
@@ -310,12 +314,11 @@ def _resolve_groups(targets: Sequence[_Target], request: StackRequest, assume: A
 
     lock_groups = []
     for names, res, kept in groups.values():
-        group = LockGroup.from_resolution(_group_label(res.host), names, res)
+        group = lock_group(_group_label(res.host), names, res)
         if kept is not None:
-            group.host = {**group.host, "kept_driver": kept}
+            group = replace(group, host=replace(group.host, kept_driver=kept))
         lock_groups.append(group)
-    _unique_names(lock_groups)
-    return lock_groups
+    return _unique_names(lock_groups)
 
 
 def check_locked_names(locked: Lock, names: Sequence[str]) -> None:
@@ -345,7 +348,7 @@ def check_locked(locked: Lock, targets: Sequence[_Target], unprobed: Sequence[st
     from provision.hosts.facts import probed_host
     from provision.matrix import load
     from provision.stack.drift import host_differences
-    from provision.stack.lock import Lock, find_group
+    from provision.stack.lock import find_group
     from provision.stack.request import HostSpec
 
     names = {t.name for t in targets}
@@ -510,21 +513,22 @@ def _group_label(host: ResolvedHost) -> str:
     return re.sub(r"[^a-z0-9_]+", "_", label.lower()).strip("_")
 
 
-def _unique_names(groups: Sequence[Any]) -> None:
+def _unique_names(groups: Sequence[LockGroup]) -> list[LockGroup]:
     seen: dict[str, int] = {}
+    out = []
     for g in groups:
         n = seen.get(g.name, 0)
         seen[g.name] = n + 1
-        if n:
-            g.name = f"{g.name}_{n + 1}"
+        out.append(replace(g, name=f"{g.name}_{n + 1}") if n else g)
+    return out
 
 
-def _same_framework(have: str | None, locked: Mapping[str, Any]) -> bool:
+def _same_framework(have: str | None, locked: FrameworkPin) -> bool:
     """The probe's ``2.13.0+cpu`` is the lock's ``2.13.0`` with variant ``cpu`` (the one version rule)."""
-    return version_matches("framework", have, str(locked["version"])) and build_matches(have, locked.get("variant"))
+    return version_matches("framework", have, locked.version) and build_matches(have, locked.variant)
 
 
-def _host_plan(t: _Target, group: str, stack: Mapping[str, Any], reboot_setting: str) -> HostPlan:
+def _host_plan(t: _Target, group: str, stack: Stack, reboot_setting: str) -> HostPlan:
     facts = t.facts
     present: dict[str, Any] = {}
     if facts is not None:
@@ -538,31 +542,29 @@ def _host_plan(t: _Target, group: str, stack: Mapping[str, Any], reboot_setting:
             "nouveau_loaded": facts.nouveau_loaded,
         }
     changes: list[str] = []
-    driver = stack.get("driver")
+    driver = stack.driver
     have_driver = present.get("driver")
-    if driver and have_driver != driver["version"]:
+    if driver and have_driver != driver.version:
         verb = f"{have_driver} -> " if have_driver else ""
         changes.append(
-            f"driver {verb}{driver['version']} ({driver['kernel_modules']} modules, "
-            f"{driver.get('install_method', 'nvidia-repo')})"
+            f"driver {verb}{driver.version} ({driver.kernel_modules} modules, {driver.install_method or 'nvidia-repo'})"
         )
-    fm = stack.get("fabric_manager")
-    if fm:
-        changes.append(f"fabric manager {fm['version']}")
-    toolkit = stack.get("cuda_toolkit")
-    if toolkit and toolkit["version"] not in present.get("cuda_toolkits", []):
-        changes.append(f"cuda toolkit {toolkit['version']}")
-    cudnn = stack.get("cudnn")
-    if cudnn and present.get("cudnn") != cudnn["version"]:
-        changes.append(f"cudnn {cudnn['version']}")
-    if stack.get("python_source") == "standalone":
-        changes.append(f"python {stack['python']} (a standalone CPython, installed by uv)")
+    if stack.fabric_manager is not None:
+        changes.append(f"fabric manager {stack.fabric_manager}")
+    toolkit = stack.cuda_toolkit
+    if toolkit is not None and toolkit not in present.get("cuda_toolkits", []):
+        changes.append(f"cuda toolkit {toolkit}")
+    cudnn = stack.cudnn
+    if cudnn and present.get("cudnn") != cudnn.version:
+        changes.append(f"cudnn {cudnn.version}")
+    if stack.python_source == "standalone":
+        changes.append(f"python {stack.python} (a standalone CPython, installed by uv)")
     have_fw = present.get("frameworks") or {}
-    for name, fw in (stack.get("frameworks") or {}).items():
+    for name, fw in stack.frameworks.items():
         if not _same_framework(have_fw.get(name), fw):
-            changes.append(f"{name} {fw['version']}" + (f" ({fw['variant']})" if fw.get("variant") else ""))
+            changes.append(f"{name} {fw.version}" + (f" ({fw.variant})" if fw.variant else ""))
     reboot = "no"
-    if driver and have_driver != driver["version"]:
+    if driver and have_driver != driver.version:
         if facts is None:
             reboot = "if nouveau or another driver is loaded (not probed)"
         elif facts.nouveau_loaded or (facts.nvidia_module_loaded and have_driver):
@@ -573,9 +575,9 @@ def _host_plan(t: _Target, group: str, stack: Mapping[str, Any], reboot_setting:
     if facts is not None and not facts.gpus:
         from provision.stack.request import NO_GPU_FOUND
 
-        cuda = sorted(n for n, fw in (stack.get("frameworks") or {}).items() if fw.get("cuda"))
+        cuda = sorted(n for n, fw in stack.frameworks.items() if fw.cuda)
         if driver:
-            note = f"the pinned driver {driver['version']} is planned, but up's preflight refuses it here"
+            note = f"the pinned driver {driver.version} is planned, but up's preflight refuses it here"
         elif cuda:  # role_vars: preflight_require_gpu, as a CUDA build is of no use without a GPU
             note = (
                 f"no driver is planned; up's preflight refuses the CUDA build of {', '.join(cuda)} here "

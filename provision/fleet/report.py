@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from provision.files import replace_file
 from provision.fleet.charts import bar_chart, line_chart
 from provision.fleet.verify import JOB_KEYS, HostResult, failures
+from provision.model.components import COMPONENTS
 from provision.model.versions import cudnn_dotted
 from provision.stack.drift import compare
 
@@ -244,18 +245,9 @@ class StackRow:
 
 
 # (shown name, key in the flat lock, key in the job's versions)
-_ITEMS: tuple[tuple[str, str | None, str | None], ...] = (
-    ("NVIDIA driver", "driver", "driver"),
-    ("CUDA the driver supports", None, "cuda_driver"),
-    ("CUDA toolkit", "cuda_toolkit", None),
-    ("CUDA runtime in torch", "torch_cuda", "torch_cuda"),
-    ("cuDNN", "cudnn", "cudnn"),
-    ("NCCL", None, "nccl"),
-    ("NVIDIA fabric manager", "fabric_manager", None),
-    ("Python", "python", "python"),
-    ("torch", "torch", "torch"),
-    ("TensorFlow", "tensorflow", "tensorflow"),
-    ("JAX", "jax", "jax"),
+# (label, the lock's key, the smoke job's key): one row per component, in the model's order
+_ITEMS: tuple[tuple[str, str | None, str | None], ...] = tuple(
+    (c.label, c.key if c.locked else None, c.key if c.reported else None) for c in COMPONENTS
 )
 NOT_INSTALLED = "none"
 

@@ -80,10 +80,11 @@ def check_drift(  # noqa: PLR0917
     ssh_config: Path | None,
 ) -> bool:
     """Probe the hosts of ``hosts`` and add ``drift`` (or ``error``) to each row; True when none drifted."""
+    from provision.files import read_lock
     from provision.hosts.gather import GatherOptions, matrix_lookup, probe_hosts
     from provision.hosts.inventory import LOCALHOST, load_inventory
+    from provision.model.lock import find_group
     from provision.stack.drift import drift
-    from provision.stack.lock import find_group, read_lock
 
     targets = {t.name: t for t in (load_inventory(inventory) if inventory else [LOCALHOST])}
     known = [h for h in hosts if h["host"] in targets and h["last_run"]]

@@ -72,7 +72,7 @@ def apply_limit(names: Sequence[str], patterns: Sequence[str]) -> list[str]:
 
 def group_hash(group: LockGroup) -> str:
     """A lock group's identity for the state DB: what is installed, not which hosts share it."""
-    doc = {"host": group.host, "stack": group.stack, "packages": group.to_json()["packages"]}
+    doc = {"host": group.host.to_json(), "stack": group.stack.to_json(), "packages": group.to_json()["packages"]}
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -114,11 +114,10 @@ def _up(
     on_phase: Callable[[str], None] | None,
     on_total: Callable[[int | None], None] | None,
 ) -> UpResult:
-    from provision.files import private_dir
+    from provision.files import private_dir, read_lock
     from provision.fleet.planning import PlanInputs, PlanRun, check_inputs, plan
     from provision.fleet.state import State, state_path
     from provision.stack.drift import expected_versions
-    from provision.stack.lock import read_lock
 
     say = on_phase or (lambda _: None)
     check_options(options)
@@ -136,7 +135,7 @@ def _up(
         check_locked_names(locked, selected)
         bare, _ = split_credentials(config.install)
         for group in locked.groups:  # an edited lock: its repositories and values (role_vars)
-            check_lock_group(group.to_json(), bare)
+            check_lock_group(group, bare)
     state = State(state_path(options.state_path, config.state.path))
 
     run = new_run_id()
@@ -189,7 +188,7 @@ def _up(
         raise
     for note in planned.notes:
         say(note)
-    lock = read_lock(planned.lock_path)
+    lock = planned.lock  # what plan wrote to planned.lock_path, not read back
     groups = {h: g for g in lock.groups for h in g.hosts}
     for hp in planned.hosts:
         group = groups[hp.host]

@@ -20,13 +20,15 @@ from pathlib import Path
 from typing import Any
 
 from provision.errors import BadInput, OperationFailed, ProvisionError
+from provision.files import read_lock
 from provision.hosts.inventory import HostTarget
 from provision.hosts.remote_job import Content, RemoteJob
 from provision.hosts.transport import CommandResult, Transport
+from provision.model.components import JOB_CHECKS
 from provision.model.defaults import DEFAULT_VENV
+from provision.model.lock import Lock, LockGroup, find_group
 from provision.remote.smoke import SOURCES as SMOKE_SOURCES
 from provision.stack.drift import expected_versions
-from provision.stack.lock import Lock, LockGroup, find_group, read_lock
 
 SCHEMA = "provision.verify/1"
 # Where `provision up` puts the frameworks (config `install.venv`); used when it exists.
@@ -38,8 +40,8 @@ Connect = Callable[[HostTarget], Transport]
 
 # --- the lock --------------------------------------------------------------------------------
 
-# The versions the smoke job reads on a host, under the names provision.stack.drift.expected_versions uses.
-JOB_KEYS = ("driver", "python", "torch", "torch_cuda", "cudnn", "tensorflow", "jax")
+# The locked versions the smoke job reads on a host, under the names provision.stack.drift.expected_versions uses.
+JOB_KEYS = JOB_CHECKS
 
 
 def load_lock(path: str | Path) -> Lock:

@@ -1,4 +1,4 @@
-"""Host facts: the typed, JSON-serialisable :class:`HostFacts` and its summary :class:`HostDescription`.
+"""Host facts: the typed, JSON-serialisable :class:`HostFacts` and its summary (a ``ResolvedHost``).
 
 Pure data: nothing here runs a command or touches a host (that is :mod:`provision.hosts.gather`)
 or parses a tool's output (:mod:`provision.hosts.parse_system`, :mod:`provision.hosts.parse_packages`).
@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from provision.model.facts import ProbedGpu, ProbedHost, UbuntuDriverIndex
+from provision.model.host import ResolvedHost
 
 # Distributions reported as "frameworks" (the venv entry lists the CUDA wheels beside them).
 FRAMEWORKS = ("torch", "torchvision", "torchaudio", "tensorflow", "tensorflow-cpu", "jax", "jaxlib")
@@ -293,30 +294,7 @@ def _unattended_json(u: UnattendedUpgrades | None) -> dict[str, Any] | None:
 # A summary of the host (what resolve reads is provision.stack.request.HostSpec.from_facts)
 
 
-@dataclass(frozen=True)
-class HostDescription:
-    """A probed host in brief: docs/explanation/design.md's ``host`` object, and the Python its stack is for."""
-
-    gpu: str | None
-    compute_capability: str | None
-    gpu_count: int
-    os: str | None
-    arch: str | None
-    python: str | None
-
-    def to_json(self) -> dict[str, Any]:
-        """docs/explanation/design.md's ``host`` object of ``provision resolve --json``."""
-        return {
-            "gpu": self.gpu,
-            "compute_capability": self.compute_capability,
-            "gpu_count": self.gpu_count,
-            "os": self.os,
-            "arch": self.arch,
-            "python": self.python,
-        }
-
-
-def host_description(facts: HostFacts) -> HostDescription:
+def host_description(facts: HostFacts) -> ResolvedHost:
     """The host in brief; the venv's Python when a venv was probed, else the system's.
 
     A mixed machine is summed up by its most common known GPU; resolving one is refused
@@ -329,7 +307,7 @@ def host_description(facts: HostFacts) -> HostDescription:
     if model is None and facts.nvml and facts.nvml.gpus:  # an ID the data lacks: NVML still knows cc
         cc = facts.nvml.gpus[0].compute_capability
     python = facts.venv.python if facts.venv and facts.venv.python else facts.python
-    return HostDescription(
+    return ResolvedHost(
         gpu=model,
         compute_capability=cc,
         gpu_count=sum(1 for g in facts.gpus if g.model == model) if model else len(facts.gpus),

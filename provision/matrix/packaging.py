@@ -8,15 +8,13 @@ names with version expressions, holds, module streams, headers and services. The
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from provision.model.packages import FINGERPRINT, MANAGERS, ROLES
+
 COMPONENTS = ("dkms", "driver", "fabric_manager", "nvlsm", "imex", "cuda_toolkit", "cudnn", "container_toolkit", "dcgm")
-ROLES = ("nvidia_driver", "fabric_manager", "cuda_toolkit", "cudnn", "container_toolkit", "dcgm")
-MANAGERS = ("apt", "dnf")
-FINGERPRINT = re.compile(r"^[0-9A-F]{40}$")
 
 
 class PackagingError(ValueError):

@@ -11,8 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from provision.model.components import TORCH_VARIANT
+from provision.model.lock import LockGroup
 from provision.model.versions import build_matches, cudnn_number, split_local, version_matches
-from provision.stack.lock import LockGroup
 
 if TYPE_CHECKING:
     from provision.stack.request import HostSpec
@@ -34,29 +35,27 @@ class Drift:
 
 
 def expected_versions(group: LockGroup) -> dict[str, str | None]:
-    """What the lock says a host of ``group`` should report, keyed like :func:`drift`'s input."""
+    """What the lock says a host of ``group`` should report, keyed like :func:`drift`'s input
+    (the items of :data:`provision.model.components.COMPONENTS` the lock pins, and torch's variant)."""
     s = group.stack
     out: dict[str, str | None] = {}
-    drv = s.get("driver")
-    if drv:
-        out["driver"] = drv.get("version")
-    fm = s.get("fabric_manager")
-    if fm:
-        out["fabric_manager"] = fm.get("version")
-    if s.get("cuda_toolkit"):
-        out["cuda_toolkit"] = s["cuda_toolkit"].get("version")
-    fws = s.get("frameworks") or {}
-    torch = fws.get("torch")
+    if s.driver:
+        out["driver"] = s.driver.version
+    if s.fabric_manager is not None:
+        out["fabric_manager"] = s.fabric_manager
+    if s.cuda_toolkit is not None:
+        out["cuda_toolkit"] = s.cuda_toolkit
+    torch = s.frameworks.get("torch")
     if torch:
-        out["torch"] = torch.get("version")
-        out["torch_variant"] = torch.get("variant")
-        out["torch_cuda"] = torch.get("cuda")
-        out["cudnn"] = cudnn_number(torch["cudnn"]) if torch.get("cudnn") else None
+        out["torch"] = torch.version
+        out[TORCH_VARIANT] = torch.variant
+        out["torch_cuda"] = torch.cuda
+        out["cudnn"] = cudnn_number(torch.cudnn) if torch.cudnn else None
     for name in ("tensorflow", "jax"):
-        if name in fws:
-            out[name] = fws[name].get("version")
-    if s.get("python"):
-        out["python"] = s["python"]
+        if name in s.frameworks:
+            out[name] = s.frameworks[name].version
+    if s.python:
+        out["python"] = s.python
     return out
 
 
@@ -74,7 +73,7 @@ def compare(expected: Mapping[str, str | None], observed: Mapping[str, str | Non
     """:func:`drift` for a lock group already read as :func:`expected_versions` (report.json keeps that)."""
     out: list[Drift] = []
     for item, want in expected.items():
-        if item == "torch_variant":  # read from the local tag of the observed torch version
+        if item == TORCH_VARIANT:  # read from the local tag of the observed torch version
             seen = observed.get("torch")
             if not build_matches(seen, want):
                 out.append(Drift(item, want, split_local(seen)[1] if seen else None))
@@ -103,15 +102,15 @@ def host_differences(group: LockGroup, host: HostSpec, driver: str | None = None
     locked = group.host
     gpu = host.gpu.name if host.gpu is not None else None
     pairs: list[tuple[str, object, object]] = [
-        ("os", host.os.id, locked.get("os")),
-        ("arch", host.arch, locked.get("arch")),
-        ("gpu", gpu, locked.get("gpu")),
-        ("gpu count", host.gpu_count, locked.get("gpu_count")),
+        ("os", host.os.id, locked.os),
+        ("arch", host.arch, locked.arch),
+        ("gpu", gpu, locked.gpu),
+        ("gpu count", host.gpu_count, locked.gpu_count),
     ]
-    if locked.get("instance_type"):
-        pairs.append(("instance type", host.instance_type, locked["instance_type"]))
-    if locked.get("kept_driver") and not group.stack.get("driver"):
-        pairs.append(("kept driver", driver, locked["kept_driver"]))
+    if locked.instance_type:
+        pairs.append(("instance type", host.instance_type, locked.instance_type))
+    if locked.kept_driver and not group.stack.driver:
+        pairs.append(("kept driver", driver, locked.kept_driver))
     return [f"{item} {_shown(have)}, locked {_shown(want)}" for item, have, want in pairs if have != want]
 
 

@@ -1,7 +1,8 @@
 """The result of a resolve (:class:`Resolution`) and its explanations.
 
 :func:`assemble` turns the chosen frameworks, Python and driver into the host summary
-(:class:`ResolvedHost`), the stack (:class:`Stack`) and the package plan, with the reasons for
+(:class:`~provision.model.host.ResolvedHost`), the stack (:class:`~provision.model.stack.Stack`) and the
+package plan, with the reasons for
 each choice and the caveats the rules raised. Their ``to_json()`` is the ``host`` and ``stack``
 of the JSON contract (``provision resolve --json``, the lock's groups).
 """
@@ -9,111 +10,17 @@ of the JSON contract (``provision resolve --json``, the lock's groups).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from provision.matrix import Knowledge
+from provision.model.host import ResolvedHost
+from provision.model.packages import PackagePlan
+from provision.model.stack import DriverPin, FrameworkPin, Stack, SystemCudnn
 from provision.stack.candidates import DriverChoice, FwChoice
-from provision.stack.packages import PackagePlan, dedupe, package_plan
+from provision.stack.packages import dedupe, package_plan
 from provision.stack.request import NO_GPU_FOUND, HostSpec, StackRequest
 from provision.stack.rules import Caveat, Check
-
-
-@dataclass(frozen=True)
-class ResolvedHost:
-    """The host a stack was resolved for (``gpu`` None: no GPU model given)."""
-
-    gpu: str | None
-    compute_capability: str | None
-    gpu_count: int
-    os: str
-    arch: str
-    python: str
-    instance_type: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        doc = asdict(self)  # the fields' order is the JSON's
-        if not self.instance_type:
-            del doc["instance_type"]
-        return doc
-
-
-@dataclass(frozen=True)
-class DriverPin:
-    """The driver the stack installs."""
-
-    branch: str
-    version: str
-    kernel_modules: str | None  # open | proprietary
-    install_method: str  # nvidia-repo | distro
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class FrameworkPin:
-    """One framework of the stack: torch has a ``variant``, the others ``extras``."""
-
-    name: str
-    version: str
-    index_url: str
-    cuda: str | None
-    cudnn: str | None
-    variant: str | None = None
-    extras: tuple[str, ...] = ()
-
-    def to_json(self) -> dict[str, Any]:
-        if self.name == "torch":
-            return {
-                "version": self.version,
-                "variant": self.variant,
-                "index_url": self.index_url,
-                "cuda": self.cuda,
-                "cudnn": self.cudnn,
-            }
-        return {
-            "version": self.version,
-            "extras": list(self.extras),
-            "index_url": self.index_url,
-            "cuda": self.cuda,
-            "cudnn": self.cudnn,
-        }
-
-
-@dataclass(frozen=True)
-class SystemCudnn:
-    """The system cuDNN and the CUDA major of its build."""
-
-    version: str
-    cuda_major: int | None
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class Stack:
-    """What gets installed; None where a component is left alone (or not wanted)."""
-
-    driver: DriverPin | None
-    fabric_manager: str | None  # its version: always the driver's
-    cuda_toolkit: str | None  # the system CUDA toolkit's major.minor
-    cudnn: SystemCudnn | None
-    frameworks: dict[str, FrameworkPin]
-    python: str
-    python_source: str = "os"  # os | standalone (python-build-standalone, installed by uv)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "driver": self.driver.to_json() if self.driver else None,
-            "fabric_manager": {"version": self.fabric_manager} if self.fabric_manager is not None else None,
-            "cuda_toolkit": {"version": self.cuda_toolkit} if self.cuda_toolkit is not None else None,
-            "cudnn": self.cudnn.to_json() if self.cudnn else None,
-            "frameworks": {name: fw.to_json() for name, fw in self.frameworks.items()},
-            "python": self.python,
-            "python_source": self.python_source,
-        }
 
 
 @dataclass

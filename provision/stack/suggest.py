@@ -17,8 +17,9 @@ from packaging.version import Version
 
 from provision.errors import Unsatisfiable
 from provision.matrix import Knowledge, OsRelease
+from provision.model.stack import Stack
 from provision.stack.request import FRAMEWORKS, FrameworkSpec, HostSpec, StackRequest
-from provision.stack.resolution import Resolution, Stack
+from provision.stack.resolution import Resolution
 from provision.stack.rules import abi_compatible
 from provision.stack.search import Resolver
 

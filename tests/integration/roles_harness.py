@@ -6,7 +6,6 @@ connection variables point at the SSH test hosts with their real host keys.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
@@ -23,6 +22,7 @@ from packaging.utils import canonicalize_name
 from provision.ansible.rundir import write_run_dir
 from provision.model.settings import InstallSettings
 from provision.stack.lock import LockGroup, build_lock, dumps_lock
+from provision.stack.lock import lock_group as resolved_group
 from provision.stack.request import HostSpec, StackRequest
 from provision.stack.resolve import resolve
 from tests.hosts import harness
@@ -57,7 +57,7 @@ def lock_group(name: str, hosts: list[str], **request: Any) -> dict[str, Any]:
     """A lock group from the real resolver; ``host`` keys go to HostSpec, the rest to the request."""
     host_keys = {k: request.pop(k) for k in ("gpu", "gpu_count", "os", "arch") if k in request}
     resolution = resolve(StackRequest.build(**request), HostSpec.describe(**host_keys))
-    return LockGroup.from_resolution(name, hosts, resolution).to_json()
+    return resolved_group(name, hosts, resolution).to_json()
 
 
 def hgx_group(hosts: list[str], driver: str, os: str = "debian-12", **request: Any) -> dict[str, Any]:
@@ -100,7 +100,7 @@ def render(
     text = dumps_lock(lock)
     write_run_dir(
         run,
-        json.loads(text),
+        lock,
         text,
         {host.name: connection(hostset, host)},
         install or InstallSettings(),

@@ -23,7 +23,7 @@ def test_uv_installs_exactly_the_locked_closure_and_converges(
     group = rh.lock_group("cpu", [host.name], os="debian-12", frameworks=[f"{harness.TORCH_CPU}+cpu"])
     install = InstallSettings(pip=PipSettings(find_links=(str(wheelhouse),)), installer="uv")
     locked = LockGroup.from_json(group)
-    lock_closures([locked], install, {"frameworks_no_index": True}, cache=tmp_path / "cache")
+    [locked] = lock_closures([locked], install, {"frameworks_no_index": True}, cache=tmp_path / "cache")
     group["python_packages"] = locked.to_json()["python_packages"]
     # the hosts reach no index: uv and the closure both come from the wheelhouse alone
     overrides = {"frameworks_no_index": True, "python_env_pip_args": ["--no-index", f"--find-links={wheelhouse}"]}

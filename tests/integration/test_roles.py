@@ -258,7 +258,7 @@ def test_frameworks_install_cpu_torch_from_find_links_and_converge(
     )
     # the lock's wheel closure, resolved as `plan` does from the source the host installs from
     locked = LockGroup.from_json(group)
-    lock_closures([locked], install, {"frameworks_no_index": True}, cache=tmp_path / "cache")
+    [locked] = lock_closures([locked], install, {"frameworks_no_index": True}, cache=tmp_path / "cache")
     group["python_packages"] = locked.to_json()["python_packages"]
     assert {"torch", "filelock", "sympy"} <= {p["name"].lower() for p in group["python_packages"]}
     first = rh.apply(

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from provision.stack.lock import read_lock
+from provision.files import read_lock
 from tests.cli_run import provision
 from tests.hosts import harness
 from tests.integration import roles_harness as rh
@@ -96,7 +96,7 @@ def test_up_applies_the_planned_lock_and_refuses_one_for_another_host(
         assert [g.to_json() for g in applied.groups] == [g.to_json() for g in lock.groups]
         assert applied.knowledge == lock.knowledge
         torch = rh.ssh(testhosts, first, "/opt/provision/venv/bin/python -c 'import torch; print(torch.__version__)'")
-        assert torch.strip() == lock.groups[0].stack["frameworks"]["torch"]["version"] + "+cpu"
+        assert torch.strip() == lock.groups[0].stack.frameworks["torch"].version + "+cpu"
         for host in testhosts.hosts:  # exactly the lock's closure, nothing resolved on the host
             assert rh.installed_closure(testhosts, host) == rh.locked_closure(
                 [p.to_json() for p in lock.groups[0].python_packages]

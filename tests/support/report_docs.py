@@ -23,7 +23,7 @@ from provision.fleet.verify import HostResult, expectations, failures
 from provision.remote.smoke import DIR
 from provision.remote.smoke.job import build_report
 from provision.stack.drift import expected_versions
-from provision.stack.lock import LockGroup
+from provision.stack.lock import LockGroup, lock_group
 from provision.stack.request import HostSpec, StackRequest
 from provision.stack.resolve import resolve
 from tests.support.smoke_records import h200_record
@@ -52,12 +52,12 @@ def gpu_group(hosts: list[str]) -> LockGroup:
         StackRequest.build(frameworks=["torch==2.8.0"], driver="580"),
         HostSpec.describe(gpu="H100-SXM", gpu_count=2, os="ubuntu-22.04"),
     )
-    return LockGroup.from_resolution("h100_sxm_x2_ubuntu_22_04", hosts, resolution)
+    return lock_group("h100_sxm_x2_ubuntu_22_04", hosts, resolution)
 
 
 def cpu_group(hosts: list[str]) -> LockGroup:
     resolution = resolve(StackRequest.build(frameworks=["torch==2.13.0+cpu"]), HostSpec.describe(os="debian-12"))
-    return LockGroup.from_resolution("cpu_debian_12", hosts, resolution)
+    return lock_group("cpu_debian_12", hosts, resolution)
 
 
 def _health() -> dict[str, Any]:

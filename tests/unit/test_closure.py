@@ -15,9 +15,11 @@ import pytest
 from provision.ansible.role_vars import locked_installs
 from provision.config import parse_config
 from provision.errors import BadInput, OperationFailed, Unreachable, Unsatisfiable
+from provision.files import read_lock
 from provision.fleet import closure
 from provision.fleet.cache.wheels import WheelSet
-from provision.stack.lock import Lock, LockGroup, PythonPackage, dumps_lock, parse_lock, read_lock
+from provision.model import ResolvedHost, Stack
+from provision.stack.lock import Lock, LockGroup, PythonPackage, dumps_lock, parse_lock
 from tests.cli_run import provision
 from tests.wheels import make_wheel
 
@@ -142,7 +144,13 @@ def _pkg(name: str, version: str, index: str = PYPI) -> PythonPackage:
 
 
 def _lock(packages: list[PythonPackage]) -> Lock:
-    group = LockGroup("g", ["a"], {"os": "ubuntu-22.04", "arch": "x86_64"}, {}, python_packages=packages)
+    group = LockGroup(
+        "g",
+        ["a"],
+        ResolvedHost.from_json({"os": "ubuntu-22.04", "arch": "x86_64"}),
+        Stack.from_json({}),
+        python_packages=packages,
+    )
     return Lock({"version": "1", "sha256": "x"}, [group])
 
 

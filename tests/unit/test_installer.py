@@ -15,6 +15,7 @@ from provision.ansible.role_vars import group_vars, installer
 from provision.config import parse_config
 from provision.errors import BadInput
 from provision.matrix import load
+from provision.model import LockGroup
 from provision.model.settings import InstallSettings, PipSettings
 from provision.stack.lock import PythonPackage
 
@@ -64,7 +65,7 @@ def test_render_passes_the_installer_and_the_roles_take_it(
     install = InstallSettings(
         pip=PipSettings(index_url="https://mirror.example/simple", trusted_hosts=("mirror.example",)), installer=setting
     )
-    out = group_vars(_group(closure), install)
+    out = group_vars(LockGroup.from_json(_group(closure)), install)
     assert out["frameworks_installer"] == want
     assert out.get("python_env_install_uv", False) is (want == "uv")
     if want == "uv":

@@ -8,18 +8,10 @@ from pathlib import Path
 import pytest
 
 from provision.errors import BadInput
+from provision.files import read_lock, write_lock
 from provision.matrix import load
 from provision.stack.drift import cudnn_number, drift
-from provision.stack.lock import (
-    SCHEMA,
-    Lock,
-    LockGroup,
-    build_lock,
-    dumps_lock,
-    find_group,
-    read_lock,
-    write_lock,
-)
+from provision.stack.lock import SCHEMA, Lock, build_lock, dumps_lock, find_group, lock_group
 from provision.stack.request import HostSpec, StackRequest
 from provision.stack.resolve import resolve
 
@@ -32,8 +24,8 @@ def _lock() -> Lock:
     cpu = resolve(StackRequest.build(frameworks=["torch==2.13.0+cpu"]), HostSpec.describe(os="debian-12"))
     return build_lock(
         [
-            LockGroup.from_resolution("h100x8", ["gpu1", "gpu2"], h100),
-            LockGroup.from_resolution("cpu", ["th1"], cpu),
+            lock_group("h100x8", ["gpu1", "gpu2"], h100),
+            lock_group("cpu", ["th1"], cpu),
         ]
     )
 
@@ -93,8 +85,8 @@ def test_same_resolution_writes_the_same_bytes_and_round_trips(tmp_path: Path) -
 
 def test_resolve_json_host_and_stack_are_copied_exactly() -> None:
     res = resolve(StackRequest.build(frameworks=["torch==2.8.0"]), HostSpec.describe(gpu="L4"))
-    group = LockGroup.from_resolution("l4", ["a"], res)
-    assert group.host == res.to_json()["host"] and group.stack == res.to_json()["stack"]
+    group = lock_group("l4", ["a"], res)
+    assert group.host.to_json() == res.to_json()["host"] and group.stack.to_json() == res.to_json()["stack"]
 
 
 def test_find_group() -> None:

@@ -14,9 +14,10 @@ import pytest
 
 from provision.errors import BadInput
 from provision.matrix import load
+from provision.model.packages import PackagePlan
 from provision.stack.candidates import DriverChoice
 from provision.stack.lock import dumps_lock, parse_lock
-from provision.stack.packages import PackagePlan, check_plannable, package_plan
+from provision.stack.packages import check_plannable, package_plan
 from provision.stack.request import HostSpec, StackRequest
 from provision.stack.resolve import resolve
 

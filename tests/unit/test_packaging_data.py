@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from provision.matrix import load
-from provision.matrix.packaging import FINGERPRINT, PackagingError, PackagingRow, build_packaging
+from provision.matrix.packaging import PackagingError, PackagingRow, build_packaging
+from provision.model.packages import FINGERPRINT
 
 K = load()
 TABLE = K.t.packaging

@@ -12,8 +12,9 @@ import pytest
 
 from provision.ansible.render import render_files
 from provision.errors import BadInput
+from provision.files import read_lock
+from provision.model import Lock
 from provision.model.settings import InstallSettings
-from provision.stack.lock import read_lock
 from tests.cli_run import provision
 from tests.support.run_dir import syntax_check
 
@@ -33,9 +34,9 @@ def test_assume_writes_lock_and_a_run_dir_plain_ansible_accepts(tmp_path: Path) 
     assert host["host"] == "gpu-a" and host["probed"] is False
     lock = read_lock(tmp_path / "provision.lock")
     [group] = lock.groups
-    driver = group.stack["driver"]
-    assert any(c.startswith(f"driver {driver['version']}") for c in host["changes"])
-    assert f"fabric manager {driver['version']}" in host["changes"]  # 8 x H100-SXM: an NVSwitch board
+    driver = group.stack.driver
+    assert any(c.startswith(f"driver {driver.version}") for c in host["changes"])
+    assert f"fabric manager {driver.version}" in host["changes"]  # 8 x H100-SXM: an NVSwitch board
     run = tmp_path / "run"
     assert (run / "provision.lock").read_text() == (tmp_path / "provision.lock").read_text()
     assert sorted(p.name for p in (run / "group_vars").iterdir()) == ["all.yml", f"{group.name}.yml"]
@@ -229,7 +230,7 @@ def test_ubuntus_distro_driver_without_a_host_is_planned_for_the_host_to_complet
     # the placeholders are the only braces let through: a name with anything else is still refused
     lock = json.loads((tmp_path / "provision.lock").read_text().replace("{kernel}", "{kernel} x"))
     with pytest.raises(BadInput, match="is not a package name"):
-        render_files(lock, {"h1": {}}, InstallSettings(), roles_path="/r")
+        render_files(Lock.from_json(lock), {"h1": {}}, InstallSettings(), roles_path="/r")
 
 
 def test_a_host_whose_python_no_wheel_fits_gets_a_standalone_cpython_in_the_plan(tmp_path: Path) -> None:
@@ -240,7 +241,7 @@ def test_a_host_whose_python_no_wheel_fits_gets_a_standalone_cpython_in_the_plan
     assert r.returncode == 0, r.stderr
     assert "python 3.11 (a standalone CPython, installed by uv)" in r.stdout
     [group] = read_lock(tmp_path / "provision.lock").groups
-    assert (group.stack["python"], group.stack["python_source"]) == ("3.11", "standalone")
+    assert (group.stack.python, group.stack.python_source) == ("3.11", "standalone")
     vars_text = next((tmp_path / ".provision" / "run" / "group_vars").glob("a10g*.yml")).read_text()
     assert "python_env_source: standalone" in vars_text and "python_env_uv_version:" in vars_text
     (tmp_path / "os.yaml").write_text("stack: {frameworks: ['torch==2.0.1']}\ninstall: {python_source: os}\n")
@@ -343,7 +344,7 @@ def test_plan_local_on_a_machine_without_an_nvidia_gpu_says_so(tmp_path: Path) -
         "torch here (a CPU-only stack, e.g. torch==X+cpu, passes; up --check runs the rest on the CPU)"
     ]
     assert not any(c.startswith("driver ") for c in host["changes"]) and host["reboot"] == "no"
-    assert read_lock(tmp_path / "provision.lock").groups[0].stack["driver"] is None
+    assert read_lock(tmp_path / "provision.lock").groups[0].stack.driver is None
     assert "preflight_require_gpu: true" in "".join(p.read_text() for p in (tmp_path / "run" / "group_vars").iterdir())
     human = _plan("--local", "-c", "p.yaml", "--out", "run2", "--lock", "l2", cwd=tmp_path)
     assert "note:         no NVIDIA GPU found on this host" in human.stdout

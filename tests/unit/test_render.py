@@ -24,6 +24,7 @@ from provision.ansible.checks import dump
 from provision.ansible.render import become_answers, render_files
 from provision.ansible.rundir import write_run_dir
 from provision.errors import BadInput
+from provision.model import Lock, LockGroup
 from provision.model.settings import AptSettings, InstallSettings, PipSettings
 from tests.support.run_dir import syntax_check
 
@@ -45,7 +46,7 @@ def _lock(os_id: str) -> dict:
 
 @pytest.mark.parametrize("os_id", OS_RELEASES)
 def test_rendered_glue_matches_golden_files(os_id: str) -> None:
-    files = render_files(_lock(os_id), HOSTS, INSTALL, roles_path="/usr/share/provision/roles")
+    files = render_files(Lock.from_json(_lock(os_id)), HOSTS, INSTALL, roles_path="/usr/share/provision/roles")
     folder = GOLDEN / os_id
     if UPDATE:
         shutil.rmtree(folder, ignore_errors=True)
@@ -59,7 +60,7 @@ def test_rendered_glue_matches_golden_files(os_id: str) -> None:
 @pytest.mark.parametrize("os_id", OS_RELEASES)
 def test_rendered_run_dir_passes_ansible_syntax_check(os_id: str, tmp_path: Path) -> None:
     lock = _lock(os_id)
-    run = write_run_dir(tmp_path / "run", lock, json.dumps(lock), HOSTS, INSTALL)
+    run = write_run_dir(tmp_path / "run", Lock.from_json(lock), json.dumps(lock), HOSTS, INSTALL)
     assert set(run.files) >= {"site.yml", "inventory.yml", "ansible.cfg", "group_vars/all.yml", "provision.lock"}
     syntax_check(run.path)
     bindir = Path(sys.executable).parent
@@ -82,7 +83,7 @@ def test_rendered_run_dir_passes_ansible_syntax_check(os_id: str, tmp_path: Path
 
 def test_group_vars_carry_the_lock_versions_and_no_role_writes_one() -> None:
     lock = _lock("debian-12")
-    files = render_files(lock, HOSTS, INSTALL, roles_path="/r")
+    files = render_files(Lock.from_json(lock), HOSTS, INSTALL, roles_path="/r")
     name = next(k for k in files if k.startswith("group_vars/") and not k.endswith("all.yml"))
     data = yaml.safe_load(files[name])
     stack = lock["groups"][0]["stack"]
@@ -102,7 +103,7 @@ def test_strings_that_ansible_would_template_are_refused() -> None:
     lock = _lock("debian-12")
     lock["groups"][0]["stack"]["frameworks"]["torch"]["index_url"] = "https://x/{{ lookup('env', 'HOME') }}"
     with pytest.raises(BadInput):
-        render_files(lock, HOSTS, INSTALL, roles_path="/r")
+        render_files(Lock.from_json(lock), HOSTS, INSTALL, roles_path="/r")
 
 
 @pytest.mark.parametrize(
@@ -119,7 +120,7 @@ def test_strings_that_ansible_would_template_are_refused() -> None:
 def test_user_values_are_validated(install: dict[str, Any], what: str) -> None:
     # the settings are checked when they are built (once, at config loading), before any render
     with pytest.raises(BadInput, match=what.replace(".", r"\.")):
-        render_files(_lock("debian-12"), HOSTS, InstallSettings(**install), roles_path="/r")
+        render_files(Lock.from_json(_lock("debian-12")), HOSTS, InstallSettings(**install), roles_path="/r")
 
 
 @pytest.mark.parametrize(
@@ -133,12 +134,12 @@ def test_host_names_and_connection_values_are_validated(hosts: dict) -> None:
     lock = _lock("debian-12")
     lock["groups"][0]["hosts"] = list(hosts)
     with pytest.raises(BadInput):
-        render_files(lock, hosts, INSTALL, roles_path="/r")
+        render_files(Lock.from_json(lock), hosts, INSTALL, roles_path="/r")
 
 
 def test_overrides_only_name_role_variables() -> None:
     files = render_files(
-        _lock("debian-12"),
+        Lock.from_json(_lock("debian-12")),
         HOSTS,
         INSTALL,
         roles_path="/r",
@@ -146,7 +147,9 @@ def test_overrides_only_name_role_variables() -> None:
     )
     assert "nvidia_driver_debian_mirror: http://mirror/debian" in "".join(files.values())
     with pytest.raises(BadInput, match="not a role variable"):
-        render_files(_lock("debian-12"), HOSTS, INSTALL, roles_path="/r", overrides={"ansible_become_exe": "sh"})
+        render_files(
+            Lock.from_json(_lock("debian-12")), HOSTS, INSTALL, roles_path="/r", overrides={"ansible_become_exe": "sh"}
+        )
 
 
 @pytest.mark.parametrize(
@@ -166,7 +169,7 @@ def test_overrides_only_name_role_variables() -> None:
 )
 def test_overrides_are_checked_against_the_roles_argument_specs(overrides: dict[str, Any], message: str) -> None:
     with pytest.raises(BadInput) as exc:
-        render_files(_lock("debian-12"), HOSTS, INSTALL, roles_path="/r", overrides=overrides)
+        render_files(Lock.from_json(_lock("debian-12")), HOSTS, INSTALL, roles_path="/r", overrides=overrides)
     assert exc.value.one_line().startswith(f"error: {message}"), exc.value.one_line()
 
 
@@ -183,21 +186,21 @@ def test_overrides_take_what_ansible_converts() -> None:
         "verify_frameworks": {},
         "cudnn_package_lock_timeout": None,
     }
-    files = render_files(_lock("debian-12"), HOSTS, INSTALL, roles_path="/r", overrides=ok)
+    files = render_files(Lock.from_json(_lock("debian-12")), HOSTS, INSTALL, roles_path="/r", overrides=ok)
     assert "preflight_min_free_gib: '50'" in "".join(files.values())
 
 
 def test_forks_follow_the_fleet() -> None:
     lock = _lock("debian-12")
     lock["groups"][0]["hosts"] = [f"h{i}" for i in range(80)]
-    cfg = render_files(lock, {}, INSTALL, roles_path="/r")["ansible.cfg"]
+    cfg = render_files(Lock.from_json(lock), {}, INSTALL, roles_path="/r")["ansible.cfg"]
     assert "forks = 50\n" in cfg and "pipelining = True" in cfg and "ControlPersist=60s" in cfg
     assert "fact_caching = jsonfile" in cfg and "roles_path = /r\n" in cfg
 
 
 def test_a_sudo_password_is_a_prompt_of_the_play_never_a_value_in_a_file() -> None:
     hosts = {**HOSTS, "gpu-1.example": {**HOSTS["gpu-1.example"], "ansible_become_password": "s3cret{{x}}"}}
-    files = render_files(_lock("debian-12"), hosts, INSTALL, roles_path="/usr/share/provision/roles")
+    files = render_files(Lock.from_json(_lock("debian-12")), hosts, INSTALL, roles_path="/usr/share/provision/roles")
     assert not any("s3cret" in text for text in files.values())
     inventory = yaml.safe_load(files["inventory.yml"])
     [group] = inventory["all"]["children"].values()
@@ -222,7 +225,7 @@ def test_a_sudo_password_is_a_prompt_of_the_play_never_a_value_in_a_file() -> No
 def test_a_users_ssh_args_are_still_checked_for_template_markers() -> None:
     hosts = {"gpu-1.example": {"ansible_ssh_common_args": "-o ProxyCommand={{ lookup('pipe', 'id') }}"}}
     with pytest.raises(BadInput, match="template marker"):
-        render_files(_lock("debian-12"), hosts, INSTALL, roles_path="/usr/share/provision/roles")
+        render_files(Lock.from_json(_lock("debian-12")), hosts, INSTALL, roles_path="/usr/share/provision/roles")
 
 
 def test_a_standalone_python_renders_uv_from_the_knowledge_and_the_install_settings() -> None:
@@ -239,7 +242,7 @@ def test_a_standalone_python_renders_uv_from_the_knowledge_and_the_install_setti
         python_mirror="https://mirror.example/pbs",
         python_downloads_json="file:///srv/python/downloads.json",
     )
-    out = group_vars(group, install)
+    out = group_vars(LockGroup.from_json(group), install)
     sp = load().t.standalone_python
     assert sp is not None
     assert out["python_env_source"] == "standalone" and out["python_env_python"] == "3.12"
@@ -249,11 +252,11 @@ def test_a_standalone_python_renders_uv_from_the_knowledge_and_the_install_setti
     assert out["python_env_python_downloads_json"] == "file:///srv/python/downloads.json"
     assert out["python_env_pip_args"] == ["--index-url=https://mirror.example/simple", "--trusted-host=mirror.example"]
     os_group = {**group, "stack": {**group["stack"], "python_source": "os"}}
-    assert "python_env_uv_version" not in group_vars(os_group, install)
+    assert "python_env_uv_version" not in group_vars(LockGroup.from_json(os_group), install)
     with pytest.raises(BadInput, match="python_source"):
-        group_vars({**group, "stack": {**group["stack"], "python_source": "conda"}}, install)
+        group_vars(LockGroup.from_json({**group, "stack": {**group["stack"], "python_source": "conda"}}), install)
     with pytest.raises(BadInput, match="URL"):
-        group_vars(group, InstallSettings(python_mirror="https://x/ -o evil"))
+        group_vars(LockGroup.from_json(group), InstallSettings(python_mirror="https://x/ -o evil"))
 
 
 def test_lock_owned_variables_are_exactly_what_group_vars_takes_from_the_lock() -> None:
@@ -286,7 +289,7 @@ def test_lock_owned_variables_are_exactly_what_group_vars_takes_from_the_lock() 
     from_settings: set[str] = set()
     for os_id in OS_RELEASES:
         for group in (g for lg in _lock(os_id)["groups"] for g in (lg, {**lg, "python_packages": [closure]})):
-            a, b = group_vars(group, plain), group_vars(group, other)
+            a, b = group_vars(LockGroup.from_json(group), plain), group_vars(LockGroup.from_json(group), other)
             for key in a.keys() | b.keys():
                 (from_lock if a.get(key, ...) == b.get(key, ...) else from_settings).add(key)
     from_lock -= from_settings  # moved in any lock: a setting reaches it

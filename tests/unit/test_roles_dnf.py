@@ -22,6 +22,7 @@ import pytest
 
 from provision.ansible.role_vars import group_vars
 from provision.ansible.rundir import write_run_dir
+from provision.model import Lock, LockGroup
 from provision.model.settings import InstallSettings
 from provision.resources import playbooks_dir
 from tests.support.run_dir import syntax_check
@@ -95,7 +96,9 @@ CASES = [(os_id, d) for os_id in FACTS for d in ("570.124.06", "595.58.03")]
 @pytest.mark.parametrize(("os_id", "driver"), CASES)
 def test_dnf_plans_render_a_run_dir_that_passes_the_syntax_check(os_id: str, driver: str, tmp_path: Path) -> None:
     lock = _lock(os_id, driver)
-    run = write_run_dir(tmp_path / "run", lock, json.dumps(lock), {"gpu-1": {"ansible_host": "10.0.0.1"}}, INSTALL)
+    run = write_run_dir(
+        tmp_path / "run", Lock.from_json(lock), json.dumps(lock), {"gpu-1": {"ansible_host": "10.0.0.1"}}, INSTALL
+    )
     syntax_check(run.path)
 
 
@@ -132,7 +135,7 @@ class Play:
         for r in ("signed_repo", "package_plan", role):
             self.vars.update(_load(ROLES / r / "defaults" / "main.yml"))
         self.vars.update(_load(ROLES / role / "vars" / "RedHat.yml") if (ROLES / role / "vars").is_dir() else {})
-        self.vars.update(group_vars(lock["groups"][0], INSTALL))
+        self.vars.update(group_vars(LockGroup.from_json(lock["groups"][0]), INSTALL))
         self.vars.update(FACTS[os_id], ansible_pkg_mgr="dnf", ansible_architecture="x86_64", ansible_kernel=KERNEL)
 
     def template(self, value: Any) -> Any:
@@ -333,7 +336,10 @@ def test_the_apt_pin_leaves_the_pinning_packages_to_the_repository() -> None:
         "services": [],
         "pip": None,
     }
-    variables = {**_load(ROLES / "nvidia_driver" / "defaults" / "main.yml"), **group_vars(group, INSTALL)}
+    variables = {
+        **_load(ROLES / "nvidia_driver" / "defaults" / "main.yml"),
+        **group_vars(LockGroup.from_json(group), INSTALL),
+    }
     variables["ansible_managed"] = "managed"
     source = (ROLES / "nvidia_driver" / "templates" / "apt-pin.j2").read_text()
     text = Templar(loader=DataLoader(), variables=variables).template(trust_as_template(source))

@@ -10,7 +10,7 @@ import pytest
 
 from provision.ansible.role_vars import package_vars
 from provision.errors import BadInput
-from provision.stack.packages import PackagePlan
+from provision.model.packages import PackagePlan
 
 URL = "https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/"
 PLAN: dict[str, Any] = {

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from provision.stack.lock import read_lock
+from provision.files import read_lock
 from tests.cli_run import provision
 from tests.support.cloud_cli import offline_aws, run_cli
 
@@ -76,7 +76,7 @@ def test_each_flag_reaches_the_lock(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     [group] = read_lock(tmp_path / "provision.lock").groups
     assert group.hosts == ["h1"]
-    stack = group.stack
+    stack = group.stack.to_json()
     assert stack["driver"]["branch"] == "580"
     assert stack["driver"]["kernel_modules"] == "proprietary"
     assert stack["driver"]["install_method"] == "nvidia-repo"
@@ -110,7 +110,7 @@ def test_the_other_choices_reach_the_lock_too(tmp_path: Path) -> None:
     )
     assert r.returncode == 0, r.stderr
     [group] = read_lock(tmp_path / "provision.lock").groups
-    stack = group.stack
+    stack = group.stack.to_json()
     assert stack["driver"]["install_method"] == "distro"
     assert stack["frameworks"]["torch"]["index_url"] == "https://pypi.org/simple"
     assert (stack["python"], stack["python_source"]) == ("3.12", "standalone")
@@ -125,13 +125,13 @@ def test_a_flag_beats_the_configs_value_and_the_rest_of_the_config_stays(tmp_pat
     r = _provision(*base, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     [group] = read_lock(tmp_path / "provision.lock").groups
-    assert group.stack["driver"]["branch"] == "570"  # the config alone
+    assert group.stack.driver.branch == "570"  # the config alone
     r = _provision(*base, "--driver", "580", "--framework", "torch==2.13.0", "--torch-variant", "cu126", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     [group] = read_lock(tmp_path / "provision.lock").groups
-    assert group.stack["driver"]["branch"] == "580"
-    assert group.stack["frameworks"]["torch"]["version"] == "2.13.0"
-    assert group.stack["driver"]["kernel_modules"] == "proprietary"  # not given: the config's
+    assert group.stack.driver.branch == "580"
+    assert group.stack.frameworks["torch"].version == "2.13.0"
+    assert group.stack.driver.kernel_modules == "proprietary"  # not given: the config's
 
 
 def test_resolve_merges_the_same_way(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from provision.errors import BadInput
 from provision.fleet.report import render_html
 from provision.fleet.state import State
 from provision.fleet.up import apply_limit, group_hash, limit_patterns
+from provision.model import FrameworkPin, ResolvedHost, Stack
 from provision.stack.lock import LockGroup
 from tests.cli_run import provision
 
@@ -36,7 +37,8 @@ def test_limit_patterns_and_globs() -> None:
 
 def test_group_hash_ignores_which_hosts_share_the_group() -> None:
     def group(hosts: list[str], torch: str) -> LockGroup:
-        return LockGroup("g", hosts, {"os": "debian-12"}, {"frameworks": {"torch": {"version": torch}}})
+        host, stack = {"os": "debian-12"}, {"frameworks": {"torch": {"version": torch}}}
+        return LockGroup("g", hosts, ResolvedHost.from_json(host), Stack.from_json(stack))
 
     assert group_hash(group(["a"], "2.13.0")) == group_hash(group(["a", "b"], "2.13.0"))
     assert group_hash(group(["a"], "2.13.0")) != group_hash(group(["a"], "2.12.0"))
@@ -149,11 +151,15 @@ def test_a_probed_local_tag_matches_the_locked_variant() -> None:
     """The fast path needs plan to see torch 2.13.0+cpu in the venv as the lock's 2.13.0 (cpu)."""
     from provision.fleet.planning import _same_framework
 
-    assert _same_framework("2.13.0+cpu", {"version": "2.13.0", "variant": "cpu"})
-    assert _same_framework("2.8.0", {"version": "2.8.0", "variant": "cu128"})
-    assert not _same_framework("2.13.0+cu128", {"version": "2.13.0", "variant": "cpu"})
-    assert not _same_framework("2.12.0+cpu", {"version": "2.13.0", "variant": "cpu"})
-    assert not _same_framework(None, {"version": "2.13.0"})
+    assert _same_framework("2.13.0+cpu", FrameworkPin.from_json("torch", {"version": "2.13.0", "variant": "cpu"}, "t"))
+    assert _same_framework("2.8.0", FrameworkPin.from_json("torch", {"version": "2.8.0", "variant": "cu128"}, "t"))
+    assert not _same_framework(
+        "2.13.0+cu128", FrameworkPin.from_json("torch", {"version": "2.13.0", "variant": "cpu"}, "t")
+    )
+    assert not _same_framework(
+        "2.12.0+cpu", FrameworkPin.from_json("torch", {"version": "2.13.0", "variant": "cpu"}, "t")
+    )
+    assert not _same_framework(None, FrameworkPin.from_json("torch", {"version": "2.13.0"}, "t"))
 
 
 def test_a_report_that_cannot_be_written_never_hides_the_error_that_stopped_the_run(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -20,11 +21,12 @@ from provision.cli.plan import parse_assume
 from provision.cli.up import refuse_stack_with_lock
 from provision.config import Config
 from provision.errors import BadInput
+from provision.files import read_lock
 from provision.fleet.planning import PlanInputs, PlanRun, _Target, check_locked, check_locked_names, plan
 from provision.fleet.up import group_hash
 from provision.hosts import gather
 from provision.stack.drift import host_differences
-from provision.stack.lock import Lock, read_lock
+from provision.stack.lock import Lock
 from provision.stack.request import HostSpec, StackRequest
 from tests.support.probe_fixtures import OPTIONS, hgx_ubuntu_2204
 
@@ -85,7 +87,7 @@ def test_hosts_the_lock_does_not_name_are_refused_and_lock_hosts_not_in_the_run_
 
 def test_a_lock_of_other_knowledge_is_applied_with_a_note(tmp_path: Path) -> None:
     locked = _lock(tmp_path, "os=ubuntu-22.04,gpu=H100-SXM:8,name=hgx-07")
-    locked.knowledge = {"version": "old", "sha256": "0" * 64}
+    locked = replace(locked, knowledge={"version": "old", "sha256": "0" * 64})
     lock, [note] = check_locked(locked, [_hgx()])
     assert lock.knowledge == locked.knowledge  # the run's lock says what it was resolved with
     assert "knowledge old (000000000000)" in note and "applying the lock as written" in note
@@ -150,12 +152,12 @@ def test_a_kept_driver_is_locked_and_a_host_whose_driver_moved_is_refused() -> N
     from provision.fleet.planning import _resolve_groups
 
     [kept] = _resolve_groups([_hgx()], StackRequest.build(**Config().request_args({"driver": "none"})), None)
-    assert kept.stack["driver"] is None and kept.host["kept_driver"] == "580.95.05"
+    assert kept.stack.driver is None and kept.host.kept_driver == "580.95.05"
     [planned] = _resolve_groups([_hgx()], StackRequest.build(**Config().request_args({"driver": "580"})), None)
-    assert planned.stack["driver"] is not None and "kept_driver" not in planned.host  # installs its own
+    assert planned.stack.driver is not None and "kept_driver" not in planned.host.to_json()  # installs its own
     lock = Lock({}, [kept])
     assert check_locked(lock, [_hgx()])[0].groups[0].to_json() == kept.to_json()
-    kept.host = {**kept.host, "kept_driver": "570.195.03"}  # the host's driver moved since the plan
+    kept = replace(kept, host=replace(kept.host, kept_driver="570.195.03"))  # the host's driver moved since the plan
     with pytest.raises(BadInput) as err:
-        check_locked(lock, [_hgx()])
+        check_locked(Lock({}, [kept]), [_hgx()])
     assert "kept driver 580.95.05, locked 570.195.03" in err.value.message

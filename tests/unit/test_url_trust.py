@@ -20,9 +20,9 @@ import yaml
 from provision.ansible.apply import _message
 from provision.config import load_config
 from provision.errors import redact
+from provision.files import read_lock
 from provision.fleet.cache.wheels import WheelSet
 from provision.fleet.planning import PlanInputs, PlanRun, plan
-from provision.stack.lock import read_lock
 from tests.cli_run import provision
 
 TOKENS = ("TOKEN-idx", "TOKEN-fl", "TOKEN-apt")

@@ -19,6 +19,7 @@ import yaml
 
 import provision.model.versions
 from provision.fleet.planning import _same_framework
+from provision.model import FrameworkPin, ResolvedHost, Stack
 from provision.model.versions import build_matches, version_matches
 from provision.remote.smoke import FILES, SOURCES
 from provision.remote.smoke.verdict import version_checks
@@ -104,7 +105,9 @@ DRIFT_CASES = [c for c in CASES if c[0] not in ("cudnn", "nccl") and c[2] != "no
 
 @pytest.mark.parametrize(("item", "installed", "expected", "matches"), DRIFT_CASES)
 def test_drift_applies_it(item: str, installed: str | None, expected: str | None, matches: bool) -> None:
-    group = LockGroup(name="g", hosts=["h"], host={}, stack=_locked(item, expected))
+    group = LockGroup(
+        name="g", hosts=["h"], host=ResolvedHost.from_json({}), stack=Stack.from_json(_locked(item, expected))
+    )
     assert (drift(group, {item: installed}) == []) is matches
 
 
@@ -112,7 +115,7 @@ def test_drift_applies_it(item: str, installed: str | None, expected: str | None
     ("item", "installed", "expected", "matches"), [c for c in CASES if c[0] in ("torch", "tensorflow", "jax")]
 )
 def test_the_planner_applies_it(item: str, installed: str, expected: str, matches: bool) -> None:
-    assert _same_framework(installed, {"version": expected}) is matches
+    assert _same_framework(installed, FrameworkPin.from_json("torch", {"version": expected}, "t")) is matches
 
 
 @pytest.mark.parametrize(
@@ -122,7 +125,7 @@ def test_the_planner_applies_it(item: str, installed: str, expected: str, matche
 def test_the_build_is_the_locked_variant(installed: str | None, variant: str, matches: bool) -> None:
     assert build_matches(installed, variant) is matches
     if installed is not None:
-        assert _same_framework(installed, {"version": "2.8.0", "variant": variant}) is matches
+        assert _same_framework(installed, FrameworkPin("torch", "2.8.0", "", None, None, variant)) is matches
 
 
 def test_the_rule_travels_with_the_smoke_job() -> None:

@@ -1,6 +1,6 @@
 """reference/lock.md: the provision.lock format.
 
-The key lists come from the code (``provision.stack.lock``: ``SCHEMA``, ``GROUP_KEYS``, the
+The key lists come from the code (``provision.model.lock``: ``SCHEMA``, ``GROUP_KEYS``, the
 records' dataclass fields) and from a real lock that `provision plan --assume` writes during the
 build; the meanings are written here, and any key on one side but not the other fails the build.
 """
@@ -33,7 +33,7 @@ GROUP = {
     "warnings": "Caveats of the set (`{code, message}`): minor-version compatibility, an end-of-life branch, ...",
     "reasons": "Why each version was chosen, in words.",
 }
-# Set by plan beside ResolvedHost's fields (provision/fleet/planning.py), only when the driver is kept.
+# ResolvedHost's field that plan sets (provision/fleet/planning.py) only when the driver is kept.
 KEPT_DRIVER = "kept_driver"
 HOST = {
     "gpu": "The GPU's canonical name.",
@@ -76,9 +76,9 @@ PYTHON_PACKAGE = {
 
 
 def page() -> str:
-    from provision.stack.lock import GROUP_KEYS, OLD_SCHEMAS, SCHEMA, PythonPackage
-    from provision.stack.packages import PackagePlan
-    from provision.stack.resolution import ResolvedHost
+    from provision.model.host import ResolvedHost
+    from provision.model.lock import GROUP_KEYS, OLD_SCHEMAS, SCHEMA, PythonPackage
+    from provision.model.packages import PackagePlan
 
     _, lock = plan_example()
     if lock.get("schema") != SCHEMA:
@@ -87,7 +87,7 @@ def page() -> str:
     if tuple(GROUP) != GROUP_KEYS:
         raise RefDocError(f"lock.md: the group keys described here are not lock.GROUP_KEYS {GROUP_KEYS}")
     plan_fields = [f.name for f in fields(PackagePlan)]
-    host_fields = [f.name for f in fields(ResolvedHost)] + [KEPT_DRIVER]
+    host_fields = [f.name for f in fields(ResolvedHost)]  # kept_driver (KEPT_DRIVER) is one of them
     package_fields = [f.name for f in fields(PythonPackage)]
     if not set(group["host"]) <= set(host_fields):
         raise RefDocError(f"lock.md: the lock's host has keys beyond ResolvedHost's: {sorted(group['host'])}")
@@ -95,7 +95,7 @@ def page() -> str:
         [
             "# provision.lock\n\n",
             generated(
-                "`provision/stack/lock.py` and `provision/stack/packages.py` (their key lists and records) and a "
+                "`provision/model/lock.py` and `provision/model/packages.py` (their key lists and records) and a "
                 f"lock written by `provision plan --assume {ASSUME}`"
             ),
             f"`provision plan` writes the lock (`--lock FILE`, default `provision.lock`); `provision up --lock FILE` "

@@ -52,7 +52,7 @@ def start_cache(
         if (ansible / "group_vars" / f"{g}.yml").is_file()
         for h in (body.get("hosts") or {})
     }
-    platform = {h: g.host for g in lock.groups for h in g.hosts}
+    platform = {h: g.host.to_json() for g in lock.groups for h in g.hosts}
     group_vars = {
         g: yaml.safe_load((ansible / "group_vars" / f"{g}.yml").read_text()) or {}
         for g in {group_of[t.name] for t in targets}

@@ -67,6 +67,12 @@ def torch_gpu_state(torch: Any) -> tuple[int, str | None]:
     return 0, "CUDA is not usable from torch (no device found)"
 
 
+# The keys of the job's ``versions``: these, and each framework of ``frameworks.CHECKS`` found
+# installed. The controller declares the same list (provision.model.components, which this job,
+# standard library only on the hosts, cannot import); tests/unit/test_model.py checks they agree.
+VERSION_KEYS = ("driver", "cuda_driver", "torch", "torch_cuda", "cudnn", "nccl", "python")
+
+
 def versions(torch: Any, nvml: Nvml | None, on_gpu: bool) -> dict[str, Any]:
     found: dict[str, Any] = {
         "driver": (nvml.driver_version() if nvml else None) or driver_from_proc(),
