@@ -198,8 +198,10 @@ if PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PY" -c 'import provision.cli.
   step provision-probe 120 sh -c '"$@" > probe.json' - "${PROV[@]}" probe --local --json
   step provision-plan 120 sh -c '"$@" --json > plan.json && "$@" > plan.txt' - \
     "${PROV[@]}" plan --local -c provision.yaml --out run --lock provision.lock
-  step provision-up-check 300 sh -c '"$@" > up_check.json' - \
+  step provision-up-check 300 sh -c '"$@" > up_check.json 2> up_check.stderr' - \
     "${PROV[@]}" up --local --check --yes -c provision.yaml --json
+  # the run's report says why a host failed (the --json host object has no room for it)
+  cp .provision/runs/*/report.json up_report.json 2>/dev/null
   rm -rf run .provision
   cd "$ROOT" || exit 1
 else

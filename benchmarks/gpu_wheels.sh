@@ -6,7 +6,8 @@
 #   echo /.whl/ >> .git/info/exclude; benchmarks/gpu_wheels.sh .whl
 #
 # then carry `.whl` and start the device command with
-#   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+#   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl &&
+#     export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH   # ansible-playbook is in /tmp/site/bin
 # The image's Python is 3.12 on x86_64 (the device tool's KINDS.md); PYTHON_VERSION overrides it.
 set -euo pipefail
 [[ $# -eq 1 ]] || { echo "usage: $0 DIR" >&2; exit 2; }

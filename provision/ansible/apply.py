@@ -151,6 +151,10 @@ class ApplyResult:
     hosts: dict[str, HostOutcome]
     artifacts: Path
     events: Path
+    # ansible-playbook's own last words when it ended before any host ran (a locale it refuses,
+    # a playbook it cannot parse, an inventory it cannot read): without them the host's failure
+    # would name no cause
+    error: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -205,8 +209,29 @@ def runner_environment(
     parent = os.environ if parent is None else parent
     env = {k: v for k, v in parent.items() if k in RUNNER_ENV_ALLOW}
     env["PATH"] = f"{ansible_bin_dir()}{os.pathsep}{parent.get('PATH', '')}"
+    if not utf8_locale(env):
+        # ansible-core refuses to start under any other locale encoding ("Ansible requires the
+        # locale encoding to be UTF-8", ansible/cli/__init__.py initialize_locale), and an explicit
+        # LC_ALL=C (cron, systemd units, minimal containers) also stops Python's own C-locale
+        # coercion (PEP 538). C.UTF-8 changes only the encoding: messages stay untranslated.
+        env["LC_ALL"] = "C.UTF-8"
     env.update(envvars or {})
     return env
+
+
+# Terminal colour codes: ansible-playbook runs on the pseudo-terminal ansible-runner gives it
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_UTF8 = re.compile(r"\.utf-?8(@|$)", re.IGNORECASE)
+
+
+def utf8_locale(env: Mapping[str, str]) -> bool:
+    """Whether ``env`` gives a process a UTF-8 character type: the first of LC_ALL, LC_CTYPE and
+    LANG that is set (POSIX's order) names a UTF-8 locale. Unset, or C/POSIX without LC_ALL, is
+    coerced to C.UTF-8 by Python itself (PEP 538), which ansible-playbook is."""
+    value = next((env[k] for k in ("LC_ALL", "LC_CTYPE", "LANG") if env.get(k)), "")
+    if not value or (value in ("C", "POSIX") and not env.get("LC_ALL")):
+        return True
+    return bool(_UTF8.search(value))
 
 
 def listed_tasks(run_dir: Path, playbook: str, *, inventory: Path, limit: str | None = None) -> int | None:
@@ -321,13 +346,29 @@ def run_playbook(
     if (signum := cancelled()) is not None:  # the runner stopped ansible-playbook; now stop the caller
         raise SignalInterrupt(signum)
     stats = runner.stats or {}
+    hosts = _outcomes(stats, reducer)
     return ApplyResult(
         status=str(runner.status),
         rc=int(runner.rc if runner.rc is not None else 1),
-        hosts=_outcomes(stats, reducer),
+        hosts=hosts,
         artifacts=artifacts,
         events=events_path,
+        error=None if hosts or runner.status == "successful" else _last_words(runner),
     )
+
+
+def _last_words(runner: Any, lines: int = 3) -> str | None:
+    """The last few lines ansible-playbook printed (the runner's stdout artifact), redacted."""
+    try:
+        with runner.stdout as out:
+            text = out.read()
+    except (OSError, AttributeError, ValueError):
+        return None
+    said = [line.strip() for line in ANSI.sub("", text).splitlines() if line.strip()]
+    # from ansible's own error line on ("ERROR! ..." up to 2.18, "[ERROR]: ..." from 2.19), which
+    # comes before the snippet of the file it quotes; else the last lines
+    first = next((i for i, line in enumerate(said) if re.match(r"\[?ERROR", line)), max(0, len(said) - lines))
+    return redact(" ".join(said[first : first + lines]))[:500] or None
 
 
 def _without_inherited(

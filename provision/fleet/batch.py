@@ -164,7 +164,9 @@ def _apply(
         got = outcome.hosts.get(h.host)
         if got is None:  # the play never reached it: the runner died or was cancelled
             h.failed_task = "(not run)"
-            h.message = f"ansible-runner ended {outcome.status} before this host ran"
+            h.message = f"ansible-runner ended {outcome.status} before this host ran" + (
+                f": {outcome.error}" if outcome.error else ""
+            )
             continue
         h.applied = not options.check
         h.changed = got.changed

@@ -327,4 +327,5 @@ def probed_host(facts: HostFacts) -> ProbedHost:
         instance_type=facts.ec2_instance_type,
         kernel=facts.kernel,
         ubuntu_driver_index=facts.ubuntu_driver_index,
+        driver_version=facts.driver.version,
     )

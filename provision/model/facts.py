@@ -109,7 +109,8 @@ class ProbedHost:
     ``os``: the ``ID-VERSION_ID`` slug (``ubuntu-22.04``); ``gpus``: what was on the PCI bus;
     ``nvswitch_count``: NVSwitches seen (None: not known); ``instance_type``: the EC2 instance type
     when the host is one; ``kernel``: ``uname -r``; ``ubuntu_driver_index``: what the host's apt
-    index offers for Ubuntu's distro driver (Ubuntu hosts only).
+    index offers for Ubuntu's distro driver (Ubuntu hosts only); ``driver_version``: the NVIDIA
+    driver found (loaded, else installed), which a stack that leaves the driver alone runs on.
     """
 
     os: str | None = None
@@ -119,6 +120,7 @@ class ProbedHost:
     instance_type: str | None = None
     kernel: str | None = None
     ubuntu_driver_index: UbuntuDriverIndex | None = None
+    driver_version: str | None = None
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> ProbedHost:
@@ -140,6 +142,7 @@ class ProbedHost:
             ubuntu_driver_index=UbuntuDriverIndex.from_json(_mapping(index, "facts.ubuntu_driver_index"))
             if index
             else None,
+            driver_version=_opt_text(doc.get("driver_version"), "facts.driver_version"),
         )
 
 

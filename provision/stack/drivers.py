@@ -35,7 +35,10 @@ class Drivers:
         """Drivers allowed by the GPU, the pin, the OS's install methods and the module flavours."""
         req, host, k = self.req, self.host, self.k
         if req.driver == "none":
-            return [DriverChoice(None, None, "none", None)]
+            # Left alone, the driver the probe found is the one the wheels will run on: the rules
+            # check it (a cu130 torch on an R535 host fails them, and an older variant is chosen).
+            found = host.probed.driver_version if host.probed is not None else None
+            return [DriverChoice(None, found, "none", None)]
         if req.driver == "auto" and host.gpu is None and (req.cpu_only or host.probed is not None):
             # CPU wheels need no driver; and a probed host without an NVIDIA GPU has nothing a
             # driver could drive (its preflight would refuse the install). A pin is still honoured.

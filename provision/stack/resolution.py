@@ -88,7 +88,8 @@ def assemble(
     elif req.driver == "auto" and host.probed is not None and gpu is None:
         reasons.append("driver: none installed (no NVIDIA GPU on this host; pin stack.driver to install one)")
     elif req.driver == "none":
-        reasons.append("driver: left alone (driver: none)")
+        found = f"; the host has {d.version}" if d.version else ""
+        reasons.append(f"driver: left alone (driver: none){found}")
         if host.needs_fabric_manager:
             c.warn(
                 "fabric_manager_unmanaged",
