@@ -192,6 +192,10 @@ RUNNER_ENV_ALLOW = frozenset(
         "TMPDIR",
         "SSH_AUTH_SOCK",  # keys held by an ssh-agent
         "KRB5CCNAME",  # Kerberos (GSSAPI) tickets for ssh
+        # where provision itself found ansible when it is not in the interpreter's own site
+        # (a `pip install --target` folder, a checkout run in place): ansible-playbook is the same
+        # Python and fails without it ("No module named 'ansible'", seen on the GPU machine)
+        "PYTHONPATH",
     }
 )
 # Not the controller's http(s)_proxy: ansible-playbook itself only runs ssh (ProxyJump and

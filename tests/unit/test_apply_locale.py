@@ -9,6 +9,9 @@ Found on the first GPU machine lent to this work: `up --local --check` failed it
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -74,3 +77,27 @@ def test_a_playbook_that_dies_before_any_host_says_why(tmp_path: Path) -> None:
     assert got.error is not None
     assert "no_such_module" in got.error
     assert "\x1b[" not in got.error
+
+
+def test_ansible_found_through_pythonpath_reaches_ansible_playbook_too(tmp_path: Path) -> None:
+    """How the GPU machine runs provision: its wheels unpacked with `pip install --target` and found
+    through PYTHONPATH, by a Python whose own site has no ansible. ansible-playbook (a script for
+    that Python) needs the same PYTHONPATH, or it dies with "No module named 'ansible'"."""
+    bare = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    script = bindir / "ansible-playbook"  # as pip writes it for the bare Python
+    script.write_text(f"#!{bare}/bin/python\nimport sys\nfrom ansible.cli.playbook import main\nsys.exit(main())\n")
+    script.chmod(0o755)
+    run_dir, inventory = _play(tmp_path, PLAY)
+    site = sysconfig.get_paths()["purelib"]  # this venv's: ansible, ansible_runner, provision's deps
+    repo = Path(__file__).resolve().parents[2]
+    code = (
+        "import sys; from pathlib import Path; from provision.ansible.apply import run_playbook; "
+        f"r = run_playbook(Path({str(run_dir)!r}), 'site.yml', inventory=Path({str(inventory)!r}), "
+        f"artifacts=Path({str(tmp_path / 'art')!r})); print(r.ok, r.error); sys.exit(0 if r.ok else 1)"
+    )
+    env = {"PATH": f"{bindir}:/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": f"{repo}:{site}"}
+    done = subprocess.run([f"{bare}/bin/python", "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
