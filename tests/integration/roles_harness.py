@@ -109,7 +109,7 @@ def render(
     return run
 
 
-def start(run: Path) -> subprocess.Popen[str]:
+def start(run: Path, *options: str) -> subprocess.Popen[str]:
     env = {
         **os.environ,
         "PATH": f"{BIN}:{os.environ['PATH']}",
@@ -118,7 +118,7 @@ def start(run: Path) -> subprocess.Popen[str]:
         "ANSIBLE_SSH_CONTROL_PATH_DIR": str(run / ".cp"),
     }
     return subprocess.Popen(
-        [str(BIN / "ansible-playbook"), "site.yml"],
+        [str(BIN / "ansible-playbook"), "site.yml", *options],
         cwd=run,
         env=env,
         text=True,
@@ -135,8 +135,8 @@ def finish(proc: subprocess.Popen[str], host: str, timeout: float = 1200) -> Out
     return Outcome(proc.returncode, 0, 0, 0, out)
 
 
-def apply(run: Path, host: str) -> Outcome:
-    return finish(start(run), host)
+def apply(run: Path, host: str, *options: str) -> Outcome:
+    return finish(start(run, *options), host)
 
 
 def cpu_torch_config(folder: Path, hostset: harness.HostSet, wheelhouse: Path) -> Path:

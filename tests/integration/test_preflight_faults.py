@@ -106,3 +106,24 @@ def test_a_clock_within_five_minutes_passes(testhosts: harness.HostSet, tmp_path
     overrides = {**ONLY_PREFLIGHT, "preflight_controller_time": int(time.time()) + 200}
     outcome = rh.apply(rh.render(tmp_path / "run", testhosts, host, _group(host), overrides=overrides), host.name)
     assert outcome.rc == 0 and outcome.failed == 0, outcome.output[-3000:]
+
+
+def test_check_mode_without_python3_apt_is_refused_in_one_line(testhosts: harness.HostSet, tmp_path: Path) -> None:
+    """Seen on the GPU machine lent to this work (Ubuntu 24.04 without python3-apt): `up --check`
+    failed at the first apt task with Ansible's "python3-apt must be installed to use check mode".
+    Here python3-apt's modules are moved aside on a real Debian 12 host for the length of the test."""
+    host = testhosts.hosts[1]
+    site = "/usr/lib/python3/dist-packages"
+    run = rh.render(tmp_path / "run", testhosts, host, _group(host), overrides=ONLY_PREFLIGHT)
+    try:
+        rh.ssh(testhosts, host, f"mv {site}/apt {site}/apt.hidden")
+        outcome = rh.apply(run, host.name, "--check")
+        assert outcome.rc != 0 and outcome.failed == 1 and outcome.changed == 0, outcome.output[-2000:]
+        [line] = outcome.error_lines()
+        assert "preflight: check mode cannot tell what apt would change without python3-apt" in line, line
+        assert "install python3-apt there, or run without --check" in line, line
+    finally:
+        rh.ssh(testhosts, host, f"test ! -d {site}/apt.hidden || mv {site}/apt.hidden {site}/apt", check=False)
+    # with it back, the same check run passes
+    again = rh.apply(run, host.name, "--check")
+    assert again.rc == 0 and again.failed == 0, again.output[-3000:]
