@@ -21,6 +21,7 @@ from provision.model.stack import FrameworkPin, Stack
 from provision.model.versions import build_matches, version_matches
 
 if TYPE_CHECKING:
+    from provision.ansible.render import RunVars
     from provision.config import Config
     from provision.hosts.facts import HostFacts
     from provision.hosts.inventory import HostTarget
@@ -90,6 +91,8 @@ class PlanResult:
     unprobed: list[ProbeFailure] = field(default_factory=list)  # only with skip_unprobed
     notes: list[str] = field(default_factory=list)  # what the user should know of the lock and the install
     lock: Lock = field(default_factory=lambda: Lock({}, []))  # what lock_path holds (up applies it)
+    # the role variables the run dir's files hold, as rendered (up's fleet cache reads these)
+    run_vars: RunVars | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -249,7 +252,9 @@ def plan(inputs: PlanInputs, context: PlanRun | None = None) -> PlanResult:
     )
     write_lock(lock, lock_path)
     by_name = {t.name: t for t in targets}
-    result = PlanResult(out=out, lock_path=lock_path, files=run.files, unprobed=unprobed, notes=notes, lock=lock)
+    result = PlanResult(
+        out=out, lock_path=lock_path, files=run.files, unprobed=unprobed, notes=notes, lock=lock, run_vars=run.vars
+    )
     for g in lock_groups:
         result.groups.append(
             {
