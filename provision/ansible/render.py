@@ -96,7 +96,7 @@ def render_files(
     install: InstallSettings,
     *,
     roles_path: str,
-    overrides: Mapping[str, Any] | None = None,
+    overrides: Mapping[str, object] | None = None,
     user_groups: Mapping[str, Mapping[str, Sequence[str]]] | None = None,
     run: str | None = None,
 ) -> dict[str, str]:
@@ -112,7 +112,7 @@ def render_run(
     install: InstallSettings,
     *,
     roles_path: str,
-    overrides: Mapping[str, Any] | None = None,
+    overrides: Mapping[str, object] | None = None,
     user_groups: Mapping[str, Mapping[str, Sequence[str]]] | None = None,
     run: str | None = None,
 ) -> RenderedRun:

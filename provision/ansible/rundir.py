@@ -89,7 +89,7 @@ def write_run_dir(
     hosts: Mapping[str, Mapping[str, Any]],
     install: InstallSettings,
     *,
-    overrides: Mapping[str, Any] | None = None,
+    overrides: Mapping[str, object] | None = None,
     roles_path: str | None = None,
     user_groups: Mapping[str, Mapping[str, Sequence[str]]] | None = None,
     bundle_roles: bool = False,

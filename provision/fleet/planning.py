@@ -126,7 +126,7 @@ class PlanInputs:
     local: bool = False
     inventory: str | None = None
     assume: Assumed | None = None
-    overrides: Mapping[str, Any] | None = None
+    overrides: Mapping[str, object] | None = None
     reboot_controller: bool = False
     locked: Lock | None = None
 
@@ -427,7 +427,9 @@ def check_assume(assume: Assumed | None, local: bool, inventory: str | None) -> 
         )
 
 
-def check_inputs(overrides: Mapping[str, Any] | None, targets: Sequence[HostTarget], ssh_config: Path | None) -> None:
+def check_inputs(
+    overrides: Mapping[str, object] | None, targets: Sequence[HostTarget], ssh_config: Path | None
+) -> None:
     """Everything `plan` and `up` take that can be wrong, as BadInput before any host is contacted
     (the stack request and the install settings were checked when the command line built them):
     ``--set`` names and values (none the lock owns), the ``-F`` file, and each host's SSH settings
@@ -491,13 +493,20 @@ def _connection_vars(t: HostTarget) -> dict[str, Any]:
     return out
 
 
-def _probe(targets: Sequence[_Target], config: Config, skip_unprobed: bool, **connect: Any) -> list[ProbeFailure]:
+def _probe(
+    targets: Sequence[_Target],
+    config: Config,
+    skip_unprobed: bool,
+    *,
+    accept_new_host_keys: bool = False,
+    ssh_config: Path | None = None,
+) -> list[ProbeFailure]:
     """Probe the targets in place (``t.facts``); the hosts that failed, when they may be skipped."""
     from provision.hosts.gather import GatherOptions, matrix_lookup, probe_hosts
 
     hosts = [t.target for t in targets if t.target is not None]
     options = GatherOptions.from_env(venv=config.install.venv, lookup=matrix_lookup())
-    results = probe_hosts(hosts, options, **connect)
+    results = probe_hosts(hosts, options, accept_new_host_keys=accept_new_host_keys, ssh_config=ssh_config)
     failed = [ProbeFailure(r.host, r.error) for r in results if r.error is not None]
     for f in failed:
         # a host's entry that does not parse (port, SSH config) is the user's input, not the host
