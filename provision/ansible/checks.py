@@ -35,7 +35,7 @@ def dump(data: Any) -> str:
     return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, width=1000)
 
 
-def _refuse_templates(value: Any, where: str) -> None:
+def _refuse_templates(value: object, where: str) -> None:
     if isinstance(value, str):
         if _JINJA.search(value):
             raise BadInput(
@@ -60,19 +60,19 @@ def check_host_name(name: str) -> str:
     return name
 
 
-def _check_text(value: Any, what: str) -> str:
+def _check_text(value: object, what: str) -> str:
     if not isinstance(value, str) or CONTROL.search(value):
         raise BadInput(f"{what} must be one line of text", "remove line breaks and control characters")
     return value
 
 
-def _check_version(value: Any, what: str) -> str:
+def _check_version(value: object, what: str) -> str:
     if not isinstance(value, str) or not _VERSION.match(value):
         raise BadInput(f"the lock's {what} {value!r} is not a version", "regenerate the lock with `provision plan`")
     return value
 
 
-def _check_package(value: Any, what: str) -> str:
+def _check_package(value: object, what: str) -> str:
     if not isinstance(value, str) or not _PACKAGE.match(value):
         raise BadInput(
             f"the lock's {what} {value!r} is not a package name", "regenerate the lock with `provision plan`"

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -63,16 +64,58 @@ def group_name(index: int, group: LockGroup) -> str:
     return name[:62]
 
 
+@dataclass(frozen=True)
+class RunVars:
+    """The role variables a run dir holds, as rendered: what its YAML files say, kept in memory so
+    that the run that wrote them never reads them back (the fleet cache takes this record).
+
+    ``groups``: each lock group's Ansible name -> its ``group_vars/NAME.yml`` (the ``--set``
+    values included); ``group_of``: each host -> its lock group's Ansible name; ``everyone``:
+    ``group_vars/all.yml``; ``netrc``: the index logins of ``secrets.yml``'s netrc file ("" without).
+    The values are plain YAML data (no tuples: ``yaml.safe_dump`` refuses them), so they equal
+    what reading the files back would give.
+    """
+
+    groups: Mapping[str, Mapping[str, Any]]
+    group_of: Mapping[str, str]
+    everyone: Mapping[str, Any]
+    netrc: str = field(default="", repr=False)
+
+
+@dataclass(frozen=True)
+class RenderedRun:
+    """A rendered run dir: its files as {relative path: text} and the role variables they hold."""
+
+    files: dict[str, str]
+    vars: RunVars
+
+
 def render_files(
     lock: Lock,
     hosts: Mapping[str, Mapping[str, Any]],
     install: InstallSettings,
     *,
     roles_path: str,
-    overrides: Mapping[str, Any] | None = None,
+    overrides: Mapping[str, object] | None = None,
     user_groups: Mapping[str, Mapping[str, Sequence[str]]] | None = None,
     run: str | None = None,
 ) -> dict[str, str]:
+    """The run dir's files as {relative path: text} (:func:`render_run`'s files)."""
+    return render_run(
+        lock, hosts, install, roles_path=roles_path, overrides=overrides, user_groups=user_groups, run=run
+    ).files
+
+
+def render_run(
+    lock: Lock,
+    hosts: Mapping[str, Mapping[str, Any]],
+    install: InstallSettings,
+    *,
+    roles_path: str,
+    overrides: Mapping[str, object] | None = None,
+    user_groups: Mapping[str, Mapping[str, Sequence[str]]] | None = None,
+    run: str | None = None,
+) -> RenderedRun:
     """The run dir's files as {relative path: text}; pure, so golden tests compare it byte for byte.
 
     ``hosts`` maps each host of the lock to its connection variables (``ansible_host``, ...).
@@ -107,6 +150,7 @@ def render_files(
     inventory: dict[str, Any] = {}
     names: list[str] = []
     prompts: list[dict[str, Any]] = []  # one vars_prompt per host with a sudo password
+    role_vars: dict[str, dict[str, Any]] = {}
     for i, group in enumerate(lock.groups):
         name = group_name(i, group)
         if name in names:
@@ -128,6 +172,7 @@ def render_files(
                 members[str(host)]["ansible_become_password"] = "{{ " + prompts[-1]["name"] + " }}"
         inventory[name] = {"hosts": members}
         data = {**group_vars(group, install, index_login=bool(creds.netrc)), **overrides}
+        role_vars[name] = data
         files[f"group_vars/{name}.yml"] = env.get_template("data.yml.j2").render(
             what=f"role variables of host group {name} (from provision.lock)", body=dump(data)
         )
@@ -197,7 +242,9 @@ def render_files(
     files["ansible.cfg"] = env.get_template("ansible.cfg.j2").render(
         roles_path=roles_path, forks=_forks(nhosts), ssh_args=SSH_ARGS
     )
-    return files
+    netrc = next((f["content"] for f in creds.files() if f["name"] == "netrc"), "")
+    group_of = {h: name for name in names for h in inventory[name]["hosts"]}
+    return RenderedRun(files, RunVars(role_vars, group_of, all_vars, netrc))
 
 
 # The inventory variables that carry a host's sudo password (HostTarget.become_password).

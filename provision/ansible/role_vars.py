@@ -78,7 +78,7 @@ LOCK_OWNED: dict[str, str] = {
 WHERE_FROM = frozenset({*(f"{role}_repositories" for role in PACKAGE_ROLES), "frameworks_installs"})
 
 
-def check_installs_override(overrides: Mapping[str, Any], lock: Lock, install: InstallSettings) -> None:
+def check_installs_override(overrides: Mapping[str, object], lock: Lock, install: InstallSettings) -> None:
     """``--set frameworks_installs`` may send the lock's wheels to another index, not change them:
     its requirements must be each lock group's own (BadInput otherwise, before anything is written)."""
     value = overrides.get("frameworks_installs")
@@ -102,7 +102,7 @@ def check_installs_override(overrides: Mapping[str, Any], lock: Lock, install: I
             )
 
 
-def check_repositories_override(overrides: Mapping[str, Any], lock: Lock) -> None:
+def check_repositories_override(overrides: Mapping[str, object], lock: Lock) -> None:
     """``--set <role>_repositories`` may point a repository the lock plans at a mirror, not trust
     another key: each entry must name a repository of the lock and carry its key fingerprint, in
     every lock group that has it (BadInput otherwise, before anything is written)."""
@@ -424,10 +424,10 @@ def _framework_vars(stack: Stack, pip: PipPlan | None, install: InstallSettings)
     }
 
 
-def _check_pin(req: Any) -> str:
+def _check_pin(req: object) -> str:
     """A requirement of the lock is one PEP 508 requirement pinned with ``==``, nothing pip could
     read as an option (``--index-url=http://x==1`` has an ``==`` too) or a URL to fetch."""
-    _check_text(req, "framework requirement")
+    req = _check_text(req, "framework requirement")
     try:
         parsed = Requirement(req)
     except InvalidRequirement:

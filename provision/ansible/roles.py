@@ -8,7 +8,7 @@ from __future__ import annotations
 import difflib
 import functools
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +44,7 @@ def default_roles_path() -> str:
     return str(playbooks_dir() / "roles")
 
 
-def check_overrides(overrides: Mapping[str, Any]) -> None:
+def check_overrides(overrides: Mapping[str, object]) -> None:
     """Role variables set on top of the rendered ones (air-gapped mirrors, tests).
 
     Checked against the roles' argument specs, their documented interface, before any host is
@@ -86,8 +86,9 @@ _URL_ENTRY_KEYS = {"frameworks_installs": ("index_url",), "frameworks_locked": (
 _REPOSITORY_KEYS = ("url", "key_url")
 
 
-def set_urls(name: str, value: Any) -> list[str]:
+def set_urls(name: str, value: object) -> list[str]:
     """The URLs in a role variable's value ("" is a variable's own "none" and no URL)."""
+    found: Sequence[object]
     if name in _URL_STRINGS:
         found = [value]
     elif name in _URL_LISTS:
@@ -98,7 +99,7 @@ def set_urls(name: str, value: Any) -> list[str]:
     return [str(u) for u in found if u not in (None, "")]
 
 
-def check_user_sets(overrides: Mapping[str, Any]) -> None:
+def check_user_sets(overrides: Mapping[str, object]) -> None:
     """What `plan` and `up` refuse of ``--set`` beyond the argument specs (render, which tests and
     the integration harness call with any role variable, checks only those).
 
@@ -147,7 +148,7 @@ _KIND_NAMES = {
 _BOOL_STRINGS = {"y", "yes", "on", "1", "true", "t", "n", "no", "off", "0", "false", "f"}
 
 
-def _spec_problem(value: Any, spec: Mapping[str, Any]) -> str | None:
+def _spec_problem(value: object, spec: Mapping[str, Any]) -> str | None:
     """Why ``value`` would fail the role's argument spec (the checks Ansible makes), or None."""
     kind = spec.get("type", "str")
     if value is None or kind == "raw":

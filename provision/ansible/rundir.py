@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from provision.ansible.render import SECRETS_FILE, render_files
+from provision.ansible.render import SECRETS_FILE, RunVars, render_run
 from provision.ansible.roles import BUNDLED_ROLES_PATH, default_roles_path
 from provision.errors import BadInput
 from provision.files import check_tree, private_dir, replace_file, write_durably
@@ -25,6 +25,7 @@ from provision.model.settings import InstallSettings
 class RunDir:
     path: Path
     files: tuple[str, ...]
+    vars: RunVars  # the role variables its files hold, as rendered (never read back from them)
 
 
 def ensure_dir(path: Path, option: str) -> None:
@@ -88,7 +89,7 @@ def write_run_dir(
     hosts: Mapping[str, Mapping[str, Any]],
     install: InstallSettings,
     *,
-    overrides: Mapping[str, Any] | None = None,
+    overrides: Mapping[str, object] | None = None,
     roles_path: str | None = None,
     user_groups: Mapping[str, Mapping[str, Sequence[str]]] | None = None,
     bundle_roles: bool = False,
@@ -103,7 +104,7 @@ def write_run_dir(
     """
     if bundle_roles:
         roles_path = BUNDLED_ROLES_PATH
-    files = render_files(
+    rendered = render_run(
         lock,
         hosts,
         install,
@@ -112,6 +113,7 @@ def write_run_dir(
         user_groups=user_groups,
         run=run,
     )
+    files = rendered.files
     check_out_dir(out)
     ensure_dir(out, "--out")
     private_dir(out)
@@ -130,7 +132,7 @@ def write_run_dir(
         _copy_roles(out / BUNDLED_ROLES_PATH)
         written.append(f"{BUNDLED_ROLES_PATH}/")
     write_durably(out / "provision.lock", lock_text)  # the run dir's copy: as durable as --lock's (0600)
-    return RunDir(out, tuple(sorted(written)))
+    return RunDir(out, tuple(sorted(written)), rendered.vars)
 
 
 def _copy_roles(dest: Path) -> None:

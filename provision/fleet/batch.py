@@ -10,7 +10,7 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from provision.ansible.rundir import write_host_vars
 from provision.fleet.records import LOCK_TASK, PROBE_TASK, HostRun
@@ -53,7 +53,6 @@ class BatchRun:
 
 def run_batch(number: int, batches: list[list[HostRun]], run: BatchRun) -> bool:
     """Apply, verify and remember one batch; False when --serial must stop after it."""
-    from provision.fleet import verify as verify_api
 
     run_dir, lock, targets, config, options = run.run_dir, run.lock, run.targets, run.config, run.options
     state, result, say, locks = run.state, run.result, run.say, run.locks
@@ -80,7 +79,7 @@ def run_batch(number: int, batches: list[list[HostRun]], run: BatchRun) -> bool:
     to_verify = [h for h in batch if h.failed_task is None]
     if to_verify:
         say(f"batch {number}/{len(batches)}: verifying {', '.join(h.host for h in to_verify)}")
-        _verify(verify_api, [targets[h.host] for h in to_verify], to_verify, lock, config.install.venv, config, options)
+        _verify([targets[h.host] for h in to_verify], to_verify, lock, config.install.venv, config, options)
     for h in batch:
         if h.failed_task is not None:
             h.verdict = "fail"
@@ -185,21 +184,21 @@ def _append_events(src: Path, dest: Path) -> None:
 
 
 def _verify(  # noqa: PLR0917
-    verify_api: Any,
-    targets: list[Any],
+    targets: list[HostTarget],
     hosts: list[HostRun],
-    lock: Any,
+    lock: Lock,
     venv: str,
     config: Config,
     options: UpOptions,
 ) -> None:
     from provision.errors import ProvisionError
+    from provision.fleet import verify as verify_api
 
     by_name = {h.host: h for h in hosts}
     # A host the probe found without a GPU, in check mode, runs the job on its CPU and says so:
     # check mode installs nothing, so "what is here works (on the CPU)" is the only honest answer.
     cpu_check = {h.host for h in hosts if h.cpu_only_check}
-    groups: dict[bool, list[Any]] = {}
+    groups: dict[bool, list[HostTarget]] = {}
     for t in targets:
         groups.setdefault(config.verify.allow_cpu or t.name in cpu_check, []).append(t)
     connect = verify_api.default_connect(

@@ -65,7 +65,7 @@ def wants_closure(setting: str, applied: bool) -> bool:
 def lock_closures(
     groups: Sequence[LockGroup],
     install: InstallSettings,
-    overrides: Mapping[str, Any] | None = None,
+    overrides: Mapping[str, object] | None = None,
     *,
     cache: Path | None = None,
 ) -> list[LockGroup]:

@@ -21,10 +21,12 @@ from provision.model.stack import FrameworkPin, Stack
 from provision.model.versions import build_matches, version_matches
 
 if TYPE_CHECKING:
+    from provision.ansible.render import RunVars
     from provision.config import Config
     from provision.hosts.facts import HostFacts
     from provision.hosts.inventory import HostTarget
     from provision.stack.request import StackRequest
+    from provision.stack.resolution import Resolution
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,8 @@ class PlanResult:
     unprobed: list[ProbeFailure] = field(default_factory=list)  # only with skip_unprobed
     notes: list[str] = field(default_factory=list)  # what the user should know of the lock and the install
     lock: Lock = field(default_factory=lambda: Lock({}, []))  # what lock_path holds (up applies it)
+    # the role variables the run dir's files hold, as rendered (up's fleet cache reads these)
+    run_vars: RunVars | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -122,7 +126,7 @@ class PlanInputs:
     local: bool = False
     inventory: str | None = None
     assume: Assumed | None = None
-    overrides: Mapping[str, Any] | None = None
+    overrides: Mapping[str, object] | None = None
     reboot_controller: bool = False
     locked: Lock | None = None
 
@@ -248,7 +252,9 @@ def plan(inputs: PlanInputs, context: PlanRun | None = None) -> PlanResult:
     )
     write_lock(lock, lock_path)
     by_name = {t.name: t for t in targets}
-    result = PlanResult(out=out, lock_path=lock_path, files=run.files, unprobed=unprobed, notes=notes, lock=lock)
+    result = PlanResult(
+        out=out, lock_path=lock_path, files=run.files, unprobed=unprobed, notes=notes, lock=lock, run_vars=run.vars
+    )
     for g in lock_groups:
         result.groups.append(
             {
@@ -272,7 +278,15 @@ def _resolve_groups(targets: Sequence[_Target], request: StackRequest, assume: A
     from provision.stack.request import HostSpec
     from provision.stack.resolve import resolve
 
-    groups: dict[str, tuple[list[str], Any, str | None]] = {}
+    groups: dict[str, tuple[list[str], Resolution, str | None]] = {}
+    # The resolver is pure: the same request on the same host description gives the same
+    # resolution, so a fleet of alike hosts is resolved once per distinct description, not once
+    # per host (issue 26's benchmark: 1,000 described hosts spent ~85 % of plan resolving them
+    # one by one). The key is the whole typed input: the request (the host's python3 included)
+    # and the HostSpec with what the probe found (``probed`` is left out of HostSpec's own repr
+    # and equality, so it is named here). Equal reprs are equal inputs; values that are equal but
+    # print differently only miss the memo. A failure is raised at its first host, as before.
+    resolved: dict[str, Resolution] = {}
     for t in targets:
         if t.facts is not None:
             from provision.hosts.facts import host_description, probed_host
@@ -294,14 +308,19 @@ def _resolve_groups(targets: Sequence[_Target], request: StackRequest, assume: A
                 nvswitch_count=a.nvswitch_count,
             )
             python = a.python
-        try:
-            check_plannable(host)  # EL8 is refused before its versions are looked at
-            # the host's python3: the only OS Python its venv can be built with
-            resolution = resolve(request.on_host(python) if python else request, host)
-            check_plannable(host, resolution.packages)
-        except (Unsatisfiable, BadInput) as exc:
-            exc.message = f"{t.name}: {exc.message}"
-            raise
+        # the host's python3: the only OS Python its venv can be built with
+        host_request = request.on_host(python) if python else request
+        memo = repr((host_request, host, host.probed))
+        resolution = resolved.get(memo)
+        if resolution is None:
+            try:
+                check_plannable(host)  # EL8 is refused before its versions are looked at
+                resolution = resolve(host_request, host)
+                check_plannable(host, resolution.packages)
+            except (Unsatisfiable, BadInput) as exc:
+                exc.message = f"{t.name}: {exc.message}"
+                raise
+            resolved[memo] = resolution
         # A stack that keeps the host's driver (no driver planned) was resolved against the driver
         # the probe found: the lock records it, and `up --lock` refuses a host whose driver moved
         # (a kept 580 that is 550 now may not run the locked CUDA wheels). Hosts with different
@@ -408,7 +427,9 @@ def check_assume(assume: Assumed | None, local: bool, inventory: str | None) -> 
         )
 
 
-def check_inputs(overrides: Mapping[str, Any] | None, targets: Sequence[HostTarget], ssh_config: Path | None) -> None:
+def check_inputs(
+    overrides: Mapping[str, object] | None, targets: Sequence[HostTarget], ssh_config: Path | None
+) -> None:
     """Everything `plan` and `up` take that can be wrong, as BadInput before any host is contacted
     (the stack request and the install settings were checked when the command line built them):
     ``--set`` names and values (none the lock owns), the ``-F`` file, and each host's SSH settings
@@ -472,13 +493,20 @@ def _connection_vars(t: HostTarget) -> dict[str, Any]:
     return out
 
 
-def _probe(targets: Sequence[_Target], config: Config, skip_unprobed: bool, **connect: Any) -> list[ProbeFailure]:
+def _probe(
+    targets: Sequence[_Target],
+    config: Config,
+    skip_unprobed: bool,
+    *,
+    accept_new_host_keys: bool = False,
+    ssh_config: Path | None = None,
+) -> list[ProbeFailure]:
     """Probe the targets in place (``t.facts``); the hosts that failed, when they may be skipped."""
     from provision.hosts.gather import GatherOptions, matrix_lookup, probe_hosts
 
     hosts = [t.target for t in targets if t.target is not None]
     options = GatherOptions.from_env(venv=config.install.venv, lookup=matrix_lookup())
-    results = probe_hosts(hosts, options, **connect)
+    results = probe_hosts(hosts, options, accept_new_host_keys=accept_new_host_keys, ssh_config=ssh_config)
     failed = [ProbeFailure(r.host, r.error) for r in results if r.error is not None]
     for f in failed:
         # a host's entry that does not parse (port, SSH config) is the user's input, not the host

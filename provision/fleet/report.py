@@ -146,7 +146,7 @@ def _by_position(series: Mapping[str, list[tuple[float, float]]]) -> dict[str, l
     return {k: [(float(i), y) for i, (_, y) in enumerate(v)] for k, v in series.items()}
 
 
-def _when(seconds: Any) -> str:
+def _when(seconds: object) -> str:
     if not isinstance(seconds, int | float) or not seconds:
         return ""
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(seconds))
@@ -252,7 +252,7 @@ _ITEMS: tuple[tuple[str, str | None, str | None], ...] = tuple(
 NOT_INSTALLED = "none"
 
 
-def _shown(key: str, value: Any) -> str:
+def _shown(key: str, value: object) -> str:
     if value is None:
         return NOT_INSTALLED
     return cudnn_dotted(str(value)) if key == "cudnn" else str(value)
@@ -391,7 +391,7 @@ def _what(name: str) -> str:
     return ""
 
 
-def _cell(name: str, value: Any) -> str:
+def _cell(name: str, value: object) -> str:
     if value is None:
         return ""
     if isinstance(value, bool):

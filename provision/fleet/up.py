@@ -222,7 +222,9 @@ def _up(
             [h for h in result.hosts if h.failed_task not in (PROBE_TASK, LOCK_TASK)], options.serial
         )
         to_apply = [targets[h.host] for batch in batches for h in batch if not h.converged]
-        cache = start_cache(config, options, run_dir, lock, to_apply, say=say)
+        # planned.run_vars: the role variables plan rendered into the run dir, not read back from it
+        assert planned.run_vars is not None  # plan always writes the run dir it returns
+        cache = start_cache(config, options, run_dir, lock, rendered=planned.run_vars, targets=to_apply, say=say)
         shared = BatchRun(run_dir, lock, targets, config, options, state, result, say, on_progress, on_total, locks)
         for number in range(1, len(batches) + 1):
             if not run_batch(number, batches, shared):

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from provision.errors import BadInput
 from provision.matrix import Knowledge
@@ -135,8 +134,15 @@ def package_plan(
     gpu = host.gpu.name if host.gpu else None
     os_id = host.os.id
 
-    def add(component: str, **match: Any) -> None:
-        row = table.row(component, os_id, **match)
+    def add(
+        component: str,
+        *,
+        method: str | None = None,
+        branch: int | None = None,
+        kernel_modules: str | None = None,
+        gpu: str | None = None,
+    ) -> None:
+        row = table.row(component, os_id, method=method, branch=branch, kernel_modules=kernel_modules, gpu=gpu)
         if row is not None:
             build.add(row)
 

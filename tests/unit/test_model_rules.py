@@ -20,9 +20,13 @@ TESTS = REPO / "tests"
 # (a) Parameters typed Any, dict[str, Any], Mapping[str, Any], MutableMapping[str, Any] or
 # Dict[str, Any] (alone, `| None` or Optional[...]; *args and **kwargs count) in these packages.
 # Issue 26's target: at most 15, all in the JSON/YAML readers and writers and the ansible-runner
-# event handlers; each step that types some of them lowers the ceiling to the new count.
+# event handlers; each step that types some of them lowers the ceiling to the new count. 24 left
+# (53 before the last step): the ansible-runner event handlers (4), the YAML writer dump and the
+# readers of YAML and JSON (role variables, argument specs, inventory connection variables, pip's
+# report, the smoke job's report), http.server's copyfile override (2), and report.py's 11, which
+# render the HTML page from the report.json document (typing them waits on a typed up result).
 LOOSE_PACKAGES = ("stack", "ansible", "fleet")
-LOOSE_PARAMETERS_CEILING = 75
+LOOSE_PARAMETERS_CEILING = 24
 # (b) Import statements in provision/fleet/ that name provision.cloud (TYPE_CHECKING and in-function
 # ones count). Target 0: check_up_targets and what it needs move to cli/.
 FLEET_IMPORTS_OF_CLOUD_CEILING = 0  # reached: check_up_targets lives in cli/up.py

@@ -1,20 +1,24 @@
 """What ``install.cache`` means for one run: whether the cache runs (``off``, check mode, no SSH
 host), where it lives between runs (``install.cache_dir`` or :func:`default_root`), and what it
-caches, read from the run dir's rendered group_vars and secrets (:func:`start_cache`).
+caches, from the role variables the run dir's files hold as rendered (:func:`start_cache`).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from provision.ansible.rundir import write_host_vars
 
 if TYPE_CHECKING:
+    from provision.ansible.render import RunVars
     from provision.config import Config
+    from provision.fleet.cache.run import FleetCache
     from provision.fleet.records import UpOptions
+    from provision.hosts.inventory import HostTarget
+    from provision.model.lock import Lock
 
 
 def default_root() -> Path:
@@ -26,45 +30,41 @@ def default_root() -> Path:
 
 
 def start_cache(
-    config: Config, options: UpOptions, run_dir: Path, lock: Any, targets: list[Any], *, say: Callable[[str], None]
-) -> Any:
-    """The fleet cache for the hosts this run applies to (None: off, check mode or no SSH host)."""
+    config: Config,
+    options: UpOptions,
+    run_dir: Path,
+    lock: Lock,
+    *,
+    rendered: RunVars,
+    targets: Sequence[HostTarget],
+    say: Callable[[str], None],
+) -> FleetCache | None:
+    """The fleet cache for the hosts this run applies to (None: off, check mode or no SSH host).
+
+    What it caches comes from ``rendered``, the role variables the run dir's files hold as
+    `plan` rendered them (:class:`provision.ansible.render.RunVars`), and the lock's typed host
+    descriptions: the files this run just wrote are never read back.
+    """
     if config.install.cache == "off" or options.check or not any(not t.local for t in targets):
         return None
     import sys
 
-    import yaml
-
     from provision.ansible.roles import default_roles_path
     from provision.fleet import verify as verify_api
-    from provision.fleet.cache.config import default_root
     from provision.fleet.cache.run import FleetCache
     from provision.fleet.cache.sources import RepoSources, role_defaults
     from provision.fleet.cache.wheels import WheelSet
 
-    ansible = run_dir / "ansible"
-    inventory = yaml.safe_load((ansible / "inventory.yml").read_text())
     # the lock's groups only: the user's inventory groups beside them (render's user_groups) hold
-    # the same hosts and no variables, so no group_vars file of theirs exists
-    group_of = {
-        h: g
-        for g, body in inventory["all"]["children"].items()
-        if (ansible / "group_vars" / f"{g}.yml").is_file()
-        for h in (body.get("hosts") or {})
-    }
+    # the same hosts and no variables
+    group_of = rendered.group_of
     platform = {h: g.host.to_json() for g in lock.groups for h in g.hosts}
-    group_vars = {
-        g: yaml.safe_load((ansible / "group_vars" / f"{g}.yml").read_text()) or {}
-        for g in {group_of[t.name] for t in targets}
-    }
-    secrets_path = ansible / "secrets.yml"  # render.SECRETS_FILE: index logins for the controller's pip
-    secrets = (yaml.safe_load(secrets_path.read_text()) or {}) if secrets_path.exists() else {}
-    netrc = "".join(f["content"] for f in secrets.get("provision_credential_files") or [] if f["name"] == "netrc")
+    group_vars = {g: rendered.groups[g] for g in {group_of[t.name] for t in targets}}
     wheel_sets = {
-        t.name: WheelSet.from_group_vars(group_vars[group_of[t.name]], platform.get(t.name) or {}, netrc=netrc)
+        t.name: WheelSet.from_group_vars(group_vars[group_of[t.name]], platform.get(t.name) or {}, netrc=rendered.netrc)
         for t in targets
     }
-    everyone = yaml.safe_load((ansible / "group_vars" / "all.yml").read_text()) or {}
+    everyone = rendered.everyone
     # squid fetches only from what these hosts' variables and roles name, and their OS archives
     sources = RepoSources.for_run(
         [everyone, *group_vars.values()],
@@ -78,12 +78,12 @@ def start_cache(
     )
     try:
         per_host = cache.start(
-            targets, wheel_sets, everyone.get("provision_environment") or {}, connect=connect, sources=sources
+            targets, wheel_sets, dict(everyone.get("provision_environment") or {}), connect=connect, sources=sources
         )
     except BaseException:
         cache.close()
         raise
     for note in cache.report.notes:
         say(f"fleet cache: {note}")
-    write_host_vars(ansible, per_host, "the fleet cache's tunnels for this run (provision/fleet/cache/)")
+    write_host_vars(run_dir / "ansible", per_host, "the fleet cache's tunnels for this run (provision/fleet/cache/)")
     return cache

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import fcntl
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -18,6 +18,7 @@ from provision.fleet.cache.tunnel import Tunnel, host_vars
 from provision.fleet.cache.wheels import WheelServer, WheelSet, folder_bytes, last_error, netrc_env
 
 if TYPE_CHECKING:
+    from provision.fleet.verify import Connect
     from provision.hosts.inventory import HostTarget
 
 
@@ -53,7 +54,7 @@ class CacheReport:
 class FleetCache:
     """Start what the hosts of one run need, hand out their host_vars, stop it all at the end."""
 
-    def __init__(self, root: Path, run_dir: Path, *, python_exe: str, say: Any = None) -> None:
+    def __init__(self, root: Path, run_dir: Path, *, python_exe: str, say: Callable[[str], None] | None = None) -> None:
         self.root = root
         self.run_dir = run_dir
         self.python_exe = python_exe
@@ -70,7 +71,7 @@ class FleetCache:
         wheel_sets: Mapping[str, WheelSet | None],
         environment: Mapping[str, str],
         *,
-        connect: Any,
+        connect: Connect,
         sources: RepoSources | None = None,
     ) -> dict[str, dict[str, Any]]:
         """host -> role variables; hosts missing from it fetch everything themselves.
@@ -179,7 +180,7 @@ class FleetCache:
         self.wheels = WheelServer(self.root / "wheels")
         return self.wheels.start()
 
-    def _open_tunnel(self, target: HostTarget, connect: Any) -> Tunnel:
+    def _open_tunnel(self, target: HostTarget, connect: Connect) -> Tunnel:
         transport = connect(target)
         client = getattr(transport, "client", None)
         if client is None:

@@ -82,7 +82,7 @@ class Origin:
         return True
 
 
-def _urls(value: Any) -> Iterator[str]:
+def _urls(value: object) -> Iterator[str]:
     """Every http(s) URL in a group_vars value (nested lists and mappings), proxies left out."""
     if isinstance(value, str):
         if value.startswith(("http://", "https://")):

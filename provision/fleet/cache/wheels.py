@@ -170,7 +170,7 @@ class WheelServer:
                 with outer._lock:
                     outer.served += source.tell() - before
 
-            def log_message(self, format: str, *args: Any) -> None:
+            def log_message(self, format: str, *args: object) -> None:
                 return  # the run's report says what was served; no per-request noise on stderr
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Handler, directory=str(self.directory)))
