@@ -20,11 +20,14 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from provision.ansible.rundir import private_umask
 from provision.errors import END_SIGNALS, OperationFailed, SignalInterrupt, redact, signal_taken
 from provision.files import replace_file
+
+if TYPE_CHECKING:
+    from ansible_runner import Runner
 
 # Events that end a task on one host; the key is the runner's event name.
 _HOST_RESULT_EVENTS = {
@@ -361,7 +364,7 @@ def run_playbook(
     )
 
 
-def _last_words(runner: Any, lines: int = 3) -> str | None:
+def _last_words(runner: Runner, lines: int = 3) -> str | None:
     """The last few lines ansible-playbook printed (the runner's stdout artifact), redacted."""
     try:
         with runner.stdout as out:
