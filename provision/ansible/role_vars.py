@@ -32,7 +32,7 @@ PYPI = "https://pypi.org/simple"
 # say only *where from* (WHERE_FROM) stay settable for mirrors: a repository's URL (its key stays
 # pinned), and frameworks_installs' index, whose packages must stay the lock's
 # (check_installs_override). The rest comes from the install settings (venv, reboot, pip).
-# tests/unit/test_render.py checks both tables against group_vars itself.
+# tests/unit/ansible/test_render.py checks both tables against group_vars itself.
 _DRIVER = "stack.driver / stack.kernel_modules / install.method in provision.yaml (or --driver)"
 _FRAMEWORKS = "stack.frameworks / stack.torch_index in provision.yaml (or --framework)"
 _PYTHON = "stack.python / install.python_source in provision.yaml (or --python, --python-source)"

@@ -26,7 +26,7 @@ from provision.remote.smoke.verdict import version_checks
 from provision.stack.drift import drift
 from provision.stack.lock import LockGroup
 
-ROLE = Path(__file__).resolve().parents[2] / "playbooks" / "roles" / "verify"
+ROLE = Path(__file__).resolve().parents[3] / "playbooks" / "roles" / "verify"
 
 # (item, installed, expected, matches)
 CASES: list[tuple[str, str | None, str | None, bool]] = [

@@ -25,7 +25,7 @@ from provision.model import Lock
 from provision.model.settings import InstallSettings
 
 BIN = Path(sys.executable).parent
-GOLDEN_LOCK = Path(__file__).parent / "golden" / "render" / "debian-12.lock"
+GOLDEN_LOCK = Path(__file__).parents[1] / "golden" / "render" / "debian-12.lock"
 ENV = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
 INVENTORY = """\
 [gpu_servers]

@@ -33,7 +33,7 @@ from provision.ids import is_run_id
 from tests.ansible_inventory import same_as_ansible
 from tests.cli_run import OFFLINE_MARK, provision
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 INVENTORY = REPO / "inventory"
 EXAMPLES = REPO / "examples"
 README = REPO / "README.md"
@@ -243,7 +243,9 @@ def _check_role_vars(config: Config, group: dict[str, Any], every: dict[str, Any
 def test_example_plans_and_the_plan_holds_what_it_asks_for(path: Path, tmp_path: Path) -> None:
     config = load_config(path)  # schema-valid (exit 2 otherwise, and here an exception)
     if path.name not in PLANS:
-        pytest.fail(f"examples/{path.name} has no entry in PLANS (tests/unit/test_examples.py): give its --assume")
+        pytest.fail(
+            f"examples/{path.name} has no entry in PLANS (tests/unit/project/test_examples.py): give its --assume"
+        )
     args = PLANS[path.name]
     r = provision("plan", "-c", str(path), *args, "--out", "run", "--json", cwd=tmp_path, offline=True)
     assert r.returncode == 0, r.stderr

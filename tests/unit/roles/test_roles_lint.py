@@ -20,7 +20,7 @@ from provision.model.settings import InstallSettings
 from provision.resources import playbooks_dir
 from tests.integration.roles_harness import GPU_LESS
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 BIN = Path(sys.executable).parent
 # Roles that are no step of the play: other roles include them (include_role).
 INCLUDED_ROLES = ("signed_repo", "package_plan")

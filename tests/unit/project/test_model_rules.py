@@ -28,7 +28,7 @@ LOOSE_PARAMETERS_CEILING = 75
 FLEET_IMPORTS_OF_CLOUD_CEILING = 0  # reached: check_up_targets lives in cli/up.py
 # (c) The planning stage's plan() (fleet/planning.py today): its parameters. Target 8 (records such as PlanInputs instead of keywords).
 PLAN_PARAMETERS_CEILING = 2  # plan(inputs: PlanInputs, context: PlanRun); it was 16 keywords
-# (d) "nothing over 650 lines" is tests/unit/test_layout.py's test_no_module_is_too_long: no module
+# (d) "nothing over 650 lines" is tests/unit/project/test_layout.py's test_no_module_is_too_long: no module
 # of provision/ is over it today, so it allows no exception.
 # (e) Cycles between provision's packages (provision.X; a top-level module such as provision.config
 # is its own), from every import a module makes: lazy ones, and TYPE_CHECKING ones too, since a

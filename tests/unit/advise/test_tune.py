@@ -24,7 +24,7 @@ from provision.advise import tune as t
 from provision.errors import OperationFailed
 from provision.remote import tune_job as job
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def provision(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:

@@ -21,7 +21,7 @@ from provision.stack.packages import check_plannable, package_plan
 from provision.stack.request import HostSpec, StackRequest
 from provision.stack.resolve import resolve
 
-GOLDEN = Path(__file__).parent / "golden" / "render"
+GOLDEN = Path(__file__).parents[1] / "golden" / "render"
 APT_KEY = "EB693B3035CD5710E231E123A4B469963BF863CC"
 RPM_KEY = "610C7B14E068A878070DA4E99CD0A493D42D0685"
 DEBIAN13_KEY = "02182E60104FCDC26EAE1B8597A5D4CB8793F200"

@@ -22,7 +22,7 @@ import yaml
 from provision.errors import BadInput
 from tests.cli_run import provision
 
-HOOKS = Path(__file__).resolve().parents[2] / "docs" / "_hooks"
+HOOKS = Path(__file__).resolve().parents[3] / "docs" / "_hooks"
 sys.path.insert(0, str(HOOKS))
 
 from refdocs import config_page, exit_codes_page, json_page, lock_page  # noqa: E402

@@ -28,7 +28,7 @@ from provision.model import Lock, LockGroup
 from provision.model.settings import AptSettings, InstallSettings, PipSettings
 from tests.support.run_dir import syntax_check
 
-GOLDEN = Path(__file__).parent / "golden" / "render"
+GOLDEN = Path(__file__).parents[1] / "golden" / "render"
 OS_RELEASES = ["ubuntu-22.04", "ubuntu-24.04", "debian-13", "debian-12", "rhel-9", "rocky-9", "amzn-2023"]
 HOSTS = {
     "gpu-1.example": {"ansible_host": "10.0.0.1", "ansible_user": "ubuntu", "ansible_port": "2222"},

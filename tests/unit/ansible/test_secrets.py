@@ -27,7 +27,7 @@ from provision.model import Lock
 from provision.model.settings import AptSettings, InstallSettings, PipSettings, split_credential
 from tests.support.run_dir import syntax_check
 
-GOLDEN = Path(__file__).parent / "golden" / "render"
+GOLDEN = Path(__file__).parents[1] / "golden" / "render"
 HOSTS = {"gpu-1.example": {"ansible_host": "10.0.0.1"}}
 TOKENS = ("s3cr3t-index", "s3cr3t-extra", "s3cr3t-proxy")
 INSTALL = InstallSettings(

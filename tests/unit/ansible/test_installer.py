@@ -19,7 +19,7 @@ from provision.model import LockGroup
 from provision.model.settings import InstallSettings, PipSettings
 from provision.stack.lock import PythonPackage
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 GOLDEN = ROOT / "tests" / "unit" / "golden" / "render"
 SHA = "0" * 64
 CLOSURE = [

@@ -28,7 +28,7 @@ from provision.resources import playbooks_dir
 from tests.support.run_dir import syntax_check
 
 ROLES = playbooks_dir() / "roles"
-GOLDEN = Path(__file__).parent / "golden" / "render"
+GOLDEN = Path(__file__).parents[1] / "golden" / "render"
 CUDA = "https://developer.download.nvidia.com/compute/cuda/repos"
 # rhel8/9 and amzn2023: D42D0685 (cuda-repo-management SIGNATURES.md). rhel10's CDF6BA43 has no
 # published fingerprint yet: the test uses a stand-in one (the role checks whatever the plan pins).

@@ -20,7 +20,7 @@ import yaml
 
 from provision.config import KEYS
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,7 @@ import ast
 import re
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 BENCHMARKS = REPO / "benchmarks"
 # the repository's top-level folders: a path starting with one of these is a path into the repo
 TOP = ("provision", "benchmarks", "tests", "playbooks", "templates", "docs", "examples", "inventory")

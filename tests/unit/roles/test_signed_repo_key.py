@@ -21,7 +21,7 @@ from provision.resources import playbooks_dir
 
 ROLES_DIR = playbooks_dir() / "roles"
 MODULE = ROLES_DIR / "signed_repo" / "library" / "signed_repo_key.py"
-GOLDEN = Path(__file__).parent / "golden" / "render"
+GOLDEN = Path(__file__).parents[1] / "golden" / "render"
 
 
 def _gpg(home: Path, *args: str, stdin: bytes | None = None) -> bytes:
