@@ -33,6 +33,7 @@ from provision.hosts.runlock import APPLY_MARK, run_lock_vars
 from provision.hosts.ssh_config import SSH_ARGS
 from provision.model.lock import Lock, LockGroup
 from provision.model.settings import InstallSettings
+from provision.resources import templates_dir
 
 # Connection variables a user's inventory may give a host; everything else is not ours to copy.
 CONNECTION_VARS = frozenset(
@@ -334,6 +335,5 @@ def _connection(host: str, given: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _templates() -> Path:
-    from provision.resources import templates_dir
 
     return templates_dir()

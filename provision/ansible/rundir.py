@@ -17,8 +17,10 @@ from provision.ansible.render import SECRETS_FILE, render_files
 from provision.ansible.roles import BUNDLED_ROLES_PATH, default_roles_path
 from provision.errors import BadInput
 from provision.files import check_tree, private_dir, replace_file, write_durably
+from provision.model import versions
 from provision.model.lock import Lock
 from provision.model.settings import InstallSettings
+from provision.resources import playbooks_dir
 
 
 @dataclass(frozen=True)
@@ -137,9 +139,6 @@ def _copy_roles(dest: Path) -> None:
     """All of provision's roles into ``dest``, replacing an earlier plan's copy (the roles
     site.yml runs include others, signed_repo and package_plan: the whole folder goes)."""
     import shutil
-
-    from provision.model import versions
-    from provision.resources import playbooks_dir
 
     if dest.is_symlink() or dest.is_file():
         dest.unlink()
