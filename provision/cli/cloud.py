@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import click
 
 from provision.cli.options import NONEMPTY, ask_first, command_options, refuse_unasked, yes_option
-from provision.cloud.launcher import DEFAULT_KEY, LaunchArgs
+from provision.cloud import launcher
+from provision.cloud.launcher import DEFAULT_KEY, LaunchArgs, open_region
 from provision.errors import BadInput
 
 if TYPE_CHECKING:
@@ -146,7 +147,6 @@ def up(*, launch: LaunchArgs, keep_on_failure: bool, no_wait_ssh: bool, yes: boo
 
     Without --yes it says what it will launch (count, types, region, price per hour) and asks.
     """
-    from provision.cloud import launcher
 
     # prepare() is local: bad input costs nothing and creates nothing.
     prepared = launcher.prepare(launch, wait_ssh=not no_wait_ssh)
@@ -179,7 +179,6 @@ def ls(region: str | None, as_json: bool) -> int:
     from datetime import datetime, timezone
 
     from provision.cli.output import emit
-    from provision.cloud.launcher import open_region
 
     client = open_region(region)
     reg = client.region
@@ -256,7 +255,6 @@ def down(*, run: str | None, expired: bool, all_runs: bool, region: str | None, 
     (one run, named) and --expired (for cron: only what is past its TTL) do not ask.
     """
     from provision.cli.output import emit
-    from provision.cloud.launcher import open_region
     from provision.ids import check_run_id
 
     if sum([run is not None, expired, all_runs]) != 1:

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import click
 
-from provision.errors import BadInput
+from provision.errors import BadInput, Interrupted
 from provision.files import load_yaml
 from provision.model.defaults import INSTALL_METHOD_CHOICES
 
@@ -84,8 +84,6 @@ def refuse_unasked(yes: bool, as_json: bool, what: str, hint: str) -> None:
 def ask_first(question: str, declined: str) -> None:
     """Ask on the terminal (default no); a "no" is :class:`Interrupted` (exit 130): ``declined`` happened."""
     if not click.confirm(question, default=False):
-        from provision.errors import Interrupted
-
         raise Interrupted(declined, "run again and answer y, or pass --yes")
 
 

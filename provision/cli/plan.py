@@ -21,7 +21,9 @@ from provision.cli.options import (
 )
 from provision.errors import BadInput
 from provision.fleet.planning import Assumed, PlanInputs, PlanRun
+from provision.fleet.planning import plan as run_plan
 from provision.model.packages import PackagePlan
+from provision.stack.request import StackRequest
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -78,8 +80,6 @@ def plan(
     Exit status: 0 planned, 1 a host could not be probed, 2 bad input, 3 unsatisfiable.
     """
     from provision.config import Config, load_config
-    from provision.fleet.planning import plan as run_plan
-    from provision.stack.request import StackRequest
 
     config = load_config(config_path) if config_path is not None else Config()
     result = run_plan(

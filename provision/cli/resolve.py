@@ -13,6 +13,7 @@ import click
 
 from provision.cli.options import NONEMPTY, command_options, config_option, stack_options
 from provision.cli.output import emit
+from provision.stack.request import HostSpec, StackRequest
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -50,7 +51,6 @@ def resolve(
     Exit 3 when no compatible set exists, naming the failing rule and changes that would work.
     """
     from provision.config import Config, load_config
-    from provision.stack.request import HostSpec, StackRequest
     from provision.stack.resolve import resolve as run_resolve
 
     config = load_config(config_path) if config_path is not None else Config()

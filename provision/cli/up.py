@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from provision.cli.cloud import launch_options
+from provision.cli.cloud import confirm_launch, launch_options, stderr_say, warn_before_launch
 from provision.cli.options import (
     command_options,
     config_option,
@@ -34,7 +34,9 @@ from provision.cli.options import (
     target_options,
     yes_option,
 )
-from provision.errors import BadInput, ExitCode
+from provision.cloud import launcher
+from provision.errors import BadInput, ExitCode, signals_as_interrupt
+from provision.stack.request import StackRequest
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -114,7 +116,6 @@ def up(
     from provision.fleet.records import UpOptions
     from provision.fleet.up import check_options
     from provision.fleet.up import up as run_up
-    from provision.stack.request import StackRequest
 
     if lock_path is not None:
         refuse_stack_with_lock(cloud, stack_flags)
@@ -165,8 +166,6 @@ def up(
     from provision.cli.output import emit
 
     if not cloud:
-        from provision.errors import signals_as_interrupt
-
         # SIGTERM / SIGHUP (a cancelled CI job, a closed terminal) end the run as Ctrl-C does:
         # Ansible stopped and waited for, the host locks released, report.json written
         # (interrupted), exit 128 + the signal's number. --cloud has the same around its launch.
@@ -178,8 +177,6 @@ def up(
         emit(result.to_json(), as_json, lambda con: _human(con, result))
         return int(ExitCode.OK if result.ok else ExitCode.FAILED)
 
-    from provision.cli.cloud import confirm_launch, stderr_say, warn_before_launch
-    from provision.cloud import launcher
     from provision.cloud.oneshot import up_on_cloud
 
     prepared = launcher.prepare(launch)  # every launch option checked; nothing sent to AWS yet
