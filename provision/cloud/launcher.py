@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from provision.errors import BadInput
+from provision.errors import signals_as_interrupt as end_signals
 
 if TYPE_CHECKING:
     from provision.cloud.interface import Cloud, LaunchResult, Say
@@ -250,7 +251,6 @@ def launch_json(r: LaunchResult) -> dict[str, Any]:
 def signals_as_interrupt(say: Say) -> Iterator[None]:
     """SIGTERM and SIGHUP end a launch as Ctrl-C does (:func:`provision.errors.signals_as_interrupt`):
     through its cleanup, instead of killing the process with the instances running."""
-    from provision.errors import signals_as_interrupt as end_signals
 
     with end_signals(say, cleanup="what this run created is removed", again="removing what the launch created"):
         yield
