@@ -14,11 +14,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from provision.errors import BadInput, OperationFailed, ProvisionError, Unreachable, Unsatisfiable, redact
+from provision.files import write_lock
 from provision.fleet.targets import check_one_source, select_targets
+from provision.matrix import load
 from provision.model.host import ResolvedHost
 from provision.model.lock import Lock, LockGroup
 from provision.model.stack import FrameworkPin, Stack
 from provision.model.versions import build_matches, version_matches
+from provision.stack.request import NO_GPU_FOUND, HostSpec, StackRequest
 
 if TYPE_CHECKING:
     from provision.config import Config
@@ -163,9 +166,7 @@ def plan(inputs: PlanInputs, context: PlanRun | None = None) -> PlanResult:
     (see :func:`provision.ansible.render.render_files`).
     """
     from provision.ansible.rundir import check_out_dir, ensure_dir, write_run_dir
-    from provision.files import write_lock
     from provision.stack.lock import build_lock, dumps_lock
-    from provision.stack.request import StackRequest
 
     ctx = context or PlanRun()
     config, local, inventory = inputs.config, inputs.local, inputs.inventory
@@ -269,7 +270,6 @@ def _resolve_groups(targets: Sequence[_Target], request: StackRequest, assume: A
     """Resolve each host's stack; hosts with the same resolution share a lock group."""
     from provision.stack.lock import lock_group
     from provision.stack.packages import check_plannable
-    from provision.stack.request import HostSpec
     from provision.stack.resolve import resolve
 
     groups: dict[str, tuple[list[str], Any, str | None]] = {}
@@ -346,10 +346,8 @@ def check_locked(locked: Lock, targets: Sequence[_Target], unprobed: Sequence[st
     ``unprobed``: this run's hosts that could not be probed (`up` fails them alone; no note).
     """
     from provision.hosts.facts import probed_host
-    from provision.matrix import load
     from provision.stack.drift import host_differences
     from provision.stack.lock import find_group
-    from provision.stack.request import HostSpec
 
     names = {t.name for t in targets}
     for t in targets:
@@ -573,8 +571,6 @@ def _host_plan(t: _Target, group: str, stack: Stack, reboot_setting: str) -> Hos
             )
     notes: list[str] = []
     if facts is not None and not facts.gpus:
-        from provision.stack.request import NO_GPU_FOUND
-
         cuda = sorted(n for n, fw in stack.frameworks.items() if fw.cuda)
         if driver:
             note = f"the pinned driver {driver.version} is planned, but up's preflight refuses it here"

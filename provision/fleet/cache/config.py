@@ -10,7 +10,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from provision.ansible.roles import default_roles_path
 from provision.ansible.rundir import write_host_vars
+from provision.fleet import verify as verify_api
+from provision.fleet.cache.run import FleetCache
+from provision.fleet.cache.sources import RepoSources, role_defaults
+from provision.fleet.cache.wheels import WheelSet
 
 if TYPE_CHECKING:
     from provision.config import Config
@@ -35,12 +40,7 @@ def start_cache(
 
     import yaml
 
-    from provision.ansible.roles import default_roles_path
-    from provision.fleet import verify as verify_api
     from provision.fleet.cache.config import default_root
-    from provision.fleet.cache.run import FleetCache
-    from provision.fleet.cache.sources import RepoSources, role_defaults
-    from provision.fleet.cache.wheels import WheelSet
 
     ansible = run_dir / "ansible"
     inventory = yaml.safe_load((ansible / "inventory.yml").read_text())
