@@ -85,7 +85,7 @@ def render_files(
     keeps the run's host lock across a reboot (``provision_run_lock``, read by the driver role's
     reboot tasks) and puts the credentials into a folder of the run's own.
     """
-    import jinja2
+    import jinja2  # noqa: PLC0415 (jinja2 loads only when a run dir is rendered)
 
     install, creds = split_credentials(install)
     overrides = dict(overrides or {})
@@ -335,5 +335,4 @@ def _connection(host: str, given: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _templates() -> Path:
-
     return templates_dir()

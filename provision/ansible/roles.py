@@ -42,7 +42,6 @@ BUNDLED_ROLES_PATH = "roles"
 
 
 def default_roles_path() -> str:
-
     return str(playbooks_dir() / "roles")
 
 

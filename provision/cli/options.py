@@ -187,7 +187,7 @@ def _stack_option_list() -> list[tuple[str, Callable[[Any], Any]]]:
     Built when a command that takes them is imported, not with this module: app.py imports this
     module on every start, and the choices of --python-source live beside the request's parser.
     """
-    from provision.stack.request import PYTHON_SOURCES
+    from provision.stack.request import PYTHON_SOURCES  # noqa: PLC0415 (start-up: `provision --version` loads this module, not stack.request)
 
     return [
         (
@@ -320,7 +320,7 @@ def reboot_controller_option() -> Callable[[F], F]:
 
 def parse_sets(pairs: tuple[str, ...]) -> dict[str, Any]:
     """``--set`` values as role variables: ``NAME=VALUE`` with VALUE read as YAML (``[a, b]``, ``true``)."""
-    import yaml
+    import yaml  # noqa: PLC0415 (yaml is not loaded on every start: about 10 ms)
 
     out: dict[str, Any] = {}
     for pair in pairs:

@@ -79,7 +79,7 @@ def plan(
     hosts, all assumed alike). The stack options override the config's stack: section.
     Exit status: 0 planned, 1 a host could not be probed, 2 bad input, 3 unsatisfiable.
     """
-    from provision.config import Config, load_config
+    from provision.config import Config, load_config  # noqa: PLC0415 (start-up: `provision --help` loads this module, not config)
 
     config = load_config(config_path) if config_path is not None else Config()
     result = run_plan(
@@ -94,7 +94,7 @@ def plan(
         ),
         PlanRun(out=out, lock_path=lock_path, accept_new_host_keys=accept_new_host_keys, ssh_config=ssh_config),
     )
-    from provision.cli.output import emit
+    from provision.cli.output import emit  # noqa: PLC0415 (start-up: `provision plan --help` loads this module, not cli.output)
 
     emit(result.to_json(), as_json, lambda con: _human(con, result))
     return 0

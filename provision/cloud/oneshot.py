@@ -43,7 +43,6 @@ class CloudRun:
         return f"provision cloud down --run {self.launch.run}"
 
     def to_json(self) -> dict[str, Any]:
-
         doc = launch_json(self.launch)
         doc.update(
             ended=self.ended,
@@ -165,7 +164,6 @@ def _finish(
 
 
 def _still_running(r: LaunchResult) -> str:
-
     per_hour = [prices.on_demand(i.type)[0] for i in r.instances if i.market == "on-demand"]
     cost = (
         f" (about ${sum(p for p in per_hour if p is not None):.2f}/h on-demand)"

@@ -193,7 +193,6 @@ def _verify(  # noqa: PLR0917
     config: Config,
     options: UpOptions,
 ) -> None:
-
     by_name = {h.host: h for h in hosts}
     # A host the probe found without a GPU, in check mode, runs the job on its CPU and says so:
     # check mode installs nothing, so "what is here works (on the CPU)" is the only honest answer.

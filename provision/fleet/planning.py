@@ -165,8 +165,8 @@ def plan(inputs: PlanInputs, context: PlanRun | None = None) -> PlanResult:
     (`plan --out`; `up` runs its own run dir in place and passes False). ``run_id``: `up`'s run id
     (see :func:`provision.ansible.render.render_files`).
     """
-    from provision.ansible.rundir import check_out_dir, ensure_dir, write_run_dir
-    from provision.stack.lock import build_lock, dumps_lock
+    from provision.ansible.rundir import check_out_dir, ensure_dir, write_run_dir  # noqa: PLC0415 (start-up: `provision --help` loads this module, not ansible.rundir)
+    from provision.stack.lock import build_lock, dumps_lock  # noqa: PLC0415 (start-up: `provision --help` loads this module, not stack.lock)
 
     ctx = context or PlanRun()
     config, local, inventory = inputs.config, inputs.local, inputs.inventory
@@ -190,7 +190,7 @@ def plan(inputs: PlanInputs, context: PlanRun | None = None) -> PlanResult:
         check_locked_names(locked, [t.name for t in targets])  # before any host is contacted
     for t in targets:  # the apply's ssh trusts what the probe trusts (before any contact)
         if t.target is not None and not t.target.local and assume is None:
-            from provision.hosts.ssh_config import ssh_trust_vars
+            from provision.hosts.ssh_config import ssh_trust_vars  # noqa: PLC0415 (start-up: `provision --help` loads this module, not hosts.ssh_config)
 
             t.connection.update(ssh_trust_vars(t.target, ssh_config))
     unprobed: list[ProbeFailure] = []
@@ -208,7 +208,7 @@ def plan(inputs: PlanInputs, context: PlanRun | None = None) -> PlanResult:
         lock_groups = lock.groups
     else:
         lock_groups = _resolve_groups(targets, request, assume)
-        from provision.fleet.closure import lock_closures, wants_closure
+        from provision.fleet.closure import lock_closures, wants_closure  # noqa: PLC0415 (start-up: `provision --help` loads this module, not fleet.closure)
 
         if wants_closure(config.install.lock_closure, applied=assume is None and not check):
             # before anything is written: a conflict leaves no lock
@@ -227,7 +227,7 @@ def plan(inputs: PlanInputs, context: PlanRun | None = None) -> PlanResult:
             redact(f"pip: the hosts install from {install.pip.index_url} in place of PyPI (install.pip.index_url)")
         )
     text = dumps_lock(lock)
-    from provision.ansible.role_vars import check_installs_override, check_repositories_override
+    from provision.ansible.role_vars import check_installs_override, check_repositories_override  # noqa: PLC0415 (start-up: `provision --help` loads this module, not ansible.role_vars)
 
     check_installs_override(overrides or {}, lock, install)  # before anything is written
     check_repositories_override(overrides or {}, lock)
@@ -268,14 +268,14 @@ def plan(inputs: PlanInputs, context: PlanRun | None = None) -> PlanResult:
 
 def _resolve_groups(targets: Sequence[_Target], request: StackRequest, assume: Assumed | None) -> list[LockGroup]:
     """Resolve each host's stack; hosts with the same resolution share a lock group."""
-    from provision.stack.lock import lock_group
-    from provision.stack.packages import check_plannable
-    from provision.stack.resolve import resolve
+    from provision.stack.lock import lock_group  # noqa: PLC0415 (start-up: `provision --help` loads this module, not stack.lock)
+    from provision.stack.packages import check_plannable  # noqa: PLC0415 (start-up: `provision --help` loads this module, not stack.packages)
+    from provision.stack.resolve import resolve  # noqa: PLC0415 (start-up: `provision --help` loads this module, not stack.resolve)
 
     groups: dict[str, tuple[list[str], Any, str | None]] = {}
     for t in targets:
         if t.facts is not None:
-            from provision.hosts.facts import host_description, probed_host
+            from provision.hosts.facts import host_description, probed_host  # noqa: PLC0415 (start-up: `provision --help` loads this module, not hosts.facts)
 
             try:
                 host = HostSpec.from_facts(probed_host(t.facts))
@@ -329,7 +329,7 @@ def check_locked_names(locked: Lock, names: Sequence[str]) -> None:
     a lock planned for a whole fleet is applied to part of it with --limit or a smaller
     inventory, as `up --limit` does with a fresh plan (:func:`check_locked` leaves it out).
     """
-    from provision.stack.lock import find_group
+    from provision.stack.lock import find_group  # noqa: PLC0415 (start-up: `provision --help` loads this module, not stack.lock)
 
     for name in names:
         if find_group(locked, name) is None:
@@ -345,9 +345,9 @@ def check_locked(locked: Lock, targets: Sequence[_Target], unprobed: Sequence[st
     state DB's group hash is the plan's); only their host lists shrink to this run's hosts.
     ``unprobed``: this run's hosts that could not be probed (`up` fails them alone; no note).
     """
-    from provision.hosts.facts import probed_host
-    from provision.stack.drift import host_differences
-    from provision.stack.lock import find_group
+    from provision.hosts.facts import probed_host  # noqa: PLC0415 (start-up: `provision --help` loads this module, not hosts.facts)
+    from provision.stack.drift import host_differences  # noqa: PLC0415 (start-up: `provision --help` loads this module, not stack.drift)
+    from provision.stack.lock import find_group  # noqa: PLC0415 (start-up: `provision --help` loads this module, not stack.lock)
 
     names = {t.name for t in targets}
     for t in targets:
@@ -411,8 +411,8 @@ def check_inputs(overrides: Mapping[str, Any] | None, targets: Sequence[HostTarg
     (the stack request and the install settings were checked when the command line built them):
     ``--set`` names and values (none the lock owns), the ``-F`` file, and each host's SSH settings
     (port, ssh args, the SSH config it names), read from files only."""
-    from provision.ansible.roles import check_overrides, check_user_sets
-    from provision.hosts.ssh_config import resolve_settings
+    from provision.ansible.roles import check_overrides, check_user_sets  # noqa: PLC0415 (start-up: `provision --help` loads this module, not ansible.roles)
+    from provision.hosts.ssh_config import resolve_settings  # noqa: PLC0415 (start-up: `provision --help` loads this module, not hosts.ssh_config)
 
     check_user_sets(overrides or {})
     check_overrides(overrides or {})
@@ -432,7 +432,7 @@ def _targets(
     local: bool, inventory: str | None, assume: Assumed | None
 ) -> tuple[list[_Target], dict[str, dict[str, list[str]]]]:
     """The hosts to plan, and the inventory's own groups (kept in the run dir's inventory)."""
-    from provision.ansible.checks import check_host_name
+    from provision.ansible.checks import check_host_name  # noqa: PLC0415 (start-up: `provision --help` loads this module, not ansible.checks)
 
     if inventory or local:
         inv = select_targets(local, inventory, hint="plan the local machine or an inventory's hosts")
@@ -472,7 +472,7 @@ def _connection_vars(t: HostTarget) -> dict[str, Any]:
 
 def _probe(targets: Sequence[_Target], config: Config, skip_unprobed: bool, **connect: Any) -> list[ProbeFailure]:
     """Probe the targets in place (``t.facts``); the hosts that failed, when they may be skipped."""
-    from provision.hosts.gather import GatherOptions, matrix_lookup, probe_hosts
+    from provision.hosts.gather import GatherOptions, matrix_lookup, probe_hosts  # noqa: PLC0415 (start-up: `provision --help` loads this module, not hosts.gather)
 
     hosts = [t.target for t in targets if t.target is not None]
     options = GatherOptions.from_env(venv=config.install.venv, lookup=matrix_lookup())

@@ -122,7 +122,6 @@ def _up(
     on_phase: Callable[[str], None] | None,
     on_total: Callable[[int | None], None] | None,
 ) -> UpResult:
-
     say = on_phase or (lambda _: None)
     check_options(options)
     chosen = select_targets(options.local, options.inventory, hint="provision this machine or an inventory's hosts")

@@ -412,7 +412,6 @@ def default_connect(
     *, accept_new_host_keys: bool = False, ssh_config: Path | None = None, connect_timeout: float = 10.0
 ) -> Connect:
     def open_transport(target: HostTarget) -> Transport:
-
         return connect(
             target,
             accept_new_host_keys=accept_new_host_keys,

@@ -145,5 +145,4 @@ def instance_rows(k: Knowledge) -> list[dict[str, Any]]:
 
 
 def _cc(text: str) -> tuple[int, int]:
-
     return cc_tuple(text)

@@ -6,6 +6,7 @@ caches, read from the run dir's rendered group_vars and secrets (:func:`start_ca
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,11 +37,8 @@ def start_cache(
     """The fleet cache for the hosts this run applies to (None: off, check mode or no SSH host)."""
     if config.install.cache == "off" or options.check or not any(not t.local for t in targets):
         return None
-    import sys
 
-    import yaml
-
-    from provision.fleet.cache.config import default_root
+    import yaml  # noqa: PLC0415 (yaml is not loaded on every start: about 10 ms)
 
     ansible = run_dir / "ansible"
     inventory = yaml.safe_load((ansible / "inventory.yml").read_text())
