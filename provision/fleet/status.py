@@ -15,10 +15,7 @@ from provision.errors import BadInput
 from provision.files import read_lock
 from provision.fleet.state import read_hosts
 from provision.fleet.state import state_path as where_state
-from provision.hosts.gather import GatherOptions, matrix_lookup, probe_hosts
-from provision.hosts.inventory import LOCALHOST, load_inventory
 from provision.model.lock import find_group
-from provision.stack.drift import drift
 
 if TYPE_CHECKING:
     from provision.hosts.facts import HostFacts
@@ -85,6 +82,9 @@ def check_drift(  # noqa: PLR0917
     ssh_config: Path | None,
 ) -> bool:
     """Probe the hosts of ``hosts`` and add ``drift`` (or ``error``) to each row; True when none drifted."""
+    from provision.hosts.gather import GatherOptions, matrix_lookup, probe_hosts  # noqa: PLC0415 (start-up: `provision status` lists the state DB without hosts/ and the drift check)
+    from provision.hosts.inventory import LOCALHOST, load_inventory  # noqa: PLC0415 (start-up: `provision status` lists the state DB without hosts/ and the drift check)
+    from provision.stack.drift import drift  # noqa: PLC0415 (start-up: `provision status` lists the state DB without hosts/ and the drift check)
 
     targets = {t.name: t for t in (load_inventory(inventory) if inventory else [LOCALHOST])}
     known = [h for h in hosts if h["host"] in targets and h["last_run"]]

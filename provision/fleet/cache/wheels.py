@@ -13,7 +13,6 @@ import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -151,6 +150,11 @@ class WheelServer:
 
     def start(self) -> int:
         outer = self
+
+        from http.server import (  # noqa: PLC0415 (only the wheel server needs it: `plan` loads this module too)
+            SimpleHTTPRequestHandler,
+            ThreadingHTTPServer,
+        )
 
         class Handler(SimpleHTTPRequestHandler):
             def send_head(self) -> Any:
