@@ -22,7 +22,7 @@ demo: venv
 
 # Two pytest runs: the unit tests on both of CI's cores (xdist; they share no host, port or file),
 # then everything else in one process (the integration tests share one session's test hosts, whose
-# runs each use the two cores already). ansible-lint runs once, in tests/unit/test_roles_lint.py.
+# runs each use the two cores already). ansible-lint runs once, in tests/unit/roles/test_roles_lint.py.
 # --dist loadscope hands out whole modules: a module fixture (the smoke job's two-rank CPU run,
 # `verify --local`, jax from the index, gpg keys) runs once, not once per worker, and the other
 # worker goes on with other modules while one waits on the network.
@@ -30,7 +30,7 @@ demo: venv
 # The smoke job's two-rank CPU run needs both cores to itself: beside the other worker its 300 s
 # bound was missed at load 14-18, so it runs in the second, single-process run.
 PYTEST_RUN := $(IN_VENV) PROVISION_REQUIRE_TESTHOSTS=1 $(BIN)/pytest -m "not gpu" --durations=25
-BOTH_CORES := tests/unit/test_smoke_job.py
+BOTH_CORES := tests/unit/remote/test_smoke_job.py
 test: deps bases venv lint-python docs
 	$(PYTEST_RUN) -n 2 --dist loadscope $(PYTEST_ARGS) tests/unit --ignore=$(BOTH_CORES) || test $$? -eq 5
 	$(PYTEST_RUN) $(PYTEST_ARGS) $(BOTH_CORES) tests/integration tests/gpu || test $$? -eq 5
@@ -50,7 +50,7 @@ check-knowledge: venv
 docs: venv
 	$(IN_VENV) NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
-# ansible-lint is not run here: tests/unit/test_roles_lint.py runs it (the same profile).
+# ansible-lint is not run here: tests/unit/roles/test_roles_lint.py runs it (the same profile).
 check: lint-python
 	$(IN_VENV) $(BIN)/pytest -m "unit and not slow and not network" -n auto -q $(PYTEST_ARGS)
 

@@ -51,7 +51,7 @@ def load_yaml(text: str, where: str) -> Any:
 
     Syntax errors stay :class:`yaml.YAMLError`, for the caller to say where in its own words.
     """
-    import yaml
+    import yaml  # noqa: PLC0415 (yaml is not loaded on every start: about 10 ms)
 
     loader = _bounded_loader()(text, where)
     try:
@@ -72,14 +72,14 @@ def load_yaml(text: str, where: str) -> Any:
 def _bounded_loader() -> Any:
     """PyYAML's safe loader with a depth-counting composer: events from libyaml where it is there
     (C speed, and its own nesting limit of 1000 in the scanner), nodes composed in Python."""
-    import yaml  # imported on first use: `provision resolve` and --help never load it
-    from yaml.composer import Composer
-    from yaml.constructor import SafeConstructor
-    from yaml.resolver import Resolver
+    import yaml  # noqa: PLC0415 (imported on first use: `provision resolve` and --help never load it)
+    from yaml.composer import Composer  # noqa: PLC0415 (yaml is not loaded on every start: about 10 ms)
+    from yaml.constructor import SafeConstructor  # noqa: PLC0415 (yaml is not loaded on every start: about 10 ms)
+    from yaml.resolver import Resolver  # noqa: PLC0415 (yaml is not loaded on every start: about 10 ms)
 
     parser: type = yaml.SafeLoader
     if yaml.__with_libyaml__:
-        from yaml._yaml import CParser
+        from yaml._yaml import CParser  # noqa: PLC0415 (yaml is not loaded on every start: about 10 ms)
 
         parser = CParser
 
@@ -117,7 +117,7 @@ def _too_deep(where: str) -> BadInput:
 def _check_expansion(root: yaml.Node, where: str) -> None:
     """Depth and size of the document as its aliases expand it, each node counted once (memo by
     identity), without recursion; an alias inside its own anchor (a cycle) is refused too."""
-    import yaml
+    import yaml  # noqa: PLC0415 (yaml is not loaded on every start: about 10 ms)
 
     def children(node: yaml.Node) -> list[yaml.Node]:
         if isinstance(node, yaml.MappingNode):

@@ -19,7 +19,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from provision.advise.plot import check_target, cost_plot, require_matplotlib
 from provision.errors import BadInput
+from provision.matrix import load
 
 DAYS_PER_YEAR = 365
 
@@ -128,7 +130,6 @@ def knowledge_price(instance_type: str, spot: bool) -> CloudPrice:
     on-demand prices for some types only, and no spot prices yet: both are a clear bad-input line
     pointing at ``--cloud-price``, never a guess.
     """
-    from provision.matrix import load
 
     it = load().instance_type(instance_type)
     if spot:
@@ -294,8 +295,6 @@ def advise(
     """
     inputs.validate()
     if plot is not None:
-        from provision.advise.plot import check_target, require_matplotlib
-
         check_target(plot)
         require_matplotlib()
     if instance_type is not None:
@@ -307,13 +306,9 @@ def advise(
     doc = to_json(inputs, price, result)
     urls: dict[str, str] = {}
     if price.origin == "knowledge":
-        from provision.matrix import load
-
         urls = {k: v.url for k, v in load().t.sources.items()}
     doc["assumptions"] = assumptions(inputs, price, defaulted, urls)
     if plot is not None:
-        from provision.advise.plot import cost_plot
-
         hours, cloud_curve, own_curve = curve(inputs)
         title = f"cloud {price.usd_per_hour:g} USD/h" + (f" ({price.instance_type})" if price.instance_type else "")
         cost_plot(

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from provision.errors import BadInput
+from provision.matrix import load
 
 GIB = 1024**3
 Precision = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4"]
@@ -219,7 +220,6 @@ def estimate(spec: ModelSpec, constants: Mapping[str, Any] | None = None) -> Est
 def _constants(given: Mapping[str, Any] | None) -> Mapping[str, Any]:
     if given is not None:
         return given
-    from provision.matrix import load
 
     return load().t.finetune_memory
 

@@ -15,10 +15,10 @@ from provision.errors import BadInput
 def require_matplotlib() -> Any:
     """The ``matplotlib.pyplot`` module on the non-interactive Agg backend, or BadInput."""
     try:
-        import matplotlib
+        import matplotlib  # noqa: PLC0415 (matplotlib is the optional `plot` extra: loaded only to draw)
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt  # noqa: PLC0415 (matplotlib is the optional `plot` extra: loaded only to draw)
     except ImportError as exc:
         raise BadInput(
             "--plot needs matplotlib, which is not installed",

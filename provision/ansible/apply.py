@@ -12,8 +12,11 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -169,7 +172,6 @@ def ansible_bin_dir() -> Path:
     here = Path(sys.executable).parent
     if (here / "ansible-playbook").exists():
         return here
-    import shutil
 
     found = shutil.which("ansible-playbook")
     if found is None:
@@ -247,7 +249,6 @@ def listed_tasks(run_dir: Path, playbook: str, *, inventory: Path, limit: str | 
     Tasks that roles include dynamically (``include_tasks``) are not listed, so a host can do more
     than this; progress shows it as an estimate ("of ~66").
     """
-    import subprocess
 
     env = runner_environment()
     if (run_dir / "ansible.cfg").exists():
@@ -284,9 +285,8 @@ def run_playbook(
     password prompts) through the terminal ansible-runner drives, so they reach no file, no
     environment and no command line.
     """
-    import tempfile
 
-    from ansible_runner.interface import init_runner
+    from ansible_runner.interface import init_runner  # noqa: PLC0415 (ansible_runner is heavy: only an apply loads it)
 
     reducer = EventReducer()
     events_path = artifacts / "events.jsonl"
@@ -456,7 +456,6 @@ def _end_ssh_masters(control_dir: Path) -> None:
     later, so a sweep of the sockets (``ssh -O exit``) can miss it. Every one of them names the
     run's own control folder in its arguments (Ansible's ``-o ControlPath=``, then the master's
     title ``ssh: <path> [mux]``): those get SIGTERM, the sweep repeated until none is left (5 s)."""
-    import subprocess
 
     deadline = time.monotonic() + 5.0
     while True:

@@ -34,6 +34,7 @@ from provision.hosts.runlock import APPLY_MARK, run_lock_vars
 from provision.hosts.ssh_config import SSH_ARGS
 from provision.model.lock import Lock, LockGroup
 from provision.model.settings import InstallSettings
+from provision.resources import templates_dir
 
 # Connection variables a user's inventory may give a host; everything else is not ours to copy.
 CONNECTION_VARS = frozenset(
@@ -127,7 +128,7 @@ def render_run(
     keeps the run's host lock across a reboot (``provision_run_lock``, read by the driver role's
     reboot tasks) and puts the credentials into a folder of the run's own.
     """
-    import jinja2
+    import jinja2  # noqa: PLC0415 (jinja2 loads only when a run dir is rendered)
 
     install, creds = split_credentials(install)
     overrides = dict(overrides or {})
@@ -381,6 +382,4 @@ def _connection(host: str, given: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _templates() -> Path:
-    from provision.resources import templates_dir
-
     return templates_dir()

@@ -16,12 +16,15 @@ from packaging.requirements import InvalidRequirement, Requirement
 from provision.ansible.checks import _check_package, _check_text, _check_version
 from provision.ansible.settings import pip_sources
 from provision.errors import BadInput
+from provision.matrix import load
 from provision.model.lock import Lock, LockGroup, PythonPackage
 from provision.model.packages import ROLES as PACKAGE_ROLES
 from provision.model.packages import PackagePlan, PipPlan, Repository
 from provision.model.settings import InstallSettings, check_url
 from provision.model.stack import DriverPin, Stack
 from provision.stack.distro_versions import filled_example
+from provision.stack.packages import packaging, template_values
+from provision.stack.request import HostSpec
 
 PYPI = "https://pypi.org/simple"
 
@@ -32,7 +35,7 @@ PYPI = "https://pypi.org/simple"
 # say only *where from* (WHERE_FROM) stay settable for mirrors: a repository's URL (its key stays
 # pinned), and frameworks_installs' index, whose packages must stay the lock's
 # (check_installs_override). The rest comes from the install settings (venv, reboot, pip).
-# tests/unit/test_render.py checks both tables against group_vars itself.
+# tests/unit/ansible/test_render.py checks both tables against group_vars itself.
 _DRIVER = "stack.driver / stack.kernel_modules / install.method in provision.yaml (or --driver)"
 _FRAMEWORKS = "stack.frameworks / stack.torch_index in provision.yaml (or --framework)"
 _PYTHON = "stack.python / install.python_source in provision.yaml (or --python, --python-source)"
@@ -138,9 +141,6 @@ def check_lock_group(group: LockGroup, install: InstallSettings) -> None:
     a repository is ``--set <role>_repositories`` (its key still the lock's:
     check_repositories_override); a lock whose repository moved since it was planned is planned
     again. ``install``: bare of credentials (split_credentials)."""
-    from provision.matrix import load
-    from provision.stack.packages import packaging, template_values
-    from provision.stack.request import HostSpec
 
     group_vars(group, install)
     k = load()
@@ -349,7 +349,6 @@ def _uv_vars(install: InstallSettings) -> dict[str, Any]:
     """python_env's uv: the knowledge's release, installed with pip from install.pip's sources
     (one install for both uses: the standalone CPython and the closure's installer), by the
     sha256 of its wheels for each CPU (the role picks the host's)."""
-    from provision.matrix import load
 
     sp = load().t.standalone_python
     if sp is None:
@@ -390,8 +389,6 @@ def _python_packages(os_id: str, family: str, python: str) -> list[str]:
 
 def _default_python(os_id: str) -> str | None:
     try:
-        from provision.matrix import load
-
         return load().os_release(os_id).default_python
     except BadInput:
         return None

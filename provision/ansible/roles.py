@@ -14,8 +14,11 @@ from typing import Any
 
 import yaml
 
+from provision.ansible.role_vars import LOCK_OWNED
+from provision.ansible.settings import CREDENTIAL_VARS
 from provision.errors import BadInput
 from provision.model.settings import check_url, split_credential
+from provision.resources import playbooks_dir
 
 # The roles in the order site.yml runs them (docs/explanation/design.md).
 ROLES: tuple[str, ...] = (
@@ -39,8 +42,6 @@ BUNDLED_ROLES_PATH = "roles"
 
 
 def default_roles_path() -> str:
-    from provision.resources import playbooks_dir
-
     return str(playbooks_dir() / "roles")
 
 
@@ -107,8 +108,6 @@ def check_user_sets(overrides: Mapping[str, object]) -> None:
     dir install what provision.lock does not say. A string variable that YAML read as a float
     (``--set nvidia_driver_kernel=6.10`` is 6.1) has lost the text typed: quote it.
     """
-    from provision.ansible.role_vars import LOCK_OWNED
-    from provision.ansible.settings import CREDENTIAL_VARS
 
     specs = role_argument_specs()
     for name, value in overrides.items():

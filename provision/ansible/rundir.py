@@ -7,6 +7,8 @@ dir holds credentials and the runner's artifacts: its owner's only).
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -17,8 +19,10 @@ from provision.ansible.render import SECRETS_FILE, RunVars, render_run
 from provision.ansible.roles import BUNDLED_ROLES_PATH, default_roles_path
 from provision.errors import BadInput
 from provision.files import check_tree, private_dir, replace_file, write_durably
+from provision.model import versions
 from provision.model.lock import Lock
 from provision.model.settings import InstallSettings
+from provision.resources import playbooks_dir
 
 
 @dataclass(frozen=True)
@@ -30,7 +34,6 @@ class RunDir:
 
 def ensure_dir(path: Path, option: str) -> None:
     """Create ``path`` or say, as bad input, why it cannot be (before anything is written)."""
-    import tempfile
 
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -138,10 +141,6 @@ def write_run_dir(
 def _copy_roles(dest: Path) -> None:
     """All of provision's roles into ``dest``, replacing an earlier plan's copy (the roles
     site.yml runs include others, signed_repo and package_plan: the whole folder goes)."""
-    import shutil
-
-    from provision.model import versions
-    from provision.resources import playbooks_dir
 
     if dest.is_symlink() or dest.is_file():
         dest.unlink()
@@ -171,7 +170,7 @@ def private_umask() -> Iterator[None]:
 
 def write_host_vars(ansible_dir: Path, per_host: dict[str, dict[str, Any]], why: str) -> None:
     """Add variables to this run's host_vars/<host>.yml (never to the lock: they are this run's)."""
-    import yaml
+    import yaml  # noqa: PLC0415 (yaml is not loaded on every start: about 10 ms)
 
     for host, values in per_host.items():
         if not values:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
+from click.core import ParameterSource
 
 from provision.cli.options import NONEMPTY, command_options
 from provision.cli.output import emit
@@ -77,7 +78,7 @@ def cost(
     cloud_per_year = cloud_price x H x 365
     own_per_year   = server_price / years + ops_per_year + power_kw x H x 365 x electricity
     """
-    from provision.advise import cost as c
+    from provision.advise import cost as c  # noqa: PLC0415 (start-up: `provision --help` loads this module, not advise.cost)
 
     if (cloud_price is None) == (instance_type is None):
         raise BadInput("give exactly one of --cloud-price and --instance-type", "see 'provision advise cost --help'")
@@ -92,7 +93,6 @@ def cost(
         electricity=electricity,
         ops_per_year=ops_per_year,
     )
-    from click.core import ParameterSource
 
     ctx = click.get_current_context()
     defaulted = frozenset(
@@ -191,8 +191,8 @@ def gpu(
     as_json: bool,
 ) -> None:
     """Memory a model needs (an estimate) and the GPUs and instance types that fit, cheapest first."""
-    from provision.advise import gpu as g
-    from provision.matrix import load
+    from provision.advise import gpu as g  # noqa: PLC0415 (start-up: `provision --help` loads this module, not advise.gpu)
+    from provision.matrix import load  # noqa: PLC0415 (start-up: `provision advise --help` loads this module, not matrix)
 
     spec = g.ModelSpec(
         params=g.parse_params(params_text),
@@ -212,9 +212,9 @@ def gpu(
 
 
 def _gpu_human(con: Console, doc: dict[str, Any], top: int) -> None:
-    from rich.table import Table
+    from rich.table import Table  # noqa: PLC0415 (rich loads only where a table or console is printed, not for --json or --help)
 
-    from provision.advise import gpu as g
+    from provision.advise import gpu as g  # noqa: PLC0415 (start-up: `provision --help` loads this module, not advise.gpu)
 
     m = doc["model"]
     what = f"{g.human_params(m['params'])} parameters, {m['precision']}, {m['mode']}"

@@ -98,7 +98,7 @@ def _usage_error(exc: click.ClickException) -> BadInput:
 
 
 def _nearest(word: str, choices: list[str]) -> list[str]:
-    import difflib
+    import difflib  # noqa: PLC0415 (difflib loads only for a mistyped name)
 
     return difflib.get_close_matches(word, choices, n=3, cutoff=0.5)
 
@@ -106,11 +106,11 @@ def _nearest(word: str, choices: list[str]) -> list[str]:
 def _report(exc: ProvisionError, as_json: bool, debug: bool, cause: BaseException | None = None) -> int:
     if debug:
         shown = cause or exc
-        import traceback  # only for --debug (6 ms of every start otherwise)
+        import traceback  # noqa: PLC0415 (only for --debug: 6 ms of every start otherwise)
 
         traceback.print_exception(type(shown), shown, shown.__traceback__, file=sys.stderr)
     if as_json:
-        from provision.cli.output import emit_json
+        from provision.cli.output import emit_json  # noqa: PLC0415 (start-up: `provision --version` loads this module, not cli.output)
 
         emit_json(exc.to_json())
     # The one line goes to stderr in both modes: scripts read stdout, people read stderr.

@@ -9,9 +9,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import click
+from click.core import ParameterSource
 
 from provision.cli.options import NONEMPTY, ask_first, command_options, refuse_unasked, yes_option
-from provision.cloud.launcher import DEFAULT_KEY, LaunchArgs
+from provision.cloud import launcher
+from provision.cloud.launcher import DEFAULT_KEY, LaunchArgs, open_region
 from provision.errors import BadInput
 
 if TYPE_CHECKING:
@@ -34,7 +36,7 @@ def cloud() -> None:
 
 
 def stderr_say(as_json: bool) -> Any:
-    from provision.cli.output import console
+    from provision.cli.output import console  # noqa: PLC0415 (start-up: `provision up --help` loads this module, not cli.output)
 
     con = console(stderr=True)
     return lambda msg: con.print(f"[dim]cloud:[/dim] {msg}", soft_wrap=True)
@@ -42,7 +44,7 @@ def stderr_say(as_json: bool) -> Any:
 
 def warn_before_launch(prepared: Prepared) -> None:
     """Each warning as a `warning: ...` line on stderr, before anything is sent to AWS."""
-    from provision.cli.output import console
+    from provision.cli.output import console  # noqa: PLC0415 (start-up: `provision up --help` loads this module, not cli.output)
 
     con = console(stderr=True)
     for w in prepared.warnings:
@@ -121,8 +123,6 @@ def launch_options(func: F) -> F:
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from click.core import ParameterSource
-
         ctx = click.get_current_context()
         given = frozenset(n for n in names if ctx.get_parameter_source(n) not in (ParameterSource.DEFAULT, None))
         values = {n: kwargs.pop(n) for n in names}
@@ -146,7 +146,6 @@ def up(*, launch: LaunchArgs, keep_on_failure: bool, no_wait_ssh: bool, yes: boo
 
     Without --yes it says what it will launch (count, types, region, price per hour) and asks.
     """
-    from provision.cloud import launcher
 
     # prepare() is local: bad input costs nothing and creates nothing.
     prepared = launcher.prepare(launch, wait_ssh=not no_wait_ssh)
@@ -158,7 +157,7 @@ def up(*, launch: LaunchArgs, keep_on_failure: bool, no_wait_ssh: bool, yes: boo
         confirm_launch()
     with launcher.signals_as_interrupt(say):
         result = launcher.launch(prepared, launcher.connect(prepared), say)
-    from provision.cli.output import emit
+    from provision.cli.output import emit  # noqa: PLC0415 (start-up: `provision up --help` loads this module, not cli.output)
 
     emit({"ok": True, **launcher.launch_json(result)}, as_json, lambda con: _up_human(con, result))
     return 0
@@ -176,10 +175,9 @@ def _up_human(con: Console, r: LaunchResult) -> None:
 @command_options
 def ls(region: str | None, as_json: bool) -> int:
     """List the instances provision launched, with price per hour, cost so far and expiry."""
-    from datetime import datetime, timezone
+    from datetime import datetime, timezone  # noqa: PLC0415 (start-up: `provision --help` loads this module, and datetime only this path)
 
-    from provision.cli.output import emit
-    from provision.cloud.launcher import open_region
+    from provision.cli.output import emit  # noqa: PLC0415 (start-up: `provision up --help` loads this module, not cli.output)
 
     client = open_region(region)
     reg = client.region
@@ -255,9 +253,8 @@ def down(*, run: str | None, expired: bool, all_runs: bool, region: str | None, 
     reason, and left alone. --all says what it will end and asks (or takes --yes); --run ID
     (one run, named) and --expired (for cron: only what is past its TTL) do not ask.
     """
-    from provision.cli.output import emit
-    from provision.cloud.launcher import open_region
-    from provision.ids import check_run_id
+    from provision.cli.output import emit  # noqa: PLC0415 (start-up: `provision up --help` loads this module, not cli.output)
+    from provision.ids import check_run_id  # noqa: PLC0415 (start-up: `provision --help` loads this module, not ids)
 
     if sum([run is not None, expired, all_runs]) != 1:
         raise BadInput(
@@ -299,7 +296,7 @@ def _down_json(r: DownResult, region: str) -> dict[str, Any]:
 
 def _confirm_down(planned: DownResult) -> None:
     """What `cloud down --all` would end, with counts, then the question (on stderr, like `cloud up`)."""
-    from provision.cli.output import console
+    from provision.cli.output import console  # noqa: PLC0415 (start-up: `provision up --help` loads this module, not cli.output)
 
     left = len(planned.skipped)
     console(stderr=True).print(

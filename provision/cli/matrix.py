@@ -33,9 +33,9 @@ def matrix(*, gpu: str | None, frameworks: tuple[str, ...], instances: bool, dri
     Examples: `provision matrix --gpu A10G --framework torch` (which torch variants run on an
     A10G), `provision matrix --gpu V100` (which drivers a V100 can use).
     """
-    from provision.matrix import load
-    from provision.stack.request import FrameworkSpec
-    from provision.stack.tables import driver_rows, framework_rows, gpu_row, instance_rows
+    from provision.matrix import load  # noqa: PLC0415 (start-up: `provision matrix --help` loads this module, not matrix)
+    from provision.stack.request import FrameworkSpec  # noqa: PLC0415 (start-up: `provision matrix --help` loads this module, not stack.request)
+    from provision.stack.tables import driver_rows, framework_rows, gpu_row, instance_rows  # noqa: PLC0415 (start-up: `provision --help` loads this module, not stack.tables)
 
     k = load()
     specs = [FrameworkSpec.parse(f) for f in frameworks]
@@ -57,7 +57,7 @@ def matrix(*, gpu: str | None, frameworks: tuple[str, ...], instances: bool, dri
 
 
 def render(con: Console, doc: dict[str, Any]) -> None:
-    from rich.table import Table
+    from rich.table import Table  # noqa: PLC0415 (rich loads only where a table or console is printed, not for --json or --help)
 
     def table(title: str, rows: list[dict[str, Any]], columns: Sequence[str]) -> None:
         t = Table(title=title, show_header=True, header_style="bold", title_justify="left")

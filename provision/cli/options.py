@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import click
 
-from provision.errors import BadInput
+from provision.errors import BadInput, Interrupted
 from provision.files import load_yaml
 from provision.model.defaults import INSTALL_METHOD_CHOICES
 
@@ -84,8 +84,6 @@ def refuse_unasked(yes: bool, as_json: bool, what: str, hint: str) -> None:
 def ask_first(question: str, declined: str) -> None:
     """Ask on the terminal (default no); a "no" is :class:`Interrupted` (exit 130): ``declined`` happened."""
     if not click.confirm(question, default=False):
-        from provision.errors import Interrupted
-
         raise Interrupted(declined, "run again and answer y, or pass --yes")
 
 
@@ -189,7 +187,7 @@ def _stack_option_list() -> list[tuple[str, Callable[[Any], Any]]]:
     Built when a command that takes them is imported, not with this module: app.py imports this
     module on every start, and the choices of --python-source live beside the request's parser.
     """
-    from provision.stack.request import PYTHON_SOURCES
+    from provision.stack.request import PYTHON_SOURCES  # noqa: PLC0415 (start-up: `provision --version` loads this module, not stack.request)
 
     return [
         (
@@ -322,7 +320,7 @@ def reboot_controller_option() -> Callable[[F], F]:
 
 def parse_sets(pairs: tuple[str, ...]) -> dict[str, Any]:
     """``--set`` values as role variables: ``NAME=VALUE`` with VALUE read as YAML (``[a, b]``, ``true``)."""
-    import yaml
+    import yaml  # noqa: PLC0415 (yaml is not loaded on every start: about 10 ms)
 
     out: dict[str, Any] = {}
     for pair in pairs:

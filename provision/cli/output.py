@@ -28,7 +28,7 @@ def emit_json(doc: Any) -> None:
 
 def console(stderr: bool = False) -> Console:
     # rich is imported lazily: `provision --help` and `--json` paths should not pay for it.
-    from rich.console import Console
+    from rich.console import Console  # noqa: PLC0415 (rich loads only where a table or console is printed, not for --json or --help)
 
     return Console(stderr=stderr, highlight=False, soft_wrap=False)
 

@@ -21,7 +21,9 @@ from provision.cli.options import (
 )
 from provision.errors import BadInput
 from provision.fleet.planning import Assumed, PlanInputs, PlanRun
+from provision.fleet.planning import plan as run_plan
 from provision.model.packages import PackagePlan
+from provision.stack.request import StackRequest
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -77,9 +79,7 @@ def plan(
     hosts, all assumed alike). The stack options override the config's stack: section.
     Exit status: 0 planned, 1 a host could not be probed, 2 bad input, 3 unsatisfiable.
     """
-    from provision.config import Config, load_config
-    from provision.fleet.planning import plan as run_plan
-    from provision.stack.request import StackRequest
+    from provision.config import Config, load_config  # noqa: PLC0415 (start-up: `provision --help` loads this module, not config)
 
     config = load_config(config_path) if config_path is not None else Config()
     result = run_plan(
@@ -94,7 +94,7 @@ def plan(
         ),
         PlanRun(out=out, lock_path=lock_path, accept_new_host_keys=accept_new_host_keys, ssh_config=ssh_config),
     )
-    from provision.cli.output import emit
+    from provision.cli.output import emit  # noqa: PLC0415 (start-up: `provision plan --help` loads this module, not cli.output)
 
     emit(result.to_json(), as_json, lambda con: _human(con, result))
     return 0

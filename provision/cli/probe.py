@@ -65,13 +65,13 @@ def probe(
 
     Exit status: 0 every host answered, 1 a host failed or was unreachable, 2 bad input.
     """
-    from provision.fleet.targets import select_targets
+    from provision.fleet.targets import select_targets  # noqa: PLC0415 (start-up: `provision probe --help` loads this module, not fleet.targets)
 
     targets = select_targets(
         local, inventory, hosts, hint="probe the local machine, named hosts, or an inventory's hosts"
     ).targets
-    from provision.hosts.gather import GatherOptions, matrix_lookup, probe_hosts
-    from provision.hosts.ssh_config import resolve_settings
+    from provision.hosts.gather import GatherOptions, matrix_lookup, probe_hosts  # noqa: PLC0415 (start-up: `provision --help` loads this module, not hosts.gather)
+    from provision.hosts.ssh_config import resolve_settings  # noqa: PLC0415 (start-up: `provision --help` loads this module, not hosts.ssh_config)
 
     for target in targets:  # SSH settings that do not parse are bad input: found before any contact
         if not target.local:
@@ -90,7 +90,7 @@ def probe(
     for r in results:
         if r.error is not None:
             sys.stderr.write(r.error.one_line() + "\n")
-    from provision.cli.output import emit
+    from provision.cli.output import emit  # noqa: PLC0415 (start-up: `provision probe --help` loads this module, not cli.output)
 
     emit({"ok": ok, "hosts": [r.to_json() for r in results]}, as_json, lambda c: _human(c, results))
     return int(ExitCode.OK if ok else ExitCode.FAILED)
@@ -158,7 +158,7 @@ def _lines(facts: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def _human(console: Console, results: list[ProbeResult]) -> None:
-    from rich.markup import escape
+    from rich.markup import escape  # noqa: PLC0415 (rich loads only where a table or console is printed, not for --json or --help)
 
     for r in results:
         if r.facts is None:

@@ -13,6 +13,7 @@ import click
 
 from provision.cli.options import NONEMPTY, command_options, config_option, stack_options
 from provision.cli.output import emit
+from provision.stack.request import HostSpec, StackRequest
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -49,9 +50,8 @@ def resolve(
     With no options: any NVIDIA GPU, the default OS, the newest compatible versions.
     Exit 3 when no compatible set exists, naming the failing rule and changes that would work.
     """
-    from provision.config import Config, load_config
-    from provision.stack.request import HostSpec, StackRequest
-    from provision.stack.resolve import resolve as run_resolve
+    from provision.config import Config, load_config  # noqa: PLC0415 (start-up: `provision --help` loads this module, not config)
+    from provision.stack.resolve import resolve as run_resolve  # noqa: PLC0415 (start-up: `provision --help` loads this module, not stack.resolve)
 
     config = load_config(config_path) if config_path is not None else Config()
     request = StackRequest.build(**config.request_args(stack_flags))
@@ -63,7 +63,7 @@ def resolve(
 
 def render(con: Console, result: Resolution) -> None:
     """The readable form: one table of what gets installed, then warnings and reasons."""
-    from rich.table import Table
+    from rich.table import Table  # noqa: PLC0415 (rich loads only where a table or console is printed, not for --json or --help)
 
     h, s = result.host, result.stack
     gpu = f"{h.gpu_count} x {h.gpu} (cc {h.compute_capability})" if h.gpu else "any NVIDIA GPU"

@@ -62,10 +62,10 @@ def status(
     With --check-drift (and -i INVENTORY or --local to reach the hosts) each host is probed and
     compared with the lock of its last run; every version that differs is named.
     """
-    from provision.config import Config, load_config
-    from provision.fleet.planning import check_ssh_config
-    from provision.fleet.status import check_drift as run_check_drift
-    from provision.fleet.status import fleet_hosts, locate_state
+    from provision.config import Config, load_config  # noqa: PLC0415 (start-up: `provision --help` loads this module, not config)
+    from provision.fleet.planning import check_ssh_config  # noqa: PLC0415 (start-up: `provision status --help` loads this module, not fleet.planning)
+    from provision.fleet.status import check_drift as run_check_drift  # noqa: PLC0415 (start-up: `provision --help` loads this module, not fleet.status)
+    from provision.fleet.status import fleet_hosts, locate_state  # noqa: PLC0415 (start-up: `provision --help` loads this module, not fleet.status)
 
     config = load_config(config_path) if config_path is not None else Config()
     path = locate_state(state_path, config.state.path, config_path)
@@ -79,14 +79,14 @@ def status(
     if check_drift and hosts:
         ok = run_check_drift(hosts, runs_dir, inventory, venv or config.install.venv, accept_new_host_keys, ssh_config)
     doc = {"ok": ok, "state": str(path), "state_exists": known is not None, "hosts": hosts}
-    from provision.cli.output import emit
+    from provision.cli.output import emit  # noqa: PLC0415 (start-up: `provision status --help` loads this module, not cli.output)
 
     emit(doc, as_json, lambda con: _human(con, hosts, check_drift, None if known is not None else path))
     return int(ExitCode.OK if ok else ExitCode.FAILED)
 
 
 def _human(con: Console, hosts: list[dict[str, Any]], check_drift: bool, missing: Path | None) -> None:
-    from rich.table import Table
+    from rich.table import Table  # noqa: PLC0415 (rich loads only where a table or console is printed, not for --json or --help)
 
     if missing is not None:
         con.print(f"no state yet ({missing} does not exist): run `provision up`", markup=False)

@@ -72,13 +72,13 @@ def tune(
     against a standard convolution. GPU utilization (NVML) under 70% is flagged with its likely
     cause.
     """
-    from provision.advise import tune as t
+    from provision.advise import tune as t  # noqa: PLC0415 (start-up: `provision --help` loads this module, not advise.tune)
 
     check_one_source(local, inventory, hint="tune this machine or an inventory's hosts")
     if timeout <= 0:
         raise BadInput(f"--timeout {timeout:g} is not positive", "give the seconds allowed per host")
     if plot is not None:
-        from provision.advise.plot import check_target, require_matplotlib
+        from provision.advise.plot import check_target, require_matplotlib  # noqa: PLC0415 (start-up: `provision --help` loads this module, not advise.plot)
 
         check_target(plot)
         require_matplotlib()
@@ -110,9 +110,9 @@ def _fleet(
     plot: Path | None,
     as_json: bool,
 ) -> int:
-    from provision.advise import tune as t
-    from provision.hosts.inventory import load_inventory
-    from provision.hosts.ssh import connect
+    from provision.advise import tune as t  # noqa: PLC0415 (start-up: `provision --help` loads this module, not advise.tune)
+    from provision.hosts.inventory import load_inventory  # noqa: PLC0415 (start-up: `provision --help` loads this module, not hosts.inventory)
+    from provision.hosts.ssh import connect  # noqa: PLC0415 (start-up: `provision --help` loads this module, not hosts.ssh)
 
     targets = load_inventory(inventory)  # bad inventory: exit 2 before any host is contacted
 
@@ -155,7 +155,7 @@ def _fleet(
 def _plot(plot: Path | None, docs: list[dict[str, Any]], per_host: bool = False) -> None:
     if plot is None:
         return
-    from provision.advise.plot import tune_plot
+    from provision.advise.plot import tune_plot  # noqa: PLC0415 (start-up: `provision --help` loads this module, not advise.plot)
 
     for doc in docs:
         path = plot.with_name(f"{plot.stem}-{doc['host']}{plot.suffix}") if per_host else plot
@@ -164,7 +164,7 @@ def _plot(plot: Path | None, docs: list[dict[str, Any]], per_host: bool = False)
 
 
 def _human(con: Console, doc: dict[str, Any]) -> None:
-    from rich.table import Table
+    from rich.table import Table  # noqa: PLC0415 (rich loads only where a table or console is printed, not for --json or --help)
 
     def pct(v: float | None) -> str:
         return "-" if v is None else f"{v:.0f}%"

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from provision.cli.cloud import launch_options
+from provision.cli.cloud import confirm_launch, launch_options, stderr_say, warn_before_launch
 from provision.cli.options import (
     command_options,
     config_option,
@@ -34,7 +34,9 @@ from provision.cli.options import (
     target_options,
     yes_option,
 )
-from provision.errors import BadInput, ExitCode
+from provision.cloud import launcher
+from provision.errors import BadInput, ExitCode, signals_as_interrupt
+from provision.stack.request import StackRequest
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -110,11 +112,10 @@ def up(
 
     Exit status: 0 every host passes, 1 a host failed, 2 bad input, 3 unsatisfiable.
     """
-    from provision.config import Config, load_config
-    from provision.fleet.records import UpOptions
-    from provision.fleet.up import check_options
-    from provision.fleet.up import up as run_up
-    from provision.stack.request import StackRequest
+    from provision.config import Config, load_config  # noqa: PLC0415 (start-up: `provision --help` loads this module, not config)
+    from provision.fleet.records import UpOptions  # noqa: PLC0415 (start-up: `provision --help` loads this module, not fleet.records)
+    from provision.fleet.up import check_options  # noqa: PLC0415 (start-up: `provision --help` loads this module, not fleet.up)
+    from provision.fleet.up import up as run_up  # noqa: PLC0415 (start-up: `provision --help` loads this module, not fleet.up)
 
     if lock_path is not None:
         refuse_stack_with_lock(cloud, stack_flags)
@@ -162,11 +163,9 @@ def up(
         finally:
             view.stop()
 
-    from provision.cli.output import emit
+    from provision.cli.output import emit  # noqa: PLC0415 (start-up: `provision up --help` loads this module, not cli.output)
 
     if not cloud:
-        from provision.errors import signals_as_interrupt
-
         # SIGTERM / SIGHUP (a cancelled CI job, a closed terminal) end the run as Ctrl-C does:
         # Ansible stopped and waited for, the host locks released, report.json written
         # (interrupted), exit 128 + the signal's number. --cloud has the same around its launch.
@@ -178,9 +177,7 @@ def up(
         emit(result.to_json(), as_json, lambda con: _human(con, result))
         return int(ExitCode.OK if result.ok else ExitCode.FAILED)
 
-    from provision.cli.cloud import confirm_launch, stderr_say, warn_before_launch
-    from provision.cloud import launcher
-    from provision.cloud.oneshot import up_on_cloud
+    from provision.cloud.oneshot import up_on_cloud  # noqa: PLC0415 (start-up: `provision --help` loads this module, not cloud.oneshot)
 
     prepared = launcher.prepare(launch)  # every launch option checked; nothing sent to AWS yet
     warn_before_launch(prepared)  # before the confirmation prompt: what --ssh-cidr opens
@@ -219,7 +216,7 @@ def refuse_stack_with_lock(cloud: bool, stack_flags: Mapping[str, Any]) -> None:
 
 
 def _ask(planned: PlanResult, hosts: list[HostRun]) -> bool:
-    from provision.cli.output import console
+    from provision.cli.output import console  # noqa: PLC0415 (start-up: `provision up --help` loads this module, not cli.output)
 
     con = console()
     for h in hosts:
@@ -269,7 +266,7 @@ class ProgressView:
         self.rows[progress.host] = progress
         if self.tty:
             if self.live is None:
-                from rich.live import Live
+                from rich.live import Live  # noqa: PLC0415 (rich loads only where a table or console is printed, not for --json or --help)
 
                 self.live = Live(self._table(), refresh_per_second=4, transient=False)
                 self.live.start()
@@ -286,7 +283,7 @@ class ProgressView:
             )
 
     def _table(self) -> Any:
-        from rich.table import Table
+        from rich.table import Table  # noqa: PLC0415 (rich loads only where a table or console is printed, not for --json or --help)
 
         table = Table(show_edge=False)
         for header in ("host", "role", "task", "tasks done", "elapsed"):
@@ -304,7 +301,7 @@ class ProgressView:
 
 
 def _human(con: Console, result: UpResult, run: CloudRun | None = None) -> None:
-    from rich.table import Table
+    from rich.table import Table  # noqa: PLC0415 (rich loads only where a table or console is printed, not for --json or --help)
 
     table = Table(show_edge=False)
     for header in ("host", "verdict", "changed", "reboots", "seconds", "failed task / note"):

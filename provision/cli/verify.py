@@ -80,10 +80,10 @@ def verify(
 
     Exit status: 0 every host passes, 1 a host failed, 2 bad input.
     """
-    from provision.fleet import verify as api
+    from provision.fleet import verify as api  # noqa: PLC0415 (start-up: `provision --help` loads this module, not fleet.verify)
 
     lock = api.load_lock(lock_path) if lock_path is not None else None
-    from provision.fleet.targets import select_targets
+    from provision.fleet.targets import select_targets  # noqa: PLC0415 (start-up: `provision verify --help` loads this module, not fleet.targets)
 
     targets = select_targets(local, inventory, hint="verify this machine or an inventory's hosts").targets
     connect = api.default_connect(
@@ -104,16 +104,16 @@ def verify(
         if r.error is not None:
             sys.stderr.write(r.error.one_line() + "\n")
     doc = outcome.hosts[0].to_json() if inventory is None else api.fleet_json(outcome.hosts, outcome.multihost)
-    from provision.cli.output import emit
+    from provision.cli.output import emit  # noqa: PLC0415 (start-up: `provision verify --help` loads this module, not cli.output)
 
     emit(doc, as_json, lambda console: _human(console, outcome.all_results))
     return int(ExitCode.OK if outcome.ok else ExitCode.FAILED)
 
 
 def _human(console: Console, results: list[HostResult]) -> None:
-    from rich.table import Table
+    from rich.table import Table  # noqa: PLC0415 (rich loads only where a table or console is printed, not for --json or --help)
 
-    from provision.fleet.verify import failures, table_row
+    from provision.fleet.verify import failures, table_row  # noqa: PLC0415 (start-up: `provision --help` loads this module, not fleet.verify)
 
     table = Table(title=None, show_edge=False, pad_edge=False)
     for header, justify in (

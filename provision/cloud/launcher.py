@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from provision.errors import BadInput
+from provision.errors import signals_as_interrupt as end_signals
 
 if TYPE_CHECKING:
     from provision.cloud.interface import Cloud, LaunchResult, Say
@@ -67,7 +68,7 @@ class Prepared:
     @property
     def warnings(self) -> list[str]:
         """What the launch allows but the user should hear about before it starts (stderr)."""
-        from provision.cloud.request import cidr_warnings
+        from provision.cloud.request import cidr_warnings  # noqa: PLC0415 (start-up: `provision --help` loads this module, not cloud.request)
 
         return cidr_warnings(self.request.ssh_cidr)
 
@@ -78,9 +79,9 @@ def prepare(args: LaunchArgs, *, wait_ssh: bool = True) -> Prepared:
     Only local data is read (the knowledge data, the key file, boto3's configuration), so a
     refused launch has created nothing and sent nothing.
     """
-    from provision.cloud import request as rq
-    from provision.cloud.aws.images import normalize_os
-    from provision.matrix import load
+    from provision.cloud import request as rq  # noqa: PLC0415 (start-up: `provision --help` loads this module, not cloud.request)
+    from provision.cloud.aws.images import normalize_os  # noqa: PLC0415 (start-up: `provision --help` loads this module, not cloud.aws.images)
+    from provision.matrix import load  # noqa: PLC0415 (start-up: `provision cloud --help` loads this module, not matrix)
 
     if args.count < 1:
         raise BadInput(f"--count {args.count} launches nothing", "give --count 1 or more")
@@ -104,8 +105,8 @@ def prepare(args: LaunchArgs, *, wait_ssh: bool = True) -> Prepared:
     image = rq.image_request(args.ami, os_id, args.base, types[0].arch)
     pub = public_key(args.ssh_key, args.new_key)
 
-    from provision.cloud.aws.session import open_session
-    from provision.ids import new_run_id
+    from provision.cloud.aws.session import open_session  # noqa: PLC0415 (start-up: `provision --help` loads this module, not cloud.aws.session)
+    from provision.ids import new_run_id  # noqa: PLC0415 (start-up: `provision --help` loads this module, not ids)
 
     session, region = open_session(args.region)
     req = rq.LaunchRequest(
@@ -159,8 +160,8 @@ _EC2_KEY_TYPES = ("ssh-ed25519", "ssh-rsa")
 
 def public_key_problem(text: str) -> str | None:
     """Why ``text`` is not an OpenSSH RSA/ED25519 public key line, or None when it is one."""
-    import base64
-    import binascii
+    import base64  # noqa: PLC0415 (start-up: `provision --help` loads this module, and base64 only this path)
+    import binascii  # noqa: PLC0415 (start-up: `provision --help` loads this module, and binascii only this path)
 
     lines = [line for line in text.splitlines() if line.strip() and not line.startswith("#")]
     if len(lines) != 1:
@@ -183,15 +184,15 @@ def public_key_problem(text: str) -> str | None:
 
 def connect(prepared: Prepared) -> Cloud:
     """The EC2 client for the run's region (the seam tests replace to map addresses)."""
-    from provision.cloud.aws.ec2 import Ec2
+    from provision.cloud.aws.ec2 import Ec2  # noqa: PLC0415 (start-up: `provision --help` loads this module, not cloud.aws.ec2)
 
     return Ec2(prepared.session, prepared.request.region)
 
 
 def open_region(region: str | None) -> Cloud:
     """The client of ``region`` (or the configured one) for ``ls`` and ``down``; BadInput without one."""
-    from provision.cloud.aws.ec2 import Ec2
-    from provision.cloud.aws.session import open_session
+    from provision.cloud.aws.ec2 import Ec2  # noqa: PLC0415 (start-up: `provision --help` loads this module, not cloud.aws.ec2)
+    from provision.cloud.aws.session import open_session  # noqa: PLC0415 (start-up: `provision --help` loads this module, not cloud.aws.session)
 
     session, name = open_session(region)
     return Ec2(session, name)
@@ -250,7 +251,6 @@ def launch_json(r: LaunchResult) -> dict[str, Any]:
 def signals_as_interrupt(say: Say) -> Iterator[None]:
     """SIGTERM and SIGHUP end a launch as Ctrl-C does (:func:`provision.errors.signals_as_interrupt`):
     through its cleanup, instead of killing the process with the instances running."""
-    from provision.errors import signals_as_interrupt as end_signals
 
     with end_signals(say, cleanup="what this run created is removed", again="removing what the launch created"):
         yield

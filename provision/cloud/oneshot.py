@@ -15,6 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from provision.cloud.aws import prices
+from provision.cloud.errors import CloudError
+from provision.cloud.launcher import launch, launch_json, signals_as_interrupt
 from provision.errors import ProvisionError
 
 if TYPE_CHECKING:
@@ -40,8 +43,6 @@ class CloudRun:
         return f"provision cloud down --run {self.launch.run}"
 
     def to_json(self) -> dict[str, Any]:
-        from provision.cloud.launcher import launch_json
-
         doc = launch_json(self.launch)
         doc.update(
             ended=self.ended,
@@ -73,7 +74,6 @@ def up_on_cloud(
     An exception from the provisioning (an error, Ctrl-C) still ends the run with
     ``--down-after``; the exception then carries the run in its JSON details and propagates.
     """
-    from provision.cloud.launcher import launch, signals_as_interrupt
 
     workdir = workdir or Path.cwd()
     with signals_as_interrupt(say):
@@ -149,8 +149,6 @@ def _finish(
         if during is not None:
             return  # the first failure is the one to report; this one was said above
         if isinstance(exc, ProvisionError):
-            from provision.cloud.errors import CloudError
-
             err = CloudError(
                 f"run {r.run} was provisioned but could not be ended: {exc.message}",
                 f"end it with `{run.down_command()}`",
@@ -166,8 +164,6 @@ def _finish(
 
 
 def _still_running(r: LaunchResult) -> str:
-    from provision.cloud.aws import prices
-
     per_hour = [prices.on_demand(i.type)[0] for i in r.instances if i.market == "on-demand"]
     cost = (
         f" (about ${sum(p for p in per_hour if p is not None):.2f}/h on-demand)"

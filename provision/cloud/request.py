@@ -14,6 +14,7 @@ from pathlib import Path
 
 from provision.cloud.aws.images import ImageQuery, check_query, ec2_arch
 from provision.errors import BadInput
+from provision.matrix import load
 
 _TTL_PART = re.compile(r"(\d+)([smhd])")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -79,7 +80,6 @@ class TypeChoice:
 
 def describe_type(name: str) -> TypeChoice:
     """A type from the knowledge data; a type it does not list has no NVIDIA GPU we know of."""
-    from provision.matrix import load
 
     k = load()
     try:
@@ -106,7 +106,6 @@ def types_for_gpu(gpu: str, count: int) -> list[TypeChoice]:
     Types whose price the data lacks come after the priced ones (fewest GPUs first), so the
     fallback order never puts an unknown cost ahead of a known, cheaper one.
     """
-    from provision.matrix import load
 
     k = load()
     model = k.gpu(gpu).name

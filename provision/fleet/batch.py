@@ -12,8 +12,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from provision.ansible.apply import listed_tasks, run_playbook
+from provision.ansible.render import become_answers
 from provision.ansible.rundir import write_host_vars
+from provision.errors import ProvisionError
+from provision.fleet import verify as verify_api
+from provision.fleet.planning import HostPlan
 from provision.fleet.records import LOCK_TASK, PROBE_TASK, HostRun
+from provision.fleet.verify import failures
 
 if TYPE_CHECKING:
     from provision.config import Config
@@ -107,7 +113,6 @@ def run_batch(number: int, batches: list[list[HostRun]], run: BatchRun) -> bool:
 
 def unprobed_run(failure: ProbeFailure) -> HostRun:
     """A host the probe could not reach: it fails alone, with the probe's reason, never applied."""
-    from provision.fleet.planning import HostPlan
 
     hp = HostPlan(failure.host, group="-", probed=False, present={}, changes=[], reboot="no")
     return HostRun(
@@ -137,8 +142,6 @@ def _apply(
     become: dict[str, str] | None = None,
 ) -> None:
     """Apply the run dir to ``hosts``; ``become`` ({host: sudo password}) answers the play's prompts."""
-    from provision.ansible.apply import listed_tasks, run_playbook
-    from provision.ansible.render import become_answers
 
     ansible_dir = run_dir / "ansible"
     limit = ",".join(h.host for h in hosts)
@@ -191,9 +194,6 @@ def _verify(  # noqa: PLR0917
     config: Config,
     options: UpOptions,
 ) -> None:
-    from provision.errors import ProvisionError
-    from provision.fleet import verify as verify_api
-
     by_name = {h.host: h for h in hosts}
     # A host the probe found without a GPU, in check mode, runs the job on its CPU and says so:
     # check mode installs nothing, so "what is here works (on the CPU)" is the only honest answer.
@@ -222,8 +222,6 @@ def _verify(  # noqa: PLR0917
             h.verify = r.to_json()
             h.verdict = r.verdict
             if not r.ok and h.message is None:
-                from provision.fleet.verify import failures
-
                 lines = failures(r)  # every failed check, the root cause first, on one line
                 h.message = "; ".join(lines) if lines else (r.error.one_line() if r.error else None)
 

@@ -28,7 +28,7 @@ FONT = "DejaVu Sans, Verdana, sans-serif"
 # Advance widths in em, rounded up per class from DejaVu Sans Book's hmtx table
 # (DejaVuSans.ttf, version 2.37: i/j/l 0.28, space 0.32, f 0.35, t 0.39, r 0.41, lower case up to
 # 0.63 except m 0.97 and w 0.82, digits 0.64, upper case up to 0.79 except M 0.86 and W 0.99,
-# %@ 1.0). tests/unit/test_chart_layout.py checks the bound against the font file when it is installed.
+# %@ 1.0). tests/unit/fleet/test_chart_layout.py checks the bound against the font file when it is installed.
 _NARROW = frozenset(" '.,:;|!/\\ijlIJ")
 _SLIM = frozenset("ft()[]-r")
 _WIDE = frozenset("mwMW%@")

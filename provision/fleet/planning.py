@@ -14,11 +14,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from provision.errors import BadInput, OperationFailed, ProvisionError, Unreachable, Unsatisfiable, redact
+from provision.files import write_lock
 from provision.fleet.targets import check_one_source, select_targets
+from provision.matrix import load
 from provision.model.host import ResolvedHost
 from provision.model.lock import Lock, LockGroup
 from provision.model.stack import FrameworkPin, Stack
 from provision.model.versions import build_matches, version_matches
+from provision.stack.request import NO_GPU_FOUND, HostSpec, StackRequest
 
 if TYPE_CHECKING:
     from provision.ansible.render import RunVars
@@ -166,10 +169,8 @@ def plan(inputs: PlanInputs, context: PlanRun | None = None) -> PlanResult:
     (`plan --out`; `up` runs its own run dir in place and passes False). ``run_id``: `up`'s run id
     (see :func:`provision.ansible.render.render_files`).
     """
-    from provision.ansible.rundir import check_out_dir, ensure_dir, write_run_dir
-    from provision.files import write_lock
-    from provision.stack.lock import build_lock, dumps_lock
-    from provision.stack.request import StackRequest
+    from provision.ansible.rundir import check_out_dir, ensure_dir, write_run_dir  # noqa: PLC0415 (start-up: `provision --help` loads this module, not ansible.rundir)
+    from provision.stack.lock import build_lock, dumps_lock  # noqa: PLC0415 (start-up: `provision --help` loads this module, not stack.lock)
 
     ctx = context or PlanRun()
     config, local, inventory = inputs.config, inputs.local, inputs.inventory
@@ -193,7 +194,7 @@ def plan(inputs: PlanInputs, context: PlanRun | None = None) -> PlanResult:
         check_locked_names(locked, [t.name for t in targets])  # before any host is contacted
     for t in targets:  # the apply's ssh trusts what the probe trusts (before any contact)
         if t.target is not None and not t.target.local and assume is None:
-            from provision.hosts.ssh_config import ssh_trust_vars
+            from provision.hosts.ssh_config import ssh_trust_vars  # noqa: PLC0415 (start-up: `provision --help` loads this module, not hosts.ssh_config)
 
             t.connection.update(ssh_trust_vars(t.target, ssh_config))
     unprobed: list[ProbeFailure] = []
@@ -211,7 +212,7 @@ def plan(inputs: PlanInputs, context: PlanRun | None = None) -> PlanResult:
         lock_groups = lock.groups
     else:
         lock_groups = _resolve_groups(targets, request, assume)
-        from provision.fleet.closure import lock_closures, wants_closure
+        from provision.fleet.closure import lock_closures, wants_closure  # noqa: PLC0415 (start-up: `provision --help` loads this module, not fleet.closure)
 
         if wants_closure(config.install.lock_closure, applied=assume is None and not check):
             # before anything is written: a conflict leaves no lock
@@ -230,7 +231,7 @@ def plan(inputs: PlanInputs, context: PlanRun | None = None) -> PlanResult:
             redact(f"pip: the hosts install from {install.pip.index_url} in place of PyPI (install.pip.index_url)")
         )
     text = dumps_lock(lock)
-    from provision.ansible.role_vars import check_installs_override, check_repositories_override
+    from provision.ansible.role_vars import check_installs_override, check_repositories_override  # noqa: PLC0415 (start-up: `provision --help` loads this module, not ansible.role_vars)
 
     check_installs_override(overrides or {}, lock, install)  # before anything is written
     check_repositories_override(overrides or {}, lock)
@@ -273,10 +274,9 @@ def plan(inputs: PlanInputs, context: PlanRun | None = None) -> PlanResult:
 
 def _resolve_groups(targets: Sequence[_Target], request: StackRequest, assume: Assumed | None) -> list[LockGroup]:
     """Resolve each host's stack; hosts with the same resolution share a lock group."""
-    from provision.stack.lock import lock_group
-    from provision.stack.packages import check_plannable
-    from provision.stack.request import HostSpec
-    from provision.stack.resolve import resolve
+    from provision.stack.lock import lock_group  # noqa: PLC0415 (start-up: `provision --help` loads this module, not stack.lock)
+    from provision.stack.packages import check_plannable  # noqa: PLC0415 (start-up: `provision --help` loads this module, not stack.packages)
+    from provision.stack.resolve import resolve  # noqa: PLC0415 (start-up: `provision --help` loads this module, not stack.resolve)
 
     groups: dict[str, tuple[list[str], Resolution, str | None]] = {}
     # The resolver is pure: the same request on the same host description gives the same
@@ -289,7 +289,7 @@ def _resolve_groups(targets: Sequence[_Target], request: StackRequest, assume: A
     resolved: dict[str, Resolution] = {}
     for t in targets:
         if t.facts is not None:
-            from provision.hosts.facts import host_description, probed_host
+            from provision.hosts.facts import host_description, probed_host  # noqa: PLC0415 (start-up: `provision --help` loads this module, not hosts.facts)
 
             try:
                 host = HostSpec.from_facts(probed_host(t.facts))
@@ -348,7 +348,7 @@ def check_locked_names(locked: Lock, names: Sequence[str]) -> None:
     a lock planned for a whole fleet is applied to part of it with --limit or a smaller
     inventory, as `up --limit` does with a fresh plan (:func:`check_locked` leaves it out).
     """
-    from provision.stack.lock import find_group
+    from provision.stack.lock import find_group  # noqa: PLC0415 (start-up: `provision --help` loads this module, not stack.lock)
 
     for name in names:
         if find_group(locked, name) is None:
@@ -364,11 +364,9 @@ def check_locked(locked: Lock, targets: Sequence[_Target], unprobed: Sequence[st
     state DB's group hash is the plan's); only their host lists shrink to this run's hosts.
     ``unprobed``: this run's hosts that could not be probed (`up` fails them alone; no note).
     """
-    from provision.hosts.facts import probed_host
-    from provision.matrix import load
-    from provision.stack.drift import host_differences
-    from provision.stack.lock import find_group
-    from provision.stack.request import HostSpec
+    from provision.hosts.facts import probed_host  # noqa: PLC0415 (start-up: `provision --help` loads this module, not hosts.facts)
+    from provision.stack.drift import host_differences  # noqa: PLC0415 (start-up: `provision --help` loads this module, not stack.drift)
+    from provision.stack.lock import find_group  # noqa: PLC0415 (start-up: `provision --help` loads this module, not stack.lock)
 
     names = {t.name for t in targets}
     for t in targets:
@@ -434,8 +432,8 @@ def check_inputs(
     (the stack request and the install settings were checked when the command line built them):
     ``--set`` names and values (none the lock owns), the ``-F`` file, and each host's SSH settings
     (port, ssh args, the SSH config it names), read from files only."""
-    from provision.ansible.roles import check_overrides, check_user_sets
-    from provision.hosts.ssh_config import resolve_settings
+    from provision.ansible.roles import check_overrides, check_user_sets  # noqa: PLC0415 (start-up: `provision --help` loads this module, not ansible.roles)
+    from provision.hosts.ssh_config import resolve_settings  # noqa: PLC0415 (start-up: `provision --help` loads this module, not hosts.ssh_config)
 
     check_user_sets(overrides or {})
     check_overrides(overrides or {})
@@ -455,7 +453,7 @@ def _targets(
     local: bool, inventory: str | None, assume: Assumed | None
 ) -> tuple[list[_Target], dict[str, dict[str, list[str]]]]:
     """The hosts to plan, and the inventory's own groups (kept in the run dir's inventory)."""
-    from provision.ansible.checks import check_host_name
+    from provision.ansible.checks import check_host_name  # noqa: PLC0415 (start-up: `provision --help` loads this module, not ansible.checks)
 
     if inventory or local:
         inv = select_targets(local, inventory, hint="plan the local machine or an inventory's hosts")
@@ -502,7 +500,7 @@ def _probe(
     ssh_config: Path | None = None,
 ) -> list[ProbeFailure]:
     """Probe the targets in place (``t.facts``); the hosts that failed, when they may be skipped."""
-    from provision.hosts.gather import GatherOptions, matrix_lookup, probe_hosts
+    from provision.hosts.gather import GatherOptions, matrix_lookup, probe_hosts  # noqa: PLC0415 (start-up: `provision --help` loads this module, not hosts.gather)
 
     hosts = [t.target for t in targets if t.target is not None]
     options = GatherOptions.from_env(venv=config.install.venv, lookup=matrix_lookup())
@@ -601,8 +599,6 @@ def _host_plan(t: _Target, group: str, stack: Stack, reboot_setting: str) -> Hos
             )
     notes: list[str] = []
     if facts is not None and not facts.gpus:
-        from provision.stack.request import NO_GPU_FOUND
-
         cuda = sorted(n for n, fw in stack.frameworks.items() if fw.cuda)
         if driver:
             note = f"the pinned driver {driver.version} is planned, but up's preflight refuses it here"

@@ -20,6 +20,7 @@ the end of `up`, a failure to write them being a note, never the run's outcome.
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -544,8 +545,6 @@ def finish_reports(result: UpResult, note: Callable[[str], None] | None = None) 
 
 
 def _note(text: str) -> None:
-    import sys
-
     print(text, file=sys.stderr, flush=True)
 
 

@@ -12,6 +12,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from provision.errors import BadInput
+from provision.files import read_lock
+from provision.fleet.state import read_hosts
+from provision.fleet.state import state_path as where_state
+from provision.model.lock import find_group
 
 if TYPE_CHECKING:
     from provision.hosts.facts import HostFacts
@@ -19,7 +23,6 @@ if TYPE_CHECKING:
 
 def locate_state(override: Path | None, configured: str | None, config_path: Path | None) -> Path:
     """The state DB's path; BadInput when one was named (``--state`` or the config) and is missing."""
-    from provision.fleet.state import state_path as where_state
 
     path = where_state(override, configured)
     if (override is not None or configured) and not path.exists():
@@ -38,7 +41,6 @@ def _when(ts: float | None) -> str | None:
 def fleet_hosts(path: Path) -> list[dict[str, Any]] | None:
     """One row per host the state DB knows: lock applied, last verdict, when, last run; None when
     there is no state DB yet (nothing is created: status only reads)."""
-    from provision.fleet.state import read_hosts
 
     rows = read_hosts(path)
     if rows is None:
@@ -80,11 +82,9 @@ def check_drift(  # noqa: PLR0917
     ssh_config: Path | None,
 ) -> bool:
     """Probe the hosts of ``hosts`` and add ``drift`` (or ``error``) to each row; True when none drifted."""
-    from provision.files import read_lock
-    from provision.hosts.gather import GatherOptions, matrix_lookup, probe_hosts
-    from provision.hosts.inventory import LOCALHOST, load_inventory
-    from provision.model.lock import find_group
-    from provision.stack.drift import drift
+    from provision.hosts.gather import GatherOptions, matrix_lookup, probe_hosts  # noqa: PLC0415 (start-up: `provision status` lists the state DB without hosts/ and the drift check)
+    from provision.hosts.inventory import LOCALHOST, load_inventory  # noqa: PLC0415 (start-up: `provision status` lists the state DB without hosts/ and the drift check)
+    from provision.stack.drift import drift  # noqa: PLC0415 (start-up: `provision status` lists the state DB without hosts/ and the drift check)
 
     targets = {t.name: t for t in (load_inventory(inventory) if inventory else [LOCALHOST])}
     known = [h for h in hosts if h["host"] in targets and h["last_run"]]

@@ -34,7 +34,7 @@ def check_one_source(local: bool, inventory: str | None, hosts: Sequence[str] | 
 def select_targets(local: bool, inventory: str | None, hosts: Sequence[str] | None = None, *, hint: str) -> Inventory:
     """``--local | HOST... | -i INVENTORY`` -> the hosts and, with ``-i``, the inventory's groups
     (none given: this machine); BadInput for a mix (:func:`check_one_source`)."""
-    from provision.hosts.inventory import LOCALHOST, Inventory, parse_hosts, read_inventory
+    from provision.hosts.inventory import LOCALHOST, Inventory, parse_hosts, read_inventory  # noqa: PLC0415 (start-up: `provision --help` loads this module, not hosts.inventory)
 
     check_one_source(local, inventory, hosts, hint=hint)
     if hosts:

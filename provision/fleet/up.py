@@ -28,13 +28,22 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from provision.ansible.role_vars import check_lock_group
+from provision.ansible.rundir import private_umask
+from provision.ansible.settings import split_credentials
 from provision.errors import BadInput, Interrupted
+from provision.files import private_dir, read_lock
+from provision.fleet import verify as verify_api
 from provision.fleet.batch import BatchRun, check_without_gpu, lock_failed, make_batches, run_batch, unprobed_run
 from provision.fleet.cache.config import start_cache
+from provision.fleet.planning import PlanInputs, PlanRun, check_inputs, check_locked_names, plan
 from provision.fleet.records import LOCK_TASK, NOT_RUN, PROBE_TASK, HostRun, Progress, UpOptions, UpResult
 from provision.fleet.report import finish_reports
+from provision.fleet.state import State, state_path
 from provision.fleet.targets import select_targets
+from provision.hosts.runlock import RunLocks, describe_leftovers
 from provision.ids import new_run_id
+from provision.stack.drift import expected_versions
 
 if TYPE_CHECKING:
     from provision.config import Config
@@ -99,7 +108,6 @@ def up(
     on_total: Callable[[int | None], None] | None = None,
 ) -> UpResult:
     """Run `provision up`; host failures are in the result, input problems raise BadInput first."""
-    from provision.ansible.rundir import private_umask
 
     with private_umask():  # every file of the run (reports, events, artifacts) is the user's only
         return _up(config, options, confirm=confirm, on_progress=on_progress, on_phase=on_phase, on_total=on_total)
@@ -114,11 +122,6 @@ def _up(
     on_phase: Callable[[str], None] | None,
     on_total: Callable[[int | None], None] | None,
 ) -> UpResult:
-    from provision.files import private_dir, read_lock
-    from provision.fleet.planning import PlanInputs, PlanRun, check_inputs, plan
-    from provision.fleet.state import State, state_path
-    from provision.stack.drift import expected_versions
-
     say = on_phase or (lambda _: None)
     check_options(options)
     chosen = select_targets(options.local, options.inventory, hint="provision this machine or an inventory's hosts")
@@ -127,10 +130,6 @@ def _up(
     check_inputs(options.overrides, [targets[n] for n in selected], options.ssh_config)
     locked = None
     if options.lock is not None:  # --lock: read and checked against the hosts' names before any contact
-        from provision.ansible.role_vars import check_lock_group
-        from provision.ansible.settings import split_credentials
-        from provision.fleet.planning import check_locked_names
-
         locked = read_lock(options.lock)
         check_locked_names(locked, selected)
         bare, _ = split_credentials(config.install)
@@ -258,8 +257,6 @@ def _take_host_locks(
     run: str, hosts: list[HostRun], targets: dict[str, HostTarget], options: UpOptions, say: Callable[[str], None]
 ) -> RunLocks:
     """Take each probed host's run lock (provision/hosts/runlock.py); a host another run holds fails alone."""
-    from provision.fleet import verify as verify_api
-    from provision.hosts.runlock import RunLocks, describe_leftovers
 
     connect = verify_api.default_connect(
         accept_new_host_keys=options.accept_new_host_keys, ssh_config=options.ssh_config

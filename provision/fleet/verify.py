@@ -19,11 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from provision.errors import BadInput, OperationFailed, ProvisionError
+from provision.errors import BadInput, OperationFailed, ProvisionError, Unreachable
 from provision.files import read_lock
 from provision.hosts.inventory import HostTarget
 from provision.hosts.remote_job import Content, RemoteJob
+from provision.hosts.runlock import HostBusy, RunLocks
+from provision.hosts.ssh import connect
 from provision.hosts.transport import CommandResult, Transport
+from provision.ids import new_run_id
 from provision.model.components import JOB_CHECKS
 from provision.model.defaults import DEFAULT_VENV
 from provision.model.lock import Lock, LockGroup, find_group
@@ -409,8 +412,6 @@ def default_connect(
     *, accept_new_host_keys: bool = False, ssh_config: Path | None = None, connect_timeout: float = 10.0
 ) -> Connect:
     def open_transport(target: HostTarget) -> Transport:
-        from provision.hosts.ssh import connect
-
         return connect(
             target,
             accept_new_host_keys=accept_new_host_keys,
@@ -466,9 +467,6 @@ def _hold_locks(targets: Sequence[HostTarget], connect: Connect) -> tuple[Any, d
     """Take each host's run lock; the locks, and the hosts another run holds (a host whose lock
     cannot be taken for another reason, no sudo on it, is verified all the same, with a warning:
     the job changes nothing there)."""
-    from provision.errors import Unreachable
-    from provision.hosts.runlock import HostBusy, RunLocks
-    from provision.ids import new_run_id
 
     locks = RunLocks(new_run_id(), connect)
     busy: dict[str, ProvisionError] = {}

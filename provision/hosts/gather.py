@@ -33,7 +33,9 @@ from provision.hosts.inventory import HostTarget
 from provision.hosts.local import LocalTransport
 from provision.hosts.ssh import SSHTransport, connect
 from provision.hosts.transport import Transport
+from provision.matrix import load
 from provision.model.facts import UbuntuDriverIndex
+from provision.resources import playbooks_dir
 
 SNIPPETS = Path(__file__).resolve().parents[1] / "remote" / "snippets"
 IMDS_DEFAULT = "http://169.254.169.254"
@@ -116,7 +118,6 @@ def probe_command(options: GatherOptions, parts: Sequence[str]) -> str:
 def package_lock_files() -> tuple[list[str], list[str]]:
     """The package managers' lock files: (fcntl-locked files, pid files), the one list the
     preflight role waits on too (its files/package_locks.json)."""
-    from provision.resources import playbooks_dir
 
     doc = json.loads((playbooks_dir() / "roles" / "preflight" / "files" / "package_locks.json").read_text())
     return [str(p) for p in doc["fcntl"]], [str(p) for p in doc["pid_files"]]
@@ -392,6 +393,5 @@ def probe_hosts(
 
 def matrix_lookup() -> hf.GpuLookup:
     """PCI ID -> model from the knowledge data (provision.matrix)."""
-    from provision.matrix import load
 
     return load().gpu_by_pci_id

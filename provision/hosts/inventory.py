@@ -463,7 +463,7 @@ def _vars_folder(folder: Path) -> list[Path]:
 
 
 def _read_vars(path: Path) -> dict[str, Any]:
-    import yaml
+    import yaml  # noqa: PLC0415 (yaml is not loaded on every start: about 10 ms)
 
     text = _read(path, "vars file")
     if text.lstrip().startswith("$ANSIBLE_VAULT"):
@@ -501,7 +501,7 @@ def _read(path: Path, what: str) -> str:
 def _parse_file(path: Path, inv: _Inventory) -> None:
     """One inventory file, YAML or INI. Ansible tries its YAML plugin first on a name with no
     extension too and falls back to INI when that gives no mapping: so does this."""
-    import yaml
+    import yaml  # noqa: PLC0415 (yaml is not loaded on every start: about 10 ms)
 
     inv.source = str(path)
     text = _read(path, "inventory")

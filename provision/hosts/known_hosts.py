@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import fcntl
 import hashlib
 import os
 import re
@@ -39,7 +40,6 @@ _KNOWN_HOSTS_LOCK = threading.Lock()
 
 def record_host_key(path: str, hostname: str, port: int, key: paramiko.PKey) -> None:
     """Append a key to a known_hosts file (parallel probes may record several at once)."""
-    import fcntl
 
     file = Path(path)
     with _KNOWN_HOSTS_LOCK:
@@ -101,7 +101,7 @@ def _names_host(names: str, host: str) -> bool:
     patterns where ``*`` and ``?`` are wildcards, case does not count, and a matching negated
     (``!``) pattern excludes the host whatever else matches. Only ``*`` and ``?`` are special:
     ``[`` is literal (``[host]:port`` names), so this is not fnmatch."""
-    import paramiko
+    import paramiko  # noqa: PLC0415 (paramiko is heavy: only an SSH connection loads it)
 
     if names.startswith("|1|"):
         return paramiko.HostKeys.hash_host(host, names) == names
@@ -125,8 +125,8 @@ def _known_hosts_entries(path: str) -> tuple[list[Any], list[tuple[str, bytes]]]
     that does not decode raises BadInput naming it (``load`` raised ``InvalidHostKey`` without
     saying where: it escaped from connect() as a misleading ProxyJump error); a ``@revoked``
     line too, since skipping it would trust what it revokes."""
-    import paramiko
-    from paramiko.hostkeys import HostKeyEntry
+    import paramiko  # noqa: PLC0415 (paramiko is heavy: only an SSH connection loads it)
+    from paramiko.hostkeys import HostKeyEntry  # noqa: PLC0415 (paramiko is heavy: only an SSH connection loads it)
 
     entries: list[Any] = []
     revoked: list[tuple[str, bytes]] = []

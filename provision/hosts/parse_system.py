@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import xml.etree.ElementTree as ET
 from collections.abc import Iterable
 from typing import Any
 
@@ -202,7 +203,6 @@ def _text(node: Any, path: str) -> str | None:
 
 def parse_nvidia_smi_xml(text: str) -> NvmlInventory:
     """``nvidia-smi -q -x``: driver and CUDA versions, each GPU's name, UUID, memory, PCI IDs."""
-    import xml.etree.ElementTree as ET
 
     # The DOCTYPE names a DTD file that is not there; ElementTree ignores it (no external fetch).
     root = ET.fromstring(text)

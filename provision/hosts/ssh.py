@@ -23,6 +23,8 @@ from provision.hosts.inventory import LOCALHOST, HostTarget, parse_host
 
 if TYPE_CHECKING:
     import paramiko
+import selectors
+
 from provision.hosts.known_hosts import (
     RevokedHostKey,
     UnknownHostKey,
@@ -107,8 +109,6 @@ class SSHTransport:
         return text, stdin, transport
 
     def _run(self, transport: paramiko.Transport, text: str, timeout: float, stdin: bytes | None) -> CommandResult:
-        import selectors
-
         deadline = time.monotonic() + timeout
         chan = transport.open_session(timeout=timeout)
         # A selector (epoll/poll), not select.select: select() cannot watch a descriptor numbered
@@ -190,7 +190,7 @@ def _open_client(
     connect_timeout: float,
     sock: Any = None,
 ) -> paramiko.SSHClient:
-    import paramiko
+    import paramiko  # noqa: PLC0415 (paramiko is heavy: only an SSH connection loads it)
 
     client = paramiko.SSHClient()
     name = host_key_name(settings.hostname, settings.port)

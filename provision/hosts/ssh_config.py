@@ -23,6 +23,8 @@ from provision.hosts.inventory import HostTarget
 
 if TYPE_CHECKING:
     pass
+import glob
+
 from provision.hosts.known_hosts import GLOBAL_KNOWN_HOSTS, check_known_hosts_file
 
 
@@ -96,7 +98,6 @@ def _config_lines(path: Path, depth: int = 0, top: bool = True) -> list[str]:
     cannot express), and a path with ``%`` tokens or ``${}`` variables (OpenSSH 10.0 expands
     them, earlier releases do not), are BadInput: the probe cannot follow them as the apply's ssh
     does. ``top``: whether the lines so far hold for every host."""
-    import glob
 
     if depth > INCLUDE_MAX_DEPTH:
         raise BadInput(
@@ -167,7 +168,7 @@ def resolve_settings(target: HostTarget, ssh_config: Path | None = None) -> SSHS
 
     Reads files only (no host is contacted); what does not parse is BadInput.
     """
-    import paramiko
+    import paramiko  # noqa: PLC0415 (paramiko is heavy: only an SSH connection loads it)
 
     options: dict[str, str] = {}
     for var in ("ansible_ssh_common_args", "ansible_ssh_extra_args"):

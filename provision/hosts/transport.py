@@ -14,6 +14,7 @@ this module's types without paying for it.
 from __future__ import annotations
 
 import contextlib
+import selectors
 import shlex
 import time
 from collections.abc import Sequence
@@ -75,7 +76,7 @@ class Transport(Protocol):
 
 
 def paramiko_errors() -> type[Exception]:
-    import paramiko
+    import paramiko  # noqa: PLC0415 (paramiko is heavy: only an SSH connection loads it)
 
     return paramiko.SSHException
 
@@ -117,8 +118,6 @@ class Spawned:
     """
 
     def __init__(self, host: str, fileno: Any, *, read: Any, write: Any, running: Any, close: Any) -> None:
-        import selectors
-
         self.host = host
         self._read, self._write, self._running, self._close = read, write, running, close
         self._buf = bytearray()

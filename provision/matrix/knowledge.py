@@ -220,7 +220,7 @@ def _files() -> list[tuple[str, bytes]]:
 
 def parse_yaml(text: bytes) -> Any:
     """A data file's YAML (the C loader where PyYAML has it: the knowledge loads on every start)."""
-    import yaml  # here, not at the top: with the parsed copy cached, a start needs no YAML (10 ms)
+    import yaml  # noqa: PLC0415 (here, not at the top: with the parsed copy cached, a start needs no YAML, 10 ms)
 
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     return yaml.load(text, Loader=loader)
@@ -516,7 +516,7 @@ def build_tables(d: dict[str, Any]) -> Tables:
 
 def _check_sorted(t: Tables) -> None:
     """Newest first is what the resolver relies on when it takes the first that fits."""
-    from packaging.version import Version
+    from packaging.version import Version  # noqa: PLC0415 (packaging loads only for this comparison, not on every start)
 
     def descending(name: str, keys: Iterable[Any]) -> None:
         ks = list(keys)

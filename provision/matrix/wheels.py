@@ -194,7 +194,7 @@ def load() -> WheelPins:
 
 def dump(pins: WheelPins, header: Sequence[str]) -> str:
     """``wheels.yaml``'s text: the header comment, then the data (flow lists, one framework per block)."""
-    import yaml  # only the writer (check-knowledge) needs it: not every start
+    import yaml  # noqa: PLC0415 (only the writer (check-knowledge) needs it: not every start)
 
     body = yaml.safe_dump(pins.to_yaml(), sort_keys=False, default_flow_style=None, width=200)
     return "".join(f"# {line}\n".replace("# \n", "#\n") for line in header) + body

@@ -2,7 +2,7 @@
 
 The roles keep their own YAML copies (``choices:`` in ``meta/argument_specs.yml``, the venv in
 ``playbooks/roles/python_env/defaults/main.yml``) because Ansible reads them without provision;
-``tests/unit/test_roles_lint.py`` checks those copies equal these values.
+``tests/unit/roles/test_roles_lint.py`` checks those copies equal these values.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The smoke job's verdict (on the host), the lock's drift (``provision status --check-drift``),
 the planner's "already installed" and the verify role (its filter
 ``playbooks/roles/verify/filter_plugins/version_rule.py`` loads this file) all call
-:func:`version_matches`; ``tests/unit/test_version_rule.py`` proves they agree on one table of
+:func:`version_matches`; ``tests/unit/model/test_version_rule.py`` proves they agree on one table of
 cases. Standard library only, importing nothing: the controller imports it from here, the smoke
 job's bundle carries it to hosts as ``smoke/versions.py`` (:data:`provision.remote.smoke.SOURCES`),
 and a `plan --out` run dir carries it for the verify role (``roles/verify/files/versions.py``).

@@ -63,7 +63,7 @@ def _suffix(open_modules: bool) -> str:
 
 def userspace_packages(branch: int, open_modules: bool) -> tuple[str, ...]:
     """The headless set whose index entries probe read (the package plan's names come from the
-    packaging table's Ubuntu distro rows: tests/unit/test_distro_versions.py keeps the two in step)."""
+    packaging table's Ubuntu distro rows: tests/unit/stack/test_distro_versions.py keeps the two in step)."""
     return (f"nvidia-headless-no-dkms-{branch}-server{_suffix(open_modules)}", f"nvidia-utils-{branch}-server")
 
 

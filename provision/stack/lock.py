@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from provision.matrix import load
 from provision.model.lock import SCHEMA, Lock, LockGroup, PythonPackage, dumps_lock, find_group, parse_lock
 
 if TYPE_CHECKING:
@@ -45,7 +46,5 @@ def lock_group(name: str, hosts: Sequence[str], resolution: Resolution) -> LockG
 def build_lock(groups: Sequence[LockGroup], knowledge: Knowledge | None = None) -> Lock:
     """A lock over ``groups`` stamped with the knowledge they were resolved with."""
     if knowledge is None:
-        from provision.matrix import load
-
         knowledge = load()
     return Lock({"version": knowledge.version, "sha256": knowledge.sha256}, list(groups))

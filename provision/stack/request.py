@@ -23,7 +23,7 @@ FRAMEWORKS = ("torch", "tensorflow", "jax")
 EXTRAS = {"torch": frozenset(), "tensorflow": frozenset({"and-cuda"}), "jax": frozenset({"cuda12", "cuda13"})}
 MAX_GPUS_PER_HOST = 16
 # A branch (580) or an exact version in one of the forms NVIDIA's releases take, as the
-# releases in data/drivers.yaml have them (tests/unit/test_matrix_data.py checks every one):
+# releases in data/drivers.yaml have them (tests/unit/matrix/test_matrix_data.py checks every one):
 # NNN.NN (570.26), NNN.NNN (580.142), NNN.NN.NN (580.95.05), NNN.NNN.NN (580.159.03). A version
 # the data does not list may still exist, so the form is checked, not the list; 580.1 cannot.
 DRIVER_SPEC = re.compile(r"^(\d{3})(?:\.(\d{2,3})(?:\.(\d{2}))?)?$")

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from provision.matrix import cc_tuple
+
 if TYPE_CHECKING:
     from provision.matrix import Gpu, Knowledge
     from provision.stack.request import FrameworkSpec
@@ -61,7 +63,7 @@ def framework_rows(
     k: Knowledge, g: Gpu | None, specs: Sequence[FrameworkSpec] | None
 ) -> dict[str, list[dict[str, Any]]]:
     """Per framework, releases (newest first) and what runs on ``g`` when one is given."""
-    from provision.stack.rules import gpu_kernels
+    from provision.stack.rules import gpu_kernels  # noqa: PLC0415 (start-up: `provision matrix` shows the tables without the resolver's rules)
 
     names = [s.name for s in specs] if specs else ["torch", "tensorflow", "jax"]
     by_name = {s.name: s for s in specs or []}
@@ -143,6 +145,4 @@ def instance_rows(k: Knowledge) -> list[dict[str, Any]]:
 
 
 def _cc(text: str) -> tuple[int, int]:
-    from provision.matrix import cc_tuple
-
     return cc_tuple(text)

@@ -1,7 +1,7 @@
 """provision's import graph, read with ``ast`` from the source files (nothing of provision runs).
 
-Shared by tests/unit/test_layout.py (no import cycle between modules, remote/ on the standard
-library) and tests/unit/test_model_rules.py (issue 26's ratchets: no cycle between packages,
+Shared by tests/unit/project/test_layout.py (no import cycle between modules, remote/ on the standard
+library) and tests/unit/project/test_model_rules.py (issue 26's ratchets: no cycle between packages,
 fleet/ importing nothing of cloud/). Nothing of ``provision`` is imported, so a cycle is reported
 as a cycle and not as whatever ImportError it would cause.
 """

@@ -4,7 +4,7 @@ The commands come from the click app (every command with a ``--json`` option mus
 here, or the build fails). Where a command runs without reaching a host or a cloud (resolve,
 plan --assume, matrix, advise, status on an empty folder), its examples are run during the build
 and the described keys must be exactly the keys they print. The commands that need hosts or AWS
-are described from their code and held to real documents by tests: tests/unit/test_docs_reference.py
+are described from their code and held to real documents by tests: tests/unit/project/test_docs_reference.py
 (probe --local, the smoke job's report, up's records) and tests/integration/test_docs_cloud_json.py
 (cloud up|ls|down on a moto server). tune's report is described in part (its main results).
 """
@@ -81,7 +81,7 @@ CONTRACTS: dict[str, Contract] = {
                 "duration_s": "Seconds for the host.",
             },
         ),
-        source="`provision/fleet/records.py` (`UpResult.to_json`; tests/unit/test_docs_reference.py checks it)",
+        source="`provision/fleet/records.py` (`UpResult.to_json`; tests/unit/project/test_docs_reference.py checks it)",
     ),
     "provision plan": Contract(
         "What the plan will change per host; the lock and the run dir it wrote.",
@@ -154,15 +154,16 @@ CONTRACTS: dict[str, Contract] = {
                 "duration_s": "Seconds the probe took.",
             },
         ),
-        source="`provision/hosts/gather.py` (tests/unit/test_docs_reference.py checks it against `probe --local`)",
+        source="`provision/hosts/gather.py` (tests/unit/project/test_docs_reference.py checks it against "
+        "`probe --local`)",
     ),
     "provision verify": Contract(
         "One host: its verification report. An inventory: `{ok, hosts: [report, ...]}`, plus `multihost` with "
         "`--multi-host`.",
         VERIFY_REPORT,
         optional=("error", "hosts"),
-        source="`provision/remote/smoke/job.py` and `provision/fleet/verify.py` (tests/unit/test_docs_reference.py "
-        "checks it against the job's report of a recorded H200 run)",
+        source="`provision/remote/smoke/job.py` and `provision/fleet/verify.py` "
+        "(tests/unit/project/test_docs_reference.py checks it against the job's report of a recorded H200 run)",
     ),
     "provision status": Contract(
         "The fleet as the state DB knows it.",

@@ -93,7 +93,7 @@ class Classified:
 
 def classify(exc: BaseException) -> Classified | None:
     """What an exception from botocore means for us; None when it is not an AWS error at all."""
-    from botocore.exceptions import (
+    from botocore.exceptions import (  # noqa: PLC0415 (botocore is heavy: only an AWS call loads it)
         ClientError,
         ConnectionClosedError,
         EndpointConnectionError,

@@ -160,7 +160,7 @@ class Failover(Ec2Session):
                 "MarketType": "spot",
                 "SpotOptions": {"SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"},
             }
-        from botocore.exceptions import ClientError
+        from botocore.exceptions import ClientError  # noqa: PLC0415 (botocore is heavy: only an AWS call loads it)
 
         created.launching = True
         try:

@@ -133,7 +133,7 @@ def aws_lookup(session: Any, region: str, call: Callable[..., Any]) -> AmiLookup
         name = parameter_name(q)
         if name is not None:
             ssm = session.client("ssm", region_name=region)
-            from botocore.exceptions import ClientError
+            from botocore.exceptions import ClientError  # noqa: PLC0415 (botocore is heavy: only an AWS call loads it)
 
             try:
                 return str(call(ssm.get_parameter, Name=name)["Parameter"]["Value"])

@@ -11,10 +11,11 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
+from provision.matrix import load
+
 
 def on_demand(instance_type: str) -> tuple[float | None, str | None]:
     """(USD per hour, month read) from the knowledge data, or (None, None) when it has no price."""
-    from provision.matrix import load
 
     try:
         it = load().instance_type(instance_type)

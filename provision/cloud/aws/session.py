@@ -27,8 +27,8 @@ def open_session(region: str | None) -> tuple[Any, str]:
 
     Only local configuration is read here: nothing is sent to AWS before the input is known good.
     """
-    import boto3
-    from botocore.exceptions import ProfileNotFound
+    import boto3  # noqa: PLC0415 (boto3 is heavy: only an AWS call loads it)
+    from botocore.exceptions import ProfileNotFound  # noqa: PLC0415 (botocore is heavy: only an AWS call loads it)
 
     try:
         session = boto3.session.Session()
@@ -46,7 +46,7 @@ def open_session(region: str | None) -> tuple[Any, str]:
 
 
 def client_config() -> Any:
-    from botocore.config import Config
+    from botocore.config import Config  # noqa: PLC0415 (botocore is heavy: only an AWS call loads it)
 
     # botocore's retries off: errors.call owns the retry policy, so every attempt is visible.
     return Config(retries={"mode": "standard", "total_max_attempts": 1}, connect_timeout=10, read_timeout=60)

@@ -6,16 +6,21 @@ caches, from the role variables the run dir's files hold as rendered (:func:`sta
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from provision.ansible.roles import default_roles_path
 from provision.ansible.rundir import write_host_vars
+from provision.fleet import verify as verify_api
+from provision.fleet.cache.run import FleetCache
+from provision.fleet.cache.sources import RepoSources, role_defaults
+from provision.fleet.cache.wheels import WheelSet
 
 if TYPE_CHECKING:
     from provision.ansible.render import RunVars
     from provision.config import Config
-    from provision.fleet.cache.run import FleetCache
     from provision.fleet.records import UpOptions
     from provision.hosts.inventory import HostTarget
     from provision.model.lock import Lock
@@ -47,13 +52,6 @@ def start_cache(
     """
     if config.install.cache == "off" or options.check or not any(not t.local for t in targets):
         return None
-    import sys
-
-    from provision.ansible.roles import default_roles_path
-    from provision.fleet import verify as verify_api
-    from provision.fleet.cache.run import FleetCache
-    from provision.fleet.cache.sources import RepoSources, role_defaults
-    from provision.fleet.cache.wheels import WheelSet
 
     # the lock's groups only: the user's inventory groups beside them (render's user_groups) hold
     # the same hosts and no variables

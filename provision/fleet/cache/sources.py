@@ -5,11 +5,13 @@ sources a host's own apt/dnf would use.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 # --- what squid may fetch: the run's repositories and indexes, nothing else ---------------------
 
@@ -60,7 +62,6 @@ class Origin:
     @classmethod
     def of(cls, url: str) -> Origin | None:
         """The origin of an http(s) URL; None for anything else (a path, a file:// find-link)."""
-        from urllib.parse import urlsplit
 
         try:
             parts = urlsplit(url.strip())
@@ -73,8 +74,6 @@ class Origin:
 
     @property
     def is_address(self) -> bool:
-        import ipaddress
-
         try:
             ipaddress.ip_address(self.host)
         except ValueError:
@@ -194,7 +193,7 @@ def _covers(allowed: Origin, o: Origin) -> bool:
 def role_defaults(roles: Path) -> list[dict[str, Any]]:
     """The roles' defaults/main.yml (their URL literals are what a host fetches when no group_vars
     overrides them, e.g. nvidia_driver_debian_mirror)."""
-    import yaml
+    import yaml  # noqa: PLC0415 (yaml is not loaded on every start: about 10 ms)
 
     out = []
     for path in sorted(roles.glob("*/defaults/main.yml")):

@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pwd
 import re
 import shutil
+import signal
+import socket
 import subprocess
 import time
 from collections.abc import Iterable, Iterator
@@ -216,7 +219,6 @@ class Squid:
 
     def _end_orphans(self) -> None:
         """Stop a squid that a killed run left on this store (the caller holds the store's lock)."""
-        import signal
 
         for pid_file in (self.store.parent / "squid-runs").glob("*/squid.pid"):
             if pid_file.parent == self.workdir:
@@ -248,15 +250,11 @@ class Squid:
 
 @contextlib.contextmanager
 def _connect(port: int) -> Iterator[None]:
-    import socket
-
     with socket.create_connection(("127.0.0.1", port), timeout=1):
         yield
 
 
 def _free_port() -> int:
-    import socket
-
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -280,7 +278,6 @@ def _chown_tree(path: Path, uid: int, gid: int) -> None:
 
 def _user_ids(user: str) -> tuple[int, int]:
     """``user``'s uid and gid; a machine without that user cannot run squid the Debian way."""
-    import pwd
 
     try:
         entry = pwd.getpwnam(user)

@@ -5,6 +5,10 @@ bytes they pump, and the host_vars that point a host at its end of them.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
+import selectors
+import socket
+import struct
 import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -99,9 +103,6 @@ class Tunnel:
 def listening_addresses(proc_net_tcp: str, port: int) -> list[str]:
     """Addresses in LISTEN state on ``port`` in Linux's /proc/net/tcp{,6} text (proc(5): local
     address as hex, IPv4 as one little-endian word, IPv6 as four; state 0A is TCP_LISTEN)."""
-    import ipaddress
-    import socket
-    import struct
 
     out = []
     for line in proc_net_tcp.splitlines():
@@ -119,17 +120,12 @@ def listening_addresses(proc_net_tcp: str, port: int) -> list[str]:
 
 
 def _is_loopback(address: str) -> bool:
-    import ipaddress
-
     ip = ipaddress.ip_address(address)
     mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
     return (mapped or ip).is_loopback
 
 
 def _pump(channel: paramiko.Channel, local_port: int) -> None:
-    import selectors
-    import socket
-
     try:
         sock = socket.create_connection(("127.0.0.1", local_port), timeout=10)
     except OSError:

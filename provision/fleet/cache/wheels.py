@@ -6,11 +6,13 @@ read-only HTTP server the hosts fetch them from.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import tempfile
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -147,11 +149,12 @@ class WheelServer:
         self._lock = threading.Lock()
 
     def start(self) -> int:
-        import functools
-        from http import HTTPStatus
-        from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
-
         outer = self
+
+        from http.server import (  # noqa: PLC0415 (only the wheel server needs it: `plan` loads this module too)
+            SimpleHTTPRequestHandler,
+            ThreadingHTTPServer,
+        )
 
         class Handler(SimpleHTTPRequestHandler):
             def send_head(self) -> Any:

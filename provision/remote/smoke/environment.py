@@ -69,7 +69,7 @@ def torch_gpu_state(torch: Any) -> tuple[int, str | None]:
 
 # The keys of the job's ``versions``: these, and each framework of ``frameworks.CHECKS`` found
 # installed. The controller declares the same list (provision.model.components, which this job,
-# standard library only on the hosts, cannot import); tests/unit/test_model.py checks they agree.
+# standard library only on the hosts, cannot import); tests/unit/model/test_model.py checks they agree.
 VERSION_KEYS = ("driver", "cuda_driver", "torch", "torch_cuda", "cudnn", "nccl", "python")
 
 

@@ -87,7 +87,7 @@ def canonical(name: str) -> str:
 
 def same_version(a: str, b: str) -> bool:
     try:
-        from packaging.version import InvalidVersion, Version
+        from packaging.version import InvalidVersion, Version  # noqa: PLC0415 (the host's Python may lack packaging: the fallback below)
     except ImportError:
         return a.lower() == b.lower()
     try:
