@@ -87,7 +87,15 @@ def test_the_model_imports_nothing_of_provision_but_errors() -> None:
                 if name.startswith("provision"):
                     assert name == "provision.errors" or name.startswith("provision.model"), (path, name)
                 else:
-                    assert name.split(".")[0] in ("__future__", "collections", "dataclasses", "json", "re", "typing", "urllib")
+                    assert name.split(".")[0] in (
+                        "__future__",
+                        "collections",
+                        "dataclasses",
+                        "json",
+                        "re",
+                        "typing",
+                        "urllib",
+                    )
 
 
 def test_the_smoke_job_reports_the_models_components() -> None:
