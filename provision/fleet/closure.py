@@ -34,6 +34,7 @@ from provision.ansible.role_vars import PYPI, group_vars
 from provision.ansible.settings import netrc_text, split_credentials
 from provision.errors import BadInput, OperationFailed, Unreachable, Unsatisfiable
 from provision.fleet.cache.wheels import WheelSet, last_error, netrc_env
+from provision.matrix import load
 from provision.matrix.pypi import default_cache, pip_dry_run
 from provision.model.lock import LockGroup, PythonPackage
 from provision.model.settings import InstallSettings
@@ -77,8 +78,38 @@ def lock_closures(
         data = {**group_vars(g, bare), **(overrides or {})}
         platform = {"python": data.get("python_env_python"), "arch": g.host.arch}
         ws = WheelSet.from_group_vars(data, platform, netrc=netrc)
-        out.append(replace(g, python_packages=resolve(ws, g.name, cache or default_cache()) if ws is not None else []))
+        closure = resolve(ws, g.name, cache or default_cache()) if ws is not None else []
+        why = cudnn_closure_problem(g, closure)
+        if why is not None:
+            raise Unsatisfiable(
+                f"group {g.name}: {why}",
+                "pin a framework release whose cuDNN range has a release with kernels for this GPU",
+            )
+        out.append(replace(g, python_packages=closure))
     return out
+
+
+_CUDNN_WHEEL = re.compile(r"nvidia-cudnn-cu\d+")
+
+
+def cudnn_closure_problem(group: LockGroup, closure: Sequence[PythonPackage]) -> str | None:
+    """Rule cudnn_gpu on what pip really resolved: the closure's cuDNN wheel must have kernels for
+    the group's GPU. The resolver checks a framework's cuDNN range against the releases wheels.yaml
+    knows; the closure is resolved later against the live index, which may hold a newer cuDNN (9.11
+    dropped every GPU below compute capability 7.5), so the version the hosts would install is
+    checked here too (None: no cuDNN wheel, no known GPU, or it runs there)."""
+    from provision.stack.rules import cudnn_gpu_problem
+
+    if group.host.gpu is None:
+        return None
+    k = load()
+    gpu = k.gpu(group.host.gpu)
+    for p in closure:
+        if _CUDNN_WHEEL.fullmatch(canonicalize_name(p.name)):
+            why = cudnn_gpu_problem(k, p.version, gpu)
+            if why is not None:
+                return f"the wheel closure installs {p.name} {p.version} (cuDNN), which {why}"
+    return None
 
 
 def resolve(ws: WheelSet, group: str, cache: Path) -> list[PythonPackage]:

@@ -172,8 +172,12 @@ class Knowledge:
 
 
 def _torch_variant(v: dict[str, Any], confidence: str) -> TorchVariant:
-    """One pytorch.yaml variant; ``arch_list_aarch64`` defaults to ``arch_list`` (same SASS on both)."""
+    """One pytorch.yaml variant. A CUDA variant with an aarch64 build must give that build's own
+    ``arch_list_aarch64``: the sbsa builds compile fewer architectures (no sm_75 from 2.7 on), so
+    the x86_64 list is no stand-in for it (a T4G would get a torch without its kernels)."""
     arch_list = tuple(str(a) for a in v.get("arch_list", []))
+    if v.get("aarch64") and arch_list and "arch_list_aarch64" not in v:
+        raise DataError(f"pytorch variant {v['name']}: aarch64: true without its own arch_list_aarch64")
     return TorchVariant(
         name=str(v["name"]),
         cuda=_opt_str(v.get("cuda")),
@@ -183,6 +187,7 @@ def _torch_variant(v: dict[str, Any], confidence: str) -> TorchVariant:
         aarch64=bool(v.get("aarch64", False)),
         confidence=str(v.get("confidence", confidence)),
         arch_list_aarch64=tuple(str(a) for a in v.get("arch_list_aarch64", arch_list)),
+        arch_list_aarch64_confidence="high" if v.get("arch_list_aarch64_measured", True) else "medium",
     )
 
 
@@ -309,6 +314,7 @@ def build_tables(d: dict[str, Any]) -> Tables:
                 needs_fabric_manager=bool(g.get("fabric_manager", False)),
                 kernel_modules=cast(KernelModuleRule, g.get("kernel_modules", arch.kernel_modules)),
                 min_driver_branch=int(g.get("min_driver_branch", arch.min_driver_branch)),
+                min_driver=_opt_str(g.get("min_driver")),
                 last_driver_branch=_opt_int(g.get("last_driver_branch", arch.last_driver_branch)),
                 min_cuda=str(g.get("min_cuda", arch.first_cuda)),
                 last_cuda=_opt_str(g.get("last_cuda", arch.last_cuda)),
@@ -511,7 +517,28 @@ def build_tables(d: dict[str, Any]) -> Tables:
         t.torch_index = t.packaging.torch_index
         t.pypi_index = t.packaging.pypi_index
     _check_sorted(t)
+    _check_gpu_driver_floors(t)
     return t
+
+
+def _check_gpu_driver_floors(t: Tables) -> None:
+    """A GPU's driver floor must run its ``min_cuda`` (B300: CUDA 12.9 needs R575, not Blackwell's
+    R570) and its ``min_driver`` must be a release of that floor branch: the resolver takes the
+    floor as the whole truth about the driver, so data that contradicts itself is refused here."""
+    from packaging.version import Version
+
+    for g in t.gpus:
+        floor = next((b for b in t.branches if b.branch == g.min_driver_branch), None)
+        if floor is not None and Version(floor.max_cuda) < Version(g.min_cuda):
+            runs = [b.branch for b in t.branches if Version(b.max_cuda) >= Version(g.min_cuda)]
+            raise DataError(
+                f"gpu {g.name}: min_driver_branch {g.min_driver_branch} runs CUDA {floor.max_cuda}, below "
+                f"its min_cuda {g.min_cuda} (the lowest branch that runs it: {min(runs) if runs else 'none'})"
+            )
+        if g.min_driver is not None and not g.min_driver.startswith(f"{g.min_driver_branch}."):
+            raise DataError(
+                f"gpu {g.name}: min_driver {g.min_driver} is not of its min_driver_branch {g.min_driver_branch}"
+            )
 
 
 def _check_sorted(t: Tables) -> None:

@@ -64,6 +64,9 @@ class Gpu:
     note: str
     source: tuple[str, ...]
     confidence: str
+    # the first release of the floor branch that drives it (its name table names the model);
+    # None: any release of min_driver_branch
+    min_driver: str | None = None
 
     @property
     def cc(self) -> tuple[int, int]:
@@ -224,6 +227,8 @@ class TorchVariant:
     # Compute capabilities with SASS in the linux-aarch64 (sbsa) build, which PyTorch compiles
     # for fewer architectures than x86_64; the loader defaults it to ``arch_list``.
     arch_list_aarch64: tuple[str, ...] = ()
+    # "high": measured from the aarch64 wheel itself; "medium": PyTorch's CI build script's list
+    arch_list_aarch64_confidence: str = "high"
 
     def archs(self, arch: str) -> tuple[str, ...]:
         """The SASS list of this variant's wheel for the host ``arch`` (x86_64 | aarch64)."""

@@ -81,6 +81,7 @@ class PackagingRow:
     branches: BranchRange
     kernel_modules: str | None  # open | proprietary; None: either
     gpus: tuple[str, ...]  # () any GPU
+    cudnn_major: int | None  # cuDNN rows: the cuDNN major whose package names they carry; None: any
     repository: str | None
     module_streams: tuple[str, ...]
     install: tuple[PackageTemplate, ...]
@@ -98,6 +99,7 @@ class PackagingRow:
         branch: int | None = None,
         kernel_modules: str | None = None,
         gpu: str | None = None,
+        cudnn_major: int | None = None,
     ) -> bool:
         """Whether this row is the one for that host and driver (None arguments: not asked)."""
         return (
@@ -106,6 +108,7 @@ class PackagingRow:
             and (branch is None or self.branches.has(branch))
             and (self.kernel_modules is None or kernel_modules is None or self.kernel_modules == kernel_modules)
             and (not self.gpus or gpu in self.gpus)
+            and (self.cudnn_major is None or cudnn_major is None or self.cudnn_major == cudnn_major)
         )
 
 
@@ -125,11 +128,12 @@ class Packaging:
         branch: int | None = None,
         kernel_modules: str | None = None,
         gpu: str | None = None,
+        cudnn_major: int | None = None,
     ) -> PackagingRow | None:
         """The one row of ``component`` for that host and driver; None where the table has none."""
         for r in self.rows:
             if r.component == component and r.applies(
-                os_id, method=method, branch=branch, kernel_modules=kernel_modules, gpu=gpu
+                os_id, method=method, branch=branch, kernel_modules=kernel_modules, gpu=gpu, cudnn_major=cudnn_major
             ):
                 return r
         return None
@@ -223,6 +227,7 @@ def _row(i: int, r: Mapping[str, Any]) -> PackagingRow:
         ),
         kernel_modules=None if r.get("kernel_modules") is None else str(r["kernel_modules"]),
         gpus=_strs(r.get("gpus")),
+        cudnn_major=None if r.get("cudnn_major") is None else int(r["cudnn_major"]),
         repository=row_repo,
         module_streams=streams,
         install=install,

@@ -156,7 +156,7 @@ def package_plan(
     if req.cuda_toolkit:
         add("cuda_toolkit", method=d.method)
     if req.cudnn and cudnn_major is not None:
-        add("cudnn")
+        add("cudnn", cudnn_major=int(req.cudnn.split(".")[0]))
     for component, more in (extras or {}).items():
         values.update(more)
         add(component)

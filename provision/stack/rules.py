@@ -400,6 +400,18 @@ class Rules:
         for fw in fws:
             if fw.variant == "cpu" or (fw.name == "tensorflow" and "and-cuda" not in fw.extras):
                 continue
+            if fw.name == "tensorflow" and req.cudnn is not None and fw.cudnn:
+                built, have = fw.cudnn.split(".")[0], req.cudnn.split(".")[0]
+                if built != have:
+                    # [and-cuda] loads its own wheel's cuDNN, so this works; but the system cuDNN is of
+                    # no use to it, and the same TensorFlow without the extra would not load it
+                    c.warn(
+                        "tf_system_cudnn",
+                        f"{fw.label} was built with cuDNN {fw.cudnn} (TensorFlow's tested build "
+                        f"configurations): the system cuDNN {req.cudnn} (major {have}) cannot serve it; it "
+                        f"runs only on its [and-cuda] wheels' cuDNN {built}",
+                    )
+                    continue
             if req.cudnn is not None:
                 brings = f"cuDNN {fw.cudnn}" if fw.cudnn and not fw.cudnn.startswith(">") else "its own cuDNN"
                 c.reasons.append(f"the system cuDNN {req.cudnn} is unused by {fw.label}: its wheels bring {brings}")
@@ -469,6 +481,14 @@ class Rules:
         if gpu is not None:
             if b.branch < gpu.min_driver_branch:
                 c.fail("driver_gpu", f"{gpu.name} ({gpu.arch}) needs driver branch >= {gpu.min_driver_branch}")
+            elif (
+                gpu.min_driver is not None
+                and b.branch == gpu.min_driver_branch
+                and d.version is not None
+                and Version(d.version) < Version(gpu.min_driver)
+            ):
+                # earlier releases of the floor branch do not name the model: nvidia.ko does not bind it
+                c.fail("driver_gpu", f"{gpu.name} needs driver >= {gpu.min_driver}; {d.version} does not know it")
             if gpu.last_driver_branch is not None and b.branch > gpu.last_driver_branch:
                 c.fail(
                     "driver_gpu",

@@ -83,6 +83,7 @@ def _may_both_apply(a: PackagingRow, b: PackagingRow) -> bool:
         and (a.method is None or b.method is None or a.method == b.method)
         and (a.kernel_modules is None or b.kernel_modules is None or a.kernel_modules == b.kernel_modules)
         and (not a.gpus or not b.gpus or bool(set(a.gpus) & set(b.gpus)))
+        and (a.cudnn_major is None or b.cudnn_major is None or a.cudnn_major == b.cudnn_major)
     )
 
 

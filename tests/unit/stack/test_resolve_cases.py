@@ -346,9 +346,10 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("gb200-x86-unsat", {"gpu": "GB200", "arch": "x86_64"}, {"unsat": "gpu_host_arch", "suggest": "--arch"}),
     ("gb200-defaults-aarch64", {"gpu": "GB200"}, {"host.arch": "aarch64"}),
     (
-        "g5g-t4g-aarch64-torch28-cu129",
-        {"instance_type": "g5g.xlarge", "frameworks": ["torch==2.8.0"]},
-        {"host.arch": "aarch64", "stack.frameworks.torch.variant": "cu129"},
+        # issue 27 fact 2: 2.8's aarch64 cu129 build has no sm_75 (PyTorch's aarch64 CI list, medium)
+        "g5g-t4g-aarch64-torch28-cu129-no-sm75",
+        {"instance_type": "g5g.xlarge", "frameworks": ["torch==2.8.0+cu129"]},
+        {"unsat": "gpu_arch"},
     ),
     (
         "aarch64-pypi-torch210-unsat",
@@ -908,14 +909,17 @@ def test_every_suggestion_of_a_case_resolves(inputs: dict[str, Any]) -> None:
         assert resolve(req2, host2).stack is not None, s
 
 
-def test_aarch64_arch_list_defaults_to_the_x86_list() -> None:
-    """pytorch.yaml's ``arch_list_aarch64`` is read where given; absent, the aarch64 list is arch_list."""
+def test_aarch64_arch_list_is_the_aarch64_builds_own() -> None:
+    """pytorch.yaml's ``arch_list_aarch64`` is read for the aarch64 host; every CUDA variant with an
+    aarch64 build gives its own (issue 27 fact 2: the x86_64 list is no stand-in for it)."""
     k = load()
     rel29 = next(r for r in k.t.torch if r.version == "2.9.1")
     cu126 = rel29.variant("cu126")
     assert cu126 is not None and cu126.archs("aarch64") == ("8.0", "9.0") and "7.5" in cu126.archs("x86_64")
     rel28 = next(r for r in k.t.torch if r.version == "2.8.0")
-    assert all(v.archs("aarch64") == v.arch_list for v in rel28.variants)
+    cu129 = rel28.variant("cu129")
+    assert cu129 is not None and cu129.archs("aarch64") == ("8.0", "9.0", "10.0", "12.0")
+    assert cu129.arch_list_aarch64_confidence == "medium"  # PyTorch's CI script, not a measured wheel
 
 
 def test_beside_a_cuda_torch_its_exact_cudnn_pin_governs_the_venv() -> None:
