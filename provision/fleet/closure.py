@@ -38,6 +38,7 @@ from provision.matrix import load
 from provision.matrix.pypi import default_cache, pip_dry_run
 from provision.model.lock import LockGroup, PythonPackage
 from provision.model.settings import InstallSettings
+from provision.stack.rules import cudnn_gpu_problem
 
 CACHE_TTL_S = 24 * 3600
 # pip's own defaults (5 retries, 15 s) make an unreachable index a minute's wait at plan time
@@ -98,8 +99,6 @@ def cudnn_closure_problem(group: LockGroup, closure: Sequence[PythonPackage]) ->
     knows; the closure is resolved later against the live index, which may hold a newer cuDNN (9.11
     dropped every GPU below compute capability 7.5), so the version the hosts would install is
     checked here too (None: no cuDNN wheel, no known GPU, or it runs there)."""
-    from provision.stack.rules import cudnn_gpu_problem
-
     if group.host.gpu is None:
         return None
     k = load()

@@ -17,6 +17,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, cast
 
+from packaging.version import Version
+
 from provision.errors import BadInput
 from provision.matrix.model import (
     EOL_PAST,
@@ -525,8 +527,6 @@ def _check_gpu_driver_floors(t: Tables) -> None:
     """A GPU's driver floor must run its ``min_cuda`` (B300: CUDA 12.9 needs R575, not Blackwell's
     R570) and its ``min_driver`` must be a release of that floor branch: the resolver takes the
     floor as the whole truth about the driver, so data that contradicts itself is refused here."""
-    from packaging.version import Version
-
     for g in t.gpus:
         floor = next((b for b in t.branches if b.branch == g.min_driver_branch), None)
         if floor is not None and Version(floor.max_cuda) < Version(g.min_cuda):

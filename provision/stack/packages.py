@@ -141,8 +141,17 @@ def package_plan(
         branch: int | None = None,
         kernel_modules: str | None = None,
         gpu: str | None = None,
+        cudnn_major: int | None = None,
     ) -> None:
-        row = table.row(component, os_id, method=method, branch=branch, kernel_modules=kernel_modules, gpu=gpu)
+        row = table.row(
+            component,
+            os_id,
+            method=method,
+            branch=branch,
+            kernel_modules=kernel_modules,
+            gpu=gpu,
+            cudnn_major=cudnn_major,
+        )
         if row is not None:
             build.add(row)
 

@@ -33,7 +33,7 @@ from provision.stack.request import HostSpec, StackRequest
 from provision.stack.resolve import resolve
 from provision.stack.rules import gpu_kernels
 
-EVIDENCE = Path(__file__).resolve().parents[2] / "provision" / "matrix" / "evidence"
+EVIDENCE = Path(__file__).resolve().parents[3] / "provision" / "matrix" / "evidence"
 
 
 def _resolve(**inputs: Any) -> Any:
