@@ -103,17 +103,77 @@ class Knowledge:
         if pci is not None:
             found = self._pci.get(pci)
             if found is None:
-                raise BadInput(
-                    f"unknown GPU PCI ID `{name}`",
-                    "give the model name instead, e.g. --gpu H100-SXM; see `provision matrix`",
-                )
+                raise BadInput(f"unknown GPU PCI ID `{name}`", self.unknown_gpu_fix(pci))
             return found
         return self._gpus[_lookup("GPU", name, self._gpu_index, "see `provision matrix` for known GPUs")]
+
+    def unknown_gpu_fix(self, pci_id: str) -> str:
+        """How to describe a GPU whose PCI ID the catalogue lacks: a known model of its architecture."""
+        assumed = self.assumed_gpu(pci_id)
+        if assumed is None:
+            return (
+                "its architecture is not known either: give --gpu a known model of the same architecture "
+                "(`provision matrix` lists them)"
+            )
+        arch = assumed[0].arch
+        same = [g.name for g in self.t.gpus if g.arch == arch and g.compute_capability == assumed[0].compute_capability]
+        same = same or [g.name for g in self.t.gpus if g.arch == arch]
+        return (
+            f"by its device ID it is a {arch} GPU (compute capability {assumed[0].compute_capability}): "
+            f"give a known {arch} model, e.g. --gpu {same[0]}; see `provision matrix`"
+        )
 
     def gpu_by_pci_id(self, pci_id: str) -> Gpu | None:
         """The model for an lspci ID like ``10de:2330`` (any case), or None when unknown."""
         pci = normalize_pci_id(pci_id)
         return self._pci.get(pci) if pci else None
+
+    def assumed_gpu(self, pci_id: str, compute_capability: str | None = None) -> tuple[Gpu, str] | None:
+        """A stand-in model for a GPU the catalogue does not know, and what is assumed of it: its
+        architecture from its device ID's range in the driver's name table (gpus.yaml
+        pci_device_ranges) or from ``compute_capability`` (NVML's, on a host with a driver); None
+        when neither tells. The stand-in takes the architecture's rules (driver floor, kernel
+        modules, CUDA range); its memory is unknown (0)."""
+        pci = normalize_pci_id(pci_id)
+        if pci is None:
+            return None
+        device = int(pci.split(":")[1], 16)
+        found = next(((a, cc) for lo, hi, a, cc in self.t.pci_device_ranges if lo <= device <= hi), None)
+        how = "its device ID's range in the driver's name table"
+        if compute_capability:  # the driver's own answer beats the range
+            arch = next(
+                (a for a in self.t.architectures.values() if compute_capability in a.compute_capabilities), None
+            )
+            if arch is not None:
+                found, how = (arch.name, compute_capability), "NVML's compute capability"
+        if found is None:
+            return None
+        arch = self.t.architectures[found[0]]
+        gpu = Gpu(
+            name=pci,
+            arch=arch.name,
+            compute_capability=found[1],
+            memory_gib=0.0,
+            pci_ids=(pci,),
+            pci_forms={pci: "unknown"},
+            nvml_names=(),
+            aliases=(),
+            needs_fabric_manager=False,
+            kernel_modules=arch.kernel_modules,
+            min_driver_branch=arch.min_driver_branch,
+            last_driver_branch=arch.last_driver_branch,
+            min_cuda=arch.first_cuda,
+            last_cuda=arch.last_cuda,
+            host_arch=None,
+            note="not in the catalogue: resolved for its architecture",
+            source=("gpus.yaml pci_device_ranges",),
+            confidence="low",
+        )
+        why = (
+            f"GPU {pci} is not in the catalogue: resolved as a {arch.name} GPU of compute capability "
+            f"{found[1]} (from {how}); if that is wrong, describe it with --gpu, a known {arch.name} model"
+        )
+        return gpu, why
 
     def architecture(self, name: str) -> Architecture:
         return self.t.architectures[name]
@@ -316,8 +376,15 @@ def build_tables(d: dict[str, Any]) -> Tables:
                 note=str(g.get("note", "")),
                 source=_src(g),
                 confidence=str(g.get("confidence", "high")),
+                min_driver=_opt_str(g.get("min_driver")),
             )
         )
+    ranges = []
+    for r in d.get("pci_device_ranges") or []:
+        if r["arch"] not in t.architectures:
+            raise DataError(f"pci_device_ranges: unknown architecture {r['arch']!r}")
+        ranges.append((int(str(r["first"]), 16), int(str(r["last"]), 16), str(r["arch"]), str(r["compute_capability"])))
+    t.pci_device_ranges = tuple(ranges)
     gpus = {g.name: g for g in t.gpus}
     for fam in d.get("instance_families", []):
         gpu = gpus.get(fam["gpu"])
@@ -415,6 +482,7 @@ def build_tables(d: dict[str, Any]) -> Tables:
                 note=str(b.get("note", "")),
                 source=_src(b),
                 confidence=str(b.get("confidence", "high")),
+                tagged=tuple(str(r) for r in (d.get("release_tags") or {}).get(str(b["branch"]), [])),
             )
         )
     floors = d.get("cudnn_series_min_cc") or []
