@@ -205,6 +205,15 @@ def _stack_option_list() -> list[tuple[str, Callable[[Any], Any]]]:
             click.option("--driver", type=NONEMPTY, help="auto, none, a branch (580) or an exact version (580.95.05)."),
         ),
         (
+            "allow_unknown_driver",
+            click.option(
+                "--allow-unknown-driver",
+                is_flag=True,
+                default=None,
+                help="Take an exact --driver release the knowledge data does not list (a warning, not exit 2).",
+            ),
+        ),
+        (
             "kernel_modules",
             click.option(
                 "--kernel-modules",
@@ -272,6 +281,7 @@ def stack_options(func: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         values = {name: kwargs.pop(name) for name, _ in options}
         values["frameworks"] = list(values["frameworks"]) or None
+        values["allow_unknown_driver"] = values["allow_unknown_driver"] or None  # a flag not given is no override
         return func(*args, stack_flags={k: v for k, v in values.items() if v is not None}, **kwargs)
 
     decorated: Any = wrapper

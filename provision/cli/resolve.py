@@ -80,6 +80,9 @@ def render(con: Console, result: Resolution) -> None:
     )
     fm = s.fabric_manager
     table.add_row("fabric manager", fm or "-", "NVSwitch baseboard" if fm else "not needed")
+    imex = next((i for i in result.packages.install if i.name.startswith("nvidia-imex")), None)
+    if imex is not None:  # plan installs it for NVL racks (GB200/GB300): resolve shows it too
+        table.add_row("IMEX", d.version if d else "-", f"{imex.name} (multi-node NVLink)")
     tk, dnn = s.cuda_toolkit, s.cudnn
     table.add_row("CUDA toolkit", tk or "-", "system" if tk else "none (wheels bring CUDA)")
     table.add_row("cuDNN", dnn.version if dnn else "-", "system" if dnn else "none (wheels bring cuDNN)")

@@ -317,12 +317,18 @@ def host_description(facts: HostFacts) -> ResolvedHost:
     )
 
 
+def _nvml_cc(facts: HostFacts, pci_id: str) -> str | None:
+    """NVML's compute capability for the GPUs of this PCI ID (a host whose driver is loaded)."""
+    nvml = facts.nvml.gpus if facts.nvml else ()
+    return next((g.compute_capability for g in nvml if g.pci_id == pci_id and g.compute_capability), None)
+
+
 def probed_host(facts: HostFacts) -> ProbedHost:
     """What the resolver reads of these facts (``HostSpec.from_facts``): built once, here at the edge."""
     return ProbedHost(
         os=facts.os.slug if facts.os else None,
         arch=facts.arch,
-        gpus=tuple(ProbedGpu(g.model, g.pci_id) for g in facts.gpus),
+        gpus=tuple(ProbedGpu(g.model, g.pci_id, g.compute_capability or _nvml_cc(facts, g.pci_id)) for g in facts.gpus),
         nvswitch_count=facts.nvswitch_count,
         instance_type=facts.ec2_instance_type,
         kernel=facts.kernel,

@@ -4,7 +4,8 @@
 :class:`provision.errors.BadInput` with the nearest known names as suggestions.
 """
 
-from provision.matrix.knowledge import DataError, Knowledge, load, normalize_pci_id
+from provision.matrix.consistency import DataError
+from provision.matrix.knowledge import Knowledge, load, normalize_pci_id
 from provision.matrix.model import (
     CudaToolkit,
     CudnnRelease,

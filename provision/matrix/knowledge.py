@@ -12,14 +12,13 @@ import hashlib
 import marshal
 import os
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from typing import Any, cast
 
-from packaging.version import Version
-
 from provision.errors import BadInput
+from provision.matrix.consistency import DataError, check_gpu_driver_floors, check_sorted
 from provision.matrix.model import (
     EOL_PAST,
     Architecture,
@@ -44,7 +43,6 @@ from provision.matrix.model import (
     TensorflowRelease,
     TorchRelease,
     TorchVariant,
-    cc_tuple,
 )
 from provision.matrix.names import nearest, normalize
 from provision.matrix.packaging import PackagingError, build_packaging
@@ -56,10 +54,6 @@ _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 # Every torch release has CPU wheels (download.pytorch.org/whl/cpu, version tag +cpu) on both archs.
 _CPU_VARIANT = TorchVariant(name="cpu", cuda=None, cudnn=None, arch_list=(), ptx=False, aarch64=True, confidence="high")
-
-
-class DataError(Exception):
-    """The shipped knowledge data is malformed (a bug in data/*.yaml, not in user input)."""
 
 
 def normalize_pci_id(text: str) -> str | None:
@@ -105,17 +99,77 @@ class Knowledge:
         if pci is not None:
             found = self._pci.get(pci)
             if found is None:
-                raise BadInput(
-                    f"unknown GPU PCI ID `{name}`",
-                    "give the model name instead, e.g. --gpu H100-SXM; see `provision matrix`",
-                )
+                raise BadInput(f"unknown GPU PCI ID `{name}`", self.unknown_gpu_fix(pci))
             return found
         return self._gpus[_lookup("GPU", name, self._gpu_index, "see `provision matrix` for known GPUs")]
+
+    def unknown_gpu_fix(self, pci_id: str) -> str:
+        """How to describe a GPU whose PCI ID the catalogue lacks: a known model of its architecture."""
+        assumed = self.assumed_gpu(pci_id)
+        if assumed is None:
+            return (
+                "its architecture is not known either: give --gpu a known model of the same architecture "
+                "(`provision matrix` lists them)"
+            )
+        arch = assumed[0].arch
+        same = [g.name for g in self.t.gpus if g.arch == arch and g.compute_capability == assumed[0].compute_capability]
+        same = same or [g.name for g in self.t.gpus if g.arch == arch]
+        return (
+            f"by its device ID it is a {arch} GPU (compute capability {assumed[0].compute_capability}): "
+            f"give a known {arch} model, e.g. --gpu {same[0]}; see `provision matrix`"
+        )
 
     def gpu_by_pci_id(self, pci_id: str) -> Gpu | None:
         """The model for an lspci ID like ``10de:2330`` (any case), or None when unknown."""
         pci = normalize_pci_id(pci_id)
         return self._pci.get(pci) if pci else None
+
+    def assumed_gpu(self, pci_id: str, compute_capability: str | None = None) -> tuple[Gpu, str] | None:
+        """A stand-in model for a GPU the catalogue does not know, and what is assumed of it: its
+        architecture from its device ID's range in the driver's name table (gpus.yaml
+        pci_device_ranges) or from ``compute_capability`` (NVML's, on a host with a driver); None
+        when neither tells. The stand-in takes the architecture's rules (driver floor, kernel
+        modules, CUDA range); its memory is unknown (0)."""
+        pci = normalize_pci_id(pci_id)
+        if pci is None:
+            return None
+        device = int(pci.split(":")[1], 16)
+        found = next(((a, cc) for lo, hi, a, cc in self.t.pci_device_ranges if lo <= device <= hi), None)
+        how = "its device ID's range in the driver's name table"
+        if compute_capability:  # the driver's own answer beats the range
+            arch = next(
+                (a for a in self.t.architectures.values() if compute_capability in a.compute_capabilities), None
+            )
+            if arch is not None:
+                found, how = (arch.name, compute_capability), "NVML's compute capability"
+        if found is None:
+            return None
+        arch = self.t.architectures[found[0]]
+        gpu = Gpu(
+            name=pci,
+            arch=arch.name,
+            compute_capability=found[1],
+            memory_gib=0.0,
+            pci_ids=(pci,),
+            pci_forms={pci: "unknown"},
+            nvml_names=(),
+            aliases=(),
+            needs_fabric_manager=False,
+            kernel_modules=arch.kernel_modules,
+            min_driver_branch=arch.min_driver_branch,
+            last_driver_branch=arch.last_driver_branch,
+            min_cuda=arch.first_cuda,
+            last_cuda=arch.last_cuda,
+            host_arch=None,
+            note="not in the catalogue: resolved for its architecture",
+            source=("gpus.yaml pci_device_ranges",),
+            confidence="low",
+        )
+        why = (
+            f"GPU {pci} is not in the catalogue: resolved as a {arch.name} GPU of compute capability "
+            f"{found[1]} (from {how}); if that is wrong, describe it with --gpu, a known {arch.name} model"
+        )
+        return gpu, why
 
     def architecture(self, name: str) -> Architecture:
         return self.t.architectures[name]
@@ -326,6 +380,12 @@ def build_tables(d: dict[str, Any]) -> Tables:
                 confidence=str(g.get("confidence", "high")),
             )
         )
+    ranges = []
+    for r in d.get("pci_device_ranges") or []:
+        if r["arch"] not in t.architectures:
+            raise DataError(f"pci_device_ranges: unknown architecture {r['arch']!r}")
+        ranges.append((int(str(r["first"]), 16), int(str(r["last"]), 16), str(r["arch"]), str(r["compute_capability"])))
+    t.pci_device_ranges = tuple(ranges)
     gpus = {g.name: g for g in t.gpus}
     for fam in d.get("instance_families", []):
         gpu = gpus.get(fam["gpu"])
@@ -423,6 +483,7 @@ def build_tables(d: dict[str, Any]) -> Tables:
                 note=str(b.get("note", "")),
                 source=_src(b),
                 confidence=str(b.get("confidence", "high")),
+                tagged=tuple(str(r) for r in (d.get("release_tags") or {}).get(str(b["branch"]), [])),
             )
         )
     floors = d.get("cudnn_series_min_cc") or []
@@ -518,45 +579,9 @@ def build_tables(d: dict[str, Any]) -> Tables:
             raise DataError(f"data/packaging.yaml: {exc}") from None
         t.torch_index = t.packaging.torch_index
         t.pypi_index = t.packaging.pypi_index
-    _check_sorted(t)
-    _check_gpu_driver_floors(t)
+    check_sorted(t)
+    check_gpu_driver_floors(t)
     return t
-
-
-def _check_gpu_driver_floors(t: Tables) -> None:
-    """A GPU's driver floor must run its ``min_cuda`` (B300: CUDA 12.9 needs R575, not Blackwell's
-    R570) and its ``min_driver`` must be a release of that floor branch: the resolver takes the
-    floor as the whole truth about the driver, so data that contradicts itself is refused here."""
-    for g in t.gpus:
-        floor = next((b for b in t.branches if b.branch == g.min_driver_branch), None)
-        if floor is not None and Version(floor.max_cuda) < Version(g.min_cuda):
-            runs = [b.branch for b in t.branches if Version(b.max_cuda) >= Version(g.min_cuda)]
-            raise DataError(
-                f"gpu {g.name}: min_driver_branch {g.min_driver_branch} runs CUDA {floor.max_cuda}, below "
-                f"its min_cuda {g.min_cuda} (the lowest branch that runs it: {min(runs) if runs else 'none'})"
-            )
-        if g.min_driver is not None and not g.min_driver.startswith(f"{g.min_driver_branch}."):
-            raise DataError(
-                f"gpu {g.name}: min_driver {g.min_driver} is not of its min_driver_branch {g.min_driver_branch}"
-            )
-
-
-def _check_sorted(t: Tables) -> None:
-    """Newest first is what the resolver relies on when it takes the first that fits."""
-    from packaging.version import Version  # noqa: PLC0415 (packaging loads only for this comparison, not on every start)
-
-    def descending(name: str, keys: Iterable[Any]) -> None:
-        ks = list(keys)
-        if ks != sorted(ks, reverse=True):
-            raise DataError(f"data: `{name}` is not ordered newest first")
-
-    descending("gpus", (cc_tuple(g.compute_capability) for g in t.gpus))
-    descending("cuda_toolkits", (Version(c.version) for c in t.toolkits))
-    descending("driver_branches", (b.branch for b in t.branches))
-    descending("cudnn", (Version(c.version) for c in t.cudnn))
-    descending("pytorch", (Version(r.version) for r in t.torch))
-    descending("tensorflow", (Version(r.version) for r in t.tensorflow))
-    descending("jax", (Version(r.version) for r in t.jax))
 
 
 def _uv_wheels(sp: dict[str, Any]) -> dict[str, dict[str, str]]:

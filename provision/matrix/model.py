@@ -64,8 +64,9 @@ class Gpu:
     note: str
     source: tuple[str, ...]
     confidence: str
-    # the first release of the floor branch that drives it (its name table names the model);
-    # None: any release of min_driver_branch
+    # The first driver release that drives it, where that is above its branch floor's first release
+    # (its name table names the model from there: B300 580.82.07; B200 570.133.20); None: any
+    # release of a branch >= min_driver_branch.
     min_driver: str | None = None
 
     @property
@@ -178,6 +179,9 @@ class DriverBranch:
     note: str
     source: tuple[str, ...]
     confidence: str
+    # every release NVIDIA tagged in open-gpu-kernel-modules (drivers.yaml release_tags): known to
+    # exist, so an exact --driver may name one; the resolver itself picks from ``releases``
+    tagged: tuple[str, ...] = ()
 
     def end_of_life(self, snapshot: str) -> bool:
         """The branch had reached end of life by ``snapshot`` (YYYY-MM, the data's "now")."""
@@ -347,6 +351,8 @@ class Tables:
     open_modules_geforce_beta: int = 0
     open_modules_geforce_production: int = 0
     finetune_memory: dict[str, Constant] = field(default_factory=dict)
+    # gpus.yaml pci_device_ranges: (first, last device ID as ints, architecture, compute capability)
+    pci_device_ranges: tuple[tuple[int, int, str, str], ...] = ()
     sources: dict[str, Source] = field(default_factory=dict)
     default_os: str = "ubuntu-24.04"
     snapshot: str = ""

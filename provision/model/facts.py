@@ -100,6 +100,9 @@ class ProbedGpu:
 
     model: str | None
     pci_id: str
+    # NVML's compute capability (a host with a loaded driver): what tells an unknown model's
+    # architecture when its device ID does not (provision.matrix Knowledge.assumed_gpu)
+    compute_capability: str | None = None
 
 
 @dataclass(frozen=True)
@@ -129,7 +132,13 @@ class ProbedHost:
         for g in _list(doc.get("gpus"), "facts.gpus"):
             if not isinstance(g, Mapping):
                 raise BadInput("facts.gpus: each GPU must be an object", _HINT)
-            gpus.append(ProbedGpu(_opt_text(g.get("model"), "facts.gpus.model"), str(g.get("pci_id") or "")))
+            gpus.append(
+                ProbedGpu(
+                    _opt_text(g.get("model"), "facts.gpus.model"),
+                    str(g.get("pci_id") or ""),
+                    _opt_text(g.get("compute_capability"), "facts.gpus.compute_capability"),
+                )
+            )
         index = doc.get("ubuntu_driver_index")
         count = doc.get("nvswitch_count")
         return cls(

@@ -16,6 +16,7 @@ from packaging.version import Version
 
 from provision.errors import BadInput
 from provision.matrix import Gpu, Knowledge, OsRelease, load
+from provision.matrix.model import DriverBranch
 from provision.model.defaults import INSTALL_METHOD_CHOICES
 from provision.model.facts import ProbedHost
 
@@ -118,6 +119,9 @@ class StackRequest:
     python_source: str = "auto"
     # The probed (or assumed) host's python3: the only OS Python a real host is planned with.
     host_python: str | None = None
+    # --allow-unknown-driver: an exact --driver the knowledge data does not list is taken (with a
+    # warning) instead of refused; the user says the release exists.
+    allow_unknown_driver: bool = False
 
     @classmethod
     def build(
@@ -134,6 +138,7 @@ class StackRequest:
         install_method: str | None = None,
         python_source: str | None = None,
         host_python: str | None = None,
+        allow_unknown_driver: bool | None = None,
         knowledge: Knowledge | None = None,
     ) -> StackRequest:
         """Validate user-typed values (BadInput, exit 2, on anything malformed or unknown)."""
@@ -148,9 +153,20 @@ class StackRequest:
             m = DRIVER_SPEC.match(drv)
             if not m:
                 raise BadInput(f"malformed driver `{driver}`", DRIVER_FORMS)
-            if k.branch(int(m.group(1))) is None:
+            branch = k.branch(int(m.group(1)))
+            if branch is None:
                 known = ", ".join(str(b.branch) for b in k.t.branches[:6])
                 raise BadInput(f"unknown driver branch `{m.group(1)}`", f"known branches: {known}, ...")
+            if m.group(2) and not allow_unknown_driver and drv not in known_releases(branch):
+                # a release that does not exist would be pinned (nvidia-open-580=580.999.99-*) and fail
+                # on the host, after the plan; the data's list is NVIDIA's releases as read (drivers.yaml)
+                newest = ", ".join(branch.releases[:4]) or "none known"
+                raise BadInput(
+                    f"unknown driver release `{drv}`: branch {branch.branch}'s known releases are {newest}",
+                    f"pin one of them or the branch (--driver {branch.branch}); "
+                    "--allow-unknown-driver if you know the release exists",
+                    suggestions=list(branch.releases[:4]),
+                )
         km = (kernel_modules or "auto").lower()
         if km not in ("auto", "open", "proprietary"):
             raise BadInput(f"unknown kernel module flavour `{kernel_modules}`", "use auto, open or proprietary")
@@ -188,7 +204,9 @@ class StackRequest:
         source = (python_source or "auto").lower()
         if source not in PYTHON_SOURCES:
             raise BadInput(f"unknown Python source `{python_source}`", "use auto, os or standalone")
-        return cls(specs, drv, km, tk, dnn, py, index, variant, method, source).on_host(host_python)
+        return cls(
+            specs, drv, km, tk, dnn, py, index, variant, method, source, allow_unknown_driver=bool(allow_unknown_driver)
+        ).on_host(host_python)
 
     def on_host(self, host_python: str | None) -> StackRequest:
         """This request for a host whose python3 is ``host_python`` (checked: X.Y): the request is
@@ -204,6 +222,12 @@ class StackRequest:
         if not self.frameworks:
             return self.torch_variant == "cpu"
         return all(f.name == "torch" and (f.local or self.torch_variant) == "cpu" for f in self.frameworks)
+
+
+def known_releases(branch: DriverBranch) -> frozenset[str]:
+    """The releases of ``branch`` the data knows: NVIDIA's (``releases``, the open-gpu-kernel-modules
+    tags) and the distributions' own."""
+    return frozenset((*branch.releases, *branch.tagged, *branch.distro.values()))
 
 
 def _none_or(value: str | None, also: tuple[str, ...] = ()) -> str | None:
@@ -233,6 +257,9 @@ class HostSpec:
     # What the probe found (None: described with --assume); the resolver reads what the host's own
     # index offers from it (provision.stack.distro_versions).
     probed: ProbedHost | None = field(default=None, compare=False, hash=False, repr=False)
+    # A GPU the catalogue lacks, resolved for its architecture: what was assumed (the warning
+    # gpu_assumed says it); None: the model is known.
+    assumed: str | None = None
 
     @classmethod
     def describe(
@@ -289,28 +316,39 @@ class HostSpec:
         hosts package).
 
         GPUs are matched by ``model`` or else ``pci_id``; a host without GPUs resolves as a
-        GPU-less host (CPU-only stacks); several different models on one host, or a PCI ID the
-        knowledge data lacks, are bad input: one driver and one stack are chosen per GPU model.
+        GPU-less host (CPU-only stacks); several different models on one host are bad input: one
+        driver and one stack are chosen per GPU model. A PCI ID the catalogue lacks is resolved for
+        its architecture (its device-ID range, or NVML's compute capability) with a warning
+        (``assumed``); only one whose architecture nothing tells is bad input.
         """
         k = knowledge or load()
         models: list[str] = []
+        standin: tuple[Gpu, str] | None = None
         for g in facts.gpus:
-            gpu = k.gpu(g.model) if g.model else k.gpu(g.pci_id)
-            models.append(gpu.name)
+            known = k.gpu(g.model) if g.model else k.gpu_by_pci_id(g.pci_id)
+            if known is None:
+                standin = k.assumed_gpu(g.pci_id, g.compute_capability)
+                if standin is None:
+                    raise BadInput(f"unknown GPU PCI ID `{g.pci_id}`", k.unknown_gpu_fix(g.pci_id))
+                models.append(standin[0].name)
+            else:
+                models.append(known.name)
         if len(set(models)) > 1:
             raise BadInput(
                 f"host has different GPU models ({', '.join(sorted(set(models)))})",
                 "provision resolves one GPU model per host; describe it with --assume",
             )
         spec = cls.describe(
-            gpu=models[0] if models else None,
-            gpu_count=len(models) or None,
+            gpu=models[0] if models and standin is None else None,
+            gpu_count=len(models) if models and standin is None else None,
             instance_type=facts.instance_type,
             os=facts.os,
             arch=facts.arch,
             nvswitch_count=facts.nvswitch_count,
             knowledge=k,
         )
+        if standin is not None:
+            spec = replace(spec, gpu=standin[0], gpu_count=len(models), assumed=standin[1])
         return replace(spec, probed=facts)
 
     @property

@@ -132,4 +132,23 @@ def assemble(
         host.instance_type or None,
     )
     plan = package_plan(k, req, host, d, combo, cudnn_major=cudnn_major, python=python)
+    reasons += _beside_the_driver(plan, gpu.name if gpu else "this GPU")
     return Resolution(resolved, stack, plan, list(c.warnings), dedupe(reasons))
+
+
+# The driver role's packages that are neither the driver nor the Fabric Manager, and why the plan
+# installs them: resolve names every component plan installs (packaging.yaml decides which).
+_BESIDE_THE_DRIVER = {
+    "nvidia-imex": "IMEX, for the multi-node NVLink domain of {gpu} NVL racks (at the driver's version)",
+    "nvlsm": "the NVLink Subnet Manager, which the Fabric Manager starts on {gpu}'s fourth-generation NVSwitches",
+}
+
+
+def _beside_the_driver(plan: PackagePlan, gpu: str) -> list[str]:
+    out = []
+    for i in plan.install:
+        what = next((w for prefix, w in _BESIDE_THE_DRIVER.items() if i.name.startswith(prefix)), None)
+        if what is not None:
+            version = f" {i.version}" if i.version else ""
+            out.append(f"{i.name}{version}: " + what.format(gpu=gpu))
+    return out

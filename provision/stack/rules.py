@@ -13,13 +13,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
 from provision.matrix import Gpu, Knowledge, cc_tuple
 from provision.matrix.model import TensorflowRelease
 from provision.stack import venv_conflicts
 from provision.stack.candidates import DriverChoice, FwChoice
-from provision.stack.request import HostSpec, StackRequest
+from provision.stack.request import HostSpec, StackRequest, known_releases
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,14 @@ class Check:
     @property
     def ok(self) -> bool:
         return not self.failures
+
+
+def _older(version: str, floor: str) -> bool:
+    """``version`` is an older driver release than ``floor`` (a version that does not parse is not)."""
+    try:
+        return Version(version) < Version(floor)
+    except InvalidVersion:
+        return False
 
 
 def _driver_floor(k: Knowledge, cuda: str) -> tuple[str | None, str | None]:
@@ -249,6 +257,8 @@ class Rules:
             c.fail("gpu_host_arch", f"{host.gpu.name} sits on an {host.gpu.host_arch} host, not {host.arch}")
         if host.arch not in host.os.archs:
             c.fail("os_arch", f"{host.os.id} is not supported on {host.arch}")
+        if host.assumed:
+            c.warn("gpu_assumed", host.assumed)
         if host.os.eol and self.k.t.snapshot and host.os.eol < self.k.t.snapshot:
             c.warn("eol_os", f"{host.os.id} reached end of standard support in {host.os.eol}")
         if not install_methods(self.req, self.host):
@@ -481,20 +491,21 @@ class Rules:
         if gpu is not None:
             if b.branch < gpu.min_driver_branch:
                 c.fail("driver_gpu", f"{gpu.name} ({gpu.arch}) needs driver branch >= {gpu.min_driver_branch}")
-            elif (
-                gpu.min_driver is not None
-                and b.branch == gpu.min_driver_branch
-                and d.version is not None
-                and Version(d.version) < Version(gpu.min_driver)
-            ):
-                # earlier releases of the floor branch do not name the model: nvidia.ko does not bind it
-                c.fail("driver_gpu", f"{gpu.name} needs driver >= {gpu.min_driver}; {d.version} does not know it")
+            elif gpu.min_driver is not None and d.version is not None and _older(d.version, gpu.min_driver):
+                c.fail("driver_gpu", f"{gpu.name} needs driver {gpu.min_driver} or later, not {d.version}")
             if gpu.last_driver_branch is not None and b.branch > gpu.last_driver_branch:
                 c.fail(
                     "driver_gpu",
                     f"{gpu.name} ({gpu.arch}) is supported up to driver branch "
                     f"{gpu.last_driver_branch}, not {b.branch}",
                 )
+        if d.version is not None and d.version == self.req.driver and d.version not in known_releases(b):
+            # only with --allow-unknown-driver: StackRequest.build refuses an unknown release otherwise
+            c.warn(
+                "unknown_driver",
+                f"driver {d.version} is not a release the knowledge data lists for branch {b.branch} "
+                f"(newest known: {b.newest or 'none'}); taken as given (--allow-unknown-driver)",
+            )
         if b.end_of_life(self.k.t.snapshot):
             c.warn("eol_branch", f"driver branch {b.branch} {b.eol_text(self.k.t.snapshot)}")
         if gpu is not None and d.flavour == "open" and open_modules_beta(self.k, gpu, b.branch):

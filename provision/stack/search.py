@@ -198,6 +198,7 @@ class Resolver:
                         best_set = (len(total.warnings), total, combo, python, found[1], found[2])
             if best_set is not None:
                 _, total, combo, python, driver, cudnn_major = best_set
+                total.reasons += _python_floor_reasons(combo, cand_lists, python)
                 return assemble(
                     self.req,
                     self.host,
@@ -298,3 +299,19 @@ def _product(lists: Sequence[Sequence[T]]) -> Iterator[tuple[T, ...]]:
     for head in lists[0]:
         for tail in _product(lists[1:]):
             yield (head, *tail)
+
+
+def _python_floor_reasons(combo: Sequence[FwChoice], cand_lists: list[list[FwChoice]], python: str) -> list[str]:
+    """Why a framework is older than its newest candidate when Python is the reason: every newer
+    release has no wheel for the venv's Python (the newest jax on Ubuntu 22.04's 3.11)."""
+    out = []
+    for fw, cands in zip(combo, cand_lists, strict=True):
+        newer = [c for c in cands if Version(c.version) > Version(fw.version)]
+        if newer and all(python not in c.python for c in newer):
+            oldest = min(newer, key=lambda c: Version(c.version))
+            needs = sorted({p for c in newer for p in c.python}, key=Version)
+            out.append(
+                f"{fw.name} {fw.version}, not {newer[0].version}: {fw.name} {oldest.version} and newer have no "
+                f"wheel for Python {python} (they take {', '.join(needs)}; --python-source standalone reaches them)"
+            )
+    return out

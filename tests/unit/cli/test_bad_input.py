@@ -81,8 +81,10 @@ def test_a_driver_version_that_cannot_exist_is_refused(tmp_path: Path, driver: s
     assert "`stack.driver` is not a driver branch or version" in line
 
 
-def test_a_driver_version_the_data_does_not_list_but_of_a_valid_form_is_taken(tmp_path: Path) -> None:
-    r = run("resolve", "--gpu", "L4", "--os", "ubuntu-22.04", "--driver", "580.95.99", "--json", cwd=tmp_path)
+def test_a_driver_version_the_data_does_not_list_needs_allow_unknown_driver(tmp_path: Path) -> None:
+    args = ("resolve", "--gpu", "L4", "--os", "ubuntu-22.04", "--driver", "580.95.99", "--json")
+    assert "unknown driver release `580.95.99`" in refused(tmp_path, *args[:-1])
+    r = run(*args, "--allow-unknown-driver", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["stack"]["driver"]["version"] == "580.95.99"
 

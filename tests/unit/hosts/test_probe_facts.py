@@ -218,9 +218,11 @@ def test_unknown_gpu_keeps_pci_id_and_takes_cc_from_nvml() -> None:
     assert doc["driver_version"] == "590.10.01"  # from NVML when nothing else says
     desc = hf.host_description(facts)
     assert (desc.gpu, desc.compute_capability, desc.gpu_count) == (None, "12.1", 1)
-    # resolve cannot pick a driver for a GPU the knowledge data lacks: bad input, not a GPU-less host
-    with pytest.raises(BadInput, match="unknown GPU PCI ID `10de:2e2a`"):
-        HostSpec.from_facts(hf.probed_host(facts))
+    # a GPU the knowledge data lacks resolves for its architecture (its device-ID range here)
+    # (issue 27), with the assumption said, not as a GPU-less host
+    host = HostSpec.from_facts(hf.probed_host(facts))
+    assert host.gpu is not None and (host.gpu.arch, host.gpu.compute_capability) == ("blackwell", "12.1")
+    assert host.assumed is not None and "10de:2e2a" in host.assumed
 
 
 def test_nvml_error_is_reported_not_raised() -> None:

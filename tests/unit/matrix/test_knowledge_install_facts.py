@@ -23,8 +23,9 @@ import pytest
 from provision.errors import Unsatisfiable
 from provision.fleet import closure
 from provision.matrix import load
+from provision.matrix.consistency import DataError
 from provision.matrix.fatbin import targets
-from provision.matrix.knowledge import DataError, _files, _merge, build_tables
+from provision.matrix.knowledge import _files, _merge, build_tables
 from provision.model import ResolvedHost, Stack
 from provision.model.lock import LockGroup, PythonPackage
 from provision.model.settings import InstallSettings

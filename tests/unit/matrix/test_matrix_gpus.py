@@ -30,7 +30,7 @@ def test_every_design_gpu_is_known_by_its_canonical_name(name: str) -> None:
         ("NVIDIA A100-SXM4-40GB", "A100-40GB"),
         ("NVIDIA GeForce RTX 4090", "RTX-4090"),
         ("rtx 6000 ada generation", "RTX-6000-Ada"),
-        ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "RTX-PRO-6000-Blackwell"),
+        ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "RTX-PRO-6000-Blackwell-Server"),
         ("10de:2330", "H100-SXM"),
         ("10DE:2335", "H200"),
         ("[10de:26b9]", "L40S"),
@@ -76,7 +76,7 @@ def test_pci_ids_are_unique_across_models() -> None:
 
 @pytest.mark.parametrize(
     ("typed", "expected"),
-    [("H100", "H100-SXM"), ("A10Q", "A10G"), ("RTX4080", "RTX-4090"), ("A100", "A100-40GB")],
+    [("H100", "H100-SXM"), ("A10Q", "A10G"), ("RTX4085", "RTX-4080"), ("A100", "A100-40GB")],
 )
 def test_unknown_gpu_is_bad_input_with_nearest_names(typed: str, expected: str) -> None:
     with pytest.raises(BadInput) as err:

@@ -217,13 +217,13 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("k80-auto-proprietary", {"gpu": "K80"}, {"stack.driver.kernel_modules": "proprietary"}),
     (
         "t4-620-proprietary-unsat",
-        {"gpu": "T4", "driver": "620.10.01", "kernel_modules": "proprietary"},
+        {"gpu": "T4", "driver": "620.70.06", "kernel_modules": "proprietary"},
         {"unsat": "kernel_modules"},
     ),
     (
         "t4-620-exact-open-ok",
-        {"gpu": "T4", "driver": "620.10.01"},
-        {"stack.driver.version": "620.10.01", "stack.driver.kernel_modules": "open"},
+        {"gpu": "T4", "driver": "620.70.06"},
+        {"stack.driver.version": "620.70.06", "stack.driver.kernel_modules": "open"},
     ),
     ("branch-620-newest-release", {"gpu": "T4", "driver": "620"}, {"stack.driver.version": "620.70.06"}),
     # --- fabric_manager -------------------------------------------------------------------
