@@ -96,6 +96,8 @@ def targets(blob: bytes) -> tuple[collections.Counter[int], collections.Counter[
                 ptx[sm] += 1
             else:  # not an entry header: this container is not the layout read here, skip it
                 break
+            if eh_size == 0:  # a header that does not move on would loop: stop reading this one
+                break
             pos += eh_size + size
         off = max(end, off + 4)
 

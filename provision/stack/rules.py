@@ -175,6 +175,10 @@ def range_cudnn_pins(
     return out
 
 
+def same_major(a: str, b: str) -> bool:
+    return Version(a).major == Version(b).major
+
+
 def abi_compatible(built: str, have: str) -> bool:
     """A library built against ``built`` (major.minor) loads ``have``: same major, minor >= built's."""
     b, h = Version(built).release, Version(have).release
@@ -410,18 +414,16 @@ class Rules:
         for fw in fws:
             if fw.variant == "cpu" or (fw.name == "tensorflow" and "and-cuda" not in fw.extras):
                 continue
-            if fw.name == "tensorflow" and req.cudnn is not None and fw.cudnn:
-                built, have = fw.cudnn.split(".")[0], req.cudnn.split(".")[0]
-                if built != have:
-                    # [and-cuda] loads its own wheel's cuDNN, so this works; but the system cuDNN is of
-                    # no use to it, and the same TensorFlow without the extra would not load it
-                    c.warn(
-                        "tf_system_cudnn",
-                        f"{fw.label} was built with cuDNN {fw.cudnn} (TensorFlow's tested build "
-                        f"configurations): the system cuDNN {req.cudnn} (major {have}) cannot serve it; it "
-                        f"runs only on its [and-cuda] wheels' cuDNN {built}",
-                    )
-                    continue
+            # [and-cuda] loads its own wheel's cuDNN, so this works; but a system cuDNN of another
+            # major is of no use to it, and the same TensorFlow without the extra would not load it
+            if fw.name == "tensorflow" and req.cudnn and fw.cudnn and not same_major(fw.cudnn, req.cudnn):
+                c.warn(
+                    "tf_system_cudnn",
+                    f"{fw.label} was built with cuDNN {fw.cudnn} (TensorFlow's tested build configurations): "
+                    f"the system cuDNN {req.cudnn} cannot serve it; it runs only on its [and-cuda] wheels' "
+                    f"cuDNN {Version(fw.cudnn).major}",
+                )
+                continue
             if req.cudnn is not None:
                 brings = f"cuDNN {fw.cudnn}" if fw.cudnn and not fw.cudnn.startswith(">") else "its own cuDNN"
                 c.reasons.append(f"the system cuDNN {req.cudnn} is unused by {fw.label}: its wheels bring {brings}")

@@ -25,7 +25,8 @@ def gpu_row(g: Gpu) -> dict[str, Any]:
         "pci_ids": list(g.pci_ids),
         "kernel_modules": g.kernel_modules,
         "fabric_manager": g.needs_fabric_manager,
-        "driver_branches": f">= {g.min_driver or g.min_driver_branch}"
+        "driver_branches": f">= {g.min_driver_branch}"
+        + (f" (from {g.min_driver})" if g.min_driver else "")
         + (f", <= {g.last_driver_branch}" if g.last_driver_branch else ""),
         "confidence": g.confidence,
     }
@@ -38,10 +39,7 @@ def driver_rows(k: Knowledge, g: Gpu | None) -> list[dict[str, Any]]:
         why = ""
         if g is not None:
             if b.branch < g.min_driver_branch:
-                usable, why = (
-                    False,
-                    f"{g.name if g.min_driver else g.arch} needs >= {g.min_driver or g.min_driver_branch}",
-                )
+                usable, why = False, f"{g.name} needs >= {g.min_driver_branch}"
             elif g.last_driver_branch is not None and b.branch > g.last_driver_branch:
                 usable, why = False, f"{g.arch} ends at {g.last_driver_branch}"
             elif g.kernel_modules == "proprietary-only" and b.branch >= 620:

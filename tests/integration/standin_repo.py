@@ -136,10 +136,11 @@ def _pin_file(name: str, pin: str) -> tuple[str, str, int]:
     return ("/etc/apt/preferences.d/nvidia-driver-pin", body, 0o644)
 
 
-def _metapackage(stem: str, module: str) -> Rule:
-    """``stem`` and ``stem-<branch>``: depend with >= on the module and the driver's parts [facts-2]."""
+def _metapackage(stem: str, module: str, branches: str = r"\d+") -> Rule:
+    """``stem`` and ``stem-<branch>`` (``branches``: the branch numbers NVIDIA's repository has the
+    name for): depend with >= on the module and the driver's parts [facts-2]."""
     return Rule(
-        rf"{stem}(?:-(?P<branch>\d+))?",
+        rf"{stem}(?:-(?P<branch>{branches}))?",
         "[facts-2]",
         depends=(module, *_DRIVER_PARTS),
         relations=f"Depends: {module} (>= {{deb}}), {_PARTS_AT_LEAST}\n",
@@ -171,7 +172,10 @@ RULES: tuple[Rule, ...] = (
     ),
     # the metapackages of the open and the proprietary modules: per branch before 590, one
     # unversioned name from 590; and the two module flavours, which exclude each other (one nvidia.ko)
-    _metapackage("nvidia-open", "nvidia-kernel-open-dkms"),
+    # nvidia-open-<branch> exists from 570 only: below it the open flavour is nvidia-kernel-open-<b>
+    # then cuda-drivers-<b> (packaging.yaml, CUDA 12.0-12.5 installation guides), which no role
+    # test plans, so the stand-in has no rule for it and refuses nvidia-open-<b> below 570
+    _metapackage("nvidia-open", "nvidia-kernel-open-dkms", r"5[7-9]\d|[6-9]\d\d"),
     _metapackage("cuda-drivers", "nvidia-kernel-dkms"),
     _module("nvidia-kernel-open-dkms", "nvidia-kernel-dkms"),
     _module("nvidia-kernel-dkms", "nvidia-kernel-open-dkms"),

@@ -131,3 +131,14 @@ def test_the_debian13_set_is_derived_so_that_no_two_sets_meet() -> None:
     # the Debian 12 set's leftovers check matches names by prefix: the Debian 13 hosts' do not start with it
     assert not any(d["prefix"].startswith(s["prefix"]) for s, d in zip(sets, derived, strict=True))
     assert all(len(f"{d['prefix']}1-h") <= 15 for d in derived)  # a veth name's limit
+
+
+def test_the_stand_in_has_nvidia_open_branch_names_from_570_only() -> None:
+    """Issue 27 fact 3: NVIDIA's apt repository has no nvidia-open-<branch> below 570 (the open
+    flavour there is nvidia-kernel-open-<b> then cuda-drivers-<b>), and neither has the stand-in."""
+    for branch in ("570", "575", "580"):
+        assert sr.rule_for(f"nvidia-open-{branch}")[1] == {"branch": branch}
+    assert sr.rule_for("nvidia-open")[1] == {}
+    for branch in ("535", "550", "565"):
+        with pytest.raises(KeyError, match=f"no stand-in rule for 'nvidia-open-{branch}'"):
+            sr.rule_for(f"nvidia-open-{branch}")
