@@ -202,6 +202,10 @@ def suggest(request: StackRequest, host: HostSpec, k: Knowledge) -> list[dict[st
                         replace(host, os=osr),
                     ):
                         break
+    if not out and any(s.name == "torch" for s in request.frameworks):
+        # no CUDA build reaches this GPU anywhere (a T4G, sm_75: no aarch64 torch wheel carries it):
+        # torch's CPU build still runs on the host
+        attempt(replace(loose, torch_variant="cpu", cuda_toolkit=None, cudnn=None), "torch's CPU build (no CUDA)")
     return out[:6]
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
@@ -276,6 +276,9 @@ def test_instance_types_resolve_to_valid_stacks(req_in: dict[str, Any], instance
 
 @settings(max_examples=60, deadline=None)
 @given(host_in=hosts)
+# a T4G (sm_75) on aarch64: no CUDA torch wheel carries its kernels (knowledge 2026.12.7), so the
+# only working change is torch's CPU build (found by this test in the first run of that knowledge)
+@example(host_in={"gpu": "T4G", "gpu_count": 1, "os": "debian-13"})
 def test_suggestions_of_unsatisfiable_answers_resolve(host_in: dict[str, Any]) -> None:
     """Every suggestion is a change that works: applying it to the request resolves."""
     req = StackRequest.build(frameworks=["torch==2.6.0"], driver="535", kernel_modules="open")
