@@ -368,7 +368,8 @@ def test_sigterm_during_the_run_ends_it(
         os.kill(os.getpid(), signal.SIGTERM)
         return real_plan(*args, **kwargs)
 
-    monkeypatch.setattr(provision.fleet.planning, "plan", plan_then_killed)
+    # patched where `up` looks it up: fleet/up.py imports plan by name (module-top imports, issue 26)
+    monkeypatch.setattr("provision.fleet.up.plan", plan_then_killed)
     code, _, err = run_cli(oneshot.args("--down-after"), capsys)
     assert code == 143, err[-2000:]  # 128 + SIGTERM, as for every command (issue 25)
     assert "ended run" in err and nothing_left(oneshot.aws) and left_behind(oneshot.aws) == []
