@@ -295,6 +295,27 @@ def lock_option(help: str, default: Path | None = None) -> Callable[[F], F]:
     )
 
 
+def deprecated_lock_option(new_name: str) -> Callable[[F], F]:
+    """The old ``--lock FILE`` of ``plan`` and ``up`` (it meant "write here" on one and "apply this" on
+    the other): still taken, into ``old_lock_path``, with a note on stderr naming ``new_name``."""
+
+    def warn(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
+        if value is not None:
+            click.echo(f"warning: --lock is deprecated here; use {new_name} {value} (same meaning)", err=True)
+        return value
+
+    return click.option(
+        "--lock",
+        "old_lock_path",
+        type=click.Path(dir_okay=False, path_type=Path),
+        metavar="FILE",
+        default=None,
+        hidden=True,
+        callback=warn,
+        help=f"Deprecated spelling of {new_name}.",
+    )
+
+
 def state_option() -> Callable[[F], F]:
     return click.option(
         "--state",
