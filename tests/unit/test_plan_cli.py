@@ -349,10 +349,10 @@ def test_plan_local_on_a_machine_without_an_nvidia_gpu_says_so(tmp_path: Path) -
         "no NVIDIA GPU found on this host: no driver is planned; up's preflight refuses the CUDA build of "
         "torch here (a CPU-only stack, e.g. torch==X+cpu, passes; up --check runs the rest on the CPU)"
     ]
-    human = _plan("--local", "-c", "p.yaml", "--out", "run2", "--lock", "l2", cwd=tmp_path)
+    human = _plan("--local", "-c", "p.yaml", "--out", "run2", "--lock-out", "l2", cwd=tmp_path)
     assert "note:         no NVIDIA GPU found on this host" in human.stdout
     (tmp_path / "cpu.yaml").write_text("stack: {frameworks: ['torch==2.13.0+cpu']}\ninstall: {lock_closure: never}\n")
-    cpu = _plan("--local", "-c", "cpu.yaml", "--out", "run3", "--lock", "l3", "--json", cwd=tmp_path)
+    cpu = _plan("--local", "-c", "cpu.yaml", "--out", "run3", "--lock-out", "l3", "--json", cwd=tmp_path)
     assert cpu.returncode == 0, cpu.stderr
     [host] = json.loads(cpu.stdout)["hosts"]
     assert host["notes"] == ["no NVIDIA GPU found on this host: no driver is planned, the frameworks run on the CPU"]
