@@ -66,7 +66,7 @@ def command_options(func: F) -> F:
 
 
 def yes_option(help: str) -> Callable[[F], F]:
-    return click.option("--yes", is_flag=True, help=help)
+    return click.option("-y", "--yes", is_flag=True, help=help)  # -y: as apt, dnf and pip's users type it
 
 
 def can_ask(as_json: bool) -> bool:
@@ -119,7 +119,11 @@ def target_options(local: str, inventory: str) -> Callable[[F], F]:
 
 def limit_option() -> Callable[[F], F]:
     return click.option(
-        "--limit", metavar="PATTERN", type=NONEMPTY, help="Only these hosts: names or globs, comma-separated."
+        "-l",  # ansible-playbook's short flag for the same thing
+        "--limit",
+        metavar="PATTERN",
+        type=NONEMPTY,
+        help="Only these hosts: names or globs, comma-separated.",
     )
 
 

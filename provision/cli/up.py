@@ -59,7 +59,7 @@ if TYPE_CHECKING:
 )
 @deprecated_lock_option("--from-lock")
 @stack_options
-@click.option("--check", is_flag=True, help="Ansible check mode: change nothing, verify what is there.")
+@click.option("-C", "--check", is_flag=True, help="Ansible check mode: change nothing, verify what is there.")
 @yes_option("Do not ask before changing hosts.")
 @limit_option()
 @click.option("--serial", type=int, metavar="N", help="Roll through N hosts at a time; stop when a batch fails.")

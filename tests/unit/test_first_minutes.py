@@ -146,3 +146,13 @@ def test_resolve_never_prints_cudnn_none(tmp_path: Path) -> None:
     r = provision("resolve", "--gpu", "L4", "--driver", "580", cwd=tmp_path, offline=True)
     assert r.returncode == 0, r.stderr
     assert "cuDNN None" not in r.stdout and "CUDA" in r.stdout
+
+
+def test_short_flags_mean_the_long_ones(tmp_path: Path) -> None:
+    # -l is --limit: a pattern that matches no host is refused before any contact, naming it
+    r = provision("up", "--local", "-y", "-C", "-l", "nothere", cwd=tmp_path)
+    assert r.returncode == 2 and "matches no host" in r.stderr, r.stderr
+    helps = provision("up", "--help", cwd=tmp_path).stdout
+    assert "-y, --yes" in helps and "-l, --limit" in helps and "-C, --check" in helps
+    assert "-y, --yes" in provision("cloud", "down", "--help", cwd=tmp_path).stdout
+    assert "--dry-run" in provision("cloud", "down", "--help", cwd=tmp_path).stdout
