@@ -286,16 +286,19 @@ def stack_options(func: F) -> F:
     return decorated  # type: ignore[no-any-return]
 
 
-def lock_option(help: str, default: Path | None = None) -> Callable[[F], F]:
-    """``--lock FILE``: the lock a command writes (with a default) or compares against."""
+def lock_option(
+    help: str, default: Path | None = None, name: str = "--lock", dest: str = "lock_path", **extra: Any
+) -> Callable[[F], F]:
+    """``--lock FILE`` (or ``name``): the lock a command writes (with a default) or reads."""
     return click.option(
-        "--lock",
-        "lock_path",
+        name,
+        dest,
         type=click.Path(dir_okay=False, path_type=Path),
         metavar="FILE",
         default=default,
         show_default=default is not None,
         help=help,
+        **extra,
     )
 
 
@@ -308,16 +311,7 @@ def deprecated_lock_option(new_name: str) -> Callable[[F], F]:
             click.echo(f"warning: --lock is deprecated here; use {new_name} {value} (same meaning)", err=True)
         return value
 
-    return click.option(
-        "--lock",
-        "old_lock_path",
-        type=click.Path(dir_okay=False, path_type=Path),
-        metavar="FILE",
-        default=None,
-        hidden=True,
-        callback=warn,
-        help=f"Deprecated spelling of {new_name}.",
-    )
+    return lock_option(f"Deprecated spelling of {new_name}.", dest="old_lock_path", hidden=True, callback=warn)
 
 
 def state_option() -> Callable[[F], F]:

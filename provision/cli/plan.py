@@ -12,6 +12,7 @@ from provision.cli.options import (
     command_options,
     config_option,
     deprecated_lock_option,
+    lock_option,
     parse_sets,
     reboot_controller_option,
     set_option,
@@ -50,14 +51,10 @@ if TYPE_CHECKING:
     show_default=True,
     help="The run dir to write.",
 )
-@click.option(
-    "--lock-out",
-    "lock_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    metavar="FILE",
+@lock_option(
+    "Where to write the lock (the change against the lock there before is printed).",
     default=Path("provision.lock"),
-    show_default=True,
-    help="Where to write the lock (the change against the lock there before is printed).",
+    name="--lock-out",
 )
 @deprecated_lock_option("--lock-out")
 @set_option("Set a role variable in the run dir (mirrors, air-gapped repositories); repeatable.")

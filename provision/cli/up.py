@@ -24,6 +24,7 @@ from provision.cli.options import (
     config_option,
     deprecated_lock_option,
     limit_option,
+    lock_option,
     parse_sets,
     reboot_controller_option,
     refuse_unasked,
@@ -49,13 +50,9 @@ if TYPE_CHECKING:
 @click.command(name="up")
 @target_options(local="Provision the machine provision runs on.", inventory="Provision an Ansible inventory's hosts.")
 @config_option()
-@click.option(
-    "--from-lock",
-    "lock_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    metavar="FILE",
-    default=None,
-    help="Apply exactly this lock (from `provision plan`): hosts are only checked against it, not resolved.",
+@lock_option(
+    "Apply exactly this lock (from `provision plan`): hosts are only checked against it, not resolved.",
+    name="--from-lock",
 )
 @deprecated_lock_option("--from-lock")
 @stack_options
