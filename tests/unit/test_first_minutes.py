@@ -31,7 +31,7 @@ def test_check_mode_without_torch_is_not_verified_and_exits_0(tmp_path: Path) ->
     # the locked venv exists but holds no torch, as on a fresh `pipx install` before any `up`:
     # check mode installs nothing, so there is nothing to verify, and that is no failed host
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)  # with pip: the role checks it
     (tmp_path / "p.yaml").write_text(f"install: {{venv: '{venv}', lock_closure: never}}\n")
     r = provision("up", "--local", "--check", "--yes", "-c", "p.yaml", "--json", cwd=tmp_path, timeout=900)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -41,7 +41,7 @@ def test_check_mode_without_torch_is_not_verified_and_exits_0(tmp_path: Path) ->
     assert host["verdict"] == "not-verified" and host["ok"] is True
     [run] = list((tmp_path / ".provision" / "runs").iterdir())
     report = json.loads((run / "report.json").read_text())
-    [detail] = report["hosts"]
+    [detail] = report["details"]
     # the reason is named: which Python could not import torch, and what would install it
     assert "torch is not importable" in detail["message"] and str(venv) in detail["message"]
     assert "without --check installs" in detail["message"]
