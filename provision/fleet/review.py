@@ -1,7 +1,7 @@
 """Reading a plan: what changed against the lock it replaces, and hosts that plan alike as one block.
 
 ``plan`` (and ``up``'s confirmation) print this, so a reviewer sees "driver 570.195.03 ->
-580.95.05", "+ nvidia-fabricmanager 580.95.05", "- cudnn" per set of hosts (as ``uv lock`` or
+580.95.05", "+ fabric manager 580.95.05", "- cudnn" per set of hosts (as ``uv lock`` or
 ``terraform plan`` do), and 128 identical hosts as one block with their names as ranges
 (``node[001-128]``) instead of 128 copies.
 """
@@ -26,7 +26,7 @@ def components(stack: Stack) -> dict[str, str]:
         if stack.driver.kernel_modules:
             out["driver kernel modules"] = stack.driver.kernel_modules
     if stack.fabric_manager:
-        out["nvidia-fabricmanager"] = stack.fabric_manager
+        out["fabric manager"] = stack.fabric_manager
     if stack.cuda_toolkit:
         out["cuda-toolkit"] = stack.cuda_toolkit
     if stack.cudnn is not None:

@@ -19,6 +19,9 @@ import pytest
 
 from tests.cli_run import provision
 
+# this machine's run lock: one such test at a time across xdist workers (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("this_machine")
+
 BIN = Path(sys.executable).parent
 ASSUME = ["--assume", "os=debian-12,gpu=L4:1,name=h1"]
 
