@@ -17,8 +17,21 @@ IN_VENV := PATH="$(abspath $(BIN)):$$PATH"
 
 .PHONY: demo test check check-knowledge deps bases venv lint lint-python docs clean
 
+# `make demo`: the main job for real on this machine: plan, apply, verify, report (README, "On a
+# fresh machine"). Its config (written to DEMO_DIR) puts the frameworks' venv under the clone, keeps
+# the driver that is there (`driver: none`: never a driver install) and never reboots; the stack is
+# the default for what the probe finds (torch's CPU build where there is no NVIDIA GPU) at
+# DEMO_FRAMEWORK, the torch this machine's wheels hold. DEMO_LOCK_CLOSURE=never: the wheels' hashed
+# closure needs download.pytorch.org, which the CI machines cannot reach (`auto` where it is).
+# A second `make demo` finds the host converged with its lock and only verifies it.
+DEMO_DIR := $(CURDIR)/.provision/demo
+DEMO_FRAMEWORK ?= $(TORCH_SPEC)
+DEMO_LOCK_CLOSURE ?= never
 demo: venv
-	$(IN_VENV) $(BIN)/provision up --local --check --yes
+	mkdir -p $(DEMO_DIR)
+	printf 'stack: {driver: none, frameworks: ["%s"]}\ninstall: {venv: "%s", reboot: never, lock_closure: %s}\n' \
+		'$(DEMO_FRAMEWORK)' '$(DEMO_DIR)/venv' '$(DEMO_LOCK_CLOSURE)' > $(DEMO_DIR)/provision.yaml
+	$(IN_VENV) $(BIN)/provision up --local --yes -c $(DEMO_DIR)/provision.yaml
 
 # Two pytest runs: the unit tests on both of CI's cores (xdist; they share no host, port or file),
 # then everything else in one process (the integration tests share one session's test hosts, whose

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -49,6 +51,22 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.section("test hosts when tests failed")
         for text in _HOST_REPORTS[-5:]:
             terminalreporter.line(text)
+
+
+# `up --local`, `verify --local` and `tune --local` take this machine's run lock
+# (provision/hosts/runlock.py, /run/provision.lock) and wait for an earlier apply's processes, as
+# two runs of provision on one host must. Two xdist workers running such tests at once would make
+# one of them fail "busy" (or wait), so those tests hold this lock first: one at a time across
+# workers, as one user at a time on one machine. Modules opt in with
+# `pytestmark = pytest.mark.usefixtures("this_machine")`.
+THIS_MACHINE_LOCK = Path(tempfile.gettempdir()) / f"provision-tests-this-machine-{os.getuid()}.lock"
+
+
+@pytest.fixture
+def this_machine() -> Iterator[None]:
+    with THIS_MACHINE_LOCK.open("a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)  # released when the file closes
+        yield
 
 
 def has_gpu() -> bool:

@@ -1,6 +1,6 @@
 """PNG plots for ``advise cost --plot`` and ``tune --plot`` (matplotlib, an optional extra).
 
-matplotlib is not a dependency of the package: ``pip install 'provision[plot]'`` brings it. Without
+matplotlib is not a dependency of the package: ``pip install 'provision-gpu[plot]'`` brings it. Without
 it, ``--plot`` is one bad-input line naming the extra, raised before any work is done.
 """
 
@@ -22,7 +22,7 @@ def require_matplotlib() -> Any:
     except ImportError as exc:
         raise BadInput(
             "--plot needs matplotlib, which is not installed",
-            "pip install 'provision[plot]', or drop --plot",
+            "pip install 'provision-gpu[plot]', or drop --plot",
         ) from exc
     return plt
 

@@ -49,7 +49,7 @@ def parse(host: str, rc: int, stdout: str, stderr: str, python: str) -> dict[str
     if error.startswith("cannot import"):
         raise OperationFailed(
             f"{error} with {python} on {host}",
-            "install torch there (pip install 'provision[torch]' locally) or point --python at a venv that has it",
+            "install torch there (pip install 'provision-gpu[torch]' locally) or point --python at a venv that has it",
             details={"result": doc},
         )
     raise OperationFailed(f"the tuning job failed on {host}: {error}", "rerun with --debug", details={"result": doc})

@@ -55,7 +55,7 @@ def advise() -> None:
     "--plot",
     type=click.Path(dir_okay=False, path_type=Path),
     metavar="PNG",
-    help="Write a PNG of both yearly costs against hours per day (needs provision[plot]).",
+    help="Write a PNG of both yearly costs against hours per day (needs provision-gpu[plot]).",
 )
 @command_options
 def cost(

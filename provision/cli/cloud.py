@@ -244,8 +244,11 @@ def _ls_human(con: Console, items: list[CloudInstance], now: Any, doc: dict[str,
 @click.option("--all", "all_runs", is_flag=True, help="Terminate everything provision launched in the region (asks).")
 @click.option("--region", type=NONEMPTY, help="AWS region (default: the profile's or AWS_REGION).")
 @yes_option("With --all: end without asking (needed with --json or without a terminal).")
+@click.option("--dry-run", is_flag=True, help="Say what would be ended, and end nothing.")
 @command_options
-def down(*, run: str | None, expired: bool, all_runs: bool, region: str | None, yes: bool, as_json: bool) -> int:
+def down(
+    *, run: str | None, expired: bool, all_runs: bool, region: str | None, yes: bool, dry_run: bool, as_json: bool
+) -> int:
     """Terminate instances by run, expiry or all; then their security groups and key pairs.
 
     Only what provision made is ended: its provision-<run> key pair and security group, and the
@@ -263,6 +266,16 @@ def down(*, run: str | None, expired: bool, all_runs: bool, region: str | None, 
     if run is not None:
         check_run_id(run)  # it names local paths: bad input before any AWS call
     client = open_region(region)  # local configuration only: no AWS call yet
+    if dry_run:  # what would be ended, found as a real run finds it, then stopped before any change
+        with client.errors("listing what would be ended"):
+            try:
+                # nothing of provision's to end: down returned without asking (and ended nothing)
+                planned = client.down(run=run, expired=expired, all_runs=all_runs, workdir=Path.cwd(), confirm=_stop)
+            except _Planned as stop:
+                planned = stop.planned
+        doc = {**_down_json(planned, client.region), "dry_run": True}
+        emit(doc, as_json, lambda con: _down_human(con, planned, dry_run=True))
+        return 0
     if all_runs:
         refuse_unasked(
             yes, as_json, "cloud down --all ends every run provision launched", "pass --yes to end them without asking"
@@ -294,6 +307,18 @@ def _down_json(r: DownResult, region: str) -> dict[str, Any]:
     }
 
 
+class _Planned(Exception):
+    """`cloud down --dry-run`: what would be ended, raised before anything is."""
+
+    def __init__(self, planned: DownResult) -> None:
+        super().__init__("dry run")
+        self.planned = planned
+
+
+def _stop(planned: DownResult) -> None:
+    raise _Planned(planned)
+
+
 def _confirm_down(planned: DownResult) -> None:
     """What `cloud down --all` would end, with counts, then the question (on stderr, like `cloud up`)."""
     from provision.cli.output import console  # noqa: PLC0415 (start-up: `provision up --help` loads this module, not cli.output)
@@ -310,11 +335,20 @@ def _confirm_down(planned: DownResult) -> None:
     ask_first("end them?", "nothing was ended: the teardown was not confirmed")
 
 
-def _down_human(con: Console, r: DownResult) -> None:
+def _down_human(con: Console, r: DownResult, *, dry_run: bool = False) -> None:
     for s in r.skipped:
         con.print(s.line(), markup=False, soft_wrap=True)
     if not r.runs:
         con.print("nothing to end")
+        return
+    if dry_run:
+        con.print(
+            f"would end run(s) {', '.join(r.runs)}: terminate {len(r.terminated)} instance(s) "
+            f"({', '.join(sorted(r.terminated))}), delete {len(r.security_groups)} security group(s), "
+            f"{len(r.key_pairs)} key pair(s); nothing was ended (--dry-run)",
+            markup=False,
+            soft_wrap=True,
+        )
         return
     con.print(
         f"ended run(s) {', '.join(r.runs)}: terminated {len(r.terminated)} instance(s), "

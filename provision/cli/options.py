@@ -66,7 +66,7 @@ def command_options(func: F) -> F:
 
 
 def yes_option(help: str) -> Callable[[F], F]:
-    return click.option("--yes", is_flag=True, help=help)
+    return click.option("-y", "--yes", is_flag=True, help=help)  # -y: as apt, dnf and pip's users type it
 
 
 def can_ask(as_json: bool) -> bool:
@@ -117,7 +117,11 @@ def target_options(local: str, inventory: str) -> Callable[[F], F]:
 
 def limit_option() -> Callable[[F], F]:
     return click.option(
-        "--limit", metavar="PATTERN", type=NONEMPTY, help="Only these hosts: names or globs, comma-separated."
+        "-l",  # ansible-playbook's short flag for the same thing
+        "--limit",
+        metavar="PATTERN",
+        type=NONEMPTY,
+        help="Only these hosts: names or globs, comma-separated.",
     )
 
 
@@ -290,17 +294,32 @@ def stack_options(func: F) -> F:
     return decorated  # type: ignore[no-any-return]
 
 
-def lock_option(help: str, default: Path | None = None) -> Callable[[F], F]:
-    """``--lock FILE``: the lock a command writes (with a default) or compares against."""
+def lock_option(
+    help: str, default: Path | None = None, name: str = "--lock", dest: str = "lock_path", **extra: Any
+) -> Callable[[F], F]:
+    """``--lock FILE`` (or ``name``): the lock a command writes (with a default) or reads."""
     return click.option(
-        "--lock",
-        "lock_path",
+        name,
+        dest,
         type=click.Path(dir_okay=False, path_type=Path),
         metavar="FILE",
         default=default,
         show_default=default is not None,
         help=help,
+        **extra,
     )
+
+
+def deprecated_lock_option(new_name: str) -> Callable[[F], F]:
+    """The old ``--lock FILE`` of ``plan`` and ``up`` (it meant "write here" on one and "apply this" on
+    the other): still taken, into ``old_lock_path``, with a note on stderr naming ``new_name``."""
+
+    def warn(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
+        if value is not None:
+            click.echo(f"warning: --lock is deprecated here; use {new_name} {value} (same meaning)", err=True)
+        return value
+
+    return lock_option(f"Deprecated spelling of {new_name}.", dest="old_lock_path", hidden=True, callback=warn)
 
 
 def state_option() -> Callable[[F], F]:

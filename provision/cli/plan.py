@@ -11,6 +11,7 @@ from provision.cli.options import (
     NONEMPTY,
     command_options,
     config_option,
+    deprecated_lock_option,
     lock_option,
     parse_sets,
     reboot_controller_option,
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from provision.fleet.planning import PlanResult
+    from provision.model.lock import Lock
 
 
 @click.command(name="plan")
@@ -51,7 +53,12 @@ if TYPE_CHECKING:
     show_default=True,
     help="The run dir to write.",
 )
-@lock_option("Where to write the lock.", default=Path("provision.lock"))
+@lock_option(
+    "Where to write the lock (the change against the lock there before is printed).",
+    default=Path("provision.lock"),
+    name="--lock-out",
+)
+@deprecated_lock_option("--lock-out")
 @set_option("Set a role variable in the run dir (mirrors, air-gapped repositories); repeatable.")
 @reboot_controller_option()
 @ssh_options()
@@ -65,6 +72,7 @@ def plan(
     stack_flags: dict[str, Any],
     out: Path,
     lock_path: Path,
+    old_lock_path: Path | None,
     sets: tuple[str, ...],
     reboot_controller: bool,
     accept_new_host_keys: bool,
@@ -74,14 +82,17 @@ def plan(
     """Resolve per host, write provision.lock and the Ansible run dir; no host is changed.
 
     Then `cd OUT && ansible-playbook site.yml` applies it with plain Ansible (OUT holds the roles
-    too: commit it or copy it to another machine), or `provision up --lock LOCK` applies exactly
+    too: commit it or copy it to another machine), or `provision up --from-lock LOCK` applies exactly
     this lock and verifies. With --assume the hosts are not contacted (with -i: the inventory's
     hosts, all assumed alike). The stack options override the config's stack: section.
     Exit status: 0 planned, 1 a host could not be probed, 2 bad input, 3 unsatisfiable.
     """
     from provision.config import Config, load_config  # noqa: PLC0415 (start-up: `provision --help` loads this module, not config)
 
+    if old_lock_path is not None:
+        lock_path = old_lock_path
     config = load_config(config_path) if config_path is not None else Config()
+    previous = previous_lock(lock_path)
     result = run_plan(
         PlanInputs(
             config=config,
@@ -95,28 +106,88 @@ def plan(
         PlanRun(out=out, lock_path=lock_path, accept_new_host_keys=accept_new_host_keys, ssh_config=ssh_config),
     )
     from provision.cli.output import emit  # noqa: PLC0415 (start-up: `provision plan --help` loads this module, not cli.output)
+    from provision.fleet.review import lock_changes  # noqa: PLC0415 (start-up: `provision plan --help` loads this module, not fleet.review)
 
-    emit(result.to_json(), as_json, lambda con: _human(con, result))
+    changes = lock_changes(previous, result.lock) if previous is not None else None
+    doc = result.to_json()
+    if changes is not None:  # null: there was no lock to compare with
+        doc["lock_changes"] = [{"hosts": hosts, "changes": lines} for hosts, lines in changes]
+    emit(doc, as_json, lambda con: _human(con, result, changes))
     return 0
 
 
-def _human(con: Console, result: PlanResult) -> None:
-    for h in result.hosts:
-        con.print(f"[bold]{h.host}[/bold]  (group {h.group})", markup=True)
+def previous_lock(path: Path) -> Lock | None:
+    """The lock that ``plan`` is about to replace at ``path``, or None (none there, or unreadable)."""
+    from provision.files import read_lock  # noqa: PLC0415 (start-up: `provision --help` loads this module, not the lock reader)
+
+    if not path.is_file():
+        return None
+    try:
+        return read_lock(path)
+    except BadInput:  # a broken old lock is replaced; there is nothing to compare with
+        return None
+
+
+def host_blocks(con: Console, result: PlanResult) -> None:
+    """Per host what is there and what changes; hosts with the same block print it once, named as ranges."""
+    from provision.fleet.review import group_alike, host_ranges  # noqa: PLC0415 (start-up: as in plan())
+
+    by_name = {h.host: h for h in result.hosts}
+
+    def block(name: str) -> tuple[str, ...]:
+        h = by_name[name]
         if h.probed:
             fw = ", ".join(f"{k} {v}" for k, v in (h.present.get("frameworks") or {}).items())
             now = f"driver {h.present.get('driver') or 'none'}" + (f"; {fw}" if fw else "")
         else:
             now = "not probed (--assume)"
-        con.print(f"  there now:    {now}", markup=False)
-        for note in h.notes:
-            con.print(f"  note:         {note}", markup=False)
-        con.print("  will install: " + ("\n                ".join(h.changes) or "nothing"), markup=False)
-        con.print(f"  reboot:       {h.reboot}", markup=False)
+        lines = [f"  there now:    {now}", *(f"  note:         {n}" for n in h.notes)]
+        lines.append("  will install: " + ("\n                ".join(h.changes) or "nothing"))
+        lines.append(f"  reboot:       {h.reboot}")
+        return (h.group, *lines)
+
+    for names, (group, *lines) in group_alike(by_name, block):
+        count = f"{len(names)} hosts: " if len(names) > 1 else ""
+        con.print(f"[bold]{count}{host_ranges(names)}[/bold]  (group {group})", markup=True)
+        for line in lines:
+            con.print(line, markup=False)
+
+
+def change_lines(con: Console, changes: list[tuple[list[str], list[str]]] | None, lock_path: Path) -> None:
+    """The change against the lock being replaced, per set of hosts that change alike."""
+    from provision.fleet.review import host_ranges  # noqa: PLC0415 (start-up: as in plan())
+
+    if changes is None:
+        return
+    con.print("", markup=False)
+    if not changes:
+        con.print(f"against the previous {lock_path}: no change", markup=False)
+        return
+    con.print(f"[bold]against the previous {lock_path}:[/bold]", markup=True)
+    for hosts, lines in changes:
+        con.print(f"  {host_ranges(hosts)}:", markup=False, soft_wrap=True)
+        for line in lines:
+            con.print(f"    {line}", markup=False)
+
+
+def _human(con: Console, result: PlanResult, changes: list[tuple[list[str], list[str]]] | None = None) -> None:
+    review(con, result)
+    change_lines(con, changes, result.lock_path)
+    con.print(f"lock: {result.lock_path}", markup=False)
+    con.print(f"apply: cd {result.out} && ansible-playbook site.yml", markup=False)
+    con.print(f"   or: provision up (the same hosts) --from-lock {result.lock_path}", markup=False)
+
+
+def review(con: Console, result: PlanResult) -> None:
+    """The plan as a reviewer reads it (``plan`` and ``up``'s confirmation): hosts that plan alike
+    as one block, each lock group's packages, the notes and warnings."""
+    from provision.fleet.review import host_ranges  # noqa: PLC0415 (start-up: as in plan())
+
+    host_blocks(con, result)
     for g in result.groups:
         if g.get("packages"):
             con.print("", markup=False)
-            con.print(f"[bold]group {g['name']}[/bold]  ({', '.join(g['hosts'])})", markup=True)
+            con.print(f"[bold]group {g['name']}[/bold]  ({host_ranges(g['hosts'])})", markup=True)
             for line in package_lines(PackagePlan.from_json(g["packages"])):
                 con.print(f"  {line}", markup=False, soft_wrap=True)
             if g.get("python_packages"):  # the wheel closure: the lock lists each one
@@ -128,9 +199,6 @@ def _human(con: Console, result: PlanResult) -> None:
     for g in result.groups:
         for w in g["warnings"]:
             con.print(f"warning ({g['name']}): {w['message']}", markup=False)
-    con.print(f"lock: {result.lock_path}", markup=False)
-    con.print(f"apply: cd {result.out} && ansible-playbook site.yml", markup=False)
-    con.print(f"   or: provision up (the same hosts) --lock {result.lock_path}", markup=False)
 
 
 def package_lines(plan: PackagePlan) -> list[str]:

@@ -88,7 +88,9 @@ def render(con: Console, result: Resolution) -> None:
     table.add_row("cuDNN", dnn.version if dnn else "-", "system" if dnn else "none (wheels bring cuDNN)")
     for name, fw in s.frameworks.items():
         variant = fw.variant or (",".join(fw.extras) if name != "torch" else "") or "-"
-        cuda = f"CUDA {fw.cuda}, cuDNN {fw.cudnn}" if fw.cuda else "CPU only"
+        # a variant whose bundled cuDNN the knowledge does not pin says so, never "cuDNN None"
+        cudnn = f"cuDNN {fw.cudnn}" if fw.cudnn else "its own cuDNN (version not pinned in the knowledge)"
+        cuda = f"CUDA {fw.cuda}, {cudnn}" if fw.cuda else "CPU only"
         table.add_row(name, fw.version, f"{variant}: {cuda}; {fw.index_url}")
     table.add_row("python", s.python, "venv" if s.python_source == "os" else "venv, standalone CPython (uv)")
     con.print(table)

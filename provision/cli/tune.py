@@ -37,7 +37,7 @@ REMOTE_PYTHON = f"{DEFAULT_VENV}/bin/python"
     "--plot",
     type=click.Path(dir_okay=False, path_type=Path),
     metavar="PNG",
-    help="Write a PNG: throughput against batch size and against workers (needs provision[plot]).",
+    help="Write a PNG: throughput against batch size and against workers (needs provision-gpu[plot]).",
 )
 @click.option(
     "--python",

@@ -22,6 +22,7 @@ from provision.cli.cloud import confirm_launch, launch_options, stderr_say, warn
 from provision.cli.options import (
     command_options,
     config_option,
+    deprecated_lock_option,
     limit_option,
     lock_option,
     parse_sets,
@@ -51,9 +52,13 @@ if TYPE_CHECKING:
 @click.command(name="up")
 @target_options(local="Provision the machine provision runs on.", inventory="Provision an Ansible inventory's hosts.")
 @config_option()
-@lock_option("Apply exactly this lock (from `provision plan`): hosts are only checked against it, not resolved.")
+@lock_option(
+    "Apply exactly this lock (from `provision plan`): hosts are only checked against it, not resolved.",
+    name="--from-lock",
+)
+@deprecated_lock_option("--from-lock")
 @stack_options
-@click.option("--check", is_flag=True, help="Ansible check mode: change nothing, verify what is there.")
+@click.option("-C", "--check", is_flag=True, help="Ansible check mode: change nothing, verify what is there.")
 @yes_option("Do not ask before changing hosts.")
 @limit_option()
 @click.option("--serial", type=int, metavar="N", help="Roll through N hosts at a time; stop when a batch fails.")
@@ -81,6 +86,7 @@ def up(
     inventory: str | None,
     config_path: Path | None,
     lock_path: Path | None,
+    old_lock_path: Path | None,
     stack_flags: dict[str, Any],
     check: bool,
     yes: bool,
@@ -97,7 +103,7 @@ def up(
     """Probe, resolve, plan, apply with Ansible, verify every host, report.
 
     Without --yes it shows the plan and asks (check mode changes nothing and does not ask).
-    With --lock FILE it applies exactly that lock: each host is probed only to check it is the
+    With --from-lock FILE it applies exactly that lock: each host is probed only to check it is the
     host its lock group was planned for (OS, arch, GPU model and count); one that is not, or that
     the lock does not name, is refused (exit 2) before any change.
     Hosts already converged with this lock (probed versions equal the lock, last verification
@@ -117,6 +123,7 @@ def up(
     from provision.fleet.up import check_options  # noqa: PLC0415 (start-up: `provision --help` loads this module, not fleet.up)
     from provision.fleet.up import up as run_up  # noqa: PLC0415 (start-up: `provision --help` loads this module, not fleet.up)
 
+    lock_path = lock_path or old_lock_path
     if lock_path is not None:
         refuse_stack_with_lock(cloud, stack_flags)
     check_up_targets(
@@ -205,30 +212,27 @@ def refuse_stack_with_lock(cloud: bool, stack_flags: Mapping[str, Any]) -> None:
     given = [p.opts[0] for p in ctx.command.params if p.name in stack_flags]
     if given:
         raise BadInput(
-            f"{', '.join(given)} with --lock: the lock already decided the stack",
+            f"{', '.join(given)} with --from-lock: the lock already decided the stack",
             "drop them, or run provision plan with them and apply its lock",
         )
     if cloud:
         raise BadInput(
-            "--lock with --cloud: the instances it launches are in no lock",
-            "run provision cloud up, plan -i its inventory, then up -i that inventory --lock FILE",
+            "--from-lock with --cloud: the instances it launches are in no lock",
+            "run provision cloud up, plan -i its inventory, then up -i that inventory --from-lock FILE",
         )
 
 
 def _ask(planned: PlanResult, hosts: list[HostRun]) -> bool:
     from provision.cli.output import console  # noqa: PLC0415 (start-up: `provision up --help` loads this module, not cli.output)
+    from provision.cli.plan import review  # noqa: PLC0415 (start-up: `provision up --help` loads this module, not the plan review)
+    from provision.fleet.review import host_ranges  # noqa: PLC0415 (start-up: as above)
 
     con = console()
-    for h in hosts:
-        if h.converged:
-            con.print(f"[bold]{h.host}[/bold]: converged with this lock; verify only", markup=True)
-            continue
-        con.print(
-            f"[bold]{h.host}[/bold] ({h.group}): " + ("; ".join(h.plan.changes) or "no version change"), markup=True
-        )
-        con.print(f"  reboot: {h.plan.reboot}", markup=False)
-        for note in h.plan.notes:
-            con.print(f"  note: {note}", markup=False)
+    # the same grouped plan `provision plan` prints, then what this run skips
+    review(con, planned)
+    converged = [h.host for h in hosts if h.converged]
+    if converged:
+        con.print(f"converged with this lock, verify only: {host_ranges(converged)}", markup=False, soft_wrap=True)
     return click.confirm("apply this plan?", default=False)
 
 
@@ -306,7 +310,7 @@ def _human(con: Console, result: UpResult, run: CloudRun | None = None) -> None:
     table = Table(show_edge=False)
     for header in ("host", "verdict", "changed", "reboots", "seconds", "failed task / note"):
         table.add_column(header)
-    colours = {"pass": "green", "fail": "red", "no-gpu": "yellow"}
+    colours = {"pass": "green", "fail": "red", "no-gpu": "yellow", "not-verified": "yellow"}
     for h in result.hosts:
         note = h.failed_task or ""
         if h.message:

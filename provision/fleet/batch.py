@@ -18,8 +18,9 @@ from provision.ansible.rundir import write_host_vars
 from provision.errors import ProvisionError
 from provision.fleet import verify as verify_api
 from provision.fleet.planning import HostPlan
-from provision.fleet.records import LOCK_TASK, PROBE_TASK, HostRun
+from provision.fleet.records import LOCK_TASK, NOT_VERIFIED, PROBE_TASK, HostRun
 from provision.fleet.verify import failures
+from provision.model.components import TORCH_VARIANT
 
 if TYPE_CHECKING:
     from provision.config import Config
@@ -198,6 +199,9 @@ def _verify(  # noqa: PLR0917
     # A host the probe found without a GPU, in check mode, runs the job on its CPU and says so:
     # check mode installs nothing, so "what is here works (on the CPU)" is the only honest answer.
     cpu_check = {h.host for h in hosts if h.cpu_only_check}
+    # A host whose lock asks for torch's CPU build and no driver (the default where the probe found
+    # no NVIDIA GPU, or a `+cpu` pin) passes on the CPU: that is the stack it was planned to have.
+    cpu_check |= {h.host for h in hosts if _cpu_stack(h.locked)}
     groups: dict[bool, list[HostTarget]] = {}
     for t in targets:
         groups.setdefault(config.verify.allow_cpu or t.name in cpu_check, []).append(t)
@@ -205,13 +209,15 @@ def _verify(  # noqa: PLR0917
         accept_new_host_keys=options.accept_new_host_keys, ssh_config=options.ssh_config
     )
     for allow_cpu, subset in groups.items():
+        # check mode installed nothing: on this machine the job takes the locked venv where it
+        # exists already (an earlier `up` made it), else the default venv or python3 (on a host:
+        # the default venv or python3), and verifies what is there
+        here = all(t.local for t in subset) and Path(venv, "bin", "python").exists()
+        job_venv = venv if not options.check or here else None
         try:
             # check mode installed nothing: verify what is there, not against the lock
             plans = verify_api.plan_hosts(subset, None if options.check else lock)
-            # check mode installed nothing: the job takes the default venv where there is one
-            results: list[HostResult] = verify_api.verify_hosts(
-                plans, connect, venv=None if options.check else venv, allow_cpu=allow_cpu
-            )
+            results: list[HostResult] = verify_api.verify_hosts(plans, connect, venv=job_venv, allow_cpu=allow_cpu)
         except ProvisionError as exc:  # e.g. no Python on a host: each of these hosts fails with it
             for t in subset:
                 h = by_name[t.name]
@@ -221,9 +227,36 @@ def _verify(  # noqa: PLR0917
             h = by_name[r.host]
             h.verify = r.to_json()
             h.verdict = r.verdict
+            if options.check and (why := _nothing_to_verify(r)):
+                h.verdict, h.message = NOT_VERIFIED, why
+                continue
             if not r.ok and h.message is None:
                 lines = failures(r)  # every failed check, the root cause first, on one line
                 h.message = "; ".join(lines) if lines else (r.error.one_line() if r.error else None)
+
+
+def _cpu_stack(locked: dict[str, str | None]) -> bool:
+    """The lock group (as flat versions) is a CPU-only stack: torch's CPU build, no driver."""
+    return locked.get(TORCH_VARIANT) == "cpu" and not locked.get("driver")
+
+
+def _nothing_to_verify(r: HostResult) -> str | None:
+    """Why a check-mode host has nothing to verify (torch is not importable there), or None.
+
+    Check mode installs nothing, so a host (or a fresh `pipx install` of provision) without torch
+    has no stack to verify yet: failing it would blame the host for what check mode chose not to
+    install. Every other failed check stays a failure.
+    """
+    if r.report is None:
+        return None
+    checks = r.report.get("checks") or []
+    if not any(c.get("name") == "stage_import" and not c.get("ok") for c in checks):
+        return None
+    where = f" by {r.python}" if r.python else ""
+    return (
+        f"nothing to verify: torch is not importable{where} and check mode installs nothing; "
+        "`provision up` without --check installs the locked stack, then verifies it"
+    )
 
 
 # Role variables that leave the driver out; see check_without_gpu.

@@ -21,6 +21,9 @@ RUNS_DIR = Path(".provision") / "runs"
 
 # verdicts beyond the smoke job's pass / fail / no-gpu
 NOT_RUN = "not-run"  # --serial stopped before this host's batch, or Ctrl-C before it was verified
+# `up --check` where torch is not importable by the job's Python: check mode installed nothing, so
+# there is nothing to verify; that is not a failed host (exit 0), and the message names the reason
+NOT_VERIFIED = "not-verified"
 # the failed_task of a host that could not be probed (it fails alone; the others go on)
 PROBE_TASK = "(probe)"
 # the failed_task of a host whose run lock another run holds (provision/hosts/runlock.py)
@@ -53,7 +56,7 @@ class HostRun:
 
     @property
     def ok(self) -> bool:
-        return self.verdict == "pass"
+        return self.verdict in ("pass", NOT_VERIFIED)
 
     def to_json(self) -> dict[str, Any]:
         """Exactly docs/explanation/design.md's `up --json` host object."""

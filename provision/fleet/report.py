@@ -45,7 +45,7 @@ h3{font-size:14px;margin:16px 0 6px}section{margin-bottom:24px}
 table{border-collapse:collapse;font-size:13px}
 td,th{border:1px solid #d1d5db;padding:4px 8px;text-align:left;vertical-align:top}
 th{background:#f3f4f6}tr.failed td{background:#fef2f2}.pass{color:#047857;font-weight:600}
-.fail,.not-run{color:#b91c1c;font-weight:600}.no-gpu{color:#b45309;font-weight:600}
+.fail,.not-run{color:#b91c1c;font-weight:600}.no-gpu,.not-verified{color:#b45309;font-weight:600}
 .differs{background:#fef3c7;color:#92400e;font-weight:600;padding:0 3px}
 .charts{display:flex;flex-wrap:wrap;gap:16px;align-items:flex-start}.note{color:#4b5563;font-size:13px}
 ul.why{margin:4px 0 8px;font-size:14px}td.host,td.nowrap{white-space:nowrap}
@@ -181,7 +181,10 @@ def render_html(doc: Mapping[str, Any]) -> str:
     missing = [name for name, svg in zip(names, charts, strict=True) if not svg]
     mode = " (check mode: nothing was changed)" if doc.get("check") else ""
     passed = sum(1 for d in details if d.get("verdict") == "pass")
+    unverified = sum(1 for d in details if d.get("verdict") == "not-verified")
     verdict = "every host passed" if doc.get("ok") else f"{passed} of {len(details)} hosts passed"
+    if unverified:  # check mode with nothing to verify: not a pass, and not a failure either
+        verdict = f"{passed} of {len(details)} hosts passed, {unverified} not verified (nothing installed to verify)"
     started, finished = _when(doc.get("started_at")), _when(doc.get("finished_at"))
     parts = [
         '<!doctype html><html><head><meta charset="utf-8">',
@@ -440,7 +443,12 @@ def checks_table(checks: Sequence[Mapping[str, Any]]) -> str:
 # -- the section
 
 
-_WHY = {"fail": "Why it failed", "no-gpu": "Why no-gpu (no usable GPU)", "not-run": "Why it was not run"}
+_WHY = {
+    "fail": "Why it failed",
+    "no-gpu": "Why no-gpu (no usable GPU)",
+    "not-run": "Why it was not run",
+    "not-verified": "Why it was not verified (check mode)",
+}
 
 
 def host_section(d: Mapping[str, Any]) -> str:

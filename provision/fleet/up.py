@@ -203,7 +203,11 @@ def _up(
     order = {name: i for i, name in enumerate(selected)}
     result.hosts.sort(key=lambda h: order.get(h.host, len(order)))  # inventory order, also for --serial
     if confirm is not None and not confirm(planned, result.hosts):
-        raise Interrupted("nothing was changed: the plan was not confirmed", "run again and answer y, or pass --yes")
+        state.close()
+        raise Interrupted(
+            f"nothing was changed: the plan was not confirmed (its lock and Ansible run dir are in {run_dir})",
+            "run again and answer y, or pass --yes",
+        )
 
     if options.check:
         check_without_gpu(run_dir / "ansible", [h for h in result.hosts if h.failed_task != PROBE_TASK], say)

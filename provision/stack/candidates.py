@@ -55,9 +55,12 @@ class FwChoice:
 class Candidates:
     """The framework candidates of one request, each framework's best first."""
 
-    def __init__(self, request: StackRequest, knowledge: Knowledge) -> None:
+    def __init__(self, request: StackRequest, knowledge: Knowledge, *, no_gpu: bool = False) -> None:
         self.req = request
         self.k = knowledge
+        # a probed host where the probe found no NVIDIA GPU: torch's CPU build comes first (a
+        # CUDA build is gigabytes of libraries nothing can use there, and up's preflight refuses it)
+        self.no_gpu = no_gpu
 
     def framework_specs(self) -> tuple[FrameworkSpec, ...]:
         return self.req.frameworks or (FrameworkSpec.parse("torch"),)
@@ -106,7 +109,8 @@ class Candidates:
         others = sorted(
             (v for v in cuda if v.name != rel.pypi_default), key=lambda v: Version(v.cuda or "0"), reverse=True
         )
-        return default + others
+        cpu = [v for v in rel.variants if v.cuda is None] if self.no_gpu else []
+        return cpu + default + others
 
     def _torch_index(self, rel: TorchRelease, variant: TorchVariant) -> str | None:
         """Where this wheel comes from under --torch-index, or None when that index lacks it."""

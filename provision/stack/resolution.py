@@ -98,6 +98,11 @@ def assemble(
             )
     else:
         reasons.append("CPU-only stack: no NVIDIA driver needed")
+    cpu = [f"{fw.name} {fw.version}+cpu from {fw.index_url}" for fw in combo if fw.variant == "cpu"]
+    asked = req.torch_variant or any(f.local for f in req.frameworks)  # chosen here, not asked for
+    if cpu and host.probed is not None and gpu is None and not asked:
+        why = "no NVIDIA GPU on this host; ask for a +cuNNN variant for another"
+        reasons.append("the CPU build: " + ", ".join(cpu) + f" ({why})")
     frameworks = {
         fw.name: FrameworkPin(fw.name, fw.version, fw.index_url, fw.cuda, fw.cudnn, fw.variant, fw.extras)
         for fw in combo

@@ -68,7 +68,8 @@ class Resolver:
         self.host = host
         self.k = knowledge
         self.failures: list[str] = []  # rules that failed before the search (no candidates at all)
-        self.candidates = Candidates(request, knowledge)
+        no_gpu = host.gpu is None and host.probed is not None and request.driver in ("auto", "none")
+        self.candidates = Candidates(request, knowledge, no_gpu=no_gpu)
         self.rules = Rules(request, host, knowledge)
         self.drivers = Drivers(request, host, knowledge, self.failures)
         self._nearest_key: tuple[int, int] | None = None

@@ -168,6 +168,13 @@ def test_down_expired_ends_only_what_outlived_its_ttl(aws: Aws, capsys: pytest.C
     assert res["terminated"] == [short["instances"][0]["id"]]
     assert [i["InstanceId"] for i in aws.live()] == [long["instances"][0]["id"]]
     assert [tags(g)["provision:run"] for g in aws.groups()] == [long["run"]]
+    # --dry-run: what --all would end, found as a real run finds it, and nothing ended (no --yes needed)
+    code, out, err = run_cli(["cloud", "down", "--all", "--dry-run", "--json"], capsys)
+    assert code == 0, err
+    dry = json.loads(out)
+    assert dry["dry_run"] is True and dry["runs"] == [long["run"]]
+    assert dry["terminated"] == [long["instances"][0]["id"]]
+    assert [i["InstanceId"] for i in aws.live()] == [long["instances"][0]["id"]]
     code, out, err = run_cli(["cloud", "down", "--all", "--yes", "--json"], capsys)
     assert code == 0 and json.loads(out)["runs"] == [long["run"]]
     assert aws.live() == [] and aws.groups() == [] and aws.key_pairs() == []

@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[2]
 def test_wheel_installs_into_a_fresh_venv_and_finds_its_content(tmp_path: Path) -> None:
     dist = tmp_path / "dist"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(REPO)], check=True)
-    (wheel,) = dist.glob("provision-*.whl")
+    (wheel,) = dist.glob("provision_gpu-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "provision/_content/playbooks/ping.yml" in names
     assert "provision/_content/templates/README.md" in names

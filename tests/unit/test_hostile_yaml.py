@@ -19,6 +19,9 @@ from provision.errors import BadInput
 from provision.files import MAX_DEPTH, load_yaml
 from tests.cli_run import provision
 
+# this machine's run lock: one such test at a time across xdist workers (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("this_machine")
+
 ASSUME = ("--assume", "os=debian-12,gpu=L4:1,name=h1")
 NAMES = "abcdefghi"
 

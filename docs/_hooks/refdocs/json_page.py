@@ -73,11 +73,14 @@ CONTRACTS: dict[str, Contract] = {
             "hosts",
             {
                 "host": "The host's name.",
-                "ok": "Whether it passed.",
+                "ok": "Whether it passed (also true for `not-verified`: nothing to verify in check mode).",
                 "changed": "Changed Ansible tasks (0 on a converged host).",
                 "failed_task": "The task that failed, else null.",
                 "reboots": "Reboots done.",
-                "verdict": "The verification verdict: `pass`, `fail`, `no-gpu`.",
+                "verdict": (
+                    "The verification verdict: `pass`, `fail`, `no-gpu`, `not-run`, "
+                    "or (`up --check` only) `not-verified`."
+                ),
                 "duration_s": "Seconds for the host.",
             },
         ),
@@ -88,7 +91,7 @@ CONTRACTS: dict[str, Contract] = {
         {
             "ok": "true.",
             "out": "The run dir written (`--out`).",
-            "lock": "The lock written (`--lock`).",
+            "lock": "The lock written (`--lock-out`).",
             "hosts": "Per host: what changes and which reboots will happen.",
             "groups": "The lock's groups (as in [provision.lock](lock.md), without `host` and `reasons`).",
             "files": "Every file written into the run dir.",

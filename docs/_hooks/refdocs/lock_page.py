@@ -98,8 +98,9 @@ def page() -> str:
                 "`provision/model/lock.py` and `provision/model/packages.py` (their key lists and records) and a "
                 f"lock written by `provision plan --assume {ASSUME}`"
             ),
-            f"`provision plan` writes the lock (`--lock FILE`, default `provision.lock`); `provision up --lock FILE` "
-            f"applies exactly it. The file is JSON of schema `{SCHEMA}`: two-space indent, a fixed key order and a "
+            "`provision plan` writes the lock (`--lock-out FILE`, default `provision.lock`); "
+            "`provision up --from-lock FILE` applies exactly it. "
+            f"The file is JSON of schema `{SCHEMA}`: two-space indent, a fixed key order and a "
             "trailing newline, so the same resolution always writes the same bytes and a lock diffs well under "
             "version control. It is written atomically (a temporary file, fsync, rename, fsync of the folder). "
             f"A lock of an older schema ({', '.join(f'`{s}`' for s in OLD_SCHEMAS)}) is bad input: regenerate it.\n\n",

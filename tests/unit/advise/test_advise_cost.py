@@ -248,7 +248,7 @@ def test_plot_without_matplotlib_is_one_line_naming_the_extra(tmp_path: Path, mo
     res = invoke("--cloud-price", "2", "--hours-per-day", "8", "--server-price", "30000", "--plot", str(out))
     assert res.exit_code == 2
     assert res.stderr.count("\n") == 1
-    assert "provision[plot]" in res.stderr
+    assert "provision-gpu[plot]" in res.stderr
     assert not out.exists()
 
 

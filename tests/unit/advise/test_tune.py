@@ -24,6 +24,9 @@ from provision.advise import tune as t
 from provision.errors import OperationFailed
 from provision.remote import tune_job as job
 
+# this machine's run lock: one such test at a time across xdist workers (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("this_machine")
+
 REPO = Path(__file__).resolve().parents[3]
 
 

@@ -19,6 +19,9 @@ import pytest
 
 from tests.cli_run import provision
 
+# this machine's run lock: one such test at a time across xdist workers (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("this_machine")
+
 BIN = Path(sys.executable).parent
 ASSUME = ["--assume", "os=debian-12,gpu=L4:1,name=h1"]
 
@@ -118,16 +121,16 @@ def test_set_of_an_install_setting_still_works(tmp_path: Path) -> None:
 def test_set_frameworks_installs_may_move_the_locked_wheels_to_another_index_only(tmp_path: Path) -> None:
     """A mirror of the wheels' index is where from, not what: the same requirements pass, others
     are refused after the resolve and before the lock or the run dir is written."""
-    first = run("plan", *ASSUME, "--out", "run1", "--lock", "l1", "--json", cwd=tmp_path)
+    first = run("plan", *ASSUME, "--out", "run1", "--lock-out", "l1", "--json", cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     [req] = json.loads(first.stdout)["groups"][0]["packages"]["pip"]["requirements"]
     mirrored = f"frameworks_installs=[{{packages: ['{req}'], index_url: 'http://mirror.example/simple'}}]"
-    again = run("plan", *ASSUME, "--out", "run2", "--lock", "l2", "--set", mirrored, cwd=tmp_path)
+    again = run("plan", *ASSUME, "--out", "run2", "--lock-out", "l2", "--set", mirrored, cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     rendered = "".join(p.read_text() for p in (tmp_path / "run2" / "group_vars").iterdir())
     assert "index_url: http://mirror.example/simple" in rendered
     other = "frameworks_installs=[{packages: ['torch==2.0.1'], index_url: ''}]"
-    line = refused(tmp_path, "plan", *ASSUME, "--out", "run3", "--lock", "l3", "--set", other)
+    line = refused(tmp_path, "plan", *ASSUME, "--out", "run3", "--lock-out", "l3", "--set", other)
     assert f"--set frameworks_installs: its packages torch==2.0.1 are not the lock's ({req}" in line
 
 

@@ -339,17 +339,20 @@ def test_plan_local_on_a_machine_without_an_nvidia_gpu_says_so(tmp_path: Path) -
     r = _plan("--local", "-c", "p.yaml", "--out", "run", "--json", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     [host] = json.loads(r.stdout)["hosts"]
-    assert host["notes"] == [
+    # the default there is torch's CPU build (issue 28): nothing preflight would refuse
+    assert host["notes"] == ["no NVIDIA GPU found on this host: no driver is planned, the frameworks run on the CPU"]
+    assert not any(c.startswith("driver ") for c in host["changes"]) and host["reboot"] == "no"
+    assert read_lock(tmp_path / "provision.lock").groups[0].stack.driver is None
+    assert "preflight_require_gpu: false" in "".join(p.read_text() for p in (tmp_path / "run" / "group_vars").iterdir())
+    cuda = _plan("--local", "-c", "p.yaml", "--torch-variant", "cu128", "--out", "run4", "--json", cwd=tmp_path)
+    assert json.loads(cuda.stdout)["hosts"][0]["notes"] == [
         "no NVIDIA GPU found on this host: no driver is planned; up's preflight refuses the CUDA build of "
         "torch here (a CPU-only stack, e.g. torch==X+cpu, passes; up --check runs the rest on the CPU)"
     ]
-    assert not any(c.startswith("driver ") for c in host["changes"]) and host["reboot"] == "no"
-    assert read_lock(tmp_path / "provision.lock").groups[0].stack.driver is None
-    assert "preflight_require_gpu: true" in "".join(p.read_text() for p in (tmp_path / "run" / "group_vars").iterdir())
-    human = _plan("--local", "-c", "p.yaml", "--out", "run2", "--lock", "l2", cwd=tmp_path)
+    human = _plan("--local", "-c", "p.yaml", "--out", "run2", "--lock-out", "l2", cwd=tmp_path)
     assert "note:         no NVIDIA GPU found on this host" in human.stdout
     (tmp_path / "cpu.yaml").write_text("stack: {frameworks: ['torch==2.13.0+cpu']}\ninstall: {lock_closure: never}\n")
-    cpu = _plan("--local", "-c", "cpu.yaml", "--out", "run3", "--lock", "l3", "--json", cwd=tmp_path)
+    cpu = _plan("--local", "-c", "cpu.yaml", "--out", "run3", "--lock-out", "l3", "--json", cwd=tmp_path)
     assert cpu.returncode == 0, cpu.stderr
     [host] = json.loads(cpu.stdout)["hosts"]
     assert host["notes"] == ["no NVIDIA GPU found on this host: no driver is planned, the frameworks run on the CPU"]

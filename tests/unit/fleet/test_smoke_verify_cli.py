@@ -15,6 +15,9 @@ from provision.errors import BadInput
 from provision.fleet.verify import expectations, load_lock, lock_group
 from provision.stack.lock import Lock, parse_lock
 
+# this machine's run lock: one such test at a time across xdist workers (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("this_machine")
+
 TORCH = __import__("torch").__version__
 
 

@@ -18,6 +18,9 @@ from provision.model import FrameworkPin, ResolvedHost, Stack
 from provision.stack.lock import LockGroup
 from tests.cli_run import provision
 
+# this machine's run lock: one such test at a time across xdist workers (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("this_machine")
+
 
 def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return provision(*args, cwd=cwd)

@@ -20,6 +20,9 @@ from provision.fleet.report import render_html
 from provision.fleet.state import DEFAULT_PATH, State, state_path
 from tests.cli_run import provision
 
+# this machine's run lock: one such test at a time across xdist workers (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("this_machine")
+
 
 def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return provision(*args, cwd=cwd)

@@ -108,7 +108,9 @@ def test_stack_options_and_cloud_with_lock_are_refused() -> None:
 
     runner = CliRunner()
     r = runner.invoke(cmd, ["--driver", "580", "--framework", "torch"])
-    assert r.exit_code == 2 and r.output == "--driver, --framework with --lock: the lock already decided the stack\n"
+    assert (
+        r.exit_code == 2 and r.output == "--driver, --framework with --from-lock: the lock already decided the stack\n"
+    )
     assert runner.invoke(cmd, []).exit_code == 0
     assert "with --cloud" in runner.invoke(cmd, ["--cloud"]).output
 
@@ -129,7 +131,7 @@ def test_up_refuses_before_contacting_any_host(tmp_path: Path) -> None:
     (tmp_path / "lock.json").write_text(json.dumps(lock.to_json()))
     # 192.0.2.1 (TEST-NET-1) answers nothing: a refusal that needed the host would time out
     (tmp_path / "inv.ini").write_text("th1 ansible_host=192.0.2.1\nth2 ansible_host=192.0.2.2\n")
-    r = _up("-i", "inv.ini", "--yes", "--lock", "lock.json", cwd=tmp_path)
+    r = _up("-i", "inv.ini", "--yes", "--from-lock", "lock.json", cwd=tmp_path)
     assert (
         r.returncode == 2
         and r.stderr == "error: host th2 is not in the lock (run provision plan again for these hosts)\n"
@@ -137,11 +139,13 @@ def test_up_refuses_before_contacting_any_host(tmp_path: Path) -> None:
     missing = _up("-i", "inv.ini", "--yes", "--lock", "nope.lock", cwd=tmp_path)
     assert missing.returncode == 2 and "no lock file at nope.lock" in missing.stderr
     flags = _up(
-        "-i", "inv.ini", "--yes", "--lock", "lock.json", "--driver", "580", "--framework", "torch", cwd=tmp_path
+        "-i", "inv.ini", "--yes", "--from-lock", "lock.json", "--driver", "580", "--framework", "torch", cwd=tmp_path
     )
-    assert flags.returncode == 2 and flags.stderr.startswith("error: --framework, --driver with --lock: "), flags.stderr
-    cloud = _up("--cloud", "--yes", "--lock", "lock.json", cwd=tmp_path)
-    assert cloud.returncode == 2 and "--lock with --cloud" in cloud.stderr
+    assert flags.returncode == 2 and flags.stderr.startswith("error: --framework, --driver with --from-lock: "), (
+        flags.stderr
+    )
+    cloud = _up("--cloud", "--yes", "--from-lock", "lock.json", cwd=tmp_path)
+    assert cloud.returncode == 2 and "--from-lock with --cloud" in cloud.stderr
     assert not (tmp_path / ".provision").exists()  # no run, no state DB
 
 

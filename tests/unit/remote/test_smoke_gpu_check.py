@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+# this machine's run lock: one such test at a time across xdist workers (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("this_machine")
+
 REPO = Path(__file__).resolve().parents[3]
 SCRIPT = REPO / "benchmarks" / "gpu_check.sh"
 
