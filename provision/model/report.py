@@ -20,14 +20,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from provision.errors import BadInput
+from provision.model._json import bad as _bad
+from provision.model._json import opt_int as _count
+from provision.model._json import opt_text as _text
 
 # a JSON leaf as the smoke job wrote it (a check's value or pass line, a count)
 Scalar = str | int | float | bool | None
 _HINT = "report.json is written by `provision up` itself: run it again to write a new one"
-
-
-def _bad(where: str, what: str) -> BadInput:
-    return BadInput(f"{where} is not {what}", _HINT)
 
 
 def _obj(value: object, where: str) -> Mapping[str, Any]:
@@ -47,10 +46,10 @@ def _list(value: object, where: str) -> list[Any]:
     return list(value)
 
 
-def _text(d: Mapping[str, Any], key: str, where: str) -> str | None:
+def _required_text(d: Mapping[str, Any], key: str, where: str) -> str:
     value = d.get(key)
-    if value is not None and not isinstance(value, str):
-        raise _bad(f"{where}.{key}", "text or null")
+    if not isinstance(value, str):
+        raise _bad(f"{where}.{key}", "text")
     return value
 
 
@@ -95,14 +94,11 @@ class Check:
     @classmethod
     def from_json(cls, doc: object, where: str = "check") -> Check:
         d = _obj(doc, where)
-        name = d.get("name")
-        if not isinstance(name, str):
-            raise _bad(f"{where}.name", "text")
         gpu = d.get("gpu")
         if gpu is not None and (isinstance(gpu, bool) or not isinstance(gpu, int | str)):
             raise _bad(f"{where}.gpu", "a GPU index or null")
         return cls(
-            name=name,
+            name=_required_text(d, "name", where),
             ok=bool(d.get("ok")),
             gpu=gpu,
             value=_leaf(d.get("value"), f"{where}.value"),
@@ -254,16 +250,13 @@ class HostDetail:
     @classmethod
     def from_json(cls, doc: object, where: str = "detail") -> HostDetail:
         d = _obj(doc, where)
-        host = d.get("host")
-        if not isinstance(host, str):
-            raise _bad(f"{where}.host", "text")
         seconds = _obj(d.get("role_seconds"), f"{where}.role_seconds")
         if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in seconds.values()):
             raise _bad(f"{where}.role_seconds", "seconds per role")
         changes = _list(d.get("changes"), f"{where}.changes")
         probed, verify = d.get("probed"), d.get("verify")
         return cls(
-            host=host,
+            host=_required_text(d, "host", where),
             group=_text(d, "group", where),
             verdict=_text(d, "verdict", where),
             message=_text(d, "message", where),
@@ -280,13 +273,6 @@ class HostDetail:
             probed=Probed.from_json(probed, f"{where}.probed") if probed else None,
             verify=VerifyReport.from_json(verify, f"{where}.verify") if verify else None,
         )
-
-
-def _count(d: Mapping[str, Any], key: str, where: str) -> int | None:
-    value = d.get(key)
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-        raise _bad(f"{where}.{key}", "a count or null")
-    return value
 
 
 @dataclass(frozen=True)
@@ -336,6 +322,15 @@ class UpReport:
 
     @classmethod
     def from_json(cls, doc: object, where: str = "report.json") -> UpReport:
+        """The record; a field of the wrong type is BadInput naming it (the model's readers' hint
+        is the lock's, replaced here by report.json's own)."""
+        try:
+            return cls._read(doc, where)
+        except BadInput as exc:
+            raise BadInput(exc.message, _HINT) from None
+
+    @classmethod
+    def _read(cls, doc: object, where: str) -> UpReport:
         d = _obj(doc, where)
         run = d.get("run")
         cache = d.get("cache")

@@ -184,5 +184,8 @@ def test_the_page_reads_report_json_once_through_its_record(doc: dict[str, Any])
     assert report.details[2].verify is None  # the job never ran there
     bad = json.loads(json.dumps(doc))
     bad["details"][0]["verify"]["checks"][0]["gpu"] = [0]
-    with pytest.raises(BadInput, match=r"report.json.details\[0\].verify.checks\[0\].gpu is not a GPU index or null"):
+    with pytest.raises(
+        BadInput, match=r"report.json.details\[0\].verify.checks\[0\].gpu is not a GPU index or null"
+    ) as e:
         UpReport.from_json(bad)
+    assert "provision up" in e.value.hint  # report.json's writer, not the lock's `provision plan`
