@@ -91,22 +91,6 @@ class RenderedRun:
     vars: RunVars
 
 
-def render_files(
-    lock: Lock,
-    hosts: Mapping[str, Mapping[str, Any]],
-    install: InstallSettings,
-    *,
-    roles_path: str,
-    overrides: Mapping[str, object] | None = None,
-    user_groups: Mapping[str, Mapping[str, Sequence[str]]] | None = None,
-    run: str | None = None,
-) -> dict[str, str]:
-    """The run dir's files as {relative path: text} (:func:`render_run`'s files)."""
-    return render_run(
-        lock, hosts, install, roles_path=roles_path, overrides=overrides, user_groups=user_groups, run=run
-    ).files
-
-
 def render_run(
     lock: Lock,
     hosts: Mapping[str, Mapping[str, Any]],

@@ -51,7 +51,7 @@ _MARKER_TEXT = (
     "# This folder is a provision run dir: `provision plan --out` re-renders it in place and removes\n"
     "# group_vars/*.yml it did not write. Delete this file and plan will refuse to write here.\n"
 )
-# What every run dir from before the marker held (render_files always writes these three).
+# What every run dir from before the marker held (render_run always writes these three).
 _UNMARKED_RUN_DIR = ("provision.lock", "ansible.cfg", "site.yml")
 
 

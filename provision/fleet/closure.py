@@ -77,8 +77,9 @@ def lock_closures(
     out = []
     for g in groups:
         data = {**group_vars(g, bare), **(overrides or {})}
-        platform = {"python": data.get("python_env_python"), "arch": g.host.arch}
-        ws = WheelSet.from_group_vars(data, platform, netrc=netrc)
+        # the Python the roles install into (an override may name another than the lock's host)
+        python = data.get("python_env_python")
+        ws = WheelSet.from_group_vars(data, python=str(python) if python else None, arch=g.host.arch, netrc=netrc)
         closure = resolve(ws, g.name, cache or default_cache()) if ws is not None else []
         why = cudnn_closure_problem(g, closure)
         if why is not None:

@@ -148,7 +148,7 @@ class PlanRun:
     skip_unprobed: bool = False
     check: bool = False
     bundle_roles: bool = True
-    # `up`'s run id (see provision.ansible.render.render_files); None for `plan`
+    # `up`'s run id (see provision.ansible.render.render_run); None for `plan`
     run_id: str | None = None
 
 
@@ -167,7 +167,7 @@ def plan(inputs: PlanInputs, context: PlanRun | None = None) -> PlanResult:
     groups (their wheel closure included), restricted to these hosts, are what the run dir
     renders and ``lock_path`` gets. ``bundle_roles``: the run dir carries a copy of the roles
     (`plan --out`; `up` runs its own run dir in place and passes False). ``run_id``: `up`'s run id
-    (see :func:`provision.ansible.render.render_files`).
+    (see :func:`provision.ansible.render.render_run`).
     """
     from provision.ansible.rundir import check_out_dir, ensure_dir, write_run_dir  # noqa: PLC0415 (start-up: `provision --help` loads this module, not ansible.rundir)
     from provision.stack.lock import build_lock, dumps_lock  # noqa: PLC0415 (start-up: `provision --help` loads this module, not stack.lock)

@@ -1,12 +1,14 @@
 """What `provision up` tells people: ``report.html``, one self-contained page (inline SVG plots).
 
-The page is built from ``report.json`` (the run's document with each host's verify report): a
+The page is built from ``report.json`` (the run's document with each host's verify report), read
+once into its record (:class:`provision.model.report.UpReport`): a
 verdict table with each host's reason, then a section per host, then the measurements: GEMM and
 copy speeds against their pass lines, training loss over the steps, GPU utilization over the
 seconds of training, and time per role. No scripts, no external files: it opens the same from a
 mail attachment as from the run dir.
 
-A host's section reads one ``details`` entry (:meth:`provision.fleet.records.HostRun.detail_json`):
+A host's section reads one host's record (:class:`provision.model.report.HostDetail`, from
+:meth:`provision.fleet.records.HostRun.detail_json`):
 its verdict and why, the stack its lock group names (``locked``, the group as
 :func:`provision.stack.drift.expected_versions` flattens it) beside what the smoke job found
 (``verify.versions``) and what the probe found before the run (``probed``), and every check of the
@@ -26,12 +28,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from html import escape
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from provision.files import replace_file
 from provision.fleet.charts import bar_chart, line_chart
 from provision.fleet.verify import JOB_KEYS, HostResult, failures
 from provision.model.components import COMPONENTS
+from provision.model.report import CacheSummary, Check, HostDetail, Probed, Scalar, Training, UpReport
 from provision.model.versions import cudnn_dotted
 from provision.stack.drift import compare
 
@@ -61,44 +64,41 @@ _SPEED_CHARTS = (
 )
 
 
-def _speed_bars(
-    details: Iterable[Mapping[str, Any]], prefixes: tuple[str, ...]
-) -> list[tuple[str, float, float | None]]:
+def _speed_bars(details: Iterable[HostDetail], prefixes: tuple[str, ...]) -> list[tuple[str, float, float | None]]:
     """One bar per host, GPU and metric, labelled ``host GPU 0 gemm_bf16``."""
     bars: list[tuple[str, float, float | None]] = []
     for d in details:
-        for c in (d.get("verify") or {}).get("checks") or []:
-            name = str(c.get("name", ""))
-            if not name.startswith(prefixes) or not isinstance(c.get("value"), int | float):
+        for c in d.verify.checks if d.verify else ():
+            if not c.name.startswith(prefixes) or not isinstance(c.value, int | float):
                 continue
-            gpu = f" GPU {c['gpu']}" if c.get("gpu") is not None else ""
-            threshold = c.get("threshold")
+            gpu = f" GPU {c.gpu}" if c.gpu is not None else ""
+            threshold = c.threshold
             bars.append(
                 (
-                    f"{d['host']}{gpu} {name}",
-                    float(c["value"]),
+                    f"{d.host}{gpu} {c.name}",
+                    float(c.value),
                     float(threshold) if isinstance(threshold, int | float) else None,
                 )
             )
     return bars
 
 
-def _role_seconds(details: Iterable[Mapping[str, Any]]) -> list[tuple[str, float, float | None]]:
+def _role_seconds(details: Iterable[HostDetail]) -> list[tuple[str, float, float | None]]:
     """Seconds per role on the slowest host, in the order the roles ran."""
     totals: dict[str, float] = {}
     for d in details:
-        for role, seconds in (d.get("role_seconds") or {}).items():
-            totals[role] = max(totals.get(role, 0.0), float(seconds))
+        for role, seconds in d.role_seconds.items():
+            totals[role] = max(totals.get(role, 0.0), seconds)
     return [(role, seconds, None) for role, seconds in totals.items()]
 
 
-def _same(values: Iterable[Any]) -> float | None:
+def _same(values: Iterable[Scalar | Mapping[str, Scalar]]) -> float | None:
     """The one value every host has (a pass line drawn once), or None when they differ."""
     found = {float(v) for v in values if isinstance(v, int | float)}
     return found.pop() if len(found) == 1 else None
 
 
-def _training_charts(details: list[Mapping[str, Any]]) -> tuple[str, str]:
+def _training_charts(details: Sequence[HostDetail]) -> tuple[str, str]:
     """The loss over the training steps and the utilization over the seconds of the timed steps.
 
     A report of a job from before the steps and the sampling period were recorded plots its
@@ -106,23 +106,24 @@ def _training_charts(details: list[Mapping[str, Any]]) -> tuple[str, str]:
     """
     losses: dict[str, list[tuple[float, float]]] = {}
     util: dict[str, list[tuple[float, float]]] = {}
-    bounds, util_lines = [], []
+    bounds: list[Scalar | Mapping[str, Scalar]] = []
+    util_lines: list[Scalar | Mapping[str, Scalar]] = []
     by_step = by_second = True
     for d in details:
-        verify = d.get("verify") or {}
-        training = verify.get("training") or {}
-        curve = [float(x) for x in training.get("loss_curve") or []]
-        steps = training.get("loss_curve_steps")
+        training = d.verify.training if d.verify else Training()
+        checks = d.verify.checks if d.verify else ()
+        curve = training.loss_curve
+        steps = training.loss_curve_steps
         by_step = by_step and (steps is not None or not curve)
         xs = steps if steps is not None else range(len(curve))
-        losses[str(d["host"])] = [(float(x), y) for x, y in zip(xs, curve, strict=False)]
-        series = [float(x) for x in training.get("gpu_util_series") or []]
-        period = training.get("gpu_util_period_s")
+        losses[d.host] = [(float(x), y) for x, y in zip(xs, curve, strict=False)]
+        series = training.gpu_util_series
+        period = training.gpu_util_period_s
         by_second = by_second and (period is not None or not series)
-        util[str(d["host"])] = [(round(i * float(period or 1), 3), y) for i, y in enumerate(series)]
+        util[d.host] = [(round(i * float(period or 1), 3), y) for i, y in enumerate(series)]
         if curve:
-            bounds.append(training.get("loss_bound"))
-        util_lines += [c.get("threshold") for c in verify.get("checks") or [] if c.get("name") == "training_util"]
+            bounds.append(training.loss_bound)
+        util_lines += [c.threshold for c in checks if c.name == "training_util"]
     loss_chart = line_chart(
         "Training loss of the smoke job",
         losses if by_step else _by_position(losses),
@@ -147,28 +148,28 @@ def _by_position(series: Mapping[str, list[tuple[float, float]]]) -> dict[str, l
     return {k: [(float(i), y) for i, (_, y) in enumerate(v)] for k, v in series.items()}
 
 
-def _when(seconds: object) -> str:
+def _when(seconds: float | None) -> str:
     if not isinstance(seconds, int | float) or not seconds:
         return ""
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(seconds))
 
 
-def render_html(doc: Mapping[str, Any]) -> str:
-    """The page for a report.json document (pure)."""
-    details: list[Mapping[str, Any]] = list(doc.get("details") or [])
+def render_html(report: UpReport) -> str:
+    """The page for a run's report (pure)."""
+    details = report.details
     rows = []
     for d in details:
-        verdict = str(d.get("verdict"))
+        verdict = str(d.verdict)
         why = reasons(d)
         note = why[0] + (f" (and {len(why) - 1} more below)" if len(why) > 1 else "") if why else ""
-        if d.get("cpu_only_check"):
+        if d.cpu_only_check:
             note = ("no GPU on this host: the smoke job ran on the CPU. " + note).strip()
-        host = escape(str(d["host"]))
+        host = escape(d.host)
         rows.append(
-            f'<tr><td class="host"><a href="#host-{host}">{host}</a></td><td>{escape(str(d.get("group")))}</td>'
+            f'<tr><td class="host"><a href="#host-{host}">{host}</a></td><td>{escape(str(d.group))}</td>'
             f'<td class="{escape(verdict)}">{escape(verdict)}</td><td>{escape(note)}</td>'
-            f"<td>{d.get('changed')}</td><td>{escape(str(d.get('failed_task') or ''))}</td>"
-            f"<td>{d.get('reboots')}</td><td>{d.get('duration_s')}</td></tr>"
+            f"<td>{d.changed}</td><td>{escape(d.failed_task or '')}</td>"
+            f"<td>{d.reboots}</td><td>{d.duration_s}</td></tr>"
         )
     loss_chart, util_chart = _training_charts(details)
     charts = [
@@ -179,19 +180,19 @@ def render_html(doc: Mapping[str, Any]) -> str:
     ]
     names = ("GEMM", "GPU memory copy", "PCIe copies", "loss curves", "GPU utilization", "time per role")
     missing = [name for name, svg in zip(names, charts, strict=True) if not svg]
-    mode = " (check mode: nothing was changed)" if doc.get("check") else ""
-    passed = sum(1 for d in details if d.get("verdict") == "pass")
-    unverified = sum(1 for d in details if d.get("verdict") == "not-verified")
-    verdict = "every host passed" if doc.get("ok") else f"{passed} of {len(details)} hosts passed"
+    mode = " (check mode: nothing was changed)" if report.check else ""
+    passed = sum(1 for d in details if d.verdict == "pass")
+    unverified = sum(1 for d in details if d.verdict == "not-verified")
+    verdict = "every host passed" if report.ok else f"{passed} of {len(details)} hosts passed"
     if unverified:  # check mode with nothing to verify: not a pass, and not a failure either
         verdict = f"{passed} of {len(details)} hosts passed, {unverified} not verified (nothing installed to verify)"
-    started, finished = _when(doc.get("started_at")), _when(doc.get("finished_at"))
+    started, finished = _when(report.started_at), _when(report.finished_at)
     parts = [
         '<!doctype html><html><head><meta charset="utf-8">',
-        f"<title>provision up {escape(str(doc.get('run')))}</title><style>{_STYLE}</style></head><body>",
-        f"<h1>provision up, run {escape(str(doc.get('run')))}{mode}: {verdict}</h1>",
+        f"<title>provision up {escape(str(report.run))}</title><style>{_STYLE}</style></head><body>",
+        f"<h1>provision up, run {escape(str(report.run))}{mode}: {verdict}</h1>",
         f'<p class="note">started {started}, finished {finished}</p>' if started and finished else "",
-        _stopped(doc),
+        _stopped(report),
         "<h2>Verdict per host</h2><table><tr><th>host</th><th>group</th><th>verdict</th><th>why</th>"
         "<th>changed</th><th>failed task</th><th>reboots</th><th>seconds</th></tr>",
         *rows,
@@ -206,7 +207,7 @@ def render_html(doc: Mapping[str, Any]) -> str:
             f'<p class="note">No data in this run for: {escape(", ".join(missing))} '
             "(no GPU, or the host was not applied or verified).</p>"
         )
-    parts += _cache_section(doc.get("cache"))
+    parts += _cache_section(report.cache)
     parts.append("</body></html>\n")
     return "".join(parts)
 
@@ -216,23 +217,22 @@ def render_html(doc: Mapping[str, Any]) -> str:
 # -- the verdict and why
 
 
-def reasons(d: Mapping[str, Any]) -> list[str]:
+def reasons(d: HostDetail) -> list[str]:
     """Why the host has its verdict, one line each, the root cause first."""
-    verdict, message = d.get("verdict"), d.get("message")
-    if d.get("failed_task"):
-        return [f"the task {d['failed_task']!r} failed" + (f": {message}" if message else "")]
-    verify = d.get("verify")
+    verdict, message = d.verdict, d.message
+    if d.failed_task:
+        return [f"the task {d.failed_task!r} failed" + (f": {message}" if message else "")]
+    verify = d.verify
     if verify and verdict != "pass":
-        lines = failures(HostResult(host=str(d["host"]), report=dict(verify)))
-        error = verify.get("error") or {}
-        if not verify.get("checks") and error.get("message"):  # the job gave no report: why not
-            return [str(message or error["message"])]
+        lines = failures(HostResult(host=d.host, report=dict(verify.document)))
+        if not verify.checks and verify.error:  # the job gave no report: why not
+            return [message or verify.error]
         if lines:
             return lines
     if message:
-        return [str(message)]
+        return [message]
     if verdict == "pass":
-        return ["every check passed" + (" (converged: the apply was skipped)" if d.get("converged") else "")]
+        return ["every check passed" + (" (converged: the apply was skipped)" if d.converged else "")]
     return []
 
 
@@ -262,28 +262,28 @@ def _shown(key: str, value: object) -> str:
     return cudnn_dotted(str(value)) if key == "cudnn" else str(value)
 
 
-def _before(key: str, probed: Mapping[str, Any]) -> str | None:
+def _before(key: str, probed: Probed | None) -> str | None:
     """What the probe found for ``key`` before the run. Not its cuDNN: that is the system
     library's, and the locked cuDNN is the one in torch's wheels."""
-    if not probed:
+    if probed is None:
         return None
     if key == "cuda_toolkit":
-        return ", ".join(probed.get("cuda_toolkits") or []) or NOT_INSTALLED
+        return ", ".join(probed.cuda_toolkits) or NOT_INSTALLED
     if key == "driver":
-        return _shown(key, probed.get(key))
+        return _shown(key, probed.driver)
     if key in ("torch", "tensorflow", "jax"):
-        return _shown(key, (probed.get("frameworks") or {}).get(key))
+        return _shown(key, probed.frameworks.get(key))
     return None
 
 
-def stack_rows(d: Mapping[str, Any]) -> list[StackRow]:
+def stack_rows(d: HostDetail) -> list[StackRow]:
     """The versions of one host: what its lock group names, what the smoke job read after the
     run, what the probe read before it; rows nobody has a value for are left out."""
-    locked: Mapping[str, str | None] = d.get("locked") or {}
-    probed: Mapping[str, Any] = d.get("probed") or {}
-    versions: Mapping[str, Any] = (d.get("verify") or {}).get("versions") or {}
+    locked = d.locked
+    probed = d.probed
+    versions = d.verify.versions if d.verify else {}
     # every key the job reads is an observation once it ran: absent means not installed
-    observed = {k: (None if versions.get(k) is None else str(versions[k])) for k in JOB_KEYS} if versions else {}
+    observed = {k: versions.get(k) for k in JOB_KEYS} if versions else {}
     drifted = {x.item for x in compare(locked, observed)}
     rows = []
     for name, lock_key, job_key in _ITEMS:
@@ -302,36 +302,35 @@ def stack_rows(d: Mapping[str, Any]) -> list[StackRow]:
     return rows
 
 
-def _gpus_line(d: Mapping[str, Any]) -> str:
-    verify = d.get("verify") or {}
-    probed = d.get("probed") or {}
-    gpus: Sequence[Mapping[str, Any]] = verify.get("gpus") or []
+def _gpus_line(d: HostDetail) -> str:
+    probed = d.probed
+    gpus = d.verify.gpus if d.verify else ()
     parts = []
-    if probed.get("os"):
-        parts.append(f"OS {probed['os']}")
+    if probed is not None and probed.os:
+        parts.append(f"OS {probed.os}")
     if gpus:
         kinds: dict[str, int] = {}
         for g in gpus:
-            desc = f"{g.get('name')}"
-            if g.get("memory_gib"):
-                desc += f", {g['memory_gib']} GiB"
-            if g.get("compute_capability"):
-                desc += f", compute capability {g['compute_capability']}"
+            desc = f"{g.name}"
+            if g.memory_gib:
+                desc += f", {g.memory_gib} GiB"
+            if g.compute_capability:
+                desc += f", compute capability {g.compute_capability}"
             kinds[desc] = kinds.get(desc, 0) + 1
         parts.append("GPUs: " + "; ".join(f"{n} × {desc}" for desc, n in kinds.items()))
-    elif probed:
-        parts.append(f"GPUs found by the probe: {probed.get('gpu_count', 0)}")
-    counts = verify.get("counts") or {}
+    elif probed is not None:
+        parts.append(f"GPUs found by the probe: {probed.gpu_count}")
+    counts = d.verify.counts if d.verify else {}
     if counts:
         parts.append("seen by " + ", ".join(f"{k} {v}" for k, v in counts.items() if v is not None))
     return "; ".join(parts)
 
 
-def stack_table(d: Mapping[str, Any]) -> str:
+def stack_table(d: HostDetail) -> str:
     rows = stack_rows(d)
     if not rows:
         return '<p class="note">No versions known: the host was neither probed nor verified.</p>'
-    verified = bool((d.get("verify") or {}).get("versions"))
+    verified = bool(d.verify and d.verify.versions)
     missing = "not verified" if not verified else "not read by the smoke job"
     out = [
         "<table><tr><th>component</th><th>locked</th><th>found on the host (smoke job)</th>"
@@ -409,32 +408,30 @@ def _cell(name: str, value: object) -> str:
     return str(value)
 
 
-def pass_line(check: Mapping[str, Any]) -> str:
+def pass_line(check: Check) -> str:
     """The check's pass line as a reader wants it: ``≥ 593.4``, ``< 87``, ``2.8.0 (locked)``."""
-    threshold, relation = check.get("threshold"), check.get("pass_if")
+    threshold, relation = check.threshold, check.pass_if
     if threshold is None:
         return ""
-    shown = _cell(str(check.get("name")), threshold)
+    shown = _cell(check.name, threshold)
     if relation == "matches":
         return f"{shown} (locked)"
     return f"{_RELATION[relation]} {shown}" if relation in _RELATION else shown
 
 
-def checks_table(checks: Sequence[Mapping[str, Any]]) -> str:
+def checks_table(checks: Sequence[Check]) -> str:
     out = [
         "<table><tr><th>check</th><th>what it proves</th><th>GPU</th><th>value</th><th>unit</th>"
         "<th>pass line</th><th>result</th><th>why it failed</th></tr>"
     ]
     for c in checks:
-        name = str(c.get("name"))
-        ok = bool(c.get("ok"))
-        gpu = c.get("gpu")
+        name, ok, gpu = c.name, c.ok, c.gpu
         out.append(
             f'<tr class="{"" if ok else "failed"}"><td>{escape(name)}</td><td>{escape(_what(name))}</td>'
-            f"<td>{'' if gpu is None else escape(str(gpu))}</td><td>{escape(_cell(name, c.get('value')))}</td>"
-            f'<td class="nowrap">{escape(str(c.get("unit") or ""))}</td><td class="nowrap">{escape(pass_line(c))}</td>'
+            f"<td>{'' if gpu is None else escape(str(gpu))}</td><td>{escape(_cell(name, c.value))}</td>"
+            f'<td class="nowrap">{escape(c.unit or "")}</td><td class="nowrap">{escape(pass_line(c))}</td>'
             f'<td class="{"pass" if ok else "fail"}">{"pass" if ok else "FAIL"}</td>'
-            f"<td>{'' if ok else escape(str(c.get('message') or ''))}</td></tr>"
+            f"<td>{'' if ok else escape(c.message or '')}</td></tr>"
         )
     out.append("</table>")
     return "".join(out)
@@ -451,18 +448,17 @@ _WHY = {
 }
 
 
-def host_section(d: Mapping[str, Any]) -> str:
+def host_section(d: HostDetail) -> str:
     """The host's section: heading with the verdict, why, the stack, the checks, the warnings."""
-    host, verdict = str(d["host"]), str(d.get("verdict"))
-    verify = d.get("verify") or {}
+    host, verdict = d.host, str(d.verdict)
     machine = _gpus_line(d)
     parts = [
         f'<section id="host-{escape(host)}"><h2>{escape(host)}: '
         f'<span class="{escape(verdict)}">{escape(verdict)}</span></h2>',
-        f'<p class="note">group {escape(str(d.get("group")))}' + (f"; {escape(machine)}" if machine else "") + "</p>",
+        f'<p class="note">group {escape(str(d.group))}' + (f"; {escape(machine)}" if machine else "") + "</p>",
     ]
     why = reasons(d)
-    if d.get("cpu_only_check"):
+    if d.cpu_only_check:
         why.append("no GPU on this host: the smoke job ran on the CPU (check mode)")
     if verdict == "pass":
         parts.append(f'<p><b>Verdict: <span class="pass">pass</span></b>: {escape("; ".join(why))}</p>')
@@ -470,14 +466,13 @@ def host_section(d: Mapping[str, Any]) -> str:
         parts.append(f'<p><b>{escape(_WHY.get(verdict, f"Why {verdict}"))}:</b></p><ul class="why">')
         parts += [f"<li>{escape(line)}</li>" for line in why]
         parts.append("</ul>")
-    changes = d.get("changes") or []
-    if changes:
-        parts.append(f'<p class="note">Planned changes: {escape("; ".join(map(str, changes)))}</p>')
+    if d.changes:
+        parts.append(f'<p class="note">Planned changes: {escape("; ".join(d.changes))}</p>')
     parts.append("<h3>Stack</h3>")
     parts.append(stack_table(d))
-    checks = verify.get("checks") or []
+    checks = d.verify.checks if d.verify else ()
     if checks:
-        failed = sum(1 for c in checks if not c.get("ok"))
+        failed = sum(1 for c in checks if not c.ok)
         # a host that passed keeps its table folded (one click, no script): a fleet's page then
         # shows the failures first; a host that did not pass shows every check open
         summary = f"{failed} failed" if failed else "all passed"
@@ -485,45 +480,43 @@ def host_section(d: Mapping[str, Any]) -> str:
             f"<details{'' if verdict == 'pass' else ' open'}><summary><h3>Checks: {len(checks)}, {summary}</h3>"
             f"</summary>{checks_table(checks)}</details>"
         )
-    elif d.get("verdict") != "not-run":
+    elif d.verdict != "not-run":
         parts.append('<p class="note">No checks: the smoke job did not run on this host.</p>')
-    warnings = verify.get("warnings") or []
+    warnings = d.verify.warnings if d.verify else ()
     if warnings:
         parts.append("<h3>Warnings</h3><ul>")
-        parts += [f"<li>{escape(str(w.get('message')))}</li>" for w in warnings]
+        parts += [f"<li>{escape(w)}</li>" for w in warnings]
         parts.append("</ul>")
     parts.append("</section>")
     return "".join(parts)
 
 
-def _cache_section(cache: Mapping[str, Any] | None) -> list[str]:
+def _cache_section(cache: CacheSummary | None) -> list[str]:
     """The fleet cache's line: what the hosts got from it and what came from upstream."""
-    if not cache:
+    if cache is None:
         return []
     mib = 2**20
-    proxy = cache.get("proxy") or {}
-    served = int(proxy.get("served_bytes") or 0) + int(cache.get("wheels_served_bytes") or 0)
-    wheels = ", ".join(f"{k}: {v}" for k, v in (cache.get("wheels") or {}).items()) or "none"
+    wheels = ", ".join(f"{k}: {v}" for k, v in cache.wheels.items()) or "none"
     out = [
         "<h2>Fleet cache</h2><table><tr><th>apt/dnf (squid)</th><th>wheelhouse</th><th>hosts</th>"
         "<th>requests / hits</th><th>served to hosts</th><th>fetched upstream</th></tr>",
-        f"<tr><td>{escape(str(cache.get('apt')))}</td><td>{escape(wheels)}</td>"
-        f"<td>{escape(', '.join(cache.get('hosts') or []))}</td>"
-        f"<td>{proxy.get('requests', 0)} / {proxy.get('hits', 0)}</td><td>{served / mib:.1f} MiB</td>"
-        f"<td>{int(cache.get('upstream_bytes') or 0) / mib:.1f} MiB</td></tr></table>",
+        f"<tr><td>{escape(str(cache.apt))}</td><td>{escape(wheels)}</td>"
+        f"<td>{escape(', '.join(cache.hosts))}</td>"
+        f"<td>{cache.requests} / {cache.hits}</td><td>{cache.served_bytes / mib:.1f} MiB</td>"
+        f"<td>{cache.upstream_bytes / mib:.1f} MiB</td></tr></table>",
     ]
-    out += [f'<p class="note">{escape(str(n))}</p>' for n in cache.get("notes") or []]
+    out += [f'<p class="note">{escape(n)}</p>' for n in cache.notes]
     return out
 
 
-def _stopped(doc: Mapping[str, Any]) -> str:
+def _stopped(report: UpReport) -> str:
     """A --serial stop or a Ctrl-C, said where a reader looks first."""
-    if doc.get("interrupted"):
+    if report.interrupted:
         return (
             '<p class="fail">Interrupted (Ctrl-C): hosts not verified show not-run; run the same '
             "command again to complete them.</p>"
         )
-    batch = doc.get("stopped_after_batch")
+    batch = report.stopped_after_batch
     if batch is None:
         return ""
     return (
@@ -532,8 +525,8 @@ def _stopped(doc: Mapping[str, Any]) -> str:
     )
 
 
-def write_html(doc: Mapping[str, Any], path: Path) -> Path:
-    return replace_file(path, render_html(doc))
+def write_html(report: UpReport, path: Path) -> Path:
+    return replace_file(path, render_html(report))
 
 
 def finish_reports(result: UpResult, note: Callable[[str], None] | None = None) -> None:
@@ -563,4 +556,5 @@ def write_reports(result: UpResult) -> None:
     for h in result.hosts:
         if h.verify is not None:
             replace_file(result.run_dir / f"verify-{h.host}.json", json.dumps(h.verify, indent=2) + "\n")
-    write_html(doc, result.run_dir / "report.html")
+    # the page reads the document as report.json has it, through its one reader
+    write_html(UpReport.from_json(doc), result.run_dir / "report.html")

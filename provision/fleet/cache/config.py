@@ -56,17 +56,21 @@ def start_cache(
     # the lock's groups only: the user's inventory groups beside them (render's user_groups) hold
     # the same hosts and no variables
     group_of = rendered.group_of
-    platform = {h: g.host.to_json() for g in lock.groups for h in g.hosts}
+    platform = {h: g.host for g in lock.groups for h in g.hosts}
     group_vars = {g: rendered.groups[g] for g in {group_of[t.name] for t in targets}}
     wheel_sets = {
-        t.name: WheelSet.from_group_vars(group_vars[group_of[t.name]], platform.get(t.name) or {}, netrc=rendered.netrc)
+        t.name: WheelSet.from_group_vars(
+            group_vars[group_of[t.name]], python=h.python, arch=h.arch, netrc=rendered.netrc
+        )
+        if (h := platform.get(t.name)) is not None
+        else None
         for t in targets
     }
     everyone = rendered.everyone
     # squid fetches only from what these hosts' variables and roles name, and their OS archives
     sources = RepoSources.for_run(
         [everyone, *group_vars.values()],
-        [str((platform.get(t.name) or {}).get("os") or "") for t in targets],
+        [(h.os or "") if (h := platform.get(t.name)) is not None else "" for t in targets],
         role_defaults(Path(default_roles_path())),
     )
     root = Path(config.install.cache_dir).expanduser() if config.install.cache_dir else default_root()

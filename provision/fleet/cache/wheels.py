@@ -14,12 +14,14 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, AnyStr, BinaryIO, cast
 
 from provision.ansible.settings import pip_sources
 
 if TYPE_CHECKING:
     from http.server import ThreadingHTTPServer
+
+    from _typeshed import SupportsRead, SupportsWrite
 
 
 # Wheels for the hosts' platform: manylinux up to the oldest glibc among the OS releases the
@@ -58,17 +60,19 @@ class WheelSet:
         return f"cp{self.python.replace('.', '')}-{self.arch}"
 
     @classmethod
-    def from_group_vars(cls, data: Mapping[str, Any], host: Mapping[str, Any], *, netrc: str = "") -> WheelSet | None:
-        """None where the group installs no frameworks or its platform is unknown."""
+    def from_group_vars(
+        cls, data: Mapping[str, Any], *, python: str | None, arch: str | None, netrc: str = ""
+    ) -> WheelSet | None:
+        """The wheels a group's role variables (``data``) install on hosts of ``python`` and
+        ``arch``; None where the group installs no frameworks or its platform is unknown."""
         installs = data.get("frameworks_installs") or []
         if not data.get("frameworks_enabled", True) or not installs:
             return None
-        python, arch = host.get("python"), host.get("arch")
         if not python or not arch:
             return None
         return cls(
-            python=str(python),
-            arch=str(arch),
+            python=python,
+            arch=arch,
             installs=tuple((tuple(str(p) for p in e["packages"]), str(e.get("index_url") or "")) for e in installs),
             index_url=str(data.get("frameworks_index_url") or ""),
             extra_index_urls=tuple(data.get("frameworks_extra_index_urls") or ()),
@@ -167,11 +171,14 @@ class WheelServer:
                     return None
                 return super().send_head()
 
-            def copyfile(self, source: Any, outputfile: Any) -> None:
-                before = source.tell()
+            def copyfile(self, source: SupportsRead[AnyStr], outputfile: SupportsWrite[AnyStr]) -> None:
+                # send_head opened the file itself (open(path, "rb")): a real file, which tells
+                # how far it was read
+                file = cast("BinaryIO", source)
+                before = file.tell()
                 super().copyfile(source, outputfile)
                 with outer._lock:
-                    outer.served += source.tell() - before
+                    outer.served += file.tell() - before
 
             def log_message(self, format: str, *args: object) -> None:
                 return  # the run's report says what was served; no per-request noise on stderr

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from provision.ansible.checks import dump
-from provision.ansible.render import become_answers, render_files
+from provision.ansible.render import become_answers, render_run
 from provision.ansible.rundir import write_run_dir
 from provision.errors import BadInput
 from provision.model import Lock, LockGroup
@@ -46,7 +46,7 @@ def _lock(os_id: str) -> dict:
 
 @pytest.mark.parametrize("os_id", OS_RELEASES)
 def test_rendered_glue_matches_golden_files(os_id: str) -> None:
-    files = render_files(Lock.from_json(_lock(os_id)), HOSTS, INSTALL, roles_path="/usr/share/provision/roles")
+    files = render_run(Lock.from_json(_lock(os_id)), HOSTS, INSTALL, roles_path="/usr/share/provision/roles").files
     folder = GOLDEN / os_id
     if UPDATE:
         shutil.rmtree(folder, ignore_errors=True)
@@ -83,7 +83,7 @@ def test_rendered_run_dir_passes_ansible_syntax_check(os_id: str, tmp_path: Path
 
 def test_group_vars_carry_the_lock_versions_and_no_role_writes_one() -> None:
     lock = _lock("debian-12")
-    files = render_files(Lock.from_json(lock), HOSTS, INSTALL, roles_path="/r")
+    files = render_run(Lock.from_json(lock), HOSTS, INSTALL, roles_path="/r").files
     name = next(k for k in files if k.startswith("group_vars/") and not k.endswith("all.yml"))
     data = yaml.safe_load(files[name])
     stack = lock["groups"][0]["stack"]
@@ -103,7 +103,7 @@ def test_strings_that_ansible_would_template_are_refused() -> None:
     lock = _lock("debian-12")
     lock["groups"][0]["stack"]["frameworks"]["torch"]["index_url"] = "https://x/{{ lookup('env', 'HOME') }}"
     with pytest.raises(BadInput):
-        render_files(Lock.from_json(lock), HOSTS, INSTALL, roles_path="/r")
+        render_run(Lock.from_json(lock), HOSTS, INSTALL, roles_path="/r")
 
 
 @pytest.mark.parametrize(
@@ -120,7 +120,7 @@ def test_strings_that_ansible_would_template_are_refused() -> None:
 def test_user_values_are_validated(install: dict[str, Any], what: str) -> None:
     # the settings are checked when they are built (once, at config loading), before any render
     with pytest.raises(BadInput, match=what.replace(".", r"\.")):
-        render_files(Lock.from_json(_lock("debian-12")), HOSTS, InstallSettings(**install), roles_path="/r")
+        render_run(Lock.from_json(_lock("debian-12")), HOSTS, InstallSettings(**install), roles_path="/r")
 
 
 @pytest.mark.parametrize(
@@ -134,20 +134,20 @@ def test_host_names_and_connection_values_are_validated(hosts: dict) -> None:
     lock = _lock("debian-12")
     lock["groups"][0]["hosts"] = list(hosts)
     with pytest.raises(BadInput):
-        render_files(Lock.from_json(lock), hosts, INSTALL, roles_path="/r")
+        render_run(Lock.from_json(lock), hosts, INSTALL, roles_path="/r")
 
 
 def test_overrides_only_name_role_variables() -> None:
-    files = render_files(
+    files = render_run(
         Lock.from_json(_lock("debian-12")),
         HOSTS,
         INSTALL,
         roles_path="/r",
         overrides={"nvidia_driver_debian_mirror": "http://mirror/debian"},
-    )
+    ).files
     assert "nvidia_driver_debian_mirror: http://mirror/debian" in "".join(files.values())
     with pytest.raises(BadInput, match="not a role variable"):
-        render_files(
+        render_run(
             Lock.from_json(_lock("debian-12")), HOSTS, INSTALL, roles_path="/r", overrides={"ansible_become_exe": "sh"}
         )
 
@@ -169,7 +169,7 @@ def test_overrides_only_name_role_variables() -> None:
 )
 def test_overrides_are_checked_against_the_roles_argument_specs(overrides: dict[str, Any], message: str) -> None:
     with pytest.raises(BadInput) as exc:
-        render_files(Lock.from_json(_lock("debian-12")), HOSTS, INSTALL, roles_path="/r", overrides=overrides)
+        render_run(Lock.from_json(_lock("debian-12")), HOSTS, INSTALL, roles_path="/r", overrides=overrides)
     assert exc.value.one_line().startswith(f"error: {message}"), exc.value.one_line()
 
 
@@ -186,21 +186,23 @@ def test_overrides_take_what_ansible_converts() -> None:
         "verify_frameworks": {},
         "cudnn_package_lock_timeout": None,
     }
-    files = render_files(Lock.from_json(_lock("debian-12")), HOSTS, INSTALL, roles_path="/r", overrides=ok)
+    files = render_run(Lock.from_json(_lock("debian-12")), HOSTS, INSTALL, roles_path="/r", overrides=ok).files
     assert "preflight_min_free_gib: '50'" in "".join(files.values())
 
 
 def test_forks_follow_the_fleet() -> None:
     lock = _lock("debian-12")
     lock["groups"][0]["hosts"] = [f"h{i}" for i in range(80)]
-    cfg = render_files(Lock.from_json(lock), {}, INSTALL, roles_path="/r")["ansible.cfg"]
+    cfg = render_run(Lock.from_json(lock), {}, INSTALL, roles_path="/r").files["ansible.cfg"]
     assert "forks = 50\n" in cfg and "pipelining = True" in cfg and "ControlPersist=60s" in cfg
     assert "fact_caching = jsonfile" in cfg and "roles_path = /r\n" in cfg
 
 
 def test_a_sudo_password_is_a_prompt_of_the_play_never_a_value_in_a_file() -> None:
     hosts = {**HOSTS, "gpu-1.example": {**HOSTS["gpu-1.example"], "ansible_become_password": "s3cret{{x}}"}}
-    files = render_files(Lock.from_json(_lock("debian-12")), hosts, INSTALL, roles_path="/usr/share/provision/roles")
+    files = render_run(
+        Lock.from_json(_lock("debian-12")), hosts, INSTALL, roles_path="/usr/share/provision/roles"
+    ).files
     assert not any("s3cret" in text for text in files.values())
     inventory = yaml.safe_load(files["inventory.yml"])
     [group] = inventory["all"]["children"].values()
@@ -225,7 +227,7 @@ def test_a_sudo_password_is_a_prompt_of_the_play_never_a_value_in_a_file() -> No
 def test_a_users_ssh_args_are_still_checked_for_template_markers() -> None:
     hosts = {"gpu-1.example": {"ansible_ssh_common_args": "-o ProxyCommand={{ lookup('pipe', 'id') }}"}}
     with pytest.raises(BadInput, match="template marker"):
-        render_files(Lock.from_json(_lock("debian-12")), hosts, INSTALL, roles_path="/usr/share/provision/roles")
+        render_run(Lock.from_json(_lock("debian-12")), hosts, INSTALL, roles_path="/usr/share/provision/roles")
 
 
 def test_a_standalone_python_renders_uv_from_the_knowledge_and_the_install_settings() -> None:

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from provision.ansible.render import render_files
+from provision.ansible.render import render_run
 from provision.errors import BadInput
 from provision.files import read_lock
 from provision.hosts.inventory import read_inventory
@@ -93,7 +93,7 @@ def test_site_yml_still_targets_the_lock_groups_and_a_user_group_limits_it(run_d
 def _render(tree: dict[str, dict[str, list[str]]]) -> dict[str, Any]:
     lock = json.loads(GOLDEN_LOCK.read_text())  # one group: gpu-1.example and gpu-2.example
     hosts = {h: {} for h in lock["groups"][0]["hosts"]}
-    files = render_files(Lock.from_json(lock), hosts, InstallSettings(), roles_path="/r", user_groups=tree)
+    files = render_run(Lock.from_json(lock), hosts, InstallSettings(), roles_path="/r", user_groups=tree).files
     doc: dict[str, Any] = yaml.safe_load(files["inventory.yml"])
     return doc["all"]["children"]
 

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from provision.ansible.apply import RUNNER_ENV_ALLOW, _forget_environment, _without_inherited, runner_environment
-from provision.ansible.render import render_files
+from provision.ansible.render import render_run
 from provision.ansible.rundir import write_run_dir
 from provision.errors import BadInput
 from provision.fleet.cache.tunnel import host_vars
@@ -54,7 +54,7 @@ def test_split_credential_keeps_the_url_and_decodes_the_login() -> None:
 
 
 def test_credentials_are_only_in_secrets_yml_and_the_play_env_only_names_files() -> None:
-    files = render_files(Lock.from_json(_lock()), HOSTS, INSTALL, roles_path="/usr/share/provision/roles")
+    files = render_run(Lock.from_json(_lock()), HOSTS, INSTALL, roles_path="/usr/share/provision/roles").files
     holders = {rel for rel, text in files.items() if any(t in text for t in TOKENS)}
     assert holders == {"secrets.yml"}
     group = next(rel for rel in files if rel.startswith("group_vars/") and rel != "group_vars/all.yml")
@@ -92,7 +92,9 @@ def test_each_up_run_has_its_own_credentials_folder_mark_and_run_lock() -> None:
 
     runs = {}
     for run in ("20261204-080000-aaaa", "20261204-080001-bbbb"):
-        files = render_files(Lock.from_json(_lock()), HOSTS, INSTALL, roles_path="/usr/share/provision/roles", run=run)
+        files = render_run(
+            Lock.from_json(_lock()), HOSTS, INSTALL, roles_path="/usr/share/provision/roles", run=run
+        ).files
         runs[run] = yaml.safe_load(files["group_vars/all.yml"])
     folders = {run: all_vars["provision_credentials_dir"] for run, all_vars in runs.items()}
     assert folders == {run: f"/root/.provision-credentials-{run}" for run in runs}
@@ -108,7 +110,7 @@ def test_a_run_without_credentials_renders_as_before() -> None:
     plain = InstallSettings(
         pip=PipSettings(find_links=("/srv/wheels",)), apt=AptSettings(proxy="http://proxy.example:3128")
     )
-    files = render_files(Lock.from_json(_lock()), HOSTS, plain, roles_path="/usr/share/provision/roles")
+    files = render_run(Lock.from_json(_lock()), HOSTS, plain, roles_path="/usr/share/provision/roles").files
     assert "secrets.yml" not in files
     assert "roles" in yaml.safe_load(files["site.yml"])[0]
 
@@ -127,7 +129,7 @@ def test_a_run_without_credentials_renders_as_before() -> None:
 def test_credentials_pip_cannot_look_up_are_bad_input(pip: PipSettings, message: str) -> None:
     # refused when the settings are built (config loading), before any render
     with pytest.raises(BadInput, match=message):
-        render_files(Lock.from_json(_lock()), HOSTS, InstallSettings(pip=pip), roles_path="/usr/share/provision/roles")
+        render_run(Lock.from_json(_lock()), HOSTS, InstallSettings(pip=pip), roles_path="/usr/share/provision/roles")
 
 
 def test_the_run_dir_is_private_and_passes_ansible_syntax_check(tmp_path: Path) -> None:

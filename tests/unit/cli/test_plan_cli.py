@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from provision.ansible.render import render_files
+from provision.ansible.render import render_run
 from provision.errors import BadInput
 from provision.files import read_lock
 from provision.model import Lock
@@ -230,7 +230,7 @@ def test_ubuntus_distro_driver_without_a_host_is_planned_for_the_host_to_complet
     # the placeholders are the only braces let through: a name with anything else is still refused
     lock = json.loads((tmp_path / "provision.lock").read_text().replace("{kernel}", "{kernel} x"))
     with pytest.raises(BadInput, match="is not a package name"):
-        render_files(Lock.from_json(lock), {"h1": {}}, InstallSettings(), roles_path="/r")
+        render_run(Lock.from_json(lock), {"h1": {}}, InstallSettings(), roles_path="/r")
 
 
 def test_a_host_whose_python_no_wheel_fits_gets_a_standalone_cpython_in_the_plan(tmp_path: Path) -> None:

@@ -83,7 +83,7 @@ def test_logins_are_shown_redacted_and_written_only_to_secrets_yml(tmp_path: Pat
     assert role_vars["frameworks_installer"] == "pip"  # a login index: pip (role_vars.installer)
     # the controller's pip (closure resolution, the fleet cache's download) gets these sources as
     # argv and the logins through a private netrc (closure.lock_closures, wheels.netrc_env)
-    ws = WheelSet.from_group_vars(role_vars, {"python": role_vars["python_env_python"], "arch": "x86_64"})
+    ws = WheelSet.from_group_vars(role_vars, python=role_vars["python_env_python"], arch="x86_64")
     assert ws is not None
     argv = [a for _, index in ws.installs for a in ws.source_args(index)]
     assert "--find-links=https://w.example/wheels/" in argv and not any(t in " ".join(argv) for t in TOKENS)

@@ -44,7 +44,7 @@ GROUP_VARS = {
 
 
 def test_wheels_are_downloaded_for_the_hosts_platform_with_the_roles_indexes(tmp_path: Path) -> None:
-    ws = WheelSet.from_group_vars(GROUP_VARS, {"python": "3.12", "arch": "aarch64"})
+    ws = WheelSet.from_group_vars(GROUP_VARS, python="3.12", arch="aarch64")
     assert ws is not None and ws.key == "cp312-aarch64"
     torch_cmd, jax_cmd = ws.download_commands("/usr/bin/python3", tmp_path)
     assert torch_cmd[:4] == ["/usr/bin/python3", "-m", "pip", "download"]
@@ -61,7 +61,7 @@ def test_wheels_are_downloaded_for_the_hosts_platform_with_the_roles_indexes(tmp
 
 
 def test_no_index_downloads_only_from_the_find_links(tmp_path: Path) -> None:
-    ws = WheelSet.from_group_vars({**GROUP_VARS, "frameworks_no_index": True}, {"python": "3.11", "arch": "x86_64"})
+    ws = WheelSet.from_group_vars({**GROUP_VARS, "frameworks_no_index": True}, python="3.11", arch="x86_64")
     assert ws is not None
     for cmd in ws.download_commands("python3", tmp_path):
         assert "--no-index" in cmd and not any(a.startswith(("--index-url", "--extra-index-url")) for a in cmd)
@@ -76,7 +76,7 @@ def test_no_index_downloads_only_from_the_find_links(tmp_path: Path) -> None:
     ],
 )
 def test_no_wheelhouse_without_frameworks_or_a_known_platform(data: dict[str, Any], host: dict[str, Any]) -> None:
-    assert WheelSet.from_group_vars(data, host) is None
+    assert WheelSet.from_group_vars(data, **host) is None
 
 
 def test_host_vars_point_apt_and_pip_at_the_hosts_own_loopback() -> None:
@@ -380,7 +380,8 @@ def test_a_host_whose_tunnel_cannot_open_fetches_itself(cache_root: Path, tmp_pa
             "frameworks_find_links": [str(tmp_path)],
             "frameworks_installs": [{"packages": ["demo==1.0"], "index_url": ""}],
         },
-        {"python": "3.11", "arch": "x86_64"},
+        python="3.11",
+        arch="x86_64",
     )
     (tmp_path / "demo-1.0-py3-none-any.whl").write_bytes(_wheel("demo", "1.0"))
     cache = FleetCache(cache_root, tmp_path / "run-y", python_exe=sys.executable)

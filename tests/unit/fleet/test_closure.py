@@ -290,7 +290,7 @@ def test_the_wheelhouse_fills_with_exactly_the_locked_files_and_refuses_a_change
         "frameworks_find_links": [str(wheelhouse)],
         "frameworks_no_index": True,
     }
-    ws = WheelSet.from_group_vars(data, {"python": "3.11", "arch": "x86_64"})
+    ws = WheelSet.from_group_vars(data, python="3.11", arch="x86_64")
     assert ws is not None and ws.locked == (("", tuple(locked[0]["requirements"])),)
     dest = tmp_path / "house-cache"
     assert [r.returncode for r in _fill(ws, dest, tmp_path / "reqs")] == [0]

@@ -12,7 +12,9 @@ from typing import Any
 
 import pytest
 
+from provision.errors import BadInput
 from provision.fleet.report import checks_table, pass_line, reasons, render_html, stack_rows
+from provision.model.report import Check, HostDetail, UpReport
 from provision.stack.drift import expected_versions
 from tests.support import report_docs
 
@@ -26,6 +28,15 @@ def doc(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 def _detail(doc: dict[str, Any], host: str) -> dict[str, Any]:
     return next(d for d in doc["details"] if d["host"] == host)
+
+
+def _record(doc: dict[str, Any], host: str) -> HostDetail:
+    """The host as the page reads it: its record, from report.json's one reader."""
+    return HostDetail.from_json(_detail(doc, host))
+
+
+def _page(doc: dict[str, Any]) -> str:
+    return render_html(UpReport.from_json(doc))
 
 
 def _rows(html: str) -> list[list[str]]:
@@ -45,7 +56,7 @@ def test_report_json_keeps_the_locked_versions_and_the_probe_facts(doc: dict[str
 
 def test_the_stack_shows_locked_found_and_before_side_by_side(doc: dict[str, Any]) -> None:
     locked = expected_versions(report_docs.gpu_group(["x"]))
-    rows = {r.item: r for r in stack_rows(_detail(doc, "gpu-node-a01"))}
+    rows = {r.item: r for r in stack_rows(_record(doc, "gpu-node-a01"))}
     driver = rows["NVIDIA driver"]
     assert (driver.locked, driver.found, driver.before, driver.differs) == (
         locked["driver"],
@@ -63,20 +74,20 @@ def test_the_stack_shows_locked_found_and_before_side_by_side(doc: dict[str, Any
 
 
 def test_a_version_that_left_the_lock_is_marked(doc: dict[str, Any]) -> None:
-    rows = {r.item: r for r in stack_rows(_detail(doc, "gpu-node-a02"))}
+    rows = {r.item: r for r in stack_rows(_record(doc, "gpu-node-a02"))}
     assert rows["torch"].found == "2.7.1+cu126" and rows["torch"].differs
     assert rows["CUDA runtime in torch"].found == "12.6" and rows["CUDA runtime in torch"].differs
     assert not rows["NVIDIA driver"].differs and not rows["cuDNN"].differs
-    page = render_html(doc)
+    page = _page(doc)
     section = page[page.index('id="host-gpu-node-a02"') : page.index('id="host-gpu-node-a03"')]
     assert '<span class="differs">2.7.1+cu126 ≠ locked</span>' in section
 
 
 def test_a_host_that_never_ran_the_job_shows_the_lock_and_the_probe_only(doc: dict[str, Any]) -> None:
-    d = _detail(doc, "gpu-node-a03")
+    d = _record(doc, "gpu-node-a03")
     rows = {r.item: r for r in stack_rows(d)}
     assert rows["NVIDIA driver"].found is None and rows["NVIDIA driver"].before == "550.163.01"
-    page = render_html(doc)
+    page = _page(doc)
     section = page[page.index('id="host-gpu-node-a03"') : page.index('id="host-cpu-builder-1"')]
     assert "not verified" in section and "No checks: the smoke job did not run on this host." in section
     assert reasons(d) == [
@@ -87,7 +98,7 @@ def test_a_host_that_never_ran_the_job_shows_the_lock_and_the_probe_only(doc: di
 
 def test_the_checks_table_has_value_unit_pass_line_and_result(doc: dict[str, Any]) -> None:
     checks = _detail(doc, "gpu-node-a02")["verify"]["checks"]
-    rows = _rows(checks_table(checks))
+    rows = _rows(checks_table([Check.from_json(c) for c in checks]))
     assert rows[0] == ["check", "what it proves", "GPU", "value", "unit", "pass line", "result", "why it failed"]
     by_key = {(r[0], r[2]): r for r in rows[1:]}
     slow = by_key[("gemm_bf16", "1")]
@@ -106,19 +117,19 @@ def test_the_checks_table_has_value_unit_pass_line_and_result(doc: dict[str, Any
 
 def test_a_pass_line_without_a_relation_is_shown_as_it_is() -> None:
     """A report of an older job (no pass_if) still shows its threshold."""
-    assert pass_line({"name": "gemm_bf16", "threshold": 592.0}) == "592"
-    assert pass_line({"name": "kernel", "threshold": None}) == ""
+    assert pass_line(Check.from_json({"name": "gemm_bf16", "threshold": 592.0})) == "592"
+    assert pass_line(Check.from_json({"name": "kernel", "threshold": None})) == ""
 
 
 def test_the_reason_of_a_failing_host_is_its_failed_checks_root_cause_first(doc: dict[str, Any]) -> None:
-    why = reasons(_detail(doc, "gpu-node-a02"))
+    why = reasons(_record(doc, "gpu-node-a02"))
     assert why[0] == "drift: torch is 2.7.1+cu126 on this host, expected 2.8.0"
     assert any("gemm_bf16 402.3 TFLOP/s is below the pass line 593.4" in line for line in why)
-    assert reasons(_detail(doc, "gpu-node-a01")) == ["every check passed"]
+    assert reasons(_record(doc, "gpu-node-a01")) == ["every check passed"]
 
 
 def test_the_page_has_a_summary_a_section_per_host_and_the_charts(doc: dict[str, Any]) -> None:
-    page = render_html(doc)
+    page = _page(doc)
     assert "2 of 4 hosts passed" in page
     summary = _rows(page[page.index("<h2>Verdict per host</h2>") : page.index("</table>")])
     assert [r[:3] for r in summary[1:]] == [
@@ -155,8 +166,26 @@ def test_an_old_report_without_lock_probe_steps_or_period_still_renders(doc: dic
         del d["locked"], d["probed"]
         for key in ("loss_curve_steps", "gpu_util_period_s"):
             ((d.get("verify") or {}).get("training") or {}).pop(key, None)
-    page = render_html(old)
+    page = _page(old)
     assert page.count("<section") == 4 and "2.7.1+cu126" in page
     texts = {t.text for s in re.findall(r"<svg.*?</svg>", page, re.S) for t in ET.fromstring(s).iter(f"{SVG}text")}
     assert {"point of the recorded curve", "NVML sample"} <= texts
     assert not {"training step", "seconds into the timed steps"} & texts
+
+
+def test_the_page_reads_report_json_once_through_its_record(doc: dict[str, Any]) -> None:
+    """The record keeps what report.json says (types as written), and a wrong field is one line."""
+    report = UpReport.from_json(json.loads(json.dumps(doc)))  # as the file has it
+    assert [d.host for d in report.details] == [d["host"] for d in doc["details"]]
+    a02 = report.details[1]
+    assert a02.verify is not None and a02.verify.versions["torch"] == "2.7.1+cu126"
+    assert a02.probed is not None and a02.probed.driver == _detail(doc, "gpu-node-a02")["probed"]["driver"]
+    assert a02.locked == _detail(doc, "gpu-node-a02")["locked"]
+    assert report.details[2].verify is None  # the job never ran there
+    bad = json.loads(json.dumps(doc))
+    bad["details"][0]["verify"]["checks"][0]["gpu"] = [0]
+    with pytest.raises(
+        BadInput, match=r"report.json.details\[0\].verify.checks\[0\].gpu is not a GPU index or null"
+    ) as e:
+        UpReport.from_json(bad)
+    assert "provision up" in e.value.hint  # report.json's writer, not the lock's `provision plan`

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from provision.fleet.report import write_html
+from provision.model.report import UpReport
 from tests.prereq import missing
 from tests.support import report_docs
 
@@ -60,7 +61,7 @@ def test_chromium_renders_a_fleet_report_that_fits_one_screenshot(tmp_path: Path
     doc = report_docs.fleet_doc(tmp_path)
     cpu = next(d for d in doc["details"] if d["host"] == "cpu-builder-1")
     cpu["role_seconds"] = {**cpu["role_seconds"], **LONG_ROLES}
-    page = write_html(doc, tmp_path / "report.html")
+    page = write_html(UpReport.from_json(doc), tmp_path / "report.html")
     shot = tmp_path / "report.png"
     screenshot(browser, page, shot, tmp_path / "profile")
     if os.environ.get("PROVISION_REPORT_SHOT"):

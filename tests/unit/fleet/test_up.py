@@ -15,6 +15,7 @@ from provision.fleet.report import render_html
 from provision.fleet.state import State
 from provision.fleet.up import apply_limit, group_hash, limit_patterns
 from provision.model import FrameworkPin, ResolvedHost, Stack
+from provision.model.report import UpReport
 from provision.stack.lock import LockGroup
 from tests.cli_run import provision
 
@@ -126,7 +127,7 @@ def test_report_html_is_self_contained_with_the_verdicts_and_plots() -> None:
             },
         ],
     }
-    page = render_html(doc)
+    page = render_html(UpReport.from_json(doc))
     assert page.startswith("<!doctype html>") and "<script" not in page and "<link" not in page
     assert "src=" not in page  # nothing to fetch: one self-contained page, its links inside it
     assert re.findall(r'href="([^"]*)"', page) == ["#host-th1", "#host-th2"]
@@ -145,7 +146,7 @@ def test_report_html_is_self_contained_with_the_verdicts_and_plots() -> None:
         "upstream_bytes": 2**20,
         "notes": ["th3: no tunnel (<refused>): the host fetches itself"],
     }
-    page = render_html(doc)
+    page = render_html(UpReport.from_json(doc))
     assert "<h2>Fleet cache</h2>" in page and "40 / 28" in page and "4.0 MiB" in page and "1.0 MiB" in page
     assert "no tunnel (&lt;refused&gt;)" in page
 

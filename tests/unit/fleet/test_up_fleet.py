@@ -18,6 +18,7 @@ from provision.fleet.planning import HostPlan, ProbeFailure
 from provision.fleet.records import NOT_RUN, PROBE_TASK, HostRun, UpResult
 from provision.fleet.report import render_html
 from provision.fleet.state import DEFAULT_PATH, State, state_path
+from provision.model.report import UpReport
 from tests.cli_run import provision
 
 # this machine's run lock: one such test at a time across xdist workers (tests/conftest.py)
@@ -160,7 +161,9 @@ def test_an_unprobed_host_fails_alone_in_the_report() -> None:
         "duration_s": 0.0,
     }
     assert host.message == "cannot reach root@10.200.30.99:22: timed out after 10s (check the address)"
-    page = render_html(UpResult(run="r1", run_dir=Path("r1"), check=False, hosts=[host]).report_json())
+    page = render_html(
+        UpReport.from_json(UpResult(run="r1", run_dir=Path("r1"), check=False, hosts=[host]).report_json())
+    )
     assert "(probe)" in page and "timed out after 10s" in page
 
 
@@ -190,7 +193,7 @@ def test_a_serial_stop_is_in_report_json_and_html() -> None:
         ("th2", 2, "fail"),
         ("th3", 3, NOT_RUN),
     ]
-    page = render_html(doc)
+    page = render_html(UpReport.from_json(doc))
     assert "stopped the run after batch 2" in page and 'class="not-run"' in page
     assert "batch 2 did not pass (th2)" in page
 
@@ -252,7 +255,7 @@ def test_an_interrupted_run_says_so_in_the_report() -> None:
     )
     doc = UpResult(run="r1", run_dir=Path("r1"), check=False, hosts=[host], interrupted=True).report_json()
     assert doc["interrupted"] is True and doc["ok"] is False and doc["details"][0]["verdict"] == NOT_RUN
-    assert "Interrupted (Ctrl-C)" in render_html(doc)
+    assert "Interrupted (Ctrl-C)" in render_html(UpReport.from_json(doc))
 
 
 @pytest.mark.parametrize("name", ["SIGINT", "SIGTERM", "SIGHUP"])

@@ -97,10 +97,11 @@ def test_report_html_reads_the_real_report(cpu_run: tuple[Any, dict[str, Any]]) 
     import xml.etree.ElementTree as ET
 
     from provision.fleet.report import render_html
+    from provision.model.report import UpReport
 
     _, report = cpu_run
     detail = {"host": "controller", "group": "cpu", "verdict": report["verdict"], "verify": report}
-    page = render_html({"ok": True, "run": "r1", "details": [detail]})
+    page = render_html(UpReport.from_json({"ok": True, "run": "r1", "details": [detail]}))
     table = page[page.index("<h3>Checks:") : page.index("</details>")]
     assert all(f"<td>{c['name']}</td>" in table for c in report["checks"])
     loss = next(s for s in re.findall(r"<svg.*?</svg>", page, re.S) if 'aria-label="Training loss' in s)

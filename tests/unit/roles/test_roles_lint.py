@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from provision.ansible.render import render_files
+from provision.ansible.render import render_run
 from provision.ansible.roles import ROLES
 from provision.model import Lock
 from provision.model.defaults import DEFAULT_VENV, INSTALL_METHODS
@@ -166,7 +166,7 @@ def test_the_lock_alone_gives_the_nvidia_repository() -> None:
     for path in sorted(golden.glob("*.lock")):
         lock = yaml.safe_load(path.read_text())
         for overrides in ({}, {"nvidia_driver_repositories": mirror}):
-            files = render_files(Lock.from_json(lock), {}, InstallSettings(), roles_path="/r", overrides=overrides)
+            files = render_run(Lock.from_json(lock), {}, InstallSettings(), roles_path="/r", overrides=overrides).files
             [group] = [v for k, v in files.items() if k.startswith("group_vars/") and k != "group_vars/all.yml"]
             repos = yaml.safe_load(group)["nvidia_driver_repositories"]
             if overrides:
