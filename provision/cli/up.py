@@ -307,6 +307,8 @@ class ProgressView:
 def _human(con: Console, result: UpResult, run: CloudRun | None = None) -> None:
     from rich.table import Table  # noqa: PLC0415 (rich loads only where a table or console is printed, not for --json or --help)
 
+    from provision.fleet.records import CPU_CHECK_NOTE, ran_on_cpu  # noqa: PLC0415 (start-up, as UpOptions above)
+
     table = Table(show_edge=False)
     for header in ("host", "verdict", "changed", "reboots", "seconds", "failed task / note"):
         table.add_column(header)
@@ -317,8 +319,8 @@ def _human(con: Console, result: UpResult, run: CloudRun | None = None) -> None:
             note = f"{note}: {h.message}" if note else h.message
         if h.converged:
             note = note or "converged: apply skipped"
-        if h.cpu_only_check:
-            note = f"no GPU on this host: the smoke job ran on the CPU. {note}".strip()
+        if ran_on_cpu(h.cpu_only_check, h.verdict, h.failed_task):
+            note = f"{CPU_CHECK_NOTE}. {note}".strip()
         table.add_row(
             h.host,
             f"[{colours.get(h.verdict, 'red')}]{h.verdict}[/]",

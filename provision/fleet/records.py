@@ -28,6 +28,14 @@ NOT_VERIFIED = "not-verified"
 PROBE_TASK = "(probe)"
 # the failed_task of a host whose run lock another run holds (provision/hosts/runlock.py)
 LOCK_TASK = "(host lock)"
+# What a check run says of a host without a GPU whose smoke job ran there (on its CPU).
+CPU_CHECK_NOTE = "no GPU on this host: the smoke job ran on the CPU"
+
+
+def ran_on_cpu(cpu_only_check: bool, verdict: str, failed_task: str | None) -> bool:
+    """Whether :data:`CPU_CHECK_NOTE` is true of a host: a check run without a GPU whose smoke job
+    ran, not one the job never reached (probe or host lock failed, not run, nothing to verify)."""
+    return cpu_only_check and verdict not in (NOT_RUN, NOT_VERIFIED) and failed_task not in (PROBE_TASK, LOCK_TASK)
 
 
 @dataclass

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 
 from provision.files import replace_file
 from provision.fleet.charts import bar_chart, line_chart
+from provision.fleet.records import CPU_CHECK_NOTE, ran_on_cpu
 from provision.fleet.verify import JOB_KEYS, HostResult, failures
 from provision.model.components import COMPONENTS
 from provision.model.report import CacheSummary, Check, HostDetail, Probed, Scalar, Training, UpReport
@@ -162,8 +163,8 @@ def render_html(report: UpReport) -> str:
         verdict = str(d.verdict)
         why = reasons(d)
         note = why[0] + (f" (and {len(why) - 1} more below)" if len(why) > 1 else "") if why else ""
-        if d.cpu_only_check:
-            note = ("no GPU on this host: the smoke job ran on the CPU. " + note).strip()
+        if ran_on_cpu(d.cpu_only_check, verdict, d.failed_task):
+            note = f"{CPU_CHECK_NOTE}. {note}".strip()
         host = escape(d.host)
         rows.append(
             f'<tr><td class="host"><a href="#host-{host}">{host}</a></td><td>{escape(str(d.group))}</td>'
@@ -458,8 +459,8 @@ def host_section(d: HostDetail) -> str:
         f'<p class="note">group {escape(str(d.group))}' + (f"; {escape(machine)}" if machine else "") + "</p>",
     ]
     why = reasons(d)
-    if d.cpu_only_check:
-        why.append("no GPU on this host: the smoke job ran on the CPU (check mode)")
+    if ran_on_cpu(d.cpu_only_check, verdict, d.failed_task):
+        why.append(f"{CPU_CHECK_NOTE} (check mode)")
     if verdict == "pass":
         parts.append(f'<p><b>Verdict: <span class="pass">pass</span></b>: {escape("; ".join(why))}</p>')
     elif why:

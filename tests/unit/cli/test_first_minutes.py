@@ -50,6 +50,8 @@ def test_check_mode_without_torch_is_not_verified_and_exits_0(tmp_path: Path) ->
     assert "without --check installs" in detail["message"]
     html = (run / "report.html").read_text()
     assert "not verified" in html and "every host passed" not in html
+    # the job never ran (nothing importable), so nothing says it ran on the CPU
+    assert "the smoke job ran on the CPU" not in html + r.stdout
 
 
 def test_plan_local_without_a_gpu_locks_the_cpu_build_and_no_driver(tmp_path: Path) -> None:

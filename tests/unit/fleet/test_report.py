@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from provision.errors import BadInput
+from provision.fleet.records import ran_on_cpu
 from provision.fleet.report import checks_table, pass_line, reasons, render_html, stack_rows
 from provision.model.report import Check, HostDetail, UpReport
 from provision.stack.drift import expected_versions
@@ -189,3 +190,21 @@ def test_the_page_reads_report_json_once_through_its_record(doc: dict[str, Any])
     ) as e:
         UpReport.from_json(bad)
     assert "provision up" in e.value.hint  # report.json's writer, not the lock's `provision plan`
+
+
+@pytest.mark.parametrize(
+    ("verdict", "failed_task", "said"),
+    [
+        ("pass", None, True),  # the job ran on the CPU and passed
+        ("fail", "verify", True),  # it ran and failed
+        ("not-verified", None, False),  # nothing importable: the job never ran
+        ("fail", "(host lock)", False),  # another run held the host
+        ("fail", "(probe)", False),
+        ("not-run", None, False),
+    ],
+)
+def test_a_check_run_says_the_job_ran_on_the_cpu_only_where_it_ran(
+    verdict: str, failed_task: str | None, said: bool
+) -> None:
+    assert ran_on_cpu(True, verdict, failed_task) is said
+    assert ran_on_cpu(False, verdict, failed_task) is False
