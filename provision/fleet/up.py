@@ -124,7 +124,12 @@ def _up(
 ) -> UpResult:
     say = on_phase or (lambda _: None)
     check_options(options)
-    chosen = select_targets(options.local, options.inventory, hint="provision this machine or an inventory's hosts")
+    chosen = select_targets(
+        options.local,
+        options.inventory,
+        hint="provision this machine or an inventory's hosts",
+        defaults=options.host_defaults,
+    )
     targets = {t.name: t for t in chosen.targets}  # the hosts `up` may reach, in inventory order
     selected = apply_limit(list(targets), limit_patterns(options.limit))
     check_inputs(options.overrides, [targets[n] for n in selected], options.ssh_config)
@@ -158,6 +163,7 @@ def _up(
                 overrides=options.overrides,
                 reboot_controller=options.reboot_controller,
                 locked=locked,
+                host_defaults=options.host_defaults,
             ),
             PlanRun(
                 out=run_dir / "ansible",
