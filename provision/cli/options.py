@@ -404,8 +404,30 @@ def state_option() -> Callable[[F], F]:
 
 
 def set_option(help: str = "Set a role variable; repeatable.") -> Callable[[F], F]:
-    """``--set VAR=VALUE`` (repeatable) into ``sets``; :func:`parse_sets` reads them."""
-    return click.option("--set", "sets", multiple=True, metavar="VAR=VALUE", help=help)
+    """``-e/--set VAR=VALUE`` (repeatable) into ``sets``; :func:`parse_sets` reads them.
+
+    ``-e``: ansible-playbook's extra variables, which beat every other variable of the play, as a
+    --set value beats the lock's role variables in the run dir. Only the ``NAME=VALUE`` form
+    (Ansible's ``@file`` and JSON forms are refused by :func:`parse_sets`)."""
+    return click.option("-e", "--set", "sets", multiple=True, metavar="VAR=VALUE", help=help)
+
+
+def deprecated_alias(old: str, new: str, dest: str, **kind: Any) -> Callable[[F], F]:
+    """A hidden old spelling of option ``new``: taken, with a note on stderr naming ``new``, into
+    ``ctx.meta`` (:func:`take_alias` merges it into ``dest``)."""
+
+    def warn(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+        if value is not None:
+            click.echo(f"warning: {old} is deprecated; use {new} {value} (same meaning)", err=True)
+            ctx.meta[f"alias:{dest}"] = value
+
+    return click.option(old, f"deprecated_{dest}", hidden=True, expose_value=False, callback=warn, **kind)
+
+
+def take_alias(dest: str, value: Any) -> Any:
+    """``value`` of option ``dest``, or what its deprecated spelling gave (:func:`deprecated_alias`)."""
+    old = click.get_current_context().meta.get(f"alias:{dest}")
+    return value if value is not None or old is None else old
 
 
 def reboot_controller_option() -> Callable[[F], F]:

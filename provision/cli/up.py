@@ -377,7 +377,8 @@ def check_up_targets(
                 "drop --limit (use --count for fewer instances)",
             )
         return
-    needs_cloud = sorted("--" + {"os_name": "os"}.get(n, n).replace("_", "-") for n in launch.given)
+    spelled = {"os_name": "os", "gpus": "gpu-count"}  # LaunchArgs' names whose option is spelled otherwise
+    needs_cloud = sorted("--" + spelled.get(n, n).replace("_", "-") for n in launch.given)
     needs_cloud += ["--down-after"] * down_after + ["--keep-on-failure"] * keep_on_failure
     if needs_cloud:
         raise BadInput(f"{', '.join(needs_cloud)}: only with --cloud", "add --cloud to launch instances, or drop them")

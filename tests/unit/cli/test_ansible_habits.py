@@ -92,3 +92,40 @@ def test_an_inventorys_own_password_wins_over_K(tmp_path: Path) -> None:
         for t in select_targets(False, str(inv), hint="", defaults=defaults).targets
     }
     assert got == {"h1": ("own", "alice", "/k"), "h2": ("k", "bob", "/k")}
+
+
+def test_e_is_set(tmp_path: Path) -> None:
+    """`-e NAME=VALUE` is `--set`: the role variable lands in the run dir's group_vars."""
+    r = provision(
+        "plan",
+        "--assume",
+        "gpu=L4:1,os=ubuntu-24.04,name=g1",
+        "--out",
+        "run",
+        "-e",
+        "nvidia_driver_debian_mirror=http://mirror.example/debian",
+        cwd=tmp_path,
+    )
+    assert r.returncode == 0, r.stderr
+    assert any(
+        "nvidia_driver_debian_mirror: http://mirror.example/debian" in p.read_text()
+        for p in (tmp_path / "run" / "group_vars").glob("*.yml")
+    )
+    bad = provision("plan", "--assume", "gpu=L4:1,os=ubuntu-24.04,name=g1", "-e", "@vars.yml", cwd=tmp_path)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+
+
+def test_one_gpu_count_spelling_and_the_old_one_with_a_note(tmp_path: Path) -> None:
+    """`--gpu-count` on `resolve` and `cloud up`; cloud's old `--gpus` still parses, hidden, with a note."""
+    for cmd in (["resolve"], ["cloud", "up"]):
+        helptext = provision(*cmd, "--help").stdout
+        assert "--gpu-count" in helptext and "--gpus" not in helptext, cmd
+    # no AWS here: both spellings stop at the same local check, before anything is sent
+    new = provision("cloud", "up", "--gpu-count", "2", "--ssh-cidr", "10.0.0.0/8", "--yes", cwd=tmp_path)
+    old = provision("cloud", "up", "--gpus", "2", "--ssh-cidr", "10.0.0.0/8", "--yes", cwd=tmp_path)
+    assert new.returncode == old.returncode == 2, (new.stderr, old.stderr)
+    assert "--gpu-count needs --gpu NAME" in new.stderr
+    assert old.stderr.splitlines() == [
+        "warning: --gpus is deprecated; use --gpu-count 2 (same meaning)",
+        *new.stderr.splitlines(),
+    ]
