@@ -53,3 +53,19 @@ def test_help_ends_with_examples_that_parse(path: list[str]) -> None:
             command, ctx, args = sub, parent, args[1:]
         with command.make_context(command.name, list(args), parent=ctx) as parsed:
             assert parsed.params is not None  # parsed: every option known, every value of its type
+
+
+def test_the_documented_shell_completion_works() -> None:
+    """docs/index.md's bash line: click's completion script, and a completion through it."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "_PROVISION_COMPLETE": "bash_source"}
+    script = subprocess.run(
+        [sys.executable, "-m", "provision"], env=env, capture_output=True, text=True, timeout=60
+    ).stdout
+    assert "_provision_completion()" in script
+    env = {**os.environ, "_PROVISION_COMPLETE": "bash_complete", "COMP_WORDS": "provision up --fr", "COMP_CWORD": "2"}
+    got = subprocess.run([sys.executable, "-m", "provision"], env=env, capture_output=True, text=True, timeout=60)
+    assert got.stdout.split() == ["plain,--from-lock", "plain,--framework"]
