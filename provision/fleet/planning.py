@@ -492,6 +492,14 @@ def _connection_vars(t: HostTarget) -> dict[str, Any]:
     return out
 
 
+class NoHostProbed(Unreachable):
+    """No host could be probed: nothing to plan. ``failures`` say why, host by host (`up`'s report)."""
+
+    def __init__(self, message: str, hint: str, failures: list[ProbeFailure]) -> None:
+        super().__init__(message, hint)
+        self.failures = failures
+
+
 def _probe(
     targets: Sequence[_Target],
     config: Config,
@@ -513,13 +521,15 @@ def _probe(
             raise f.error
     if failed and len(failed) == len(results):
         if len(failed) == 1:
-            raise Unreachable(
+            raise NoHostProbed(
                 f"cannot probe {failed[0].host}: {failed[0].error.message}",
                 failed[0].error.hint or "check `provision probe` for this host",
+                failed,
             )
-        raise Unreachable(
+        raise NoHostProbed(
             f"cannot probe any of the {len(failed)} hosts: " + "; ".join(f"{f.host}: {f.reason}" for f in failed),
             "check `provision probe` for these hosts",
+            failed,
         )
     if failed and not skip_unprobed:
         first = failed[0].error

@@ -3,6 +3,7 @@ real CLI: ``-K/--ask-become-pass``."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -129,3 +130,17 @@ def test_one_gpu_count_spelling_and_the_old_one_with_a_note(tmp_path: Path) -> N
         "warning: --gpus is deprecated; use --gpu-count 2 (same meaning)",
         *new.stderr.splitlines(),
     ]
+
+
+def test_up_to_an_unreachable_host_writes_the_report_with_its_reason(tmp_path: Path) -> None:
+    """Issue 28: an `up` whose every host is unreachable left an empty run folder and no report."""
+    (tmp_path / "inv.ini").write_text("h1 ansible_host=127.0.0.1 ansible_port=1\n")  # port 1: refused at once
+    (tmp_path / "p.yaml").write_text("install: {lock_closure: never}\n")
+    r = provision("up", "-i", "inv.ini", "--yes", "-c", "p.yaml", cwd=tmp_path)
+    assert r.returncode == 1, r.stderr
+    [run] = list((tmp_path / ".provision" / "runs").iterdir())
+    assert f"report: {run / 'report.html'}" in r.stderr
+    report = json.loads((run / "report.json").read_text())
+    [host] = report["hosts"]
+    assert host["host"] == "h1" and host["verdict"] == "fail"
+    assert "Connection refused" in json.dumps(report)

@@ -166,7 +166,7 @@ def _tampered_up(tmp_path: Path, edit: str, value: str) -> tuple[int, str]:
         group["packages"]["repositories"][0][edit] = value
     (tmp_path / "tampered.lock").write_text(json.dumps(lock))
     (tmp_path / "inv.ini").write_text("h1 ansible_host=192.0.2.1\n")
-    r = provision("up", "-i", "inv.ini", "--yes", "--lock", "tampered.lock", cwd=tmp_path)
+    r = provision("up", "-i", "inv.ini", "--yes", "--from-lock", "tampered.lock", cwd=tmp_path)
     assert not (tmp_path / ".provision").exists()  # refused before any run, state DB or host contact
     return r.returncode, r.stderr
 
