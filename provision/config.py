@@ -340,7 +340,7 @@ def _mapping(value: Any, key: str, where: str) -> dict[str, Any]:
             where,
             name,
             f"must be a mapping, not {type(value).__name__}",
-            "see the provision.yaml reference in the docs (generated: mkdocs serve, Reference > provision.yaml)",
+            "see the docs' Reference > provision.yaml page (`make docs` builds it: site/reference/config/index.html)",
         )
     return value
 

@@ -92,7 +92,8 @@ def check_installs_override(overrides: Mapping[str, object], lock: Lock, install
     ):
         raise BadInput(
             "--set frameworks_installs: not a list of {packages: [...], index_url: ...}",
-            "see the frameworks role's variables in the docs (generated: mkdocs serve, Reference > Roles)",
+            "see the frameworks role on the docs' Reference > Roles page"
+            " (`make docs` builds it: site/reference/roles/index.html)",
         )
     given = sorted(str(p) for e in value for p in e["packages"])
     for group in lock.groups:

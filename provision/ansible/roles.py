@@ -63,7 +63,8 @@ def check_overrides(overrides: Mapping[str, object]) -> None:
         if problem:
             raise BadInput(
                 f"--set {name}: {problem}",
-                "see the role's variables in the docs (generated: mkdocs serve, Reference > Roles)",
+                "see the role's variables on the docs' Reference > Roles page"
+                " (`make docs` builds it: site/reference/roles/index.html)",
             )
         for url in set_urls(name, value):
             if not (name == "frameworks_find_links" and url.startswith("/")):  # a local wheel folder

@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from provision import __version__
+from provision.cli.examples import add_examples
 from provision.cli.options import debug_option
 from provision.errors import BadInput, ExitCode, Interrupted, ProvisionError
 
@@ -48,6 +49,10 @@ class ProvisionGroup(click.Group):
         module_name, attr = target.split(":")
         command = getattr(importlib.import_module(module_name), attr)
         assert isinstance(command, click.Command)
+        add_examples(command, cmd_name)
+        if isinstance(command, click.Group):
+            for sub_name, sub in command.commands.items():
+                add_examples(sub, f"{cmd_name} {sub_name}")
         return command
 
     def resolve_command(
@@ -127,6 +132,9 @@ def cli() -> None:
     Probe hosts, resolve a set of versions that work together (driver, CUDA, cuDNN, PyTorch /
     TensorFlow / JAX), apply them with Ansible, and prove each host with a training job.
     """
+
+
+add_examples(cli, "provision")
 
 
 def main() -> None:

@@ -11,7 +11,15 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import click
 from click.core import ParameterSource
 
-from provision.cli.options import NONEMPTY, ask_first, command_options, refuse_unasked, yes_option
+from provision.cli.options import (
+    NONEMPTY,
+    ask_first,
+    command_options,
+    deprecated_alias,
+    refuse_unasked,
+    take_alias,
+    yes_option,
+)
 from provision.cloud import launcher
 from provision.cloud.launcher import DEFAULT_KEY, LaunchArgs, open_region
 from provision.errors import BadInput
@@ -70,9 +78,14 @@ _LAUNCH_OPTIONS: list[Callable[[Any], Any]] = [
         help="EC2 type(s); a list is the fallback order.",
     ),
     click.option(
-        "--gpu", type=NONEMPTY, metavar="NAME", help="GPU model; the cheapest type that fits is chosen (with --gpus)."
+        "--gpu",
+        type=NONEMPTY,
+        metavar="NAME",
+        help="GPU model; the cheapest type that fits is chosen (with --gpu-count).",
     ),
-    click.option("--gpus", type=int, metavar="N", help="GPUs per instance with --gpu (default 1)."),
+    # --gpu-count: the one spelling of a GPU count (resolve's too); --gpus is the old one
+    click.option("--gpu-count", "gpus", type=int, metavar="N", help="GPUs per instance with --gpu (default 1)."),
+    deprecated_alias("--gpus", "--gpu-count", "gpus", type=int),
     click.option("--count", type=int, default=1, show_default=True, help="Instances to launch."),
     click.option("--region", type=NONEMPTY, help="AWS region (default: the profile's or AWS_REGION)."),
     click.option("--spot", is_flag=True, help="Spot instances (one-time, terminate on interruption)."),
@@ -126,6 +139,9 @@ def launch_options(func: F) -> F:
         ctx = click.get_current_context()
         given = frozenset(n for n in names if ctx.get_parameter_source(n) not in (ParameterSource.DEFAULT, None))
         values = {n: kwargs.pop(n) for n in names}
+        values["gpus"] = take_alias("gpus", values["gpus"])
+        if values["gpus"] is not None:
+            given |= {"gpus"}
         launch = LaunchArgs(**values, keep_on_failure=kwargs.get("keep_on_failure", False), given=given)
         return func(*args, launch=launch, **kwargs)
 

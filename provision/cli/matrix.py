@@ -28,11 +28,7 @@ if TYPE_CHECKING:
 @click.option("--drivers", is_flag=True, help="List the driver branches.")
 @command_options
 def matrix(*, gpu: str | None, frameworks: tuple[str, ...], instances: bool, drivers: bool, as_json: bool) -> int:
-    """Show what the compatibility knowledge says.
-
-    Examples: `provision matrix --gpu A10G --framework torch` (which torch variants run on an
-    A10G), `provision matrix --gpu V100` (which drivers a V100 can use).
-    """
+    """Show what the compatibility knowledge says: which torch variants and drivers run on a GPU."""
     from provision.matrix import load  # noqa: PLC0415 (start-up: `provision matrix --help` loads this module, not matrix)
     from provision.stack.request import FrameworkSpec  # noqa: PLC0415 (start-up: `provision matrix --help` loads this module, not stack.request)
     from provision.stack.tables import driver_rows, framework_rows, gpu_row, instance_rows  # noqa: PLC0415 (start-up: `provision --help` loads this module, not stack.tables)

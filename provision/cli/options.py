@@ -12,13 +12,16 @@ import functools
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from provision.errors import BadInput, Interrupted
 from provision.files import load_yaml
 from provision.model.defaults import INSTALL_METHOD_CHOICES
+
+if TYPE_CHECKING:
+    from provision.fleet.targets import HostDefaults
 
 F = TypeVar("F", bound=Callable[..., Any])
 Decorator = Callable[[F], F]
@@ -69,9 +72,14 @@ def yes_option(help: str) -> Callable[[F], F]:
     return click.option("-y", "--yes", is_flag=True, help=help)  # -y: as apt, dnf and pip's users type it
 
 
+def has_terminal() -> bool:
+    """Standard input is a terminal: a person may be there to answer."""
+    return sys.stdin.isatty()
+
+
 def can_ask(as_json: bool) -> bool:
     """A person can answer a prompt: stdin is a terminal, and stdout is not a JSON document."""
-    return sys.stdin.isatty() and not as_json
+    return has_terminal() and not as_json
 
 
 def refuse_unasked(yes: bool, as_json: bool, what: str, hint: str) -> None:
@@ -144,6 +152,67 @@ def ssh_config_option() -> Callable[[F], F]:
         metavar="FILE",
         help="SSH config file to read instead of ~/.ssh/config.",
     )
+
+
+def login_options() -> Callable[[F], F]:
+    """ansible-playbook's ``-u USER``, ``--private-key FILE`` and ``-K``, meaning the same here: for
+    every host whose inventory (or ``~/.ssh/config``) names no user, key or sudo password.
+
+    ``-K``'s value is the flag; :func:`host_defaults` asks for the password after every other
+    option parsed (a bad option asks nothing)."""
+    return _stack(
+        click.option(
+            "-u",
+            "--user",
+            "login_user",
+            type=NONEMPTY,
+            metavar="USER",
+            help="SSH login where the inventory names none (beats ~/.ssh/config, as ssh -l does).",
+        ),
+        click.option(
+            "--private-key",
+            type=click.Path(dir_okay=False, path_type=Path),
+            metavar="FILE",
+            help="SSH private key where the inventory names none.",
+        ),
+        click.option(
+            "-K",
+            "--ask-become-pass",
+            "ask_become_pass",
+            is_flag=True,
+            help="Ask once for the sudo password (hosts whose inventory sets none); kept in memory, never written.",
+        ),
+    )
+
+
+def host_defaults(login_user: str | None, private_key: Path | None, ask_become_pass: bool) -> HostDefaults | None:
+    """The hosts' defaults from :func:`login_options`; None when none was given."""
+    from provision.fleet.targets import HostDefaults  # noqa: PLC0415 (start-up: `provision --version` loads this module, not fleet.targets)
+
+    if login_user is None and private_key is None and not ask_become_pass:
+        return None
+    return HostDefaults(
+        user=login_user,
+        key_file=str(private_key.expanduser()) if private_key is not None else None,
+        become_password=ask_become_password(ask_become_pass),
+    )
+
+
+def ask_become_password(ask: bool) -> str | None:
+    """The sudo password for ``-K``, read without echo (getpass); None without ``-K``.
+
+    Without a terminal there is nobody to ask: bad input (exit 2) rather than a read that hangs
+    or takes a piped line a log could hold."""
+    if not ask:
+        return None
+    if not has_terminal():
+        raise BadInput(
+            "-K asks for the sudo password and there is no terminal to ask on",
+            "run it at a terminal, or set ansible_become_password in a vars file kept out of git",
+        )
+    import getpass  # noqa: PLC0415 (only for -K)
+
+    return getpass.getpass("sudo password (-K): ")
 
 
 def ssh_options() -> Callable[[F], F]:
@@ -335,8 +404,30 @@ def state_option() -> Callable[[F], F]:
 
 
 def set_option(help: str = "Set a role variable; repeatable.") -> Callable[[F], F]:
-    """``--set VAR=VALUE`` (repeatable) into ``sets``; :func:`parse_sets` reads them."""
-    return click.option("--set", "sets", multiple=True, metavar="VAR=VALUE", help=help)
+    """``-e/--set VAR=VALUE`` (repeatable) into ``sets``; :func:`parse_sets` reads them.
+
+    ``-e``: ansible-playbook's extra variables, which beat every other variable of the play, as a
+    --set value beats the lock's role variables in the run dir. Only the ``NAME=VALUE`` form
+    (Ansible's ``@file`` and JSON forms are refused by :func:`parse_sets`)."""
+    return click.option("-e", "--set", "sets", multiple=True, metavar="VAR=VALUE", help=help)
+
+
+def deprecated_alias(old: str, new: str, dest: str, **kind: Any) -> Callable[[F], F]:
+    """A hidden old spelling of option ``new``: taken, with a note on stderr naming ``new``, into
+    ``ctx.meta`` (:func:`take_alias` merges it into ``dest``)."""
+
+    def warn(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+        if value is not None:
+            click.echo(f"warning: {old} is deprecated; use {new} {value} (same meaning)", err=True)
+            ctx.meta[f"alias:{dest}"] = value
+
+    return click.option(old, f"deprecated_{dest}", hidden=True, expose_value=False, callback=warn, **kind)
+
+
+def take_alias(dest: str, value: Any) -> Any:
+    """``value`` of option ``dest``, or what its deprecated spelling gave (:func:`deprecated_alias`)."""
+    old = click.get_current_context().meta.get(f"alias:{dest}")
+    return value if value is not None or old is None else old
 
 
 def reboot_controller_option() -> Callable[[F], F]:

@@ -12,7 +12,9 @@ from provision.cli.options import (
     command_options,
     config_option,
     deprecated_lock_option,
+    host_defaults,
     lock_option,
+    login_options,
     parse_sets,
     reboot_controller_option,
     set_option,
@@ -62,6 +64,7 @@ if TYPE_CHECKING:
 @set_option("Set a role variable in the run dir (mirrors, air-gapped repositories); repeatable.")
 @reboot_controller_option()
 @ssh_options()
+@login_options()
 @command_options
 def plan(
     *,
@@ -77,6 +80,9 @@ def plan(
     reboot_controller: bool,
     accept_new_host_keys: bool,
     ssh_config: Path | None,
+    login_user: str | None,
+    private_key: Path | None,
+    ask_become_pass: bool,
     as_json: bool,
 ) -> int:
     """Resolve per host, write provision.lock and the Ansible run dir; no host is changed.
@@ -102,6 +108,7 @@ def plan(
             assume=parse_assume(assume) if assume else None,
             overrides=parse_sets(sets),
             reboot_controller=reboot_controller,
+            host_defaults=host_defaults(login_user, private_key, ask_become_pass),
         ),
         PlanRun(out=out, lock_path=lock_path, accept_new_host_keys=accept_new_host_keys, ssh_config=ssh_config),
     )

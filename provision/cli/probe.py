@@ -17,6 +17,8 @@ from provision.cli.options import (
     NONEMPTY,
     command_options,
     connect_timeout_option,
+    host_defaults,
+    login_options,
     parallel_option,
     ssh_options,
     target_options,
@@ -40,6 +42,7 @@ if TYPE_CHECKING:
     "--venv", type=NONEMPTY, metavar="PATH", help="Also report the framework versions in this venv on each host."
 )
 @ssh_options()
+@login_options()
 @connect_timeout_option()
 @timeout_option(120.0, "Give up on a host whose probe commands run longer.", minimum=1, dest="command_timeout")
 @parallel_option(32, "Hosts probed at once.")
@@ -52,6 +55,9 @@ def probe(
     accept_new_host_keys: bool,
     venv: str | None,
     ssh_config: Path | None,
+    login_user: str | None,
+    private_key: Path | None,
+    ask_become_pass: bool,
     connect_timeout: float,
     command_timeout: float,
     parallel: int,
@@ -68,7 +74,11 @@ def probe(
     from provision.fleet.targets import select_targets  # noqa: PLC0415 (start-up: `provision probe --help` loads this module, not fleet.targets)
 
     targets = select_targets(
-        local, inventory, hosts, hint="probe the local machine, named hosts, or an inventory's hosts"
+        local,
+        inventory,
+        hosts,
+        hint="probe the local machine, named hosts, or an inventory's hosts",
+        defaults=host_defaults(login_user, private_key, ask_become_pass),
     ).targets
     from provision.hosts.gather import GatherOptions, matrix_lookup, probe_hosts  # noqa: PLC0415 (start-up: `provision --help` loads this module, not hosts.gather)
     from provision.hosts.ssh_config import resolve_settings  # noqa: PLC0415 (start-up: `provision --help` loads this module, not hosts.ssh_config)

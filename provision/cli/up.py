@@ -23,8 +23,10 @@ from provision.cli.options import (
     command_options,
     config_option,
     deprecated_lock_option,
+    host_defaults,
     limit_option,
     lock_option,
+    login_options,
     parse_sets,
     reboot_controller_option,
     refuse_unasked,
@@ -66,6 +68,7 @@ if TYPE_CHECKING:
 @set_option()
 @reboot_controller_option()
 @ssh_options()
+@login_options()
 @state_option()
 @click.option("--cloud", is_flag=True, help="Launch EC2 instances (the launch options below) and provision them.")
 @launch_options
@@ -97,6 +100,9 @@ def up(
     reboot_controller: bool,
     accept_new_host_keys: bool,
     ssh_config: Path | None,
+    login_user: str | None,
+    private_key: Path | None,
+    ask_become_pass: bool,
     state_path: Path | None,
     as_json: bool,
 ) -> int:
@@ -140,6 +146,7 @@ def up(
     if cloud:
         refuse_unasked(yes, as_json, "up --cloud launches paid instances", "pass --yes to launch without asking")
     config = load_config(config_path) if config_path is not None else Config()
+    defaults = host_defaults(login_user, private_key, ask_become_pass)  # after every check that needs no host
     options = UpOptions(
         local=local,
         inventory=inventory,
@@ -153,6 +160,7 @@ def up(
         reboot_controller=reboot_controller,
         state_path=state_path,
         lock=lock_path,
+        host_defaults=defaults,
     )
     check_options(options)
     # the stack request, parsed once, here: a bad stack option launches nothing
@@ -371,7 +379,8 @@ def check_up_targets(
                 "drop --limit (use --count for fewer instances)",
             )
         return
-    needs_cloud = sorted("--" + {"os_name": "os"}.get(n, n).replace("_", "-") for n in launch.given)
+    spelled = {"os_name": "os", "gpus": "gpu-count"}  # LaunchArgs' names whose option is spelled otherwise
+    needs_cloud = sorted("--" + spelled.get(n, n).replace("_", "-") for n in launch.given)
     needs_cloud += ["--down-after"] * down_after + ["--keep-on-failure"] * keep_on_failure
     if needs_cloud:
         raise BadInput(f"{', '.join(needs_cloud)}: only with --cloud", "add --cloud to launch instances, or drop them")

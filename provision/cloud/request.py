@@ -87,7 +87,7 @@ def describe_type(name: str) -> TypeChoice:
     except BadInput as exc:
         raise BadInput(
             f"`{name}` is not an EC2 instance type with NVIDIA GPUs",
-            "pick a GPU type such as g4dn, g5, g6, g6e, p4d, p5, or use --gpu NAME --gpus N",
+            "pick a GPU type such as g4dn, g5, g6, g6e, p4d, p5, or use --gpu NAME --gpu-count N",
             suggestions=exc.suggestions,
         ) from exc
     return TypeChoice(
@@ -114,7 +114,7 @@ def types_for_gpu(gpu: str, count: int) -> list[TypeChoice]:
         have = sorted({it.gpu.name for it in k.instance_types})
         raise BadInput(
             f"no EC2 instance type has {count} x {model}",
-            f"EC2 offers: {', '.join(have)}; lower --gpus or pick another --gpu",
+            f"EC2 offers: {', '.join(have)}; lower --gpu-count or pick another --gpu",
             suggestions=have,
         )
     return sorted(
@@ -156,11 +156,11 @@ def build_types(instance_types: str | None, gpu: str | None, gpus: int | None) -
         return [describe_type(n) for n in dict.fromkeys(names)]
     if gpu:
         if gpus is not None and gpus < 1:
-            raise BadInput(f"--gpus {gpus} is not a GPU count", "give --gpus 1 or more")
+            raise BadInput(f"--gpu-count {gpus} is not a GPU count", "give --gpu-count 1 or more")
         return types_for_gpu(gpu, gpus or 1)
     if gpus is not None:
-        raise BadInput("--gpus needs --gpu NAME", "e.g. --gpu A10G --gpus 1")
-    raise BadInput("no instance type given", "pass --instance-type T[,T2...] or --gpu NAME [--gpus N]")
+        raise BadInput("--gpu-count needs --gpu NAME", "e.g. --gpu A10G --gpu-count 1")
+    raise BadInput("no instance type given", "pass --instance-type T[,T2...] or --gpu NAME [--gpu-count N]")
 
 
 def check_budget(types: list[TypeChoice], count: int, limit: float | None) -> list[TypeChoice]:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from provision.errors import BadInput, OperationFailed, ProvisionError, Unreachable, Unsatisfiable, redact
 from provision.files import write_lock
-from provision.fleet.targets import check_one_source, select_targets
+from provision.fleet.targets import HostDefaults, check_one_source, select_targets
 from provision.matrix import load
 from provision.model.host import ResolvedHost
 from provision.model.lock import Lock, LockGroup
@@ -132,6 +132,7 @@ class PlanInputs:
     overrides: Mapping[str, object] | None = None
     reboot_controller: bool = False
     locked: Lock | None = None
+    host_defaults: HostDefaults | None = None  # -u, --private-key, -K
 
 
 @dataclass(frozen=True)
@@ -184,7 +185,7 @@ def plan(inputs: PlanInputs, context: PlanRun | None = None) -> PlanResult:
     check_assume(assume, local, inventory)
     install = replace(config.install, reboot_controller=reboot_controller)
     check_out_dir(out)  # before any host is contacted: a user's folder is refused, nothing written
-    targets, user_groups = _targets(local, inventory, assume)
+    targets, user_groups = _targets(local, inventory, assume, inputs.host_defaults)
     if only is not None:  # `up --limit`: plan (and probe) only these hosts
         targets = [t for t in targets if t.name in set(only)]
     check_inputs(overrides, [t.target for t in targets if t.target is not None and assume is None], ssh_config)
@@ -450,13 +451,13 @@ def check_ssh_config(ssh_config: Path | None) -> None:
 
 
 def _targets(
-    local: bool, inventory: str | None, assume: Assumed | None
+    local: bool, inventory: str | None, assume: Assumed | None, defaults: HostDefaults | None = None
 ) -> tuple[list[_Target], dict[str, dict[str, list[str]]]]:
     """The hosts to plan, and the inventory's own groups (kept in the run dir's inventory)."""
     from provision.ansible.checks import check_host_name  # noqa: PLC0415 (start-up: `provision --help` loads this module, not ansible.checks)
 
     if inventory or local:
-        inv = select_targets(local, inventory, hint="plan the local machine or an inventory's hosts")
+        inv = select_targets(local, inventory, hint="plan the local machine or an inventory's hosts", defaults=defaults)
         return [_Target(t.name, _connection_vars(t), t) for t in inv.targets], inv.group_tree()
     if assume is None or assume.name is None:  # check_assume refused a nameless --assume already
         raise BadInput(
@@ -491,6 +492,14 @@ def _connection_vars(t: HostTarget) -> dict[str, Any]:
     return out
 
 
+class NoHostProbed(Unreachable):
+    """No host could be probed: nothing to plan. ``failures`` say why, host by host (`up`'s report)."""
+
+    def __init__(self, message: str, hint: str, failures: list[ProbeFailure]) -> None:
+        super().__init__(message, hint)
+        self.failures = failures
+
+
 def _probe(
     targets: Sequence[_Target],
     config: Config,
@@ -512,13 +521,15 @@ def _probe(
             raise f.error
     if failed and len(failed) == len(results):
         if len(failed) == 1:
-            raise Unreachable(
+            raise NoHostProbed(
                 f"cannot probe {failed[0].host}: {failed[0].error.message}",
                 failed[0].error.hint or "check `provision probe` for this host",
+                failed,
             )
-        raise Unreachable(
+        raise NoHostProbed(
             f"cannot probe any of the {len(failed)} hosts: " + "; ".join(f"{f.host}: {f.reason}" for f in failed),
             "check `provision probe` for these hosts",
+            failed,
         )
     if failed and not skip_unprobed:
         first = failed[0].error

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from provision.ansible.apply import HostProgress
     from provision.fleet.planning import HostPlan
+    from provision.fleet.targets import HostDefaults
     from provision.stack.request import StackRequest
 
 
@@ -148,6 +149,7 @@ class UpOptions:
     reboot_controller: bool = False
     state_path: Path | None = None  # --state; else config.state.path; else the default
     lock: Path | None = None  # --lock: apply exactly this lock (hosts probed only to check they fit it)
+    host_defaults: HostDefaults | None = None  # -u, --private-key, -K (its password in memory only)
     runs_dir: Path = RUNS_DIR
     # the stack request, parsed once by the command line (the stack options given beat the config's)
     request: StackRequest | None = None

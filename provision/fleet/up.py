@@ -36,7 +36,7 @@ from provision.files import private_dir, read_lock
 from provision.fleet import verify as verify_api
 from provision.fleet.batch import BatchRun, check_without_gpu, lock_failed, make_batches, run_batch, unprobed_run
 from provision.fleet.cache.config import start_cache
-from provision.fleet.planning import PlanInputs, PlanRun, check_inputs, check_locked_names, plan
+from provision.fleet.planning import NoHostProbed, PlanInputs, PlanRun, check_inputs, check_locked_names, plan
 from provision.fleet.records import LOCK_TASK, NOT_RUN, PROBE_TASK, HostRun, Progress, UpOptions, UpResult
 from provision.fleet.report import finish_reports
 from provision.fleet.state import State, state_path
@@ -124,7 +124,12 @@ def _up(
 ) -> UpResult:
     say = on_phase or (lambda _: None)
     check_options(options)
-    chosen = select_targets(options.local, options.inventory, hint="provision this machine or an inventory's hosts")
+    chosen = select_targets(
+        options.local,
+        options.inventory,
+        hint="provision this machine or an inventory's hosts",
+        defaults=options.host_defaults,
+    )
     targets = {t.name: t for t in chosen.targets}  # the hosts `up` may reach, in inventory order
     selected = apply_limit(list(targets), limit_patterns(options.limit))
     check_inputs(options.overrides, [targets[n] for n in selected], options.ssh_config)
@@ -158,6 +163,7 @@ def _up(
                 overrides=options.overrides,
                 reboot_controller=options.reboot_controller,
                 locked=locked,
+                host_defaults=options.host_defaults,
             ),
             PlanRun(
                 out=run_dir / "ansible",
@@ -181,6 +187,18 @@ def _up(
             f"interrupted while probing the hosts; nothing was changed ({run_dir / 'report.html'})",
             "run the same command again",
         ) from None
+    except NoHostProbed as exc:
+        # every host unreachable: the run's report says so, host by host, with each one's reason
+        # (not an empty run folder and no report)
+        result.hosts = [unprobed_run(f) for f in exc.failures]
+        if not options.check:
+            for h in result.hosts:
+                state.record_failed(run, h.host, PROBE_TASK)
+        state.close()
+        result.finished = time.time()
+        finish_reports(result)
+        where = f"report: {run_dir / 'report.html'}" if result.report_error is None else result.report_error
+        raise NoHostProbed(f"{exc.message}; {where}", exc.hint or "", exc.failures) from None
     except BaseException:
         state.close()
         shutil.rmtree(run_dir, ignore_errors=True)  # nothing was planned: leave no empty run behind

@@ -112,12 +112,12 @@ def test_up_ls_down_lifecycle(aws: Aws, capsys: pytest.CaptureFixture[str]) -> N
 
 
 def test_ls_prices_on_demand_from_the_data_and_cost_so_far(aws: Aws, capsys: pytest.CaptureFixture[str]) -> None:
-    """--gpu H100-SXM --gpus 1 picks p5.4xlarge (the cheapest that fits, priced in the data)."""
+    """--gpu H100-SXM --gpu-count 1 picks p5.4xlarge (the cheapest that fits, priced in the data)."""
     from provision.matrix import load
 
     price = load().instance_type("p5.4xlarge").price
     assert price is not None
-    code, doc, err = up(aws, capsys, "--gpu", "H100-SXM", "--gpus", "1")
+    code, doc, err = up(aws, capsys, "--gpu", "H100-SXM", "--gpu-count", "1")
     assert code == 0, err
     assert [i["type"] for i in doc["instances"]] == ["p5.4xlarge"]
     time.sleep(1.0)
@@ -136,7 +136,7 @@ def test_max_hourly_usd_refuses_before_any_call(aws: Aws, capsys: pytest.Capture
             "up",
             "--gpu",
             "H100-SXM",
-            "--gpus",
+            "--gpu-count",
             "8",
             "--ssh-cidr",
             CIDR,

@@ -120,7 +120,7 @@ BAD: list[tuple[list[str], str]] = [
     (["--cloud", *LAUNCH, "--serial", "0"], "--serial 0"),
     (["--cloud", *LAUNCH, "--set", "no-value"], "NAME=VALUE"),
     (["--cloud", *LAUNCH, "-c", "bad.yaml"], "bad.yaml"),
-    (["--cloud", "--gpu", "H100-SXM", "--gpus", "64", "--ssh-cidr", "10.0.0.0/8"], "no EC2 instance type has 64"),
+    (["--cloud", "--gpu", "H100-SXM", "--gpu-count", "64", "--ssh-cidr", "10.0.0.0/8"], "no EC2 instance type has 64"),
 ]
 
 

@@ -89,10 +89,22 @@ def default_text(param: click.Parameter) -> str:
 def _names(param: click.Parameter) -> str:
     if isinstance(param, click.Argument):
         return f"`{param.metavar or (param.name or '').upper()}`"
-    names = ", ".join(f"`{o}`" for o in param.opts)
+    names = ", ".join(nowrap(o) for o in param.opts)
     if param.secondary_opts:
-        names += " / " + ", ".join(f"`{o}`" for o in param.secondary_opts)
+        names += " / " + ", ".join(nowrap(o) for o in param.secondary_opts)
     return names
+
+
+def nowrap(option: str) -> str:
+    """An option's name as code that the browser never breaks (at its hyphens, in a narrow table
+    column, `--accept-new-host-keys` would read as three words)."""
+    return f'<code style="white-space: nowrap">{option}</code>'
+
+
+def examples(cmd: click.Command) -> str:
+    """The command's examples (provision/cli/examples.py, its --help's end) as a console block."""
+    lines = [line.strip() for line in (cmd.epilog or "").splitlines()[2:] if line.strip()]
+    return "Examples:\n\n" + code("\n".join(f"$ {line}" for line in lines), "console") if lines else ""
 
 
 def section(found: Found) -> str:
@@ -100,6 +112,8 @@ def section(found: Found) -> str:
     level = "#" * max(2, min(found.path.count(" ") + 1, 4))  # provision, provision up: ##; cloud up: ###
     parts = [f"{level} {found.path}\n", code(" ".join([found.path, *cmd.collect_usage_pieces(ctx)]), "text")]
     parts.append(help_markdown(cmd.help))
+    if cmd.epilog:
+        parts.append(examples(cmd))
     params = [p for p in cmd.get_params(ctx) if not getattr(p, "hidden", False)]
     arguments = [p for p in params if isinstance(p, click.Argument)]
     options = [p for p in params if isinstance(p, click.Option)]

@@ -25,7 +25,7 @@ from tests.cli_run import provision
 HOOKS = Path(__file__).resolve().parents[3] / "docs" / "_hooks"
 sys.path.insert(0, str(HOOKS))
 
-from refdocs import config_page, exit_codes_page, json_page, lock_page  # noqa: E402
+from refdocs import cli_page, config_page, exit_codes_page, json_page, lock_page  # noqa: E402
 
 
 def test_every_documented_config_key_is_one_the_validator_takes() -> None:
@@ -140,3 +140,15 @@ def test_the_up_document_is_as_described(tmp_path: Path) -> None:
     doc = result.to_json()
     assert set(doc) | {"cloud"} == set(contract.keys)
     assert list(doc["hosts"][0]) == list(contract.items[1])
+
+
+def test_the_cli_reference_never_breaks_an_option_name_and_shows_the_examples() -> None:
+    """Each option's name is code the browser does not wrap (issue 28: `--accept-new-host-keys`
+    broke at its hyphens in a narrow column), and each command's section has its --help examples."""
+    text = cli_page.page()
+    rows = [line for line in text.splitlines() if line.startswith(("| <code", "| `-"))]
+    assert rows and all(line.startswith('| <code style="white-space: nowrap">-') for line in rows)
+    for found in cli_page.commands():
+        if found.command.epilog:
+            assert cli_page.examples(found.command).count("$ provision ") >= 2, found.path
+    assert "$ provision up --local --check --yes" in text
