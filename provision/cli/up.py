@@ -37,6 +37,7 @@ from provision.cli.options import (
     target_options,
     yes_option,
 )
+from provision.cli.sections import LAUNCH, OUTPUT, SSH, STACK, SectionedCommand
 from provision.cloud import launcher
 from provision.errors import BadInput, ExitCode, signals_as_interrupt
 from provision.stack.request import StackRequest
@@ -51,7 +52,18 @@ if TYPE_CHECKING:
     from provision.fleet.records import HostRun, UpResult
 
 
-@click.command(name="up")
+# up's --help in sections (cli/sections.py): what to act on, what to install, how to run, output
+UP_SECTIONS = (
+    ("Targets", ("local", "inventory", "limit", "login_user", "private_key", "ask_become_pass", *SSH)),
+    ("Stack (what to install)", ("config_path", "lock_path", *STACK)),
+    ("Install", ("install_method", "python_source", "sets", "force", "reboot_controller")),
+    ("Run", ("check", "yes", "serial", "state_path")),
+    ("Cloud (with --cloud)", ("cloud", *LAUNCH, "down_after", "keep_on_failure")),
+    ("Output", OUTPUT),
+)
+
+
+@click.command(name="up", cls=SectionedCommand, sections=UP_SECTIONS)
 @target_options(local="Provision the machine provision runs on.", inventory="Provision an Ansible inventory's hosts.")
 @config_option()
 @lock_option(
