@@ -278,8 +278,13 @@ def run_playbook(
     envvars: dict[str, str] | None = None,
     passwords: dict[str, str] | None = None,
     on_progress: Callable[[HostProgress], None] | None = None,
+    verbosity: int = 0,
+    echo: Callable[[str], None] | None = None,
 ) -> ApplyResult:
     """Run ``run_dir/playbook`` against ``inventory``; events go to ``artifacts/events.jsonl``.
+
+    ``echo`` gets what ansible-playbook prints (each event's own output, colours stripped,
+    secrets redacted) as it happens; ``verbosity`` is ansible-playbook's ``-v`` count.
 
     ``passwords`` answers ansible-playbook's prompts ({regex: answer}, e.g. the play's sudo
     password prompts) through the terminal ansible-runner drives, so they reach no file, no
@@ -321,6 +326,8 @@ def run_playbook(
             changed = reducer.feed(event)
             if changed is not None and on_progress is not None:
                 on_progress(changed)
+            if echo is not None and (said := ANSI.sub("", str(event.get("stdout") or "")).strip()):
+                echo(redact(said))
             return True  # keep the runner's own artifact copy of the event too
 
         with _signals_cancel() as cancelled:
@@ -339,6 +346,7 @@ def run_playbook(
                 quiet=True,
                 suppress_env_files=True,  # env files would copy envvars (proxies, keys) to disk
                 cancel_callback=cancelled,
+                verbosity=verbosity or None,
             )
             # The runner seeds the play's environment with all of this process's environment
             # (RunnerConfig.prepare_env: os.environ.copy()); keep only ours and what the runner

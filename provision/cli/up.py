@@ -59,7 +59,7 @@ UP_SECTIONS = (
     ("Install", ("install_method", "python_source", "sets", "force", "reboot_controller")),
     ("Run", ("check", "yes", "serial", "state_path")),
     ("Cloud (with --cloud)", ("cloud", *LAUNCH, "down_after", "keep_on_failure")),
-    ("Output", OUTPUT),
+    ("Output", ("verbosity", *OUTPUT)),
 )
 
 
@@ -90,6 +90,13 @@ UP_SECTIONS = (
     is_flag=True,
     help="With --cloud: keep what a failed launch or a failed run left, for debugging.",
 )
+@click.option(
+    "-v",
+    "--verbose",
+    "verbosity",
+    count=True,
+    help="Show what ansible-playbook prints (on stderr); -vv and more add ansible-playbook's own -v.",
+)
 @command_options
 def up(
     *,
@@ -116,6 +123,7 @@ def up(
     private_key: Path | None,
     ask_become_pass: bool,
     state_path: Path | None,
+    verbosity: int,
     as_json: bool,
 ) -> int:
     """Probe, resolve, plan, apply with Ansible, verify every host, report.
@@ -173,6 +181,7 @@ def up(
         state_path=state_path,
         lock=lock_path,
         host_defaults=defaults,
+        verbosity=verbosity,
     )
     check_options(options)
     # the stack request, parsed once, here: a bad stack option launches nothing

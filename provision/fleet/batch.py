@@ -7,6 +7,7 @@ another run holds, and `--check` on a host without a GPU.
 from __future__ import annotations
 
 import shutil
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -127,6 +128,10 @@ def unprobed_run(failure: ProbeFailure) -> HostRun:
     )
 
 
+def _to_stderr(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
 def make_batches(hosts: list[HostRun], serial: int | None) -> list[list[HostRun]]:
     if not serial:
         return [hosts]
@@ -160,6 +165,8 @@ def _apply(
             forks=max(5, min(50, len(hosts))),
             on_progress=on_progress,
             passwords=become_answers(become or {}),
+            verbosity=max(0, options.verbosity - 1),
+            echo=_to_stderr if options.verbosity else None,
         )
     finally:  # also on Ctrl-C: the run's events.jsonl has whatever this apply got to
         _append_events(artifacts / "events.jsonl", run_dir / "events.jsonl")

@@ -151,6 +151,8 @@ class UpOptions:
     lock: Path | None = None  # --lock: apply exactly this lock (hosts probed only to check they fit it)
     host_defaults: HostDefaults | None = None  # -u, --private-key, -K (its password in memory only)
     runs_dir: Path = RUNS_DIR
+    # -v: what ansible-playbook prints, on stderr; each further v is one of ansible-playbook's -v
+    verbosity: int = 0
     # the stack request, parsed once by the command line (the stack options given beat the config's)
     request: StackRequest | None = None
 

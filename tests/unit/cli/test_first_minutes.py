@@ -36,8 +36,9 @@ def test_check_mode_without_torch_is_not_verified_and_exits_0(tmp_path: Path) ->
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)  # with pip: the role checks it
     (tmp_path / "p.yaml").write_text(f"install: {{venv: '{venv}', lock_closure: never}}\n")
-    r = provision("up", "--local", "--check", "--yes", "-c", "p.yaml", "--json", cwd=tmp_path, timeout=900)
+    r = provision("up", "--local", "--check", "--yes", "-v", "-c", "p.yaml", "--json", cwd=tmp_path, timeout=900)
     assert r.returncode == 0, r.stderr[-2000:]
+    assert "TASK [" in r.stderr and "PLAY RECAP" in r.stderr  # -v: what ansible-playbook printed, on stderr
     doc = json.loads(r.stdout)
     assert doc["ok"] is True
     [host] = doc["hosts"]
