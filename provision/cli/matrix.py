@@ -52,15 +52,81 @@ def matrix(*, gpu: str | None, frameworks: tuple[str, ...], instances: bool, dri
     return 0
 
 
+# Each table's columns: (the JSON key, a short header). Short headers, no box and one space between
+# columns keep every table readable at 80 columns (a terminal's default width).
+GPU_TITLE = "GPUs (cc: compute capability; FM: needs Fabric Manager; driver: branches (first release))"
+GPU_COLUMNS = (
+    ("name", "GPU"),
+    ("arch", "arch"),
+    ("compute_capability", "cc"),
+    ("memory_gib", "GiB"),
+    ("kernel_modules", "modules"),
+    ("fabric_manager", "FM"),
+    ("driver_branches", "driver"),
+)
+DRIVER_COLUMNS = (
+    ("branch", "branch"),
+    ("class", "class"),
+    ("max_cuda", "max CUDA"),
+    ("newest", "newest"),
+    ("eol", "EOL"),
+    ("usable", "usable"),
+    ("why", "why not"),
+)
+FRAMEWORK_COLUMNS = {
+    "torch": (
+        ("version", "version"),
+        ("variant", "variant"),
+        ("pypi", "PyPI"),
+        ("cuda", "CUDA"),
+        ("cudnn", "cuDNN"),
+        ("arch_list", "compiled for"),
+        ("min_driver", "min driver"),
+        ("runs", "runs"),
+    ),
+    "tensorflow": (
+        ("version", "version"),
+        ("cuda", "CUDA"),
+        ("cudnn", "cuDNN"),
+        ("and_cuda", "and-cuda"),
+        ("python", "Python"),
+        ("runs", "runs"),
+    ),
+    "jax": (
+        ("version", "version"),
+        ("extra", "extra"),
+        ("min_driver", "min driver"),
+        ("python", "Python"),
+        ("runs", "runs"),
+    ),
+}
+INSTANCE_COLUMNS = (
+    ("name", "instance type"),
+    ("gpu", "GPU"),
+    ("gpu_count", "GPUs"),
+    ("gpu_memory_gib", "GiB"),
+    ("arch", "arch"),
+    ("fabric_manager", "FM"),
+    ("usd_per_hour", "$/h"),
+    ("price_read", "price read"),
+)
+# how a cell reads in a table (the JSON keeps the value as it is)
+_SHOWN = {
+    "kernel_modules": lambda v: str(v).replace("-", " "),  # "open recommended": wraps at the space
+    # ">= 575 (from 575.57.08), <= 580": one part a line, the exact floor in parentheses
+    "driver_branches": lambda v: str(v).replace(" (from ", "\n(").replace(", ", "\n"),
+}
+
+
 def render(con: Console, doc: dict[str, Any]) -> None:
     from rich.table import Table  # noqa: PLC0415 (rich loads only where a table or console is printed, not for --json or --help)
 
-    def table(title: str, rows: list[dict[str, Any]], columns: Sequence[str]) -> None:
-        t = Table(title=title, show_header=True, header_style="bold", title_justify="left")
-        for i, c in enumerate(columns):
-            t.add_column(c, no_wrap=i == 0, overflow="fold")  # fold, never hide a value behind "…"
+    def table(title: str, rows: list[dict[str, Any]], columns: Sequence[tuple[str, str]]) -> None:
+        t = Table(title=title, box=None, padding=(0, 1, 0, 0), header_style="bold", title_justify="left")
+        for i, (_, header) in enumerate(columns):
+            t.add_column(header, no_wrap=i == 0, overflow="fold")  # fold, never hide a value behind "…"
         for r in rows:
-            t.add_row(*(_cell(r.get(c)) if c != "arch_list" else _arches(r) for c in columns))
+            t.add_row(*(_arches(r) if key == "arch_list" else _SHOWN.get(key, _cell)(r.get(key)) for key, _ in columns))
         con.print(t)
 
     if "gpu" in doc:
@@ -69,44 +135,15 @@ def render(con: Console, doc: dict[str, Any]) -> None:
             f"[bold]{g['name']}[/bold]: {g['arch']}, compute capability {g['compute_capability']}, "
             f"{g['memory_gib']:g} GiB, kernel modules {g['kernel_modules']}, "
             f"fabric manager {'on NVSwitch boards' if g['fabric_manager'] else 'no'}",
-            soft_wrap=True,
         )
     if "gpus" in doc:
-        cols = [
-            "name",
-            "arch",
-            "compute_capability",
-            "memory_gib",
-            "kernel_modules",
-            "fabric_manager",
-            "driver_branches",
-        ]
-        table("GPUs", doc["gpus"], cols)
+        table(GPU_TITLE, doc["gpus"], GPU_COLUMNS)
     if "drivers" in doc:
-        table(
-            "driver branches",
-            doc["drivers"],
-            ["branch", "class", "max_cuda", "newest", "eol", "usable", "why"],
-        )
+        table("driver branches", doc["drivers"], DRIVER_COLUMNS)
     for name, rows in doc.get("frameworks", {}).items():
-        cols = {
-            "torch": ["version", "variant", "pypi", "cuda", "cudnn", "arch_list", "min_driver", "runs"],
-            "tensorflow": ["version", "cuda", "cudnn", "and_cuda", "python", "runs"],
-            "jax": ["version", "extra", "min_driver", "python", "runs"],
-        }[name]
-        table(name, rows, cols)
+        table(name, rows, FRAMEWORK_COLUMNS[name])
     if "instances" in doc:
-        cols = [
-            "name",
-            "gpu",
-            "gpu_count",
-            "gpu_memory_gib",
-            "arch",
-            "fabric_manager",
-            "usd_per_hour",
-            "price_read",
-        ]
-        table("EC2 instance types", doc["instances"], cols)
+        table("EC2 instance types", doc["instances"], INSTANCE_COLUMNS)
 
 
 def _arches(row: dict[str, Any]) -> str:
@@ -123,4 +160,6 @@ def _cell(value: Any) -> str:
         return "yes" if value else "no"
     if isinstance(value, list):
         return ",".join(str(v) for v in value)
+    if isinstance(value, float) and value.is_integer():
+        return f"{value:g}"  # 80.0 GiB reads 80
     return str(value)
