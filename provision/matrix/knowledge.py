@@ -185,7 +185,9 @@ class Knowledge:
 
     # --- OS ---------------------------------------------------------------------------------
     def os_release(self, name: str) -> OsRelease:
-        key = _lookup("OS", name, self._os_index, "use os-release ID-VERSION_ID, e.g. ubuntu-22.04")
+        # the supported names come from the data, so the error can never list a stale set
+        supported = f"supported: {', '.join(self.t.os_releases)} (os-release ID-VERSION_ID)"
+        key = _lookup("OS", name, self._os_index, supported, always=supported)
         return self.t.os_releases[key]
 
     @property
@@ -247,13 +249,18 @@ def _torch_variant(v: dict[str, Any], confidence: str) -> TorchVariant:
     )
 
 
-def _lookup(what: str, name: str, index: dict[str, str], otherwise: str) -> str:
-    """The canonical name for ``name`` in ``index``; unknown -> BadInput naming the nearest."""
+def _lookup(what: str, name: str, index: dict[str, str], otherwise: str, always: str = "") -> str:
+    """The canonical name for ``name`` in ``index``; unknown -> BadInput naming the nearest.
+
+    ``always`` is added to the hint even when near names are suggested (the OS list is short).
+    """
     key = index.get(normalize(name))
     if key is not None:
         return key
     close = nearest(name, index)
     hint = f"did you mean {', '.join(close)}?" if close else otherwise
+    if close and always:
+        hint = f"{hint} {always}"
     raise BadInput(f"unknown {what} `{name}`", hint, suggestions=close)
 
 
@@ -436,6 +443,7 @@ def build_tables(d: dict[str, Any]) -> Tables:
             confidence=str(o.get("confidence", "medium")),
             unmanaged=_opt_str(o.get("unmanaged")),
             distro_cuda_toolkit=_opt_str(o.get("distro_cuda_toolkit")),
+            repo_first_branch=int(o["repo_first_branch"]) if o.get("repo_first_branch") else None,
         )
     sp = d.get("standalone_python")
     if sp:

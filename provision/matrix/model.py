@@ -124,6 +124,9 @@ class OsRelease:
     unmanaged: str | None = None  # why provision cannot manage it (plan refuses it); None: it can
     # the major.minor of the OS archive's own nvidia-cuda-toolkit (the distro method's toolkit); None: none
     distro_cuda_toolkit: str | None = None
+    # the oldest driver branch NVIDIA's repository for this OS (repo_name) carries: the nvidia-repo
+    # method cannot install an older one here; None: not known to be limited
+    repo_first_branch: int | None = None
 
     @property
     def default_python(self) -> str:

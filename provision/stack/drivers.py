@@ -16,6 +16,7 @@ from provision.stack.request import DRIVER_SPEC, HostSpec, StackRequest
 from provision.stack.rules import Check, install_methods, open_modules_alpha, open_modules_beta
 
 BRANCH_RANK = {"ltsb": 0, "production": 1, "new-feature": 2}
+REPO_LACKS = "install_method: NVIDIA's "  # the start of a "this OS's repository lacks the branch" failure
 
 
 class Drivers:
@@ -61,15 +62,23 @@ class Drivers:
                 if version is None:
                     continue
                 flavour = self._flavour(b)
-                if flavour is None:
+                if flavour is None or not self._in_repo(b, method):
                     continue
                 version = self._host_version(b, method, flavour, version, pin_version)
                 if version is None:
                     continue
                 out.append(DriverChoice(b, version, method, flavour))
-        if out:  # why single branches were skipped matters only when none is left
-            del self.failures[noted:]
+        if out:  # why single branches were skipped matters only when none is left ...
+            # ... or when the OS's repository lacks every branch the GPU can run: then the other
+            # branches fail driver_gpu, and the missing repository branch is the answer
+            self.failures[noted:] = [f for f in self.failures[noted:] if self._left_behind(f)]
         return out
+
+    def _left_behind(self, failure: str) -> bool:
+        """A repository failure for a GPU whose last branch is older than the repository's first."""
+        gpu, first = self.host.gpu, self.host.os.repo_first_branch
+        last = gpu.last_driver_branch if gpu is not None else None
+        return failure.startswith(REPO_LACKS) and first is not None and last is not None and last < first
 
     def _branch_version(self, b: DriverBranch, method: str, pin: str | None) -> str | None:
         if method == "distro":
@@ -89,6 +98,22 @@ class Drivers:
         if b.newest is None and self.req.driver != "auto":
             self.failures.append(f"driver: no known release of branch {b.branch}; pin an exact version")
         return b.newest
+
+    def _in_repo(self, b: DriverBranch, method: str) -> bool:
+        """Whether NVIDIA's repository for this OS carries the branch (checked after the flavour, whose
+        failure is the more useful answer for a GPU that no branch fits anyway)."""
+        first = self.host.os.repo_first_branch
+        if method != "nvidia-repo" or first is None or b.branch >= first:
+            return True
+        last = self.host.gpu.last_driver_branch if self.host.gpu is not None else None
+        if last is not None and b.branch > last:
+            return False  # the GPU cannot run the branch anyway: driver_gpu is not this rule's to say
+        repo = self.host.os.repo_name or self.host.os.id
+        self.failures.append(
+            f"{REPO_LACKS}{repo} repository has no driver branch {b.branch} (it starts at "
+            f"R{first}); use an older OS release whose repository carries R{b.branch}"
+        )
+        return False
 
     def _reads_host_index(self, method: str) -> bool:
         """Ubuntu's distro driver on a probed host: its own index says the version, not the knowledge."""

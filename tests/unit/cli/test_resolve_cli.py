@@ -62,7 +62,7 @@ def test_json_contract_shape(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_human_output_has_a_table_and_the_reasons(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run_cli(["resolve", "--gpu", "K80"], capsys)
+    code, out, _ = run_cli(["resolve", "--gpu", "K80", "--os", "ubuntu-22.04"], capsys)
     assert code == 0
     assert "driver" in out and "470.256.02" in out and "why" in out
     assert "warning" in out and "minor_version_compat" in out

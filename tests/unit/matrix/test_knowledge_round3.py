@@ -262,3 +262,37 @@ def test_the_newest_jax_on_ubuntu_22_04_says_the_python_floor_made_it_older() ->
     assert "no wheel for Python 3.11" in why
     on_24 = resolve(StackRequest.build(frameworks=["jax"]), HostSpec.describe(gpu="L4", os="ubuntu-24.04")).to_json()
     assert not any("no wheel for Python" in r for r in on_24["reasons"])
+
+
+def test_k80_on_ubuntu_2404_is_refused_naming_the_repository(tmp_path: Path) -> None:
+    """NVIDIA's ubuntu2404 repository starts at R515 (os.yaml repo_first_branch; source
+    cuda_repo_ubuntu2404_no_r470, medium: its Packages index was not readable here), so no
+    cuda-drivers-470 for a K80 there: unsatisfiable (exit 3, the contract's code for an impossible
+    set) in one line that names the repository, the branch and the fix; ubuntu-22.04 still plans R470."""
+    osr = load().os_release("ubuntu-24.04")
+    assert osr.repo_first_branch == 515 and "cuda_repo_ubuntu2404_no_r470" in osr.source
+    r = provision("resolve", "--gpu", "K80", "--os", "ubuntu-24.04", cwd=tmp_path)
+    assert r.returncode == 3, r.stderr
+    line = r.stderr.strip()
+    assert "\n" not in line and "Traceback" not in line
+    assert "ubuntu2404 repository has no driver branch 470" in line and "older OS release" in line
+    with pytest.raises(Unsatisfiable) as err:
+        resolve(StackRequest.build(), HostSpec.describe(gpu="K80", os="ubuntu-24.04"))
+    assert err.value.conflicts[0].startswith("install_method:")
+    ok = resolve(StackRequest.build(), HostSpec.describe(gpu="K80", os="ubuntu-22.04")).to_json()
+    assert ok["stack"]["driver"]["branch"] == "470"
+    # a GPU with newer branches is not affected: the repository's own branches are planned
+    t4 = resolve(StackRequest.build(), HostSpec.describe(gpu="T4", os="ubuntu-24.04")).to_json()
+    assert int(t4["stack"]["driver"]["branch"]) >= 515
+
+
+def test_unknown_os_lists_the_supported_names_from_the_data(tmp_path: Path) -> None:
+    """An unknown OS is exit 2 in one line that lists every OS the data knows (generated, so a new
+    os.yaml entry shows up without a code change)."""
+    names = [o.id for o in load().os_releases]
+    for bad in ("ubuntu-99.04", "plan9-4"):  # one with near names, one without
+        r = provision("resolve", "--gpu", "T4", "--os", bad, cwd=tmp_path)
+        assert r.returncode == 2, r.stderr
+        line = r.stderr.strip()
+        assert "\n" not in line and f"unknown OS `{bad}`" in line
+        assert "supported: " + ", ".join(names) in line

@@ -91,12 +91,12 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ),
     (
         "k80-torch28-no-kernels",
-        {"gpu": "K80", "frameworks": ["torch==2.8.0"]},
+        {"gpu": "K80", "frameworks": ["torch==2.8.0"], "os": "ubuntu-22.04"},
         {"unsat": "gpu_arch", "suggest": "--framework"},
     ),
     (
         "k80-newest",
-        {"gpu": "K80"},
+        {"gpu": "K80", "os": "ubuntu-22.04"},
         {
             # torch 2.4-2.7 cu118 list sm_37 but bring cuDNN 9, which has no Kepler kernels
             "stack.frameworks.torch.version": "2.3.1",
@@ -178,15 +178,19 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         {"gpu": "A10G", "driver": "580.65.06", "frameworks": ["torch==2.8.0"]},
         {"stack.driver.version": "580.65.06", "stack.driver.branch": "580"},
     ),
-    ("driver-470-cuda12-unsat", {"gpu": "K80", "frameworks": ["torch==2.1.2+cu121"]}, {"unsat": "gpu_arch"}),
+    (
+        "driver-470-cuda12-unsat",
+        {"gpu": "K80", "frameworks": ["torch==2.1.2+cu121"], "os": "ubuntu-22.04"},
+        {"unsat": "gpu_arch"},
+    ),
     (
         "t4-driver470-torch-cu118",
-        {"gpu": "T4", "driver": "470", "frameworks": ["torch==2.7.1"]},
+        {"gpu": "T4", "driver": "470", "frameworks": ["torch==2.7.1"], "os": "ubuntu-22.04"},
         {"stack.frameworks.torch.variant": "cu118", "warn": {"minor_version_compat"}},
     ),
     (
         "t4-driver470-torch28-unsat",
-        {"gpu": "T4", "driver": "470", "frameworks": ["torch==2.8.0"]},
+        {"gpu": "T4", "driver": "470", "frameworks": ["torch==2.8.0"], "os": "ubuntu-22.04"},
         {"unsat": "driver_cuda"},
     ),
     # --- driver_gpu: the branch must drive the GPU -----------------------------------------
@@ -214,7 +218,10 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ),
     ("h100-auto-open", {"gpu": "H100-PCIe"}, {"stack.driver.kernel_modules": "open"}),
     ("v100-auto-proprietary", {"gpu": "V100"}, {"stack.driver.kernel_modules": "proprietary"}),
-    ("k80-auto-proprietary", {"gpu": "K80"}, {"stack.driver.kernel_modules": "proprietary"}),
+    ("k80-auto-proprietary", {"gpu": "K80", "os": "ubuntu-22.04"}, {"stack.driver.kernel_modules": "proprietary"}),
+    # NVIDIA's ubuntu2404 repository starts at R515 (os.yaml repo_first_branch, medium): no R470
+    # for a K80 there, so the answer names the repository and suggests an older OS
+    ("k80-ubuntu2404-no-r470-unsat", {"gpu": "K80"}, {"unsat": "install_method", "suggest": "--os"}),
     (
         "t4-620-proprietary-unsat",
         {"gpu": "T4", "driver": "620.70.06", "kernel_modules": "proprietary"},
@@ -716,7 +723,11 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         {"reason~": "the system cuDNN 9.10.2.21 is unused by torch 2.8.0 cu128"},
     ),
     # cudnn_gpu: the cuDNN a wheel brings (cuDNN 9: no Kepler), a system cuDNN on Blackwell (>= 9.7)
-    ("k80-torch271-cudnn9-unsat", {"gpu": "K80", "frameworks": ["torch==2.7.1+cu118"]}, {"unsat": "cudnn_gpu"}),
+    (
+        "k80-torch271-cudnn9-unsat",
+        {"gpu": "K80", "frameworks": ["torch==2.7.1+cu118"], "os": "ubuntu-22.04"},
+        {"unsat": "cudnn_gpu"},
+    ),
     ("b200-system-cudnn95-unsat", {"gpu": "B200", "cudnn": "9.5.1.17"}, {"unsat": "cudnn_gpu", "suggest": "--cudnn"}),
     ("b200-system-cudnn910", {"gpu": "B200", "cudnn": "9.10.2.21"}, {"stack.cudnn.version": "9.10.2.21"}),
     # toolkit_torch_cuda: a system toolkit of another CUDA major than the torch wheel's
@@ -766,7 +777,7 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     # suggestions that work: the right direction, the real variants, another OS
     (
         "k80-driver580-suggests-470",
-        {"gpu": "K80", "driver": "580"},
+        {"gpu": "K80", "driver": "580", "os": "ubuntu-22.04"},
         {"unsat": "driver_gpu", "suggest=": ("--driver", "470"), "summary~": "driver <= 470"},
     ),
     (
@@ -946,7 +957,7 @@ def test_a_yes_or_no_resolve_stops_before_the_search_when_every_driver_fails(
 
     k = load()
     request = StackRequest.build(driver="580")
-    host = HostSpec.describe(gpu="K80")
+    host = HostSpec.describe(gpu="K80", os="ubuntu-22.04")
     searched: list[bool] = []
     real = Resolver._search
     monkeypatch.setattr(Resolver, "_search", lambda self, **kw: searched.append(True) or real(self, **kw))
