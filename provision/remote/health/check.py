@@ -34,9 +34,9 @@ HEALTHY, UNHEALTHY, UNKNOWN = 0, 1, 2
 # https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html (13, 31, 43, 45).
 # confidence: medium: the catalog's rows for 31, 43 and 45 were not read whole here.
 APPLICATION_XIDS = frozenset({13, 31, 43, 45})
-# Bytes of RECORD-listed files hashed per run (the rest only stat'ed): a pass over torch's ~1.5 GB
+# Bytes of RECORD-listed files hashed per run (the rest only stat'ed): a pass over torch's ~1 GB
 # is spread over runs by a cursor in the state file, so each run stays well under two seconds.
-HASH_BUDGET = 64 << 20
+HASH_BUDGET = 32 << 20
 
 
 class SpecError(Exception):
