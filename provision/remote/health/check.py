@@ -98,6 +98,12 @@ def load_spec(path: Path) -> dict[str, Any]:
     for key, kind in (("expected", dict), ("driver", dict), ("gpus", dict), ("python_packages", list)):
         if not isinstance(doc.get(key), kind):
             raise SpecError(f"the health spec's {key} is not {'an object' if kind is dict else 'a list'}")
+    packages = doc["python_packages"]
+    if not all(isinstance(p, dict) and all(isinstance(p.get(k), str) for k in ("name", "version")) for p in packages):
+        raise SpecError("the health spec's python_packages is not a list of {name, version, sha256}")
+    count = doc["gpus"].get("count")
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise SpecError("the health spec's gpus.count is not a count")
     if doc.get("verify") is not None and not isinstance(doc["verify"], dict):
         raise SpecError("the health spec's verify is not an object or null")
     return doc
@@ -171,7 +177,8 @@ def check_xids(roots: Roots, out: Result, nv: dict[str, Any], state: dict[str, A
         out.unknown.append(f"xid: kernel log {roots.kmsg} unreadable ({exc.strerror})")
         return
     # Sequence numbers restart at each boot: a state from another boot says nothing.
-    after = int(state.get("kmsg_seq", -1)) if state.get("boot_id") == boot else -1
+    seen = state.get("kmsg_seq")
+    after = seen if state.get("boot_id") == boot and isinstance(seen, int) else -1
     if lost:
         out.notes.append("kernel log records were overwritten before they were read")
     events = probes.xids(records, after)
@@ -243,7 +250,8 @@ def _check_records(dists: list[probes.Distribution], out: Result, state: dict[st
         files += [(d, path, digest, size or 0) for path, digest, size in d.records]
     if not files:
         return
-    start = int(state.get("record_cursor", 0)) % len(files)
+    cursor = state.get("record_cursor")
+    start = cursor % len(files) if isinstance(cursor, int) else 0
     spent = hashed = 0
     i = start
     while hashed < len(files) and (spent < budget or hashed == 0):

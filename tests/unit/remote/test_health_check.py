@@ -35,6 +35,15 @@ PROC_VERSION = (
     f"NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  {DRIVER}  Release Build  (dvs-builder@U22)  Wed Mar  4\n"
     "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n"
 )
+# The keys a spec must have, for the bad-spec cases (each then breaks one).
+SPEC_KEYS: dict[str, Any] = {
+    "schema": "provision.health/1",
+    "lock_hash": "h",
+    "expected": {},
+    "driver": {},
+    "gpus": {"count": 0},
+    "python_packages": [],
+}
 XID_79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
 XID_13 = "NVRM: Xid (PCI:0000:5c:00): 13, pid=4242, name=python, Graphics Exception: ESR 0x514648=0x1"
 
@@ -162,6 +171,15 @@ def test_an_xid_is_reported_once_with_its_gpu(host: dict[str, Any]) -> None:
     assert run(host).problems == ["xid 79 on PCI 0000:af:00"]  # no GPU at that address any more
 
 
+def test_a_corrupt_state_file_is_read_as_no_state(host: dict[str, Any]) -> None:
+    host["roots"].state.parent.mkdir(parents=True)
+    host["roots"].state.write_text('{"schema": "provision.health-state/1", "kmsg_seq": "x", "record_cursor": []}')
+    with host["kmsg"].open("a") as fh:
+        fh.write(f"3,3,5000,-;{XID_79}\n")
+    assert run(host).problems == ["xid 79 on GPU 0"]
+    assert json.loads(host["roots"].state.read_text())["kmsg_seq"] == 3
+
+
 def test_after_a_reboot_the_kernel_log_is_read_from_its_start(host: dict[str, Any]) -> None:
     with host["kmsg"].open("a") as fh:
         fh.write(f"3,3,5000,-;{XID_79}\n")
@@ -264,7 +282,13 @@ def test_the_program_exits_1_with_one_line_and_json(host: dict[str, Any], monkey
 
 @pytest.mark.parametrize(
     ("content", "why"),
-    [(None, "cannot read the health spec"), ("{", "is not JSON"), ('{"schema": "x"}', "is not a provision.health/1")],
+    [
+        (None, "cannot read the health spec"),
+        ("{", "is not JSON"),
+        ('{"schema": "x"}', "is not a provision.health/1"),
+        (json.dumps({**SPEC_KEYS, "gpus": {"count": -1}}), "gpus.count is not a count"),
+        (json.dumps({**SPEC_KEYS, "python_packages": [{"name": "torch"}]}), "python_packages is not a list"),
+    ],
 )
 def test_a_bad_spec_is_exit_2_with_one_line(host: dict[str, Any], content: str | None, why: str) -> None:
     spec = host["tmp"] / "bad.json"
