@@ -5,7 +5,7 @@ YAML read back): the expected versions are :func:`provision.stack.drift.expected
 to the components the lock pins (:data:`provision.model.components.COMPONENTS`), the driver package
 is the lock's own ``nvidia_driver`` install, the venv's wheels are the group's closure. The host
 program (``provision/remote/health/``) reads it with the standard library; the format is
-docs/reference/health.md's.
+docs/how-to/health.md's.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ spec: the loaded, installed and locked driver; the GPUs NVML sees, their uncorre
 pending page retirement and row remapping, persistence mode; new Xid events in the kernel log;
 Fabric Manager where NVSwitches are; the venv's distributions (METADATA versions, RECORD files);
 the last verify's verdict and age. Exit 0 healthy, 1 unhealthy, 2 cannot tell (or bad input: one
-line). Standard library only; docs/reference/health.md is the page for users.
+line). Standard library only; docs/how-to/health.md is the page for users.
 """
 
 from __future__ import annotations
