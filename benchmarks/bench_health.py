@@ -45,7 +45,7 @@ def spec(venv: Path) -> dict[str, Any]:
         "expected": {"driver": "595.58.03", "torch": dists["torch"].version, "python": "3.11"},
         "driver": {"manager": "apt", "package": "nvidia-open"},
         "gpus": {"count": 1, "models": ["NVIDIA H200"], "nvswitches": 0},
-        "fabric_manager": True,
+        "fabric_manager": "nvidia-fabricmanager.service",
         "persistence": True,
         "venv": str(venv),
         "python_packages": [{"name": d.name, "version": d.version, "sha256": "0" * 64} for d in dists.values()],

@@ -56,6 +56,8 @@ def health_spec(
         # the pinned one; a pinning helper package (unversioned) does not say.
         candidates = [i for i in installs if i.version] or list(installs)
         driver["package"] = candidates[0].name if candidates else None
+    # The fabric manager's systemd unit, as the lock's package plan names it (the names are data).
+    fabric_manager = next((s.name for s in plan.services if s.role == "fabric_manager"), None) if plan else None
     return {
         "schema": SCHEMA,
         "lock_hash": lock_hash,
@@ -63,7 +65,7 @@ def health_spec(
         "expected": expected,
         "driver": driver,
         "gpus": {"count": group.host.gpu_count, "models": list(probed_gpus), "nvswitches": nvswitches},
-        "fabric_manager": group.stack.fabric_manager is not None and nvswitches != 0,
+        "fabric_manager": fabric_manager if group.stack.fabric_manager is not None and nvswitches != 0 else None,
         "persistence": plan is not None and any(s.name == PERSISTENCED for s in plan.services),
         "venv": venv if group.stack.frameworks else None,
         "python_packages": [{"name": p.name, "version": p.version, "sha256": p.sha256} for p in group.python_packages],

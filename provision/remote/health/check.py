@@ -193,9 +193,10 @@ def check_xids(roots: Roots, out: Result, nv: dict[str, Any], state: dict[str, A
 
 
 def check_fabric_manager(spec: dict[str, Any], roots: Roots, out: Result) -> None:
-    if not spec.get("fabric_manager"):
+    unit = spec.get("fabric_manager")  # the lock's systemd unit, where it is expected
+    if not unit:
         return
-    answer = probes.unit_state("nvidia-fabricmanager", roots.systemctl)
+    answer = probes.unit_state(str(unit), roots.systemctl)
     out.facts["fabric_manager"] = answer
     if answer.startswith("unknown"):
         out.unknown.append(f"fabric manager: {answer}")

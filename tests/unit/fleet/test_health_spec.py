@@ -39,7 +39,9 @@ def test_the_spec_of_a_locked_group_is_read_by_the_host_program(tmp_path: Path, 
     locked = {c.key for c in COMPONENTS if c.locked} | {TORCH_VARIANT}
     assert set(doc["expected"]) <= locked
     assert doc["expected"] == {k: v for k, v in expected_versions(group).items() if k in locked}
-    assert doc["fabric_manager"] is True and doc["persistence"] is True  # the lock starts both services
+    # the lock starts both services: the fabric manager's unit is the plan's own name for it
+    fm = next(s.name for s in group.packages.services if s.role == "fabric_manager") if group.packages else None
+    assert doc["fabric_manager"] == fm and fm and doc["persistence"] is True
     assert doc["gpus"]["count"] == group.host.gpu_count == len(doc["gpus"]["models"])
     assert doc["verify"] == {"verdict": "pass", "at": "2026-12-01T10:00:00+00:00", "max_age_s": 604800}
 
@@ -47,4 +49,4 @@ def test_the_spec_of_a_locked_group_is_read_by_the_host_program(tmp_path: Path, 
 def test_no_fabric_manager_where_the_probe_saw_no_nvswitch() -> None:
     group = parse_lock((GOLDEN / "debian-12.lock").read_text()).groups[0]
     spec = health_spec(group, "h", None, nvswitches=0)
-    assert spec["fabric_manager"] is False and spec["verify"] is None and spec["venv"] is None
+    assert spec["fabric_manager"] is None and spec["verify"] is None and spec["venv"] is None

@@ -102,7 +102,7 @@ def host(tmp_path: Path, nvml_dir: Path, monkeypatch: pytest.MonkeyPatch) -> dic
         "expected": {"driver": DRIVER, "python": "3.11"},
         "driver": {"manager": "apt", "package": "nvidia-open"},
         "gpus": {"count": 2, "models": ["NVIDIA H100 80GB HBM3"] * 2, "nvswitches": 4},
-        "fabric_manager": True,
+        "fabric_manager": "nvidia-fabricmanager.service",
         "persistence": True,
         "venv": str(tmp_path / "venv"),
         "python_packages": [{"name": n, "version": v, "sha256": "0" * 64} for n, v in versions.items()],
@@ -233,7 +233,7 @@ def test_no_nvml_library_is_cannot_tell(host: dict[str, Any]) -> None:
 def test_fabric_manager_down_where_expected(host: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FM_STATE", "failed")
     assert run(host).problems == ["fabric manager failed"]
-    host["spec"]["fabric_manager"] = False
+    host["spec"]["fabric_manager"] = None
     assert run(host).code == 0
 
 
