@@ -1,0 +1,315 @@
+"""provision-health (provision/remote/health/) against STAND-INS of a host, named as such:
+
+- a stand-in proc tree (``driver/nvidia/version`` in the format both kernel modules print,
+  ``sys/kernel/random/boot_id``);
+- stand-in ``dpkg-query`` and ``systemctl`` scripts that answer as the real tools do;
+- a stand-in kernel log in /dev/kmsg's record format (``prio,seq,usec,flags;message``) with Xid
+  lines in the format NVIDIA documents (https://docs.nvidia.com/deploy/xid-errors/);
+- the stand-in NVML library (tests/fakenvml, compiled here) for GPUs, ECC, retired pages, row remap;
+- a venv holding REAL distributions: iniconfig and distro copied, files and dist-info, from this
+  project's own .venv (pip installed them), one file then tampered with to break its RECORD hash.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import shutil
+import subprocess
+import sys
+import sysconfig
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from provision.remote.health import check, probes
+from tests import fakenvml
+
+REPO = Path(__file__).resolve().parents[3]
+SITE = Path(sysconfig.get_paths()["purelib"])
+DRIVER = "595.58.03"
+# The open kernel module's line (the proprietary module prints "... x86_64 Kernel Module  595.58.03 ...").
+PROC_VERSION = (
+    f"NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  {DRIVER}  Release Build  (dvs-builder@U22)  Wed Mar  4\n"
+    "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n"
+)
+# The keys a spec must have, for the bad-spec cases (each then breaks one).
+SPEC_KEYS: dict[str, Any] = {
+    "schema": "provision.health/1",
+    "lock_hash": "h",
+    "expected": {},
+    "driver": {},
+    "gpus": {"count": 0},
+    "python_packages": [],
+}
+XID_79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+XID_13 = "NVRM: Xid (PCI:0000:5c:00): 13, pid=4242, name=python, Graphics Exception: ESR 0x514648=0x1"
+
+
+def copy_dist(name: str, site: Path) -> str:
+    """Copy an installed distribution (its RECORD's files under site-packages) from this venv."""
+    info = next(SITE.glob(f"{name}-*.dist-info"))
+    for line in (info / "RECORD").read_text().splitlines():
+        path = line.split(",")[0]
+        if path:  # ../../../bin/distro: the console script, in the venv's bin/
+            (site / path).resolve().parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(SITE / path, (site / path).resolve())
+    return copy_version(name)
+
+
+def script(path: Path, body: str) -> str:
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def nvml_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return fakenvml.build(tmp_path_factory.mktemp("fakenvml"))
+
+
+@pytest.fixture
+def host(tmp_path: Path, nvml_dir: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """A healthy stand-in host and the spec that describes it."""
+    proc = tmp_path / "proc"
+    (proc / "driver" / "nvidia").mkdir(parents=True)
+    (proc / "driver" / "nvidia" / "version").write_text(PROC_VERSION)
+    (proc / "sys" / "kernel" / "random").mkdir(parents=True)
+    (proc / "sys" / "kernel" / "random" / "boot_id").write_text("6a1f0c9e-0000-4000-8000-000000000001\n")
+    site = tmp_path / "venv" / "lib" / "python3.11" / "site-packages"
+    site.mkdir(parents=True)
+    versions = {n: copy_dist(n, site) for n in ("iniconfig", "distro")}
+    (tmp_path / "venv" / "pyvenv.cfg").write_text("home = /usr/bin\nversion = 3.11.2\n")
+    kmsg = tmp_path / "kmsg"
+    kmsg.write_text("6,1,100,-;Linux version 6.1.0\n6,2,200,-;nvidia: loading out-of-tree module\n")
+    for knob in ("GPUS", "PCI", "ECC_UNCORRECTED", "RETIRED_PENDING", "ROWREMAP", "PERSISTENCE", "FAIL"):
+        monkeypatch.delenv(f"FAKE_NVML_{knob}", raising=False)
+    monkeypatch.setenv("FAKE_NVML_GPUS", "NVIDIA H100 80GB HBM3:80;NVIDIA H100 80GB HBM3:80")
+    monkeypatch.setenv("FAKE_NVML_PCI", "00000000:3B:00.0;00000000:5C:00.0")
+    roots = check.Roots(
+        proc=proc,
+        kmsg=kmsg,
+        dpkg_query=script(tmp_path / "dpkg-query", f'[ "$3" = nvidia-open ] && echo "ii |{DRIVER}-1" || exit 1\n'),
+        systemctl=script(tmp_path / "systemctl", 'echo "${FM_STATE:-active}"; [ "${FM_STATE:-active}" = active ]\n'),
+        nvml_library=str(nvml_dir / fakenvml.LIBRARY),
+        state=tmp_path / "state" / "health-state.json",
+    )
+    spec = {
+        "schema": check.SCHEMA,
+        "lock_hash": "0123456789abcdef",
+        "expected": {"driver": DRIVER, "python": "3.11"},
+        "driver": {"manager": "apt", "package": "nvidia-open"},
+        "gpus": {"count": 2, "models": ["NVIDIA H100 80GB HBM3"] * 2, "nvswitches": 4},
+        "fabric_manager": "nvidia-fabricmanager.service",
+        "persistence": True,
+        "venv": str(tmp_path / "venv"),
+        "python_packages": [{"name": n, "version": v, "sha256": "0" * 64} for n, v in versions.items()],
+        "verify": {"verdict": "pass", "at": "2026-12-01T10:00:00+00:00", "max_age_s": None},
+    }
+    return {"roots": roots, "spec": spec, "site": site, "kmsg": kmsg, "proc": proc, "tmp": tmp_path}
+
+
+def run(host: dict[str, Any], **kw: Any) -> check.Result:
+    return check.run(host["spec"], host["roots"], **kw)
+
+
+def test_a_host_as_locked_is_healthy(host: dict[str, Any]) -> None:
+    out = run(host)
+    assert (out.code, out.line()) == (0, "healthy"), out.problems + out.unknown
+    assert out.facts["driver_loaded"] == DRIVER and out.facts["driver_installed"] == DRIVER
+    assert [g["name"] for g in out.facts["gpus"]] == ["NVIDIA H100 80GB HBM3"] * 2
+    assert out.facts["record_files"]["hashed"] == out.facts["record_files"]["listed"] > 10
+
+
+def test_a_missing_locked_wheel_is_drift_in_one_line(host: dict[str, Any]) -> None:
+    host["spec"]["python_packages"].append({"name": "torch", "version": "2.13.0", "sha256": "0" * 64})
+    out = run(host)
+    assert out.code == 1 and out.line() == "unhealthy: drift torch: locked 2.13.0, found none"
+
+
+def test_another_version_installed_is_drift(host: dict[str, Any]) -> None:
+    host["spec"]["python_packages"][0]["version"] = "0.0.1"
+    out = run(host)
+    assert out.problems == [f"drift iniconfig: locked 0.0.1, found {copy_version('iniconfig')}"]
+
+
+def copy_version(name: str) -> str:
+    return next(SITE.glob(f"{name}-*.dist-info")).name.removesuffix(".dist-info").split("-")[1]
+
+
+def test_a_tampered_file_breaks_its_record_hash(host: dict[str, Any]) -> None:
+    target = host["site"] / "distro" / "distro.py"
+    target.write_text(target.read_text().replace("def ", "def  ", 1))  # one byte more
+    out = run(host)
+    assert out.code == 1 and any(p.startswith("distro: distro/distro.py size") for p in out.problems)
+    # same size, other bytes: only the hash sees it
+    text = target.read_text().replace("def  ", "def ", 1)
+    target.write_text(text.replace("import", "IMPORT", 1))
+    out = run(host)
+    assert out.problems == ["distro: distro/distro.py differs from its RECORD hash"]
+
+
+def test_hashing_is_spread_over_runs_by_a_byte_budget(host: dict[str, Any]) -> None:
+    first = run(host, budget=1)  # one file per run
+    assert first.facts["record_files"]["hashed"] == 1
+    state = json.loads(host["roots"].state.read_text())
+    assert state["record_cursor"] == 1
+    assert run(host, budget=1).facts["record_files"]["hashed"] == 1
+    assert json.loads(host["roots"].state.read_text())["record_cursor"] == 2
+
+
+def test_an_xid_is_reported_once_with_its_gpu(host: dict[str, Any]) -> None:
+    with host["kmsg"].open("a") as fh:
+        fh.write(f"3,3,5000,-;{XID_79}\n4,4,5001,-;{XID_13}\n")
+    out = run(host)
+    assert out.problems == ["xid 79 on GPU 0"] and out.notes == ["xid 13 on GPU 1"]
+    assert run(host).code == 0  # the state file holds the position: not new any more
+    with host["kmsg"].open("a") as fh:
+        fh.write(f"3,5,9000,-;{XID_79.replace('3b', 'af')}\n")
+    assert run(host).problems == ["xid 79 on PCI 0000:af:00"]  # no GPU at that address any more
+
+
+def test_a_corrupt_state_file_is_read_as_no_state(host: dict[str, Any]) -> None:
+    host["roots"].state.parent.mkdir(parents=True)
+    host["roots"].state.write_text('{"schema": "provision.health-state/1", "kmsg_seq": "x", "record_cursor": []}')
+    with host["kmsg"].open("a") as fh:
+        fh.write(f"3,3,5000,-;{XID_79}\n")
+    assert run(host).problems == ["xid 79 on GPU 0"]
+    assert json.loads(host["roots"].state.read_text())["kmsg_seq"] == 3
+
+
+def test_after_a_reboot_the_kernel_log_is_read_from_its_start(host: dict[str, Any]) -> None:
+    with host["kmsg"].open("a") as fh:
+        fh.write(f"3,3,5000,-;{XID_79}\n")
+    assert run(host).code == 1 and run(host).code == 0
+    (host["proc"] / "sys" / "kernel" / "random" / "boot_id").write_text("another-boot\n")
+    assert run(host).problems == ["xid 79 on GPU 0"]
+
+
+def test_updated_but_not_loaded_is_a_pending_reboot(host: dict[str, Any]) -> None:
+    host["roots"] = check.Roots(
+        **{**host["roots"].__dict__, "dpkg_query": script(host["tmp"] / "dq", 'echo "ii |1:600.10.01-0ubuntu1"\n')}
+    )
+    out = run(host)
+    assert out.problems == [
+        f"drift driver: locked {DRIVER}, installed 600.10.01",
+        f"driver 600.10.01 installed but {DRIVER} loaded: reboot pending",
+    ]
+
+
+def test_no_driver_loaded(host: dict[str, Any]) -> None:
+    (host["proc"] / "driver" / "nvidia" / "version").unlink()
+    assert "driver not loaded" in run(host).problems
+
+
+def test_gpu_faults_from_nvml_name_the_gpu(host: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stand-in NVML: GPU 1 with 3 uncorrectable ECC errors, a pending row remap, persistence off."""
+    monkeypatch.setenv("FAKE_NVML_ECC_UNCORRECTED", "0;3")
+    monkeypatch.setenv("FAKE_NVML_ROWREMAP", "0,0,0,0;0,1,1,0")
+    monkeypatch.setenv("FAKE_NVML_RETIRED_PENDING", "1;0")
+    monkeypatch.setenv("FAKE_NVML_PERSISTENCE", "1;0")
+    out = run(host)
+    assert out.problems == [
+        "retired pages pending on GPU 0 (reset the GPU)",
+        "ecc 3 uncorrectable errors on GPU 1",
+        "row remap pending on GPU 1 (reset the GPU)",
+        "persistence mode off on GPU 1",
+    ]
+
+
+def test_a_gpu_gone_is_a_count_problem(host: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_NVML_GPUS", "NVIDIA H100 80GB HBM3:80")
+    assert run(host).problems == ["gpu count 1, probed 2"]
+
+
+def test_no_nvml_library_is_cannot_tell(host: dict[str, Any]) -> None:
+    host["roots"] = check.Roots(**{**host["roots"].__dict__, "nvml_library": str(host["tmp"] / "absent.so")})
+    out = run(host)
+    assert out.code == 2 and out.line() == "unknown: cannot tell GPUs: no NVML library"
+
+
+def test_fabric_manager_down_where_expected(host: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FM_STATE", "failed")
+    assert run(host).problems == ["fabric manager failed"]
+    host["spec"]["fabric_manager"] = None
+    assert run(host).code == 0
+
+
+def test_a_failed_verify_and_an_old_one(host: dict[str, Any]) -> None:
+    host["spec"]["verify"] = {"verdict": "fail", "at": "2026-12-01T10:00:00+00:00", "max_age_s": 86400}
+    now = datetime.fromisoformat("2026-12-04T10:00:00+00:00").timestamp()
+    out = run(host, now=now)
+    assert out.problems == ["last verify fail", "last verify 3 days old"]
+    assert out.facts["verify"] == {"verdict": "fail", "age_s": 3 * 86400}
+
+
+def test_the_driver_version_of_both_kernel_modules() -> None:
+    lines = {
+        "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.127.05  Tue Oct  8 03:22:07 UTC 2024": "550.127.05",
+        PROC_VERSION: DRIVER,
+    }
+    for text, want in lines.items():
+        assert probes._LOADED.search(text + "\n").group(1) == want  # type: ignore[union-attr]
+
+
+def cli(host: dict[str, Any], *args: str, spec: Path | None = None) -> subprocess.CompletedProcess[str]:
+    if spec is None:
+        spec = host["tmp"] / "health.json"
+        spec.write_text(json.dumps(host["spec"]))
+    r = host["roots"]
+    argv = [sys.executable, "-m", "provision.remote.health", "--spec", str(spec), "--state", str(r.state)]
+    argv += ["--proc", str(r.proc), "--kmsg", str(r.kmsg), "--dpkg-query", r.dpkg_query]
+    argv += ["--systemctl", r.systemctl, "--nvml-library", r.nvml_library, *args]
+    return subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=60, check=False)
+
+
+def test_the_program_exits_1_with_one_line_and_json(host: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_NVML_ECC_UNCORRECTED", "0;2")
+    with host["kmsg"].open("a") as fh:
+        fh.write(f"3,3,5000,-;{XID_79}\n")
+    host["spec"]["python_packages"].append({"name": "torch", "version": "2.13.0", "sha256": "0" * 64})
+    proc = cli(host)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stdout == (
+        "unhealthy: ecc 2 uncorrectable errors on GPU 1; xid 79 on GPU 0; drift torch: locked 2.13.0, found none\n"
+    )
+    doc = json.loads(cli(host, "--json").stdout)  # the Xid was seen by the run before
+    assert doc["schema"] == "provision.health-report/1" and doc["exit"] == 1 and doc["status"] == "unhealthy"
+    assert doc["problems"] == ["ecc 2 uncorrectable errors on GPU 1", "drift torch: locked 2.13.0, found none"]
+
+
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [
+        (None, "cannot read the health spec"),
+        ("{", "is not JSON"),
+        ('{"schema": "x"}', "is not a provision.health/1"),
+        (json.dumps({**SPEC_KEYS, "gpus": {"count": -1}}), "gpus.count is not a count"),
+        (json.dumps({**SPEC_KEYS, "python_packages": [{"name": "torch"}]}), "python_packages is not a list"),
+    ],
+)
+def test_a_bad_spec_is_exit_2_with_one_line(host: dict[str, Any], content: str | None, why: str) -> None:
+    spec = host["tmp"] / "bad.json"
+    if content is not None:
+        spec.write_text(content)
+    proc = cli(host, spec=spec)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: ") and why in lines[0]
+
+
+def test_the_host_files_import_only_the_standard_library() -> None:
+    """What is copied to hosts: every file exists, and none imports provision or a third party."""
+    from provision.remote.health import FILES, SOURCES
+
+    for name in FILES:
+        tree = ast.parse(SOURCES[name].read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                tops = {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                tops = {str(node.module).split(".")[0]}
+            else:
+                continue
+            assert tops <= sys.stdlib_module_names | {"__future__"}, (name, tops)
