@@ -145,7 +145,13 @@ def test_up_where_no_host_can_be_probed_fails_with_each_reason_and_applies_nothi
     assert error["code"] == "unreachable"
     assert "ghost1: cannot reach" in error["message"] and "ghost2: cannot reach" in error["message"]
     assert "refused" in error["message"].lower()
-    assert list((tmp_path / ".provision" / "runs").iterdir()) == []  # no run was left half-made
+    # issue 28: the run keeps a report naming each host's reason (not an empty folder), and nothing
+    # was applied: no Ansible apply folder, no lock applied
+    [run_dir] = list((tmp_path / ".provision" / "runs").iterdir())
+    assert str(run_dir / "report.html") in error["message"]
+    report = json.loads((run_dir / "report.json").read_text())
+    assert {d["host"]: d["failed_task"] for d in report["details"]} == {"ghost1": "(probe)", "ghost2": "(probe)"}
+    assert not (run_dir / "apply").exists()
 
 
 def test_an_unprobed_host_fails_alone_in_the_report() -> None:
