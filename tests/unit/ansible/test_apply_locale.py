@@ -17,13 +17,9 @@ from pathlib import Path
 import pytest
 
 from provision.ansible.apply import run_playbook, runner_environment, utf8_locale
+from tests.support.local_play import write_play
 
-PLAY = """\
-- name: A one-task play on the controller
-  hosts: localhost
-  connection: local
-  gather_facts: false
-  tasks:
+TASKS = """\
     - name: Say hello
       ansible.builtin.debug:
         msg: hello
@@ -53,16 +49,9 @@ def test_which_environments_give_ansible_a_utf8_locale(env: dict[str, str], utf8
         assert utf8_locale(got)
 
 
-def _play(tmp_path: Path, text: str) -> tuple[Path, Path]:
-    (tmp_path / "site.yml").write_text(text, encoding="utf-8")
-    inventory = tmp_path / "inventory.yml"
-    inventory.write_text("all:\n  hosts:\n    localhost:\n      ansible_connection: local\n", encoding="utf-8")
-    return tmp_path, inventory
-
-
 def test_a_play_runs_when_the_controller_says_lc_all_c(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LC_ALL", "C")
-    run_dir, inventory = _play(tmp_path, PLAY)
+    run_dir, inventory = write_play(tmp_path, TASKS)
     got = run_playbook(run_dir, "site.yml", inventory=inventory, artifacts=tmp_path / "art")
     assert got.ok, got.error
     assert got.hosts["localhost"].ok
@@ -70,7 +59,7 @@ def test_a_play_runs_when_the_controller_says_lc_all_c(tmp_path: Path, monkeypat
 
 
 def test_a_playbook_that_dies_before_any_host_says_why(tmp_path: Path) -> None:
-    run_dir, inventory = _play(tmp_path, PLAY.replace("ansible.builtin.debug", "ansible.builtin.no_such_module"))
+    run_dir, inventory = write_play(tmp_path, TASKS.replace("ansible.builtin.debug", "ansible.builtin.no_such_module"))
     got = run_playbook(run_dir, "site.yml", inventory=inventory, artifacts=tmp_path / "art")
     assert not got.ok
     assert got.hosts == {}
@@ -90,7 +79,7 @@ def test_ansible_found_through_pythonpath_reaches_ansible_playbook_too(tmp_path:
     script = bindir / "ansible-playbook"  # as pip writes it for the bare Python
     script.write_text(f"#!{bare}/bin/python\nimport sys\nfrom ansible.cli.playbook import main\nsys.exit(main())\n")
     script.chmod(0o755)
-    run_dir, inventory = _play(tmp_path, PLAY)
+    run_dir, inventory = write_play(tmp_path, TASKS)
     site = sysconfig.get_paths()["purelib"]  # this venv's: ansible, ansible_runner, provision's deps
     repo = Path(__file__).resolve().parents[3]
     code = (

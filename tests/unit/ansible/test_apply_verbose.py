@@ -9,13 +9,9 @@ from pathlib import Path
 import pytest
 
 from provision.ansible.apply import run_playbook
+from tests.support.local_play import write_play
 
-PLAY = """\
-- name: A one-task play on the controller
-  hosts: localhost
-  connection: local
-  gather_facts: false
-  tasks:
+TASKS = """\
     - name: Print a word
       ansible.builtin.set_fact:
         word: a-word-from-the-task
@@ -24,9 +20,7 @@ PLAY = """\
 
 @pytest.mark.parametrize("verbosity", [0, 1])
 def test_echo_gets_ansibles_output_and_verbosity_its_results(tmp_path: Path, verbosity: int) -> None:
-    (tmp_path / "site.yml").write_text(PLAY, encoding="utf-8")
-    inventory = tmp_path / "inventory.yml"
-    inventory.write_text("all:\n  hosts:\n    localhost:\n      ansible_connection: local\n", encoding="utf-8")
+    _, inventory = write_play(tmp_path, TASKS)
     said: list[str] = []
     got = run_playbook(
         tmp_path, "site.yml", inventory=inventory, artifacts=tmp_path / "art", verbosity=verbosity, echo=said.append
