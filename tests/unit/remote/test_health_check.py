@@ -14,27 +14,15 @@ from __future__ import annotations
 
 import ast
 import json
-import shutil
-import subprocess
 import sys
-import sysconfig
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from provision.remote.health import check, probes
-from tests import fakenvml
+from tests.support.health_host import DRIVER, PROC_VERSION, cli, copy_version, script
 
-REPO = Path(__file__).resolve().parents[3]
-SITE = Path(sysconfig.get_paths()["purelib"])
-DRIVER = "595.58.03"
-# The open kernel module's line (the proprietary module prints "... x86_64 Kernel Module  595.58.03 ...").
-PROC_VERSION = (
-    f"NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  {DRIVER}  Release Build  (dvs-builder@U22)  Wed Mar  4\n"
-    "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n"
-)
 # The keys a spec must have, for the bad-spec cases (each then breaks one).
 SPEC_KEYS: dict[str, Any] = {
     "schema": "provision.health/1",
@@ -46,69 +34,6 @@ SPEC_KEYS: dict[str, Any] = {
 }
 XID_79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
 XID_13 = "NVRM: Xid (PCI:0000:5c:00): 13, pid=4242, name=python, Graphics Exception: ESR 0x514648=0x1"
-
-
-def copy_dist(name: str, site: Path) -> str:
-    """Copy an installed distribution (its RECORD's files under site-packages) from this venv."""
-    info = next(SITE.glob(f"{name}-*.dist-info"))
-    for line in (info / "RECORD").read_text().splitlines():
-        path = line.split(",")[0]
-        if path:  # ../../../bin/distro: the console script, in the venv's bin/
-            (site / path).resolve().parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(SITE / path, (site / path).resolve())
-    return copy_version(name)
-
-
-def script(path: Path, body: str) -> str:
-    path.write_text("#!/bin/sh\n" + body)
-    path.chmod(0o755)
-    return str(path)
-
-
-@pytest.fixture(scope="module")
-def nvml_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return fakenvml.build(tmp_path_factory.mktemp("fakenvml"))
-
-
-@pytest.fixture
-def host(tmp_path: Path, nvml_dir: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    """A healthy stand-in host and the spec that describes it."""
-    proc = tmp_path / "proc"
-    (proc / "driver" / "nvidia").mkdir(parents=True)
-    (proc / "driver" / "nvidia" / "version").write_text(PROC_VERSION)
-    (proc / "sys" / "kernel" / "random").mkdir(parents=True)
-    (proc / "sys" / "kernel" / "random" / "boot_id").write_text("6a1f0c9e-0000-4000-8000-000000000001\n")
-    site = tmp_path / "venv" / "lib" / "python3.11" / "site-packages"
-    site.mkdir(parents=True)
-    versions = {n: copy_dist(n, site) for n in ("iniconfig", "distro")}
-    (tmp_path / "venv" / "pyvenv.cfg").write_text("home = /usr/bin\nversion = 3.11.2\n")
-    kmsg = tmp_path / "kmsg"
-    kmsg.write_text("6,1,100,-;Linux version 6.1.0\n6,2,200,-;nvidia: loading out-of-tree module\n")
-    for knob in ("GPUS", "PCI", "ECC_UNCORRECTED", "RETIRED_PENDING", "ROWREMAP", "PERSISTENCE", "FAIL"):
-        monkeypatch.delenv(f"FAKE_NVML_{knob}", raising=False)
-    monkeypatch.setenv("FAKE_NVML_GPUS", "NVIDIA H100 80GB HBM3:80;NVIDIA H100 80GB HBM3:80")
-    monkeypatch.setenv("FAKE_NVML_PCI", "00000000:3B:00.0;00000000:5C:00.0")
-    roots = check.Roots(
-        proc=proc,
-        kmsg=kmsg,
-        dpkg_query=script(tmp_path / "dpkg-query", f'[ "$3" = nvidia-open ] && echo "ii |{DRIVER}-1" || exit 1\n'),
-        systemctl=script(tmp_path / "systemctl", 'echo "${FM_STATE:-active}"; [ "${FM_STATE:-active}" = active ]\n'),
-        nvml_library=str(nvml_dir / fakenvml.LIBRARY),
-        state=tmp_path / "state" / "health-state.json",
-    )
-    spec = {
-        "schema": check.SCHEMA,
-        "lock_hash": "0123456789abcdef",
-        "expected": {"driver": DRIVER, "python": "3.11"},
-        "driver": {"manager": "apt", "package": "nvidia-open"},
-        "gpus": {"count": 2, "models": ["NVIDIA H100 80GB HBM3"] * 2, "nvswitches": 4},
-        "fabric_manager": "nvidia-fabricmanager.service",
-        "persistence": True,
-        "venv": str(tmp_path / "venv"),
-        "python_packages": [{"name": n, "version": v, "sha256": "0" * 64} for n, v in versions.items()],
-        "verify": {"verdict": "pass", "at": "2026-12-01T10:00:00+00:00", "max_age_s": None},
-    }
-    return {"roots": roots, "spec": spec, "site": site, "kmsg": kmsg, "proc": proc, "tmp": tmp_path}
 
 
 def run(host: dict[str, Any], **kw: Any) -> check.Result:
@@ -133,10 +58,6 @@ def test_another_version_installed_is_drift(host: dict[str, Any]) -> None:
     host["spec"]["python_packages"][0]["version"] = "0.0.1"
     out = run(host)
     assert out.problems == [f"drift iniconfig: locked 0.0.1, found {copy_version('iniconfig')}"]
-
-
-def copy_version(name: str) -> str:
-    return next(SITE.glob(f"{name}-*.dist-info")).name.removesuffix(".dist-info").split("-")[1]
 
 
 def test_a_tampered_file_breaks_its_record_hash(host: dict[str, Any]) -> None:
@@ -252,17 +173,6 @@ def test_the_driver_version_of_both_kernel_modules() -> None:
     }
     for text, want in lines.items():
         assert probes._LOADED.search(text + "\n").group(1) == want  # type: ignore[union-attr]
-
-
-def cli(host: dict[str, Any], *args: str, spec: Path | None = None) -> subprocess.CompletedProcess[str]:
-    if spec is None:
-        spec = host["tmp"] / "health.json"
-        spec.write_text(json.dumps(host["spec"]))
-    r = host["roots"]
-    argv = [sys.executable, "-m", "provision.remote.health", "--spec", str(spec), "--state", str(r.state)]
-    argv += ["--proc", str(r.proc), "--kmsg", str(r.kmsg), "--dpkg-query", r.dpkg_query]
-    argv += ["--systemctl", r.systemctl, "--nvml-library", r.nvml_library, *args]
-    return subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=60, check=False)
 
 
 def test_the_program_exits_1_with_one_line_and_json(host: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
