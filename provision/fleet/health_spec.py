@@ -10,11 +10,12 @@ docs/how-to/health.md's.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from provision.fleet.verify import HostResult, key_figures
 from provision.model.components import COMPONENTS, TORCH_VARIANT
 from provision.model.lock import LockGroup
 from provision.stack.drift import expected_versions
@@ -25,14 +26,33 @@ PERSISTENCED = "nvidia-persistenced"
 
 @dataclass(frozen=True)
 class LastVerify:
-    """The verdict of the last verify and when it ran (timezone-aware)."""
+    """The verdict of the last verify and when it ran (timezone-aware), and its key figures, which
+    provision-health's textfile shows (``provision_verify_gemm_tflops{gpu=...}``)."""
 
     verdict: str
     at: datetime
     max_age_s: int | None = None  # older than this is unhealthy; None: the age is only shown
+    gpu: str | None = None  # the GPU model the figures are of ("CPU" on a host without one)
+    figures: Mapping[str, float] = field(default_factory=dict)  # gemm_tflops, copy_gbps
+
+    @classmethod
+    def from_result(cls, result: HostResult, at: datetime, max_age_s: int | None = None) -> LastVerify:
+        """From a host's verify (its ``provision.verify/1`` report; an up record's ``verify`` as
+        ``HostResult(host, report=...)``): the figures verify's table shows (:func:`key_figures`)."""
+        if result.report is None:
+            return cls("fail", at, max_age_s)
+        f = key_figures(result)
+        figures = {k: v for k, v in (("gemm_tflops", f.gemm_tflops), ("copy_gbps", f.copy_gbps)) if v is not None}
+        return cls(str(result.report.get("verdict")), at, max_age_s, f.gpu, figures)
 
     def to_json(self) -> dict[str, Any]:
-        return {"verdict": self.verdict, "at": self.at.isoformat(), "max_age_s": self.max_age_s}
+        return {
+            "verdict": self.verdict,
+            "at": self.at.isoformat(),
+            "max_age_s": self.max_age_s,
+            "gpu": self.gpu,
+            "figures": dict(self.figures),
+        }
 
 
 def health_spec(

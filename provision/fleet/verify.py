@@ -491,6 +491,29 @@ def _figure(report: dict[str, Any], names: Sequence[str]) -> float | None:
     return min(values) if values else None
 
 
+@dataclass(frozen=True)
+class KeyFigures:
+    """A verify's key figures: the slowest GPU's half-precision GEMM and device-to-device copy; on a
+    host without a GPU, the CPU's fp32 GEMM and memory copy (``gpu`` is then ``CPU``)."""
+
+    on_gpu: bool
+    gpu: str | None  # the (first) GPU's model
+    gemm_tflops: float | None
+    copy_gbps: float | None
+
+
+def key_figures(result: HostResult) -> KeyFigures:
+    report = result.report or {}
+    on_gpu = int((report.get("counts") or {}).get("torch") or 0) > 0
+    names = [str(g["name"]) for g in report.get("gpus", []) if g.get("name")]
+    return KeyFigures(
+        on_gpu,
+        (names[0] if names else None) if on_gpu else "CPU",
+        _figure(report, ("gemm_bf16", "gemm_fp16")) if on_gpu else _figure(report, ("cpu_gemm_fp32",)),
+        _figure(report, ("copy_d2d",)) if on_gpu else _figure(report, ("cpu_copy_d2d",)),
+    )
+
+
 def table_row(result: HostResult) -> dict[str, str]:
     """One row of the human table: host, GPUs, verdict, GEMM, bandwidth, samples/s, util."""
 
@@ -509,15 +532,14 @@ def table_row(result: HostResult) -> dict[str, str]:
             "util": "-",
         }
     names = [g.get("name") for g in report.get("gpus", [])]
-    on_gpu = int((report.get("counts") or {}).get("torch") or 0) > 0
+    figures = key_figures(result)
+    on_gpu, gemm, bandwidth = figures.on_gpu, figures.gemm_tflops, figures.copy_gbps
     gpus = (
         f"{len(names)} x {str(names[0]).removeprefix('NVIDIA ')}"
         if names and on_gpu
         else ("CPU" if not on_gpu else "-")
     )
     training = report.get("training") or {}
-    gemm = _figure(report, ("gemm_bf16", "gemm_fp16")) if on_gpu else _figure(report, ("cpu_gemm_fp32",))
-    bandwidth = _figure(report, ("copy_d2d",)) if on_gpu else _figure(report, ("cpu_copy_d2d",))
     util = training.get("gpu_util_mean_pct")
     return {
         "host": result.host,

@@ -22,7 +22,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from . import nvml, probes
+from . import exporters, nvml, probes
 from .versions import build_matches, split_local, version_matches
 
 SCHEMA = "provision.health/1"
@@ -62,6 +62,14 @@ class Result:
     unknown: list[str] = field(default_factory=list)  # could not tell
     notes: list[str] = field(default_factory=list)  # worth knowing, healthy
     facts: dict[str, Any] = field(default_factory=dict)
+    # Every locked item compared (component, locked, found, matches): the exporters' drift series.
+    compared: list[tuple[str, str, str, bool]] = field(default_factory=list)
+
+    def compare(self, component: str, locked: str, found: str | None, ok: bool, problem: str | None = None) -> None:
+        """Record a comparison with the lock; a mismatch is a problem (``drift ITEM: locked X, found Y``)."""
+        self.compared.append((component, locked, found or "none", ok))
+        if not ok:
+            self.problems.append(problem or f"drift {component}: locked {locked}, found {found or 'none'}")
 
     @property
     def code(self) -> int:
@@ -125,16 +133,19 @@ def check_driver(spec: dict[str, Any], roots: Roots, out: Result) -> None:
         if error:
             out.unknown.append(f"driver installed: {error}")
         elif installed is None:
-            out.problems.append(f"drift driver: locked {want or 'a driver'}, package {d['package']} not installed")
-    if want and installed and not version_matches("driver", installed, want):
-        out.problems.append(f"drift driver: locked {want}, installed {installed}")
+            problem = f"drift driver: locked {want or 'a driver'}, package {d['package']} not installed"
+            out.compare("driver", want or "a driver", None, False, problem)
+    if want and installed:
+        ok = version_matches("driver", installed, want)
+        out.compare("driver", want, installed, ok, f"drift driver: locked {want}, installed {installed}")
     if loaded is None:
         if want or spec["gpus"].get("count"):
             out.problems.append("driver not loaded")
     elif installed and loaded != installed:
         out.problems.append(f"driver {installed} installed but {loaded} loaded: reboot pending")
-    elif want and not installed and not version_matches("driver", loaded, want):
-        out.problems.append(f"drift driver: locked {want}, loaded {loaded}")
+    elif want and not installed:  # no package answer: the loaded module is what there is to compare
+        ok = version_matches("driver", loaded, want)
+        out.compare("driver", want, loaded, ok, f"drift driver: locked {want}, loaded {loaded}")
 
 
 def check_gpus(spec: dict[str, Any], roots: Roots, out: Result, nv: dict[str, Any]) -> None:
@@ -222,18 +233,20 @@ def check_venv(spec: dict[str, Any], out: Result, state: dict[str, Any], budget:
     for key, want in sorted(locked.items()):
         have = dists.get(key)
         found = have.version if have else None
-        if not version_matches(key, found, want):
-            out.problems.append(f"drift {key}: locked {want}, found {found or 'none'}")
-        elif have:
+        ok = version_matches(key, found, want)
+        out.compare(key, want, found, ok)
+        if ok and have:
             checked.append(have)
     variant = expected.get("torch_variant")
     torch = dists.get("torch")
-    if torch and not build_matches(torch.version, variant):
-        out.problems.append(f"drift torch build: locked {variant}, found {split_local(torch.version)[1]}")
+    if torch and variant:
+        build = split_local(torch.version)[1] or "untagged"  # PyPI's default build carries no tag
+        ok = build_matches(torch.version, variant)
+        out.compare("torch_variant", str(variant), build, ok, f"drift torch build: locked {variant}, found {build}")
     python = expected.get("python")
     found_python = _pyvenv_version(root)
-    if python and found_python and not version_matches("python", found_python, python):
-        out.problems.append(f"drift python: locked {python}, found {found_python}")
+    if python and found_python:
+        out.compare("python", python, found_python, version_matches("python", found_python, python))
     _check_records(checked, out, state, budget)
 
 
@@ -349,15 +362,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--systemctl", default=Roots.systemctl, help=argparse.SUPPRESS)
     p.add_argument("--nvml-library", default=Roots.nvml_library, help=argparse.SUPPRESS)
     p.add_argument("--hash-budget-mib", type=int, default=HASH_BUDGET >> 20, help=argparse.SUPPRESS)
+    exporters.add_arguments(p)
     a = p.parse_args(argv)
     started = time.monotonic()
     try:
         spec = load_spec(a.spec)
-    except SpecError as exc:
+        exporters.check_arguments(a)
+    except (SpecError, exporters.ExportError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return UNKNOWN
     roots = Roots(a.proc, a.kmsg, a.dpkg_query, a.rpm, a.systemctl, a.nvml_library, a.state)
     out = run(spec, roots, a.hash_budget_mib << 20)
+    try:
+        exporters.export(a, spec, out)
+    except exporters.ExportError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return UNKNOWN
     if a.json:
         doc = {
             "schema": REPORT,
