@@ -29,6 +29,7 @@ SCHEMA = "provision.health/1"
 REPORT = "provision.health-report/1"
 STATE = "provision.health-state/1"
 HEALTHY, UNHEALTHY, UNKNOWN = 0, 1, 2
+SPEC = Path("/etc/provision/health.json")  # where the spec is read from unless --spec says otherwise
 # Xids NVIDIA's catalog sends to the application (immediate action RESTART_APP: a program's own
 # fault, the GPU is fine): reported as notes, never as a problem of the host. Source:
 # https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html (13, 31, 43, 45).
@@ -352,7 +353,7 @@ def run(spec: dict[str, Any], roots: Roots, budget: int = HASH_BUDGET, now: floa
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="provision-health", description="This host against the lock provision applied.")
-    p.add_argument("--spec", type=Path, default=Path("/etc/provision/health.json"), help="the health spec")
+    p.add_argument("--spec", type=Path, default=SPEC, help="the health spec")
     p.add_argument("--json", action="store_true", help="one JSON document (provision.health-report/1)")
     p.add_argument("--state", type=Path, default=Roots.state, help="where the last run's position is kept")
     p.add_argument("--proc", type=Path, default=Roots.proc, help=argparse.SUPPRESS)

@@ -1,0 +1,1 @@
+"""Files provision writes for the engines fleets already run (Slurm, Prometheus, Kubernetes)."""
