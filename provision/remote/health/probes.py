@@ -106,13 +106,17 @@ def kernel_records(kmsg: Path) -> tuple[list[tuple[int, str]], bool]:
         try:
             while True:
                 try:
-                    raw.append(os.read(fd, 8192))
+                    record = os.read(fd, 8192)
                 except BlockingIOError:
                     break
                 except OSError as exc:
                     if exc.errno != errno.EPIPE:
                         raise
                     lost = True
+                    continue
+                if not record:  # end of file: a container's /dev/kmsg bound to /dev/null says nothing more
+                    break
+                raw.append(record)
         finally:
             os.close(fd)
     else:

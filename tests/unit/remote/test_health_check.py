@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import json
+import subprocess
 import sys
 from datetime import datetime
 from typing import Any
@@ -21,7 +22,7 @@ from typing import Any
 import pytest
 
 from provision.remote.health import check, probes
-from tests.support.health_host import DRIVER, PROC_VERSION, cli, copy_version, script
+from tests.support.health_host import DRIVER, PROC_VERSION, REPO, cli, copy_version, script
 
 # The keys a spec must have, for the bad-spec cases (each then breaks one).
 SPEC_KEYS: dict[str, Any] = {
@@ -107,6 +108,14 @@ def test_after_a_reboot_the_kernel_log_is_read_from_its_start(host: dict[str, An
     assert run(host).code == 1 and run(host).code == 0
     (host["proc"] / "sys" / "kernel" / "random" / "boot_id").write_text("another-boot\n")
     assert run(host).problems == ["xid 79 on GPU 0"]
+
+
+def test_a_kernel_log_device_at_its_end_is_read_as_empty() -> None:
+    """A container's /dev/kmsg can be /dev/null (a character device whose read() answers end of
+    file, never EAGAIN): the read ends instead of spinning. Run apart, so a regression times out."""
+    code = "from pathlib import Path; from provision.remote.health import probes; print(probes.kernel_records(Path('/dev/null')))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30, cwd=REPO)
+    assert proc.stdout == "([], False)\n", proc.stderr
 
 
 def test_updated_but_not_loaded_is_a_pending_reboot(host: dict[str, Any]) -> None:
