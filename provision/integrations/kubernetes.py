@@ -15,9 +15,13 @@ The Node Feature Discovery labels are written on the host by provision-health it
 
 from __future__ import annotations
 
+import argparse
+import json
+import sys
 from pathlib import PurePosixPath
 from typing import Any
 
+from provision.errors import ExitCode
 from provision.remote.health.check import HEALTHY, SPEC, UNHEALTHY, UNKNOWN
 
 # NPD's custom plugin statuses (types.go: OK 0, NonOK 1, Unknown 2): provision-health's exit codes.
@@ -79,3 +83,30 @@ def npd_custom_plugin_monitor(
             }
         ],
     }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m provision.integrations.kubernetes --home DIR``: the config, as JSON on stdout."""
+    p = argparse.ArgumentParser(
+        prog="python -m provision.integrations.kubernetes",
+        description="node-problem-detector's custom plugin monitor config that runs provision-health.",
+    )
+    p.add_argument("--home", required=True, help="the folder on the host that holds provision-health's health/")
+    p.add_argument("--python", default="python3", help="the host's Python (3.8 or newer)")
+    p.add_argument("--spec", default=str(SPEC), help="the health spec on the host")
+    p.add_argument("--interval-s", type=int, default=INTERVAL_S, help="seconds between runs")
+    p.add_argument("--timeout-s", type=int, default=TIMEOUT_S, help="seconds a run may take")
+    a = p.parse_args(argv)
+    try:
+        config = npd_custom_plugin_monitor(
+            a.home, python=a.python, spec=a.spec, interval_s=a.interval_s, timeout_s=a.timeout_s
+        )
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return int(ExitCode.BAD_INPUT)
+    print(json.dumps(config, indent=2))
+    return int(ExitCode.OK)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

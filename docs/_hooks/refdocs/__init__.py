@@ -10,7 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from refdocs import cli_page, config_page, exit_codes_page, json_page, lock_page, roles_page, supported_page
+from refdocs import (
+    cli_page,
+    config_page,
+    exit_codes_page,
+    json_page,
+    lock_page,
+    metrics_page,
+    roles_page,
+    supported_page,
+)
 
 # reference/<name>.md -> the function that writes it (the order of the site's Reference section)
 PAGES: dict[str, Callable[[], str]] = {
@@ -19,6 +28,7 @@ PAGES: dict[str, Callable[[], str]] = {
     "reference/lock.md": lock_page.page,
     "reference/json.md": json_page.page,
     "reference/exit-codes.md": exit_codes_page.page,
+    "reference/metrics.md": metrics_page.page,
     "reference/roles.md": roles_page.page,
     "reference/supported.md": supported_page.page,
 }

@@ -155,6 +155,17 @@ def label_value(value: Any) -> str:
     return re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", text)
 
 
+# The labels (under NFD_PREFIX) and what each says; one left out where there is no value.
+NFD_LABELS = {
+    "verified": "`true`: the last verify passed and the host is healthy now; else `false`",
+    "healthy": "`true`: provision-health exited 0; else `false`",
+    "lock-hash": "the hash of the lock the host was provisioned from",
+    "driver": "the NVIDIA driver loaded (`/proc/driver/nvidia/version`)",
+    "cuda-toolkit": "the CUDA toolkit the lock installs",
+    "torch-cuda": "the CUDA runtime of the lock's torch build",
+}
+
+
 def nfd_labels(spec: dict[str, Any], out: Outcome) -> dict[str, str]:
     """The node labels (name under :data:`NFD_PREFIX` -> value)."""
     expected = spec.get("expected") or {}
@@ -168,7 +179,7 @@ def nfd_labels(spec: dict[str, Any], out: Outcome) -> dict[str, str]:
         "cuda-toolkit": expected.get("cuda_toolkit"),
         "torch-cuda": expected.get("torch_cuda"),
     }
-    labels = {k: label_value(v) for k, v in raw.items() if v}
+    labels = {k: label_value(raw[k]) for k in NFD_LABELS if raw[k]}
     return {k: v for k, v in labels.items() if v}
 
 

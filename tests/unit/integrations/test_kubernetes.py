@@ -116,3 +116,21 @@ def test_the_rule_runs_provision_health_as_npd_runs_it(tmp_path: Path, monkeypat
     proc = subprocess.run([rule["path"], *args, *stand_ins], capture_output=True, text=True, cwd="/", timeout=60)
     assert (proc.returncode, proc.stdout) == (0, "healthy\n"), proc.stderr
     assert len(proc.stdout) <= config["pluginConfig"]["max_output_length"]
+
+
+def test_the_how_to_shows_what_the_command_prints(capsys: pytest.CaptureFixture[str]) -> None:
+    page = (Path(__file__).resolve().parents[3] / "docs" / "how-to" / "kubernetes.md").read_text()
+    assert "$ python -m provision.integrations.kubernetes --home /opt/provision >" in page
+    shown = re.search(r"```json\n(.*?)```", page, re.S)
+    assert shown is not None
+    assert kubernetes.main(["--home", "/opt/provision"]) == 0
+    assert capsys.readouterr().out == shown.group(1)
+
+
+def test_a_bad_home_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert kubernetes.main(["--home", "opt/provision"]) == 2
+    out = capsys.readouterr()
+    assert (
+        out.out == ""
+        and out.err == "error: the provision-health folder must be an absolute path, not 'opt/provision'\n"
+    )
