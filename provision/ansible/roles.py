@@ -32,6 +32,7 @@ ROLES: tuple[str, ...] = (
     "container_toolkit",
     "dcgm",
     "verify",
+    "health",
 )
 
 

@@ -95,6 +95,7 @@ def host(tmp_path: Path, nvml_dir: Path, monkeypatch: pytest.MonkeyPatch) -> dic
         systemctl=script(tmp_path / "systemctl", 'echo "${FM_STATE:-active}"; [ "${FM_STATE:-active}" = active ]\n'),
         nvml_library=str(nvml_dir / fakenvml.LIBRARY),
         state=tmp_path / "state" / "health-state.json",
+        last_verify=tmp_path / "state" / "last-verify.json",
     )
     spec = {
         "schema": check.SCHEMA,
@@ -243,6 +244,28 @@ def test_a_failed_verify_and_an_old_one(host: dict[str, Any]) -> None:
     out = run(host, now=now)
     assert out.problems == ["last verify fail", "last verify 3 days old"]
     assert out.facts["verify"] == {"verdict": "fail", "age_s": 3 * 86400}
+
+
+def test_the_verdict_up_wrote_counts_only_for_its_own_lock(host: dict[str, Any]) -> None:
+    # the spec as the health role installs it (no verify); `up` writes last-verify.json after its job
+    host["spec"]["verify"] = None
+    assert run(host).notes == ["never verified"]
+    recorded = host["roots"].last_verify
+    recorded.parent.mkdir(parents=True, exist_ok=True)
+    at = "2026-12-01T10:00:00+00:00"
+    doc = {"schema": "provision.last-verify/1", "lock_hash": "0123456789abcdef", "verdict": "fail", "at": at}
+    recorded.write_text(json.dumps(doc))
+    now = datetime.fromisoformat("2026-12-01T11:00:00+00:00").timestamp()
+    out = run(host, now=now)
+    assert (out.code, out.problems) == (1, ["last verify fail"])
+    assert out.facts["verify"] == {"verdict": "fail", "age_s": 3600}
+    # a verdict of another lock (the host was applied with a new one since) is not this lock's
+    recorded.write_text(json.dumps({**doc, "lock_hash": "fedcba9876543210"}))
+    out = run(host, now=now)
+    assert out.code == 0 and out.notes == [
+        f"{recorded} is of another lock: not verified with this one",
+        "never verified",
+    ]
 
 
 def test_the_driver_version_of_both_kernel_modules() -> None:
