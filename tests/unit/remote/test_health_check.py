@@ -268,6 +268,23 @@ def test_the_verdict_up_wrote_counts_only_for_its_own_lock(host: dict[str, Any])
     ]
 
 
+def test_a_host_without_an_nvidia_driver_reads_no_kernel_log(host: dict[str, Any]) -> None:
+    # the CPU stack's spec (no driver locked, no GPU probed) on a host with no NVIDIA module loaded
+    # and a kernel log it may not read (a container's): there is no Xid to tell, so not `unknown`
+    host["spec"]["expected"].pop("driver")
+    host["spec"]["driver"]["package"] = None
+    host["spec"]["gpus"] = {"count": 0, "models": [], "nvswitches": None}
+    (host["proc"] / "driver" / "nvidia" / "version").unlink()
+    host["kmsg"].unlink()
+    host["roots"] = check.Roots(**{**host["roots"].__dict__, "nvml_library": str(host["tmp"] / "absent.so")})
+    out = run(host)
+    assert (out.code, out.unknown) == (0, []), out.problems + out.unknown
+    assert "xid: no NVIDIA driver locked or loaded: no kernel log to read" in out.notes
+    # the same host with a driver locked: the unreadable log is `cannot tell`
+    host["spec"]["expected"]["driver"] = DRIVER
+    assert any(u.startswith(f"xid: kernel log {host['kmsg']} unreadable") for u in run(host).unknown)
+
+
 def test_the_driver_version_of_both_kernel_modules() -> None:
     lines = {
         "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.127.05  Tue Oct  8 03:22:07 UTC 2024": "550.127.05",
