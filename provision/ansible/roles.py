@@ -32,6 +32,7 @@ ROLES: tuple[str, ...] = (
     "container_toolkit",
     "dcgm",
     "verify",
+    "health",
 )
 
 
@@ -101,6 +102,11 @@ def set_urls(name: str, value: object) -> list[str]:
     return [str(u) for u in found if u not in (None, "")]
 
 
+# The role variables plan writes per host into the run dir's host_vars/ (the health role's spec
+# and program files: provision.fleet.health_spec.host_vars).
+PER_HOST_VARS = frozenset({"health_spec", "health_sources"})
+
+
 def check_user_sets(overrides: Mapping[str, object]) -> None:
     """What `plan` and `up` refuse of ``--set`` beyond the argument specs (render, which tests and
     the integration harness call with any role variable, checks only those).
@@ -115,6 +121,11 @@ def check_user_sets(overrides: Mapping[str, object]) -> None:
         instead = LOCK_OWNED.get(name)
         if instead is not None:
             raise BadInput(f"--set {name}: the lock decides this variable, not --set", f"use {instead}")
+        if name in PER_HOST_VARS:  # host_vars/ (plan writes them) win over --set's group_vars: it would do nothing
+            raise BadInput(
+                f"--set {name}: plan builds it for each host from the lock and the host's probe, not --set",
+                "leave it out; --set health_enabled=false leaves the health role out",
+            )
         if name in CREDENTIAL_VARS:  # --set would write it into group_vars
             raise BadInput(
                 f"--set {name}: a login is never given on the command line",

@@ -30,6 +30,7 @@ COMMANDS: dict[str, str] = {
     "probe": "provision.cli.probe:probe",
     "verify": "provision.cli.verify:verify",
     "status": "provision.cli.status:status",
+    "health": "provision.cli.health:health",
     "cloud": "provision.cli.cloud:cloud",
     "advise": "provision.cli.advise:advise",
     "tune": "provision.cli.tune:tune",

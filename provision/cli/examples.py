@@ -47,6 +47,10 @@ EXAMPLES: dict[str, list[str]] = {
         "provision status",
         "provision status --check-drift -i hosts.ini",
     ],
+    "health": [
+        "provision health --local",
+        "provision health -i hosts.ini --limit 'gpu*' --json",
+    ],
     "cloud": [
         "provision cloud up --gpu L4 --ssh-cidr 203.0.113.7/32",
         "provision cloud ls",

@@ -57,7 +57,7 @@ def status(
     ssh_config: Path | None,
     as_json: bool,
 ) -> int:
-    """List the fleet from the state DB: lock applied, last verdict, when, last run.
+    """List the fleet from the state DB: lock applied, last verdict, when, last health, last run.
 
     With --check-drift (and -i INVENTORY or --local to reach the hosts) each host is probed and
     compared with the lock of its last run; every version that differs is named.
@@ -95,7 +95,8 @@ def _human(con: Console, hosts: list[dict[str, Any]], check_drift: bool, missing
         con.print("no hosts yet: run `provision up`", markup=False)
         return
     table = Table(show_edge=False)
-    columns = ["host", "verdict", "converged", "applied", "verified", "last run"] + (["drift"] if check_drift else [])
+    columns = ["host", "verdict", "converged", "applied", "verified", "health", "last run"]
+    columns += ["drift"] if check_drift else []
     for c in columns:
         table.add_column(c)
     for h in hosts:
@@ -105,9 +106,18 @@ def _human(con: Console, hosts: list[dict[str, Any]], check_drift: bool, missing
             "yes" if h["converged"] else "no",
             str(h["applied_at"] or "-"),
             str(h["verified_at"] or "-"),
+            _health_cell(h.get("health")),
             str(h["last_run"] or "-"),
         ]
         if check_drift:
             row.append(h.get("error") or ("; ".join(h.get("drift_text") or []) or "none"))
         table.add_row(*row)
     con.print(table)
+
+
+def _health_cell(health: dict[str, Any] | None) -> str:
+    """The last `provision health`: its status and time, then what it named."""
+    if health is None:
+        return "-"
+    problems = "; ".join(health["problems"])
+    return f"{health['status']} {health['checked_at']}" + (f": {problems}" if problems else "")

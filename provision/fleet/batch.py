@@ -6,10 +6,14 @@ another run holds, and `--check` on a host without a GPU.
 
 from __future__ import annotations
 
+import json
+import shlex
 import shutil
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,9 +22,10 @@ from provision.ansible.render import become_answers
 from provision.ansible.rundir import write_host_vars
 from provision.errors import ProvisionError
 from provision.fleet import verify as verify_api
+from provision.fleet.health_spec import LAST_VERIFY, LastVerify, last_verify
 from provision.fleet.planning import HostPlan
 from provision.fleet.records import LOCK_TASK, NOT_VERIFIED, PROBE_TASK, HostRun
-from provision.fleet.verify import failures
+from provision.fleet.verify import HostResult, failures
 from provision.model.components import TORCH_VARIANT
 
 if TYPE_CHECKING:
@@ -88,6 +93,8 @@ def run_batch(number: int, batches: list[list[HostRun]], run: BatchRun) -> bool:
     if to_verify:
         say(f"batch {number}/{len(batches)}: verifying {', '.join(h.host for h in to_verify)}")
         _verify([targets[h.host] for h in to_verify], to_verify, lock, config.install.venv, config, options)
+        if not options.check:  # check mode changes nothing on a host, this record neither
+            _record_last_verify([h for h in to_verify if h.verify is not None], targets, options, say)
     for h in batch:
         if h.failed_task is not None:
             h.verdict = "fail"
@@ -240,6 +247,43 @@ def _verify(  # noqa: PLR0917
             if not r.ok and h.message is None:
                 lines = failures(r)  # every failed check, the root cause first, on one line
                 h.message = "; ".join(lines) if lines else (r.error.one_line() if r.error else None)
+
+
+def _record_last_verify(
+    hosts: list[HostRun], targets: dict[str, HostTarget], options: UpOptions, say: Callable[[str], None]
+) -> None:
+    """Write each verified host's verdict where its provision-health reads it (LAST_VERIFY, as root,
+    through the Transport, in parallel). A host where it cannot be written keeps its verdict: the
+    program there then says "never verified" (a note), and the line here says why."""
+    connect = verify_api.default_connect(
+        accept_new_host_keys=options.accept_new_host_keys, ssh_config=options.ssh_config
+    )
+    at = datetime.now(timezone.utc)
+    folder = shlex.quote(str(Path(LAST_VERIFY).parent))
+    final = shlex.quote(LAST_VERIFY)
+    # renamed into place: the program never reads half a file
+    command = f"umask 022 && mkdir -p {folder} && cat > {final}.tmp && mv -f {final}.tmp {final}"
+
+    def write(h: HostRun) -> str | None:
+        # the run's verdict (not-verified where the job could not run) with the report's figures
+        verified = replace(LastVerify.from_result(HostResult(h.host, report=h.verify), at), verdict=h.verdict)
+        doc = json.dumps(last_verify(h.lock_hash, verified)).encode()
+        try:
+            transport = connect(targets[h.host])
+        except ProvisionError as exc:
+            return exc.one_line()
+        try:
+            ran = transport.run(command, sudo=True, stdin=doc, timeout=60)
+            return None if ran.ok else (ran.stderr.strip().splitlines() or [f"exit status {ran.exit_status}"])[-1]
+        except ProvisionError as exc:
+            return exc.one_line()
+        finally:
+            transport.close()
+
+    with ThreadPoolExecutor(max_workers=max(1, min(16, len(hosts)))) as pool:
+        for h, why in zip(hosts, pool.map(write, hosts), strict=True):
+            if why is not None:
+                say(f"{h.host}: the verdict for provision-health not written to {LAST_VERIFY}: {why}")
 
 
 def _cpu_stack(locked: dict[str, str | None]) -> bool:

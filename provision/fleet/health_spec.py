@@ -10,18 +10,38 @@ docs/how-to/health.md's.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+from provision.ansible.checks import _refuse_templates
+from provision.files import private_dir, replace_file
 from provision.fleet.verify import HostResult, key_figures
 from provision.model.components import COMPONENTS, TORCH_VARIANT
-from provision.model.lock import LockGroup
+from provision.model.lock import Lock, LockGroup
+from provision.remote.health import SOURCES
 from provision.stack.drift import expected_versions
+
+if TYPE_CHECKING:
+    from provision.hosts.facts import HostFacts
 
 SCHEMA = "provision.health/1"
 PERSISTENCED = "nvidia-persistenced"
+# Where `up`'s controller writes the last verify's verdict on a host (as root, through the
+# Transport) and the host program reads it; the health role's ``health_state_dir`` holds it.
+LAST_VERIFY = "/var/lib/provision/last-verify.json"
+LAST_VERIFY_SCHEMA = "provision.last-verify/1"
+
+
+def group_hash(group: LockGroup) -> str:
+    """A lock group's identity for the state DB and the health spec: what is installed, not which
+    hosts share it."""
+    doc = {"host": group.host.to_json(), "stack": group.stack.to_json(), "packages": group.to_json()["packages"]}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -91,3 +111,51 @@ def health_spec(
         "python_packages": [{"name": p.name, "version": p.version, "sha256": p.sha256} for p in group.python_packages],
         "verify": verify.to_json() if verify else None,
     }
+
+
+def last_verify(lock_hash: str, verify: LastVerify) -> dict[str, Any]:
+    """What `up` writes to :data:`LAST_VERIFY` on a host after its smoke job: the verdict, its time,
+    its key figures (the textfile's) and the lock hash it was verified against (the program ignores
+    a verdict of another lock)."""
+    return {"schema": LAST_VERIFY_SCHEMA, "lock_hash": lock_hash, **verify.to_json()}
+
+
+# Where a run dir holds the program (PROGRAM_DIR/<file>, beside site.yml): Ansible's copy looks a
+# relative ``src`` up in the playbook's own files/ folder, so the run dir stays whole (`plan --out`
+# runs from a copy on another machine) and records the program it installed.
+PROGRAM_DIR = Path("files") / "health"
+
+
+def write_program(run_dir: Path) -> dict[str, str]:
+    """Copy the program's files (:data:`provision.remote.health.SOURCES`) into ``run_dir``; the
+    health role's ``health_sources``: {file on the host: its ``src`` for Ansible's copy}."""
+    for name, source in SOURCES.items():
+        target = run_dir / PROGRAM_DIR / name
+        private_dir(target.parent)
+        replace_file(target, source.read_text())
+    return {name: str(PROGRAM_DIR.relative_to("files") / name) for name in SOURCES}
+
+
+def host_vars(
+    lock: Lock, facts: Mapping[str, HostFacts | None], venv: str, sources: Mapping[str, str]
+) -> dict[str, dict[str, Any]]:
+    """The health role's per-host variables (its defaults/main.yml): each host's spec, with the
+    GPU names and NVSwitch count its probe saw (``facts``; None: planned without a probe, the
+    models are then not compared), and the program's files (``sources``, :func:`write_program`).
+
+    Per host, not per group: two hosts of one group may hold GPUs NVML names differently. A GPU
+    name comes from the host, so it is refused with a template marker like every role value
+    (:func:`provision.ansible.checks.dump`): Ansible would evaluate it on the controller.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for group in lock.groups:
+        digest = group_hash(group)
+        for host in group.hosts:
+            f = facts.get(host)
+            names = [g.name for g in f.nvml.gpus] if f is not None and f.nvml is not None else []
+            spec = health_spec(
+                group, digest, venv, probed_gpus=names, nvswitches=f.nvswitch_count if f is not None else None
+            )
+            _refuse_templates(spec, f"host {host}: health spec")
+            out[host] = {"health_spec": spec, "health_sources": dict(sources)}
+    return out

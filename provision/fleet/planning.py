@@ -252,8 +252,15 @@ def plan(inputs: PlanInputs, context: PlanRun | None = None) -> PlanResult:
         bundle_roles=bundle_roles,
         run=run_id,
     )
-    write_lock(lock, lock_path)
     by_name = {t.name: t for t in targets}
+    # The health role's spec per host (host_vars: it carries what that host's probe saw)
+    from provision.ansible.rundir import write_host_vars  # noqa: PLC0415 (start-up: as above)
+    from provision.fleet.health_spec import host_vars, write_program  # noqa: PLC0415 (start-up: `provision --help` loads this module, not remote.health)
+
+    why = "provision-health's spec for this host (the health role): from provision.lock and this host's probe"
+    sources = write_program(out)
+    write_host_vars(out, host_vars(lock, {n: t.facts for n, t in by_name.items()}, install.venv, sources), why)
+    write_lock(lock, lock_path)
     result = PlanResult(
         out=out, lock_path=lock_path, files=run.files, unprobed=unprobed, notes=notes, lock=lock, run_vars=run.vars
     )

@@ -1,12 +1,14 @@
 """What provision remembers about the fleet, in SQLite (an embedded default; path in config).
 
 One row per host with the lock hash last applied and the last verification, plus a history of
-runs. ``up`` uses it for the fast converge path (skip the apply when the probed versions equal
-the lock and the last verification with this lock passed); ``status`` lists it.
+runs, and each host's last health (`provision health`). ``up`` uses it for the fast converge path
+(skip the apply when the probed versions equal the lock and the last verification with this lock
+passed); ``status`` lists it.
 """
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -51,6 +53,15 @@ CREATE TABLE IF NOT EXISTS runs (
     failed_task TEXT,
     PRIMARY KEY (run, host)
 );
+-- the last `provision health` answer per host (a table of its own: a state DB made before it
+-- gains it by CREATE TABLE IF NOT EXISTS, with no change to the hosts table)
+CREATE TABLE IF NOT EXISTS health (
+    host TEXT PRIMARY KEY,
+    checked_at REAL NOT NULL,
+    status TEXT NOT NULL,      -- healthy, unhealthy, unknown, unreachable, not-installed
+    problems TEXT NOT NULL,    -- JSON list of the program's problems (or the controller's error)
+    lock_hash TEXT             -- the lock hash the host's spec names
+);
 """
 
 
@@ -70,6 +81,38 @@ class HostState:
 
 
 _HOST_COLUMNS = "host, lock_hash, applied_at, verdict, verified_lock_hash, verified_at, last_run"
+
+
+@dataclass(frozen=True)
+class HealthState:
+    """A host's last `provision health` answer."""
+
+    host: str
+    checked_at: float
+    status: str
+    problems: list[str]
+    lock_hash: str | None
+
+
+def _health(rows: list[tuple[str, float, str, str, str | None]]) -> dict[str, HealthState]:
+    return {r[0]: HealthState(r[0], r[1], r[2], json.loads(r[3]), r[4]) for r in rows}
+
+
+_HEALTH_COLUMNS = "host, checked_at, status, problems, lock_hash"
+
+
+def read_health(path: Path) -> dict[str, HealthState]:
+    """Each host's last health, read-only like :func:`read_hosts` (a DB without the table: none)."""
+    if not path.exists():
+        return {}
+    try:
+        db = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True, timeout=30)
+        try:
+            return _health(db.execute(f"SELECT {_HEALTH_COLUMNS} FROM health").fetchall())
+        finally:
+            db.close()
+    except sqlite3.Error:  # no health table yet (no `provision health` since this DB was made)
+        return {}
 
 
 def read_hosts(path: Path) -> list[HostState] | None:
@@ -149,6 +192,18 @@ class State:
                 " failed_task = excluded.failed_task, finished_at = excluded.finished_at",
                 (run, host, time.time(), failed_task, time.time()),
             )
+
+    def record_health(self, host: str, status: str, problems: list[str], lock_hash: str | None) -> None:
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO health (host, checked_at, status, problems, lock_hash) VALUES (?, ?, ?, ?, ?)"
+                " ON CONFLICT(host) DO UPDATE SET checked_at = excluded.checked_at, status = excluded.status,"
+                " problems = excluded.problems, lock_hash = excluded.lock_hash",
+                (host, time.time(), status, json.dumps(problems), lock_hash),
+            )
+
+    def health(self) -> dict[str, HealthState]:
+        return _health(self._db.execute(f"SELECT {_HEALTH_COLUMNS} FROM health").fetchall())
 
     def record_verdict(self, run: str, host: str, lock_hash: str | None, verdict: str) -> None:
         now = time.time()

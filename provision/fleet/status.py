@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from provision.errors import BadInput
 from provision.files import read_lock
-from provision.fleet.state import read_hosts
+from provision.fleet.state import HealthState, read_health, read_hosts
 from provision.fleet.state import state_path as where_state
 from provision.model.lock import find_group
 
@@ -45,6 +45,7 @@ def fleet_hosts(path: Path) -> list[dict[str, Any]] | None:
     rows = read_hosts(path)
     if rows is None:
         return None
+    health = read_health(path)
     return [
         {
             "host": r.host,
@@ -55,9 +56,17 @@ def fleet_hosts(path: Path) -> list[dict[str, Any]] | None:
             "verified_at": _when(r.verified_at),
             "last_run": r.last_run,
             "converged": r.lock_hash is not None and r.converged(r.lock_hash),
+            "health": _health_json(health.get(r.host)),
         }
         for r in rows
     ]
+
+
+def _health_json(h: HealthState | None) -> dict[str, Any] | None:
+    """A host's last `provision health` answer (None: never checked)."""
+    if h is None:
+        return None
+    return {"status": h.status, "checked_at": _when(h.checked_at), "problems": h.problems, "lock_hash": h.lock_hash}
 
 
 def observed_versions(facts: HostFacts) -> dict[str, str | None]:

@@ -21,8 +21,6 @@ answered, so a killed run leaves nothing that makes the next run skip work it di
 from __future__ import annotations
 
 import fnmatch
-import hashlib
-import json
 import shutil
 import time
 from collections.abc import Callable, Sequence
@@ -36,6 +34,7 @@ from provision.files import private_dir, read_lock
 from provision.fleet import verify as verify_api
 from provision.fleet.batch import BatchRun, check_without_gpu, lock_failed, make_batches, run_batch, unprobed_run
 from provision.fleet.cache.config import start_cache
+from provision.fleet.health_spec import group_hash
 from provision.fleet.planning import NoHostProbed, PlanInputs, PlanRun, check_inputs, check_locked_names, plan
 from provision.fleet.records import LOCK_TASK, NOT_RUN, PROBE_TASK, HostRun, Progress, UpOptions, UpResult
 from provision.fleet.report import finish_reports
@@ -50,7 +49,6 @@ if TYPE_CHECKING:
     from provision.fleet.planning import PlanResult
     from provision.hosts.inventory import HostTarget
     from provision.hosts.runlock import RunLocks
-    from provision.stack.lock import LockGroup
 
 
 # --- checks that happen before any host is contacted -----------------------------------------
@@ -77,12 +75,6 @@ def apply_limit(names: Sequence[str], patterns: Sequence[str]) -> list[str]:
                 f"the hosts are {', '.join(names[:8])}" + (" ..." if len(names) > 8 else ""),
             )
     return [n for n in names if any(fnmatch.fnmatchcase(n, p) for p in patterns)]
-
-
-def group_hash(group: LockGroup) -> str:
-    """A lock group's identity for the state DB: what is installed, not which hosts share it."""
-    doc = {"host": group.host.to_json(), "stack": group.stack.to_json(), "packages": group.to_json()["packages"]}
-    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 # --- the run ---------------------------------------------------------------------------------

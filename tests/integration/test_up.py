@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,6 +22,31 @@ from tests.integration import roles_harness as rh
 from tests.integration.up_harness import run_up, up_args, up_env, up_until
 
 pytestmark = pytest.mark.slow  # installs torch on every host
+
+
+# What provision-health says on the test hosts, as installed by `up` (the health role): they have
+# no GPU and the CPU stack's lock has no driver, so neither the driver, NVML nor the kernel log's
+# Xids are asked for (the containers' kernel log is not theirs to read: with a driver locked that
+# would be the honest `unknown`, exit 2); the venv and the last verify are checked for real.
+HEALTHY = 0
+
+
+def provision_health(hostset: harness.HostSet, name: str) -> tuple[int, dict[str, Any]]:
+    """``provision-health --json`` on a host over SSH (as root): its exit status and report."""
+    ran = subprocess.run(
+        ["ssh", "-F", str(hostset.ssh_config), name, "provision-health --json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert ran.stdout.strip(), f"{name}: provision-health printed nothing: rc={ran.returncode} {ran.stderr}"
+    return ran.returncode, json.loads(ran.stdout)
+
+
+def provision_cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "provision", *args], cwd=cwd, capture_output=True, text=True, env=up_env()
+    )
 
 
 def test_fleet_one_broken_host_fails_alone_then_everything_converges(
@@ -85,9 +111,24 @@ def test_fleet_one_broken_host_fails_alone_then_everything_converges(
     assert {h["host"] for h in listed} == {h.name for h in testhosts.hosts}
     assert all(h["verdict"] == "pass" and h["converged"] and h["drift"] == [] for h in listed)
 
+    # provision-health, which up installed with each host's spec, answers from the lock that
+    # the state DB holds for the host, and from the verdict up wrote after its job
+    for h in listed:
+        rc, health = provision_health(testhosts, h["host"])
+        assert health["lock_hash"] == h["lock_hash"], health
+        assert health["facts"]["verify"]["verdict"] == "pass", health
+        assert (rc, health["status"], health["problems"], health["unknown"]) == (HEALTHY, "healthy", [], []), health
     # drift: a different torch in one host's venv is named by status --check-drift
     moved = testhosts.hosts[1]
     rh.ssh(testhosts, moved, "/opt/provision/venv/bin/pip uninstall -q -y torch")
+    rc, health = provision_health(testhosts, moved.name)
+    assert rc == 1 and health["status"] == "unhealthy", health
+    # the line names it with the closure's pin (2.13.0+cpu) and nothing found
+    assert (
+        [p for p in health["problems"] if p.startswith("drift torch: locked 2.13.0")]
+        == [p for p in health["problems"] if p.endswith(", found none")]
+        != []
+    ), health
     status = subprocess.run(
         [
             sys.executable,
@@ -109,6 +150,17 @@ def test_fleet_one_broken_host_fails_alone_then_everything_converges(
     assert status.returncode == 1
     drifted = {h["host"]: h for h in json.loads(status.stdout)["hosts"]}[moved.name]
     assert [(d["item"], d["observed"]) for d in drifted["drift"]] == [("torch", None)], drifted
+
+    # `provision health` asks every host at once over SSH: exit 1, the drifted host named, the
+    # others healthy, each answer in the state DB and in `status` beside the last verify
+    fleet = provision_cli(tmp_path, "health", "--json", "-i", str(testhosts.inventory), "-F", str(testhosts.ssh_config))
+    assert fleet.returncode == 1, fleet.stdout + fleet.stderr
+    answers = {h["host"]: h for h in json.loads(fleet.stdout)["hosts"]}
+    assert answers[moved.name]["status"] == "unhealthy" and answers[moved.name]["problems"] == health["problems"]
+    assert all(answers[h.name]["status"] == "healthy" for h in testhosts.hosts if h is not moved), answers
+    shown = {h["host"]: h["health"] for h in json.loads(provision_cli(tmp_path, "status", "--json").stdout)["hosts"]}
+    assert shown[moved.name]["status"] == "unhealthy" and shown[moved.name]["problems"] == health["problems"]
+    assert all(shown[h.name]["status"] == "healthy" for h in testhosts.hosts if h is not moved), shown
 
 
 def test_a_run_killed_half_way_completes_on_the_next_run(

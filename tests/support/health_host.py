@@ -83,6 +83,7 @@ def make_host(tmp_path: Path, nvml_dir: Path, monkeypatch: pytest.MonkeyPatch) -
         systemctl=script(tmp_path / "systemctl", 'echo "${FM_STATE:-active}"; [ "${FM_STATE:-active}" = active ]\n'),
         nvml_library=str(nvml_dir / fakenvml.LIBRARY),
         state=tmp_path / "state" / "health-state.json",
+        last_verify=tmp_path / "state" / "last-verify.json",
     )
     spec = {
         "schema": check.SCHEMA,
@@ -106,5 +107,5 @@ def cli(host: dict[str, Any], *args: str, spec: Path | None = None) -> subproces
     r = host["roots"]
     argv = [sys.executable, "-m", "provision.remote.health", "--spec", str(spec), "--state", str(r.state)]
     argv += ["--proc", str(r.proc), "--kmsg", str(r.kmsg), "--dpkg-query", r.dpkg_query]
-    argv += ["--systemctl", r.systemctl, "--nvml-library", r.nvml_library, *args]
+    argv += ["--systemctl", r.systemctl, "--nvml-library", r.nvml_library, "--last-verify", str(r.last_verify), *args]
     return subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=60, check=False)

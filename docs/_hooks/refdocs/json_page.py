@@ -188,8 +188,34 @@ CONTRACTS: dict[str, Contract] = {
                 "verified_at": "When.",
                 "last_run": "The last run's id.",
                 "converged": "Whether the last verification passed with the lock last applied.",
+                "health": "The last `provision health` answer: `{status, checked_at, problems, lock_hash}`, else null.",
             },
         ),
+    ),
+    "provision health": Contract(
+        "Every host's provision-health answer (schema `provision.health-fleet/1`).",
+        {
+            "schema": "`provision.health-fleet/1`.",
+            "ok": "Whether every host is healthy.",
+            "counts": "How many hosts have each status.",
+            "hosts": "One object per host, in the inventory's order.",
+        },
+        items=(
+            "hosts",
+            {
+                "host": "The host's name.",
+                "ok": "Whether it is healthy.",
+                "status": "`healthy`, `unhealthy`, `unknown` (it cannot tell), `unreachable`, `not-installed` "
+                "(no provision-health: no `up` since it came).",
+                "problems": "What is wrong, one line each (`drift torch: locked 2.13.0, found none`).",
+                "lock_hash": "The lock hash the host's spec names (the state DB's for the lock applied there).",
+                "error": "Why there is no answer, else null.",
+                "checked_at": "When (UTC).",
+                "seconds": "Seconds from the connection to the answer.",
+                "report": "The host program's own `provision.health-report/1` (docs/how-to/health.md), else null.",
+            },
+        ),
+        source="`provision/fleet/health.py` (tests/unit/cli/test_health_cli.py runs it on this machine)",
     ),
     "provision cloud up": Contract(
         "The launched run.",

@@ -55,6 +55,10 @@ class Roots:
     systemctl: str = "systemctl"
     nvml_library: str = "libnvidia-ml.so.1"
     state: Path = Path("/var/lib/provision/health-state.json")
+    # The last verify `up` ran here, written by the controller after its smoke job
+    # (provision.fleet.health_spec.LAST_VERIFY): the spec stays the lock's alone, so a second
+    # `up` with the same lock rewrites no spec and changes nothing.
+    last_verify: Path = Path("/var/lib/provision/last-verify.json")
 
 
 @dataclass
@@ -280,8 +284,31 @@ def _check_records(dists: list[probes.Distribution], out: Result, state: dict[st
     out.facts["record_files"] = {"listed": len(files), "hashed": hashed, "hashed_bytes": spent}
 
 
-def check_verify(spec: dict[str, Any], out: Result, now: float) -> None:
-    verify = spec.get("verify")
+def recorded_verify(spec: dict[str, Any], path: Path, out: Result) -> dict[str, Any] | None:
+    """The last verify: ``path``'s (``up`` writes it) when it was of this spec's lock, else the
+    spec's own (null where ``up`` installed it)."""
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        return spec.get("verify")
+    except (OSError, ValueError) as exc:
+        out.notes.append(f"{path} unreadable ({exc}): the spec's verify is used")
+        return spec.get("verify")
+    if not isinstance(doc, dict) or doc.get("lock_hash") != spec["lock_hash"]:
+        out.notes.append(f"{path} is of another lock: not verified with this one")
+        return spec.get("verify")
+    limit = (spec.get("verify") or {}).get("max_age_s")
+    return {
+        "verdict": doc.get("verdict"),
+        "at": doc.get("at"),
+        "max_age_s": limit,
+        "gpu": doc.get("gpu"),
+        "figures": doc.get("figures") or {},
+    }
+
+
+def check_verify(spec: dict[str, Any], out: Result, now: float, recorded: dict[str, Any] | None = None) -> None:
+    verify = recorded if recorded is not None else spec.get("verify")
     if not verify:
         out.notes.append("never verified")
         return
@@ -291,7 +318,13 @@ def check_verify(spec: dict[str, Any], out: Result, now: float) -> None:
     except ValueError:
         at = None
     age = None if at is None else max(0, round(now - at))
-    out.facts["verify"] = {"verdict": verdict, "age_s": age}
+    # the verify in use (the recorded one, else the spec's): the textfile's figures come from here
+    out.facts["verify"] = {
+        "verdict": verdict,
+        "age_s": age,
+        "gpu": verify.get("gpu"),
+        "figures": verify.get("figures") or {},
+    }
     if verdict != "pass":
         out.problems.append(f"last verify {verdict}")
     limit = verify.get("max_age_s")
@@ -343,10 +376,13 @@ def run(spec: dict[str, Any], roots: Roots, budget: int = HASH_BUDGET, now: floa
     nv = nvml.read(roots.nvml_library)
     check_driver(spec, roots, out)
     check_gpus(spec, roots, out, nv)
-    check_xids(roots, out, nv, state)
+    if spec["expected"].get("driver") or spec["gpus"].get("count") or out.facts.get("driver_loaded"):
+        check_xids(roots, out, nv, state)
+    else:  # Xids are the NVIDIA kernel module's records: a host with none locked and none loaded has none
+        out.notes.append("xid: no NVIDIA driver locked or loaded: no kernel log to read")
     check_fabric_manager(spec, roots, out)
     check_venv(spec, out, state, budget)
-    check_verify(spec, out, time.time() if now is None else now)
+    check_verify(spec, out, time.time() if now is None else now, recorded_verify(spec, roots.last_verify, out))
     save_state(roots.state, state, out)
     return out
 
@@ -362,6 +398,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rpm", default=Roots.rpm, help=argparse.SUPPRESS)
     p.add_argument("--systemctl", default=Roots.systemctl, help=argparse.SUPPRESS)
     p.add_argument("--nvml-library", default=Roots.nvml_library, help=argparse.SUPPRESS)
+    p.add_argument("--last-verify", type=Path, default=Roots.last_verify, help=argparse.SUPPRESS)
     p.add_argument("--hash-budget-mib", type=int, default=HASH_BUDGET >> 20, help=argparse.SUPPRESS)
     exporters.add_arguments(p)
     a = p.parse_args(argv)
@@ -372,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
     except (SpecError, exporters.ExportError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return UNKNOWN
-    roots = Roots(a.proc, a.kmsg, a.dpkg_query, a.rpm, a.systemctl, a.nvml_library, a.state)
+    roots = Roots(a.proc, a.kmsg, a.dpkg_query, a.rpm, a.systemctl, a.nvml_library, a.state, a.last_verify)
     out = run(spec, roots, a.hash_budget_mib << 20)
     try:
         exporters.export(a, spec, out)

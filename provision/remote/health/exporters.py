@@ -125,8 +125,7 @@ def _family(metric: Metric, samples: list[tuple[tuple[str, ...], float]]) -> lis
 
 def prometheus_text(spec: dict[str, Any], out: Outcome) -> str:
     """The textfile: the verdict, every locked item compared, the last verify, the lock."""
-    verify = spec.get("verify") or {}
-    seen_verify = out.facts.get("verify") or {}
+    verify = out.facts.get("verify") or {}  # the verify in use: up's recorded one, else the spec's
     figures = verify.get("figures") or {}
     gpu = str(verify.get("gpu") or "unknown")
     lines: list[str] = []
@@ -135,7 +134,7 @@ def prometheus_text(spec: dict[str, Any], out: Outcome) -> str:
     lines += _family(PROBLEMS, [((), len(out.problems))])
     lines += _family(DRIFT, [((c, locked, found), 0 if ok else 1) for c, locked, found, ok in out.compared])
     lines += _family(VERIFY_PASS, [((), 1 if verify.get("verdict") == "pass" else 0)])
-    age = seen_verify.get("age_s")
+    age = verify.get("age_s")
     lines += _family(VERIFY_AGE, [((), age)] if isinstance(age, int) else [])
     for key, metric in FIGURES.items():
         value = figures.get(key)
@@ -169,7 +168,7 @@ NFD_LABELS = {
 def nfd_labels(spec: dict[str, Any], out: Outcome) -> dict[str, str]:
     """The node labels (name under :data:`NFD_PREFIX` -> value)."""
     expected = spec.get("expected") or {}
-    verified = (spec.get("verify") or {}).get("verdict") == "pass"
+    verified = (out.facts.get("verify") or {}).get("verdict") == "pass"
     raw = {
         # verified: the last verify passed and the host is still what it verified (healthy now)
         "verified": "true" if verified and out.code == 0 else "false",

@@ -113,6 +113,13 @@ def test_set_of_a_variable_the_lock_owns_is_refused(tmp_path: Path, command: str
     assert line.startswith(f"error: --set {name}: the lock decides this variable") and instead in line
 
 
+@pytest.mark.parametrize("var", ["health_spec={}", "health_sources={}"])
+def test_set_of_a_per_host_health_variable_is_refused(tmp_path: Path, var: str) -> None:
+    # host_vars/ (the spec plan builds per host) would win over --set: it would silently do nothing
+    line = refused(tmp_path, "plan", *ASSUME, "--set", var)
+    assert line.startswith(f"error: --set {var.split('=', maxsplit=1)[0]}: plan builds it for each host"), line
+
+
 def test_set_of_an_install_setting_still_works(tmp_path: Path) -> None:
     r = run("plan", *ASSUME, "--set", "nvidia_driver_debian_mirror=http://mirror/debian", cwd=tmp_path)
     assert r.returncode == 0, r.stderr

@@ -8,11 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from provision.fleet.health_spec import LastVerify, health_spec
+from provision.errors import BadInput
+from provision.fleet.health_spec import LastVerify, group_hash, health_spec, host_vars, write_program
 from provision.fleet.verify import HostResult, table_row
+from provision.hosts.facts import HostFacts, NvmlGpu, NvmlInventory
 from provision.model.components import COMPONENTS, TORCH_VARIANT
 from provision.model.lock import parse_lock
-from provision.remote.health import check
+from provision.remote.health import FILES, SOURCES, check
 from provision.remote.smoke.verdict import decide
 from provision.stack.drift import expected_versions
 from tests.support.smoke_records import LOCKED, REFS, h200_record
@@ -77,3 +79,36 @@ def test_no_fabric_manager_where_the_probe_saw_no_nvswitch() -> None:
     group = parse_lock((GOLDEN / "debian-12.lock").read_text()).groups[0]
     spec = health_spec(group, "h", None, nvswitches=0)
     assert spec["fabric_manager"] is None and spec["verify"] is None and spec["venv"] is None
+
+
+def test_the_health_role_gets_each_hosts_spec_with_what_its_probe_saw(tmp_path: Path) -> None:
+    lock = parse_lock((GOLDEN / "debian-12.lock").read_text())
+    group = lock.groups[0]
+    names = ["NVIDIA H100 80GB HBM3"] * group.host.gpu_count
+    probed = HostFacts(
+        nvswitch_count=4,
+        nvml=NvmlInventory("nvml", "595.58.03", "13.0", tuple(NvmlGpu(i, n) for i, n in enumerate(names))),
+    )
+    hosts = list(group.hosts)
+    sources = write_program(tmp_path)
+    got = host_vars(lock, {hosts[0]: probed}, "/opt/provision/venv", sources)
+    assert set(got) == set(hosts)
+    mine = got[hosts[0]]
+    assert mine["health_spec"] == health_spec(
+        group, group_hash(group), "/opt/provision/venv", probed_gpus=names, nvswitches=4
+    )
+    # the program's files as the host needs them, in the run dir's files/ where Ansible's copy looks
+    # a relative src up (versions.py from its one home, provision/model/versions.py)
+    assert sorted(mine["health_sources"]) == sorted(FILES)
+    for name, src in mine["health_sources"].items():
+        assert (tmp_path / "files" / src).read_bytes() == SOURCES[name].read_bytes()
+    for host in hosts[1:]:  # planned without a probe (--assume): the models are not compared
+        assert got[host]["health_spec"]["gpus"] == {"count": group.host.gpu_count, "models": [], "nvswitches": None}
+
+
+def test_a_gpu_name_with_a_template_marker_is_refused() -> None:
+    lock = parse_lock((GOLDEN / "debian-12.lock").read_text())
+    host = lock.groups[0].hosts[0]
+    bad = HostFacts(nvml=NvmlInventory("nvml", None, None, (NvmlGpu(0, "{{ lookup('pipe', 'id') }}"),)))
+    with pytest.raises(BadInput, match="template marker"):
+        host_vars(lock, {host: bad}, "/opt/provision/venv", {})

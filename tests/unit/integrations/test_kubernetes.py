@@ -112,7 +112,7 @@ def test_the_rule_runs_provision_health_as_npd_runs_it(tmp_path: Path, monkeypat
     r = host["roots"]
     args = [a if a != kubernetes.NPD_STATE else str(r.state) for a in rule["args"]]  # the stand-in's state
     stand_ins = ["--proc", str(r.proc), "--kmsg", str(r.kmsg), "--dpkg-query", r.dpkg_query]
-    stand_ins += ["--systemctl", r.systemctl, "--nvml-library", r.nvml_library]
+    stand_ins += ["--systemctl", r.systemctl, "--nvml-library", r.nvml_library, "--last-verify", str(r.last_verify)]
     proc = subprocess.run([rule["path"], *args, *stand_ins], capture_output=True, text=True, cwd="/", timeout=60)
     assert (proc.returncode, proc.stdout) == (0, "healthy\n"), proc.stderr
     assert len(proc.stdout) <= config["pluginConfig"]["max_output_length"]
@@ -120,10 +120,10 @@ def test_the_rule_runs_provision_health_as_npd_runs_it(tmp_path: Path, monkeypat
 
 def test_the_how_to_shows_what_the_command_prints(capsys: pytest.CaptureFixture[str]) -> None:
     page = (Path(__file__).resolve().parents[3] / "docs" / "how-to" / "kubernetes.md").read_text()
-    assert "$ python -m provision.integrations.kubernetes --home /opt/provision >" in page
+    assert "$ python -m provision.integrations.kubernetes --home /usr/local/lib/provision >" in page
     shown = re.search(r"```json\n(.*?)```", page, re.S)
     assert shown is not None
-    assert kubernetes.main(["--home", "/opt/provision"]) == 0
+    assert kubernetes.main(["--home", "/usr/local/lib/provision"]) == 0
     assert capsys.readouterr().out == shown.group(1)
 
 

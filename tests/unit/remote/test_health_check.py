@@ -172,7 +172,46 @@ def test_a_failed_verify_and_an_old_one(host: dict[str, Any]) -> None:
     now = datetime.fromisoformat("2026-12-04T10:00:00+00:00").timestamp()
     out = run(host, now=now)
     assert out.problems == ["last verify fail", "last verify 3 days old"]
-    assert out.facts["verify"] == {"verdict": "fail", "age_s": 3 * 86400}
+    assert out.facts["verify"] == {"verdict": "fail", "age_s": 3 * 86400, "gpu": None, "figures": {}}
+
+
+def test_the_verdict_up_wrote_counts_only_for_its_own_lock(host: dict[str, Any]) -> None:
+    # the spec as the health role installs it (no verify); `up` writes last-verify.json after its job
+    host["spec"]["verify"] = None
+    assert run(host).notes == ["never verified"]
+    recorded = host["roots"].last_verify
+    recorded.parent.mkdir(parents=True, exist_ok=True)
+    at = "2026-12-01T10:00:00+00:00"
+    doc = {"schema": "provision.last-verify/1", "lock_hash": "0123456789abcdef", "verdict": "fail", "at": at}
+    recorded.write_text(json.dumps(doc))
+    now = datetime.fromisoformat("2026-12-01T11:00:00+00:00").timestamp()
+    out = run(host, now=now)
+    assert (out.code, out.problems) == (1, ["last verify fail"])
+    assert out.facts["verify"] == {"verdict": "fail", "age_s": 3600, "gpu": None, "figures": {}}
+    # a verdict of another lock (the host was applied with a new one since) is not this lock's
+    recorded.write_text(json.dumps({**doc, "lock_hash": "fedcba9876543210"}))
+    out = run(host, now=now)
+    assert out.code == 0 and out.notes == [
+        f"{recorded} is of another lock: not verified with this one",
+        "never verified",
+    ]
+
+
+def test_a_host_without_an_nvidia_driver_reads_no_kernel_log(host: dict[str, Any]) -> None:
+    # the CPU stack's spec (no driver locked, no GPU probed) on a host with no NVIDIA module loaded
+    # and a kernel log it may not read (a container's): there is no Xid to tell, so not `unknown`
+    host["spec"]["expected"].pop("driver")
+    host["spec"]["driver"]["package"] = None
+    host["spec"]["gpus"] = {"count": 0, "models": [], "nvswitches": None}
+    (host["proc"] / "driver" / "nvidia" / "version").unlink()
+    host["kmsg"].unlink()
+    host["roots"] = check.Roots(**{**host["roots"].__dict__, "nvml_library": str(host["tmp"] / "absent.so")})
+    out = run(host)
+    assert (out.code, out.unknown) == (0, []), out.problems + out.unknown
+    assert "xid: no NVIDIA driver locked or loaded: no kernel log to read" in out.notes
+    # the same host with a driver locked: the unreadable log is `cannot tell`
+    host["spec"]["expected"]["driver"] = DRIVER
+    assert any(u.startswith(f"xid: kernel log {host['kmsg']} unreadable") for u in run(host).unknown)
 
 
 def test_the_driver_version_of_both_kernel_modules() -> None:

@@ -91,12 +91,39 @@ def test_drift_is_a_series_with_the_locked_and_found_versions(host: dict[str, An
     assert "provision_verify_gemm_tflops" not in families(text)  # no figures in the spec: no series
 
 
+def test_the_figures_come_from_the_verify_up_recorded(host: dict[str, Any]) -> None:
+    """As `up` installs it: the spec has no verify; last-verify.json (of the spec's lock) has the
+    verdict and the figures, and the textfile shows them. One of another lock shows none."""
+    host["spec"]["verify"] = None
+    at = datetime.now(timezone.utc).isoformat()
+    recorded = {
+        "schema": "provision.last-verify/1",
+        "lock_hash": host["spec"]["lock_hash"],
+        "verdict": "pass",
+        "at": at,
+    }
+    path = host["roots"].last_verify
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({**recorded, **FIGURES}))
+    proc, text = textfile(host)
+    assert proc.returncode == 0, proc.stderr
+    assert samples(text, "provision_verify_pass") == {(): 1.0}
+    assert samples(text, "provision_verify_gemm_tflops") == {(("gpu", "NVIDIA H100 80GB HBM3"),): 712.5}
+    path.write_text(json.dumps({**recorded, **FIGURES, "lock_hash": "another"}))
+    proc, text = textfile(host)
+    assert samples(text, "provision_verify_pass") == {(): 0.0}
+    assert "provision_verify_gemm_tflops{" not in text
+
+
 def test_label_values_are_escaped_as_the_text_format_says() -> None:
     """Backslash, double quote and line feed, each read back as written by Prometheus's parser."""
     odd = 'a "quoted"\\path\nnext'
     assert exporters.escape_label(odd) == 'a \\"quoted\\"\\\\path\\nnext'
-    out = check.Result(compared=[("weird", odd, "x\\y", False)])
-    spec = {"lock_hash": "h", "group": odd, "verify": {"verdict": "pass", **FIGURES, "gpu": odd}}
+    # the verify in use is the one check_verify put in the facts (up's last-verify.json, else the spec's)
+    out = check.Result(
+        compared=[("weird", odd, "x\\y", False)], facts={"verify": {"verdict": "pass", **FIGURES, "gpu": odd}}
+    )
+    spec = {"lock_hash": "h", "group": odd}
     text = exporters.prometheus_text(spec, out)
     drift = samples(text, "provision_drift")
     assert drift == {(("component", "weird"), ("found", "x\\y"), ("locked", odd)): 1.0}
