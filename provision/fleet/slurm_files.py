@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from provision.model.facts import ProbedGpu
@@ -103,7 +103,7 @@ def helpers_conf(helper: str) -> str:
     return f"Feature={FEATURE} Helper={helper}\n"
 
 
-def slurm_conf_lines(program: str, interval_s: int, nodes: dict[str, Sequence[ProbedGpu]]) -> list[str]:
+def slurm_conf_lines(program: str, interval_s: int, nodes: Mapping[str, Sequence[ProbedGpu]]) -> list[str]:
     """The lines the user adds to slurm.conf (printed and documented, never written by provision)."""
     lines = [
         f"HealthCheckProgram={program}",
