@@ -2,7 +2,7 @@
 
 The stand-in (named as such) is a shell script that records each call's arguments, one per
 tab-separated field, and answers ``show node`` from a file: the text 22.05's ``scontrol show node``
-prints (its layout recalled, confidence: medium, until the cluster test reads the real one). The
+prints (its layout as the real 22.05.8 printed it on the test cluster, tests/integration/test_slurm.py). The
 health program itself is real: ``python3 -m health`` run from a folder holding its FILES, as on a
 host, with a spec it finds healthy (nothing expected) or unhealthy (a venv that is not there).
 """
