@@ -22,5 +22,5 @@ else:  # in provision itself: the smoke package has loaded the rule from its hom
 
     sys.modules.setdefault(f"{__name__}.versions", _versions)
 # What a host needs (run there as `python3 -m health` from the folder above this one).
-FILES = ("__init__.py", "__main__.py", "check.py", "probes.py", "nvml.py", "exporters.py", "versions.py")
+FILES = ("__init__.py", "__main__.py", "check.py", "probes.py", "nvml.py", "exporters.py", "slurm.py", "versions.py")
 SOURCES = {name: VERSIONS if name == "versions.py" else DIR / name for name in FILES}

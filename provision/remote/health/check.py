@@ -22,7 +22,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from . import exporters, nvml, probes
+from . import exporters, nvml, probes, slurm
 from .versions import build_matches, split_local, version_matches
 
 SCHEMA = "provision.health/1"
@@ -391,6 +391,13 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="provision-health", description="This host against the lock provision applied.")
     p.add_argument("--spec", type=Path, default=SPEC, help="the health spec")
     p.add_argument("--json", action="store_true", help="one JSON document (provision.health-report/1)")
+    p.add_argument(
+        "--slurm", action="store_true", help="Slurm HealthCheckProgram mode: drain, update or resume this node"
+    )
+    p.add_argument(
+        "--slurm-node", help="this node's Slurm NodeName (default: SLURMD_NODENAME, else the short host name)"
+    )
+    p.add_argument("--scontrol", default="scontrol", help=argparse.SUPPRESS)
     p.add_argument("--state", type=Path, default=Roots.state, help="where the last run's position is kept")
     p.add_argument("--proc", type=Path, default=Roots.proc, help=argparse.SUPPRESS)
     p.add_argument("--kmsg", type=Path, default=Roots.kmsg, help=argparse.SUPPRESS)
@@ -431,4 +438,11 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(doc, indent=2))
     else:
         print(out.line())
+    if a.slurm:  # after the verdict is printed, so a Slurm failure never hides it
+        try:
+            said = slurm.reconcile(out.code, out.problems, slurm.node_name(a.slurm_node), a.scontrol)
+        except slurm.SlurmError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return out.code
+        print(said, file=sys.stderr if a.json else sys.stdout)
     return out.code
