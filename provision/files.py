@@ -218,7 +218,11 @@ def private_dir(path: Path) -> None:
 
     A link at ``path`` is refused, not followed: chmod would close the folder it points at.
     """
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    # mkdir(parents=True) makes the missing parents with the default mode (0755 under umask 022),
+    # not ``mode``: each missing folder is made here, top down, 0700.
+    for folder in [*reversed(path.parents), path]:
+        if not folder.exists():
+            folder.mkdir(mode=0o700, exist_ok=True)
     st = path.lstat()
     if stat.S_ISLNK(st.st_mode):
         raise BadInput(f"{path} is a symbolic link", f"remove the link {path}; provision writes only into real folders")

@@ -161,7 +161,11 @@ def check_gpus(spec: dict[str, Any], roots: Roots, out: Result, nv: dict[str, An
             out.unknown.append("GPUs: no NVML library")
         return
     if "error" in nv:
-        out.problems.append(f"nvml: {nv['error']}")
+        # A host locked without a driver and probed without GPUs may still hold the NVML library
+        # (a driver package's user-space half, no module): NVML not starting is then what the
+        # lock says, not a fault.
+        no_gpu_locked = not want_count and not spec["expected"].get("driver")
+        (out.notes if no_gpu_locked else out.problems).append(f"nvml: {nv['error']}")
         return
     gpus = nv["gpus"]
     out.facts["gpus"] = gpus

@@ -164,3 +164,15 @@ def test_the_writes_themselves_replace_a_link_and_never_write_through_it(tmp_pat
     with pytest.raises(BadInput, match="is a symbolic link"):
         private_dir(run / "group_vars")
     assert stat.S_IMODE(folder.stat().st_mode) == 0o755
+
+
+def test_a_private_folder_s_missing_parents_are_private_too(tmp_path: Path) -> None:
+    """mkdir(parents=True) would make the run dir's files/ 0755 on the way to files/health/ (found
+    by the integration test that no run file is open to others); each missing folder is 0700."""
+    from provision.files import private_dir
+
+    (tmp_path / "run").mkdir(mode=0o755)
+    private_dir(tmp_path / "run" / "files" / "health")
+    assert stat.S_IMODE((tmp_path / "run").stat().st_mode) == 0o755  # a folder that was there stays as it was
+    for folder in (tmp_path / "run" / "files", tmp_path / "run" / "files" / "health"):
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700, folder

@@ -154,6 +154,23 @@ def test_a_gpu_gone_is_a_count_problem(host: dict[str, Any], monkeypatch: pytest
     assert run(host).problems == ["gpu count 1, probed 2"]
 
 
+def test_nvml_not_starting_is_a_problem_only_where_gpus_are_locked(
+    host: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fake NVML (a stand-in) failing to start as with no kernel module: a problem on a GPU
+    host; on a host whose lock has no driver and whose probe saw no GPU (a CPU test host that kept
+    a driver package's libnvidia-ml) a note, and the host is healthy."""
+    monkeypatch.setenv("FAKE_NVML_FAIL", "1")
+    assert "nvml: Driver Not Loaded" in run(host).problems
+    (host["proc"] / "driver" / "nvidia" / "version").unlink()
+    spec = host["spec"]
+    spec["expected"].pop("driver")
+    spec.update(gpus={"count": 0, "models": [], "nvswitches": None}, fabric_manager=None, persistence=False)
+    out = run(host)
+    assert (out.code, out.problems, out.unknown) == (0, [], [])
+    assert "nvml: Driver Not Loaded" in out.notes
+
+
 def test_no_nvml_library_is_cannot_tell(host: dict[str, Any]) -> None:
     host["roots"] = check.Roots(**{**host["roots"].__dict__, "nvml_library": str(host["tmp"] / "absent.so")})
     out = run(host)
