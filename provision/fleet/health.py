@@ -77,7 +77,8 @@ class HostHealth:
 
 def read_answer(host: str, exit_status: int, stdout: str, stderr: str) -> HostHealth:
     """The host program's answer (its exit status and --json output) as a :class:`HostHealth`."""
-    if exit_status == 127 or "provision-health: not found" in stderr or "No such file" in stderr:
+    # 127 only: the program's own errors (a missing spec says "No such file") are its answer, not absence
+    if exit_status == 127:
         return HostHealth(
             host, NOT_INSTALLED, error=f"{host}: provision-health is not installed (run `provision up` on it)"
         )
@@ -102,8 +103,12 @@ def check_host(target: HostTarget, connect: Connect, timeout: float = DEFAULT_TI
     except ProvisionError as exc:
         return HostHealth(target.name, UNREACHABLE, error=exc.one_line(), seconds=time.monotonic() - started)
     try:
-        # the launcher by its path where PATH lacks /usr/local/sbin; the name where it was moved
-        command = f"if [ -x {LAUNCHER} ]; then {LAUNCHER} --json; else {COMMAND}; fi"
+        # the name on PATH first (as any command); the role's path where PATH lacks /usr/local/sbin;
+        # neither: 127, the shell's "command not found"
+        command = (
+            f"if command -v provision-health >/dev/null 2>&1; then {COMMAND}; "
+            f"elif [ -x {LAUNCHER} ]; then {LAUNCHER} --json; else exit 127; fi"
+        )
         ran = transport.run(command, sudo=True, timeout=timeout)
         result = read_answer(target.name, ran.exit_status, ran.stdout, ran.stderr)
     except ProvisionError as exc:

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from provision.fleet.health import LAUNCHER
 from provision.fleet.state import State
 
 REPO = Path(__file__).resolve().parents[3]
@@ -41,7 +42,18 @@ def spec(python_packages: list[dict[str, str]], venv: str | None) -> dict[str, A
 
 def provision(tmp: Path, *args: str, launcher: bool = True) -> subprocess.CompletedProcess[str]:
     bin_dir = tmp / "bin"
-    path = f"{bin_dir}:{os.environ['PATH']}" if launcher else os.environ["PATH"]
+    if launcher:
+        path = f"{bin_dir}:{os.environ['PATH']}"
+    elif Path(LAUNCHER).exists():
+        # this machine has the real launcher (`make demo` installs it), which `provision health`
+        # falls back to: a STAND-IN on PATH answers as sh does for a missing command (127)
+        absent = tmp / "absent"
+        absent.mkdir(exist_ok=True)
+        (absent / "provision-health").write_text("#!/bin/sh\nexit 127\n")
+        (absent / "provision-health").chmod(0o755)
+        path = f"{absent}:{os.environ['PATH']}"
+    else:
+        path = os.environ["PATH"]
     return subprocess.run(
         [sys.executable, "-m", "provision", *args, "--state", str(tmp / "state.db")],
         capture_output=True,
