@@ -88,6 +88,8 @@ def _scontrol(scontrol: str, args: list[str], timeout: float) -> str:
         raise SlurmError(f"{scontrol} not found (install slurm-client, or pass --scontrol)") from None
     except subprocess.TimeoutExpired:
         raise SlurmError(f"scontrol {args[0]} took over {timeout:g} s (is slurmctld up?)") from None
+    except OSError as exc:  # not executable, a folder: one line, never a traceback in slurmd's log
+        raise SlurmError(f"cannot run {scontrol}: {exc.strerror}") from None
     if done.returncode != 0:
         said = (done.stderr or done.stdout).strip().splitlines()
         raise SlurmError(f"scontrol {' '.join(args[:2])} failed: {said[-1] if said else done.returncode}")

@@ -148,6 +148,16 @@ def test_a_missing_scontrol_is_one_line_and_the_verdict_stays(program: Path, sco
     ]
 
 
+def test_an_scontrol_that_cannot_run_is_one_line(program: Path, scontrol: dict[str, Path]) -> None:
+    not_executable = program / "scontrol-not-executable"
+    not_executable.write_text("#!/bin/sh\n")
+    not_executable.chmod(0o644)
+    scontrol["program"] = not_executable
+    done = health(program, scontrol)
+    assert done.returncode == 0 and done.stdout == "healthy\n"
+    assert done.stderr.splitlines() == [f"error: cannot run {not_executable}: Permission denied"]
+
+
 def test_an_unknown_node_is_one_line(program: Path, scontrol: dict[str, Path]) -> None:
     scontrol["node"].write_text(show(name="sl9"))
     done = health(program, scontrol)
