@@ -6,14 +6,16 @@ tests/integration/test_up_fleet.py."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 import pytest
 
 from provision.errors import BadInput
-from provision.fleet.batch import make_batches
+from provision.fleet.batch import _hand_back, _take_out, make_batches
 from provision.fleet.planning import HostPlan
-from provision.fleet.records import HostRun
+from provision.fleet.records import DRAIN_TASK, RESUME_TASK, HostRun
 from provision.fleet.rolling import (
     UPGRADE_PREFIX,
     HookFailed,
@@ -25,6 +27,9 @@ from provision.fleet.rolling import (
     upgrade_reason,
 )
 from provision.remote.health import slurm
+
+if TYPE_CHECKING:
+    from provision.fleet.batch import BatchRun
 
 
 def hooks(tmp_path: Path, timeout_s: float = 30.0) -> Hooks:
@@ -159,3 +164,69 @@ def test_the_shell_is_the_os_one(tmp_path: Path) -> None:
         )
     ).drain("gpu", "x")
     assert marker.read_text() == "GPU\n"
+
+
+class _Known:
+    lock_hash = "0123abcd"
+
+
+class _State:
+    def host(self, name: str) -> _Known | None:
+        return _Known() if name == "old" else None
+
+
+@dataclass
+class _Run:
+    """What _take_out reads of a BatchRun: the state DB's hosts and where it says things."""
+
+    said: list[str] = field(default_factory=list)
+    state: _State = field(default_factory=_State)
+
+    def say(self, line: str) -> None:
+        self.said.append(line)
+
+
+def test_a_batch_is_drained_and_waited_for_and_a_host_that_stays_busy_is_handed_back(tmp_path: Path) -> None:
+    h = hooks(tmp_path, timeout_s=30.0)
+    # "busy" stays busy: its wait never ends before the (tiny) timeout; "nodrain" cannot be drained
+    busy = Hooks(
+        drain=f"case {{host}} in nodrain) echo refused >&2; exit 1;; esac; {h.drain}",
+        resume=h.resume,
+        wait_idle=f"case {{host}} in busy) echo 'job 7 running'; exit 1;; esac; {h.wait_idle}",
+        drain_timeout_s=0.5,
+        poll_s=0.01,
+    )
+    hosts = [run("old"), run("busy"), run("nodrain")]
+    ready = _take_out(Rolling(busy), hosts, cast("BatchRun", _Run()))
+    assert [x.host for x in ready] == ["old"]
+    assert (hosts[1].failed_task, hosts[1].verdict) == (DRAIN_TASK, "fail")
+    assert hosts[1].message is not None and "still busy after --drain-timeout 0.5 s: job 7 running" in hosts[1].message
+    assert hosts[2].failed_task == DRAIN_TASK and "refused" in (hosts[2].message or "")
+    log = calls(tmp_path)
+    assert log[:2] == ["drain|old provision-upgrade: 0123abcd -> h", "drain|busy provision-upgrade: none -> h"]
+    assert "resume|busy" in log and "resume|old" not in log  # the busy host is handed back at once
+    assert not any(line.startswith(("drain|nodrain", "idle|nodrain")) for line in log)
+
+
+def test_after_the_verify_a_pass_is_resumed_a_fail_stays_drained_and_a_failed_resume_fails_the_host(
+    tmp_path: Path,
+) -> None:
+    h = hooks(tmp_path)
+    stuck = Hooks(
+        drain=h.drain,
+        resume=f"case {{host}} in stuck) echo 'slurmctld not answering' >&2; exit 1;; esac; {h.resume}",
+        wait_idle=h.wait_idle,
+        drain_timeout_s=5,
+    )
+    passed, failed, resumeless = run("passed"), run("failed"), run("stuck")
+    passed.verdict = resumeless.verdict = "pass"
+    failed.verdict, failed.message = "fail", "import: torch is not importable"
+    said: list[str] = []
+    _hand_back(Rolling(stuck), [passed, failed, resumeless], said.append)
+    assert calls(tmp_path) == [
+        "resume|passed",
+        "drain|failed provision-upgrade: verify failed: import: torch is not importable",
+    ]
+    assert passed.failed_task is None and failed.failed_task is None
+    assert (resumeless.failed_task, resumeless.verdict) == (RESUME_TASK, "fail")
+    assert "slurmctld not answering" in (resumeless.message or "")
