@@ -18,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from provision.ansible.checks import _refuse_templates
+from provision.ansible.checks import refuse_templates
 from provision.files import private_dir, replace_file
 from provision.fleet.verify import HostResult, key_figures
 from provision.model.components import COMPONENTS, TORCH_VARIANT
@@ -156,6 +156,6 @@ def host_vars(
             spec = health_spec(
                 group, digest, venv, probed_gpus=names, nvswitches=f.nvswitch_count if f is not None else None
             )
-            _refuse_templates(spec, f"host {host}: health spec")
+            refuse_templates(spec, f"host {host}: health spec")
             out[host] = {"health_spec": spec, "health_sources": dict(sources)}
     return out

@@ -16,3 +16,9 @@ INSTALL_METHOD_CHOICES = ("auto", *INSTALL_METHODS)
 # Where the frameworks' virtual environment lives on each host (install.venv's default, the
 # python_env role's python_env_path, from which frameworks_venv and verify_venv derive).
 DEFAULT_VENV = "/opt/provision/venv"
+
+# `provision health`'s fan-out: hosts asked at once, and how long one host may take (the program
+# answers in under 2 s; the rest is the SSH connection). Here, not in provision/fleet/health.py, so
+# the CLI's options show them without importing the fleet at start-up (`provision --help`).
+HEALTH_PARALLEL = 64
+HEALTH_TIMEOUT_S = 30.0
