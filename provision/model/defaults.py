@@ -22,3 +22,9 @@ DEFAULT_VENV = "/opt/provision/venv"
 # the CLI's options show them without importing the fleet at start-up (`provision --help`).
 HEALTH_PARALLEL = 64
 HEALTH_TIMEOUT_S = 30.0
+
+# Where the health role installs provision-health's spec and program (its health_spec_file and
+# health_lib_dir + /health defaults; tests/unit/fleet/test_health_spec.py checks the copies equal):
+# the probe reads both there, and `up` applies a converged host again when they are not current.
+HEALTH_SPEC_FILE = "/etc/provision/health.json"
+HEALTH_PROGRAM_DIR = "/usr/local/lib/provision/health"
