@@ -31,11 +31,15 @@ def dump(data: Any) -> str:
     (Tagging strings ``!unsafe`` would also stop templating, but ansible-core 2.19 turns an unsafe
     "3.10" into the float 3.1 and "570" into an int; refusing template markers keeps strings strings.)
     """
-    _refuse_templates(data, "")
+    refuse_templates(data, "")
     return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, width=1000)
 
 
-def _refuse_templates(value: object, where: str) -> None:
+def refuse_templates(value: object, where: str) -> None:
+    """Refuse (BadInput, one line naming ``where``) any text in ``value``, its keys included, that
+    holds a Jinja marker: a value handed to Ansible as a variable is still templated on the
+    controller, so a host's or a user's ``{{ ... }}`` would run there. :func:`dump` calls it on what
+    it writes; a caller that hands Ansible data another way (host_vars) calls it itself."""
     if isinstance(value, str):
         if _JINJA.search(value):
             raise BadInput(
@@ -44,11 +48,11 @@ def _refuse_templates(value: object, where: str) -> None:
             )
     elif isinstance(value, Mapping):
         for k, v in value.items():
-            _refuse_templates(str(k), f"{where}.{k}".strip("."))
-            _refuse_templates(v, f"{where}.{k}".strip("."))
+            refuse_templates(str(k), f"{where}.{k}".strip("."))
+            refuse_templates(v, f"{where}.{k}".strip("."))
     elif isinstance(value, (list, tuple)):
         for i, v in enumerate(value):
-            _refuse_templates(v, f"{where}[{i}]")
+            refuse_templates(v, f"{where}[{i}]")
 
 
 def check_host_name(name: str) -> str:

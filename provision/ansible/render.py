@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from provision.ansible.checks import _CFG_PATH, _check_text, _refuse_templates, check_host_name, dump
+from provision.ansible.checks import _CFG_PATH, _check_text, check_host_name, dump, refuse_templates
 from provision.ansible.role_vars import group_vars
 from provision.ansible.roles import BUNDLED_ROLES_PATH, ROLES, check_overrides
 from provision.ansible.settings import CREDENTIALS_DIR, split_credentials
@@ -188,7 +188,7 @@ def render_run(
     )
     # The user's values are checked for template markers; the one template added is ours: a
     # sudo password is never written here, only the name of the prompt that answers it.
-    _refuse_templates(
+    refuse_templates(
         {
             h: {k: v for k, v in c.items() if k != "ansible_become_password"}
             for g in inventory.values()

@@ -27,6 +27,7 @@ from provision.cli.options import (
     timeout_option,
 )
 from provision.errors import ExitCode
+from provision.model.defaults import HEALTH_PARALLEL, HEALTH_TIMEOUT_S
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -43,8 +44,8 @@ if TYPE_CHECKING:
 @config_option("provision.yaml: its state.path, where each host's answer is recorded.")
 @state_option()
 @ssh_options()
-@timeout_option(30.0, "Give up on a host whose provision-health has not answered by then.", minimum=1)
-@parallel_option(64, "Hosts asked at once.")
+@timeout_option(HEALTH_TIMEOUT_S, "Give up on a host whose provision-health has not answered by then.", minimum=1)
+@parallel_option(HEALTH_PARALLEL, "Hosts asked at once.")
 @connect_timeout_option()
 @command_options
 def health(

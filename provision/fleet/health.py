@@ -19,6 +19,7 @@ from typing import Any
 from provision.errors import ProvisionError
 from provision.hosts.inventory import HostTarget
 from provision.hosts.transport import Transport
+from provision.model.defaults import HEALTH_PARALLEL, HEALTH_TIMEOUT_S
 
 SCHEMA = "provision.health-fleet/1"
 REPORT = "provision.health-report/1"  # the host program's --json (provision/remote/health/check.py)
@@ -26,8 +27,8 @@ COMMAND = "provision-health --json"
 # Where the health role installs it (its health_launcher default); a login shell's PATH may lack
 # /usr/local/sbin (sudo's secure_path has it, a plain root login over SSH may not).
 LAUNCHER = "/usr/local/sbin/provision-health"
-DEFAULT_PARALLEL = 64
-DEFAULT_TIMEOUT_S = 30.0  # the program answers in under 2 s; the rest is the connection
+DEFAULT_PARALLEL = HEALTH_PARALLEL
+DEFAULT_TIMEOUT_S = HEALTH_TIMEOUT_S
 
 # A host's status: the program's three answers, and what the controller adds.
 HEALTHY, UNHEALTHY, UNKNOWN = "healthy", "unhealthy", "unknown"

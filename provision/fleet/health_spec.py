@@ -18,16 +18,17 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from provision.ansible.checks import _refuse_templates
+from provision.ansible.checks import refuse_templates
 from provision.files import private_dir, replace_file
 from provision.fleet.verify import HostResult, key_figures
 from provision.model.components import COMPONENTS, TORCH_VARIANT
+from provision.model.defaults import HEALTH_PROGRAM_DIR, HEALTH_SPEC_FILE
 from provision.model.lock import Lock, LockGroup
 from provision.remote.health import SOURCES
 from provision.stack.drift import expected_versions
 
 if TYPE_CHECKING:
-    from provision.hosts.facts import HostFacts
+    from provision.hosts.facts import HostFacts, InstalledHealth
 
 SCHEMA = "provision.health/1"
 PERSISTENCED = "nvidia-persistenced"
@@ -156,6 +157,42 @@ def host_vars(
             spec = health_spec(
                 group, digest, venv, probed_gpus=names, nvswitches=f.nvswitch_count if f is not None else None
             )
-            _refuse_templates(spec, f"host {host}: health spec")
+            refuse_templates(spec, f"host {host}: health spec")
             out[host] = {"health_spec": spec, "health_sources": dict(sources)}
     return out
+
+
+def program_digests() -> dict[str, str]:
+    """{file name on the host: sha256} of the program `up` installs (:data:`SOURCES`), as
+    ``sha256sum`` prints them."""
+    return {name: hashlib.sha256(source.read_bytes()).hexdigest() for name, source in SOURCES.items()}
+
+
+def installed_change(
+    installed: InstalledHealth | None, spec: Mapping[str, object], role_vars: Mapping[str, object]
+) -> str | None:
+    """What `up` must change of provision-health on a host (None: nothing, or nothing the probe
+    can tell): the program's files (:func:`program_digests`) and the spec (``spec``, as the role
+    writes it: JSON, so compared as JSON data) against what the probe found (``installed``).
+
+    A host whose last verify passed with the same lock is skipped only when this is None, so a
+    host converged before the health role existed, or whose spec or program was removed, gets
+    them. Not compared (None) where the probe did not look (``installed`` None) or the run's role
+    variables (``role_vars``, its group's) leave the role out or move its files elsewhere: the
+    probe reads the default places only.
+    """
+    moved = role_vars.get("health_spec_file", HEALTH_SPEC_FILE) != HEALTH_SPEC_FILE or (
+        f"{role_vars.get('health_lib_dir', HEALTH_PROGRAM_DIR.rsplit('/', 1)[0])}/health" != HEALTH_PROGRAM_DIR
+    )
+    if installed is None or role_vars.get("health_enabled", True) is False or moved:
+        return None
+    if not installed.files:
+        return "provision-health is not installed"
+    if any(installed.files.get(name) != digest for name, digest in program_digests().items()):
+        return "provision-health is another version"
+    want = json.loads(json.dumps(spec))
+    if installed.spec is None:
+        return f"provision-health has no spec ({HEALTH_SPEC_FILE})"
+    if installed.spec.get("lock_hash") != want.get("lock_hash"):
+        return f"provision-health's spec is of lock {installed.spec.get('lock_hash')}"
+    return None if dict(installed.spec) == want else "provision-health's spec differs from this run's"

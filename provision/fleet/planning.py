@@ -58,6 +58,9 @@ class HostPlan:
     reboot: str
     # What the user should know beyond the changes, e.g. that the probe found no NVIDIA GPU.
     notes: list[str] = field(default_factory=list)
+    # What up must change of provision-health here (health_spec.installed_change); None: nothing.
+    # Not one of the changes (`plan`'s "will install" is the stack), but a host with one is applied.
+    health: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -255,11 +258,12 @@ def plan(inputs: PlanInputs, context: PlanRun | None = None) -> PlanResult:
     by_name = {t.name: t for t in targets}
     # The health role's spec per host (host_vars: it carries what that host's probe saw)
     from provision.ansible.rundir import write_host_vars  # noqa: PLC0415 (start-up: as above)
-    from provision.fleet.health_spec import host_vars, write_program  # noqa: PLC0415 (start-up: `provision --help` loads this module, not remote.health)
+    from provision.fleet.health_spec import host_vars, installed_change, write_program  # noqa: PLC0415 (start-up: `provision --help` loads this module, not remote.health)
 
     why = "provision-health's spec for this host (the health role): from provision.lock and this host's probe"
     sources = write_program(out)
-    write_host_vars(out, host_vars(lock, {n: t.facts for n, t in by_name.items()}, install.venv, sources), why)
+    health_vars = host_vars(lock, {n: t.facts for n, t in by_name.items()}, install.venv, sources)
+    write_host_vars(out, health_vars, why)
     write_lock(lock, lock_path)
     result = PlanResult(
         out=out, lock_path=lock_path, files=run.files, unprobed=unprobed, notes=notes, lock=lock, run_vars=run.vars
@@ -276,7 +280,11 @@ def plan(inputs: PlanInputs, context: PlanRun | None = None) -> PlanResult:
             }
         )
         for name in g.hosts:
-            result.hosts.append(_host_plan(by_name[name], g.name, g.stack, install.reboot))
+            hp = _host_plan(by_name[name], g.name, g.stack, install.reboot)
+            facts, role_vars = by_name[name].facts, run.vars.groups[run.vars.group_of[name]]
+            if facts is not None:
+                hp.health = installed_change(facts.health, health_vars[name]["health_spec"], role_vars)
+            result.hosts.append(hp)
     return result
 
 

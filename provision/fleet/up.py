@@ -212,6 +212,9 @@ def _up(
         )
         known = state.host(hp.host)
         hr.converged = not options.force and not hp.changes and known is not None and known.converged(hr.lock_hash)
+        if hr.converged and hp.health:  # verified with this lock, but its health program is not this run's
+            hr.converged = False
+            say(f"{hp.host}: {hp.health}: applied again")
         result.hosts.append(hr)
     for failure in planned.unprobed:
         say(f"{failure.host}: cannot probe: {failure.reason}; the other hosts go on")

@@ -175,6 +175,17 @@ class VenvFacts:
     error: str | None = None
 
 
+@dataclass(frozen=True)
+class InstalledHealth:
+    """provision-health as the probe found it at the health role's default places: ``spec`` the
+    installed spec (None: none, or not a JSON object), ``files`` {program file name: its sha256}
+    (empty: no program). `up` compares both with what it would install (a host whose last verify
+    passed with the same lock is skipped only when they match)."""
+
+    spec: Mapping[str, Any] | None
+    files: Mapping[str, str] = field(default_factory=dict)
+
+
 @dataclass
 class HostFacts:
     """Everything probe learns about one host; ``to_json()`` is the ``facts`` object of the CLI."""
@@ -209,6 +220,7 @@ class HostFacts:
     unattended_upgrades: UnattendedUpgrades | None = None
     container_runtimes: list[str] = field(default_factory=list)
     ec2_instance_type: str | None = None
+    health: InstalledHealth | None = None  # None: not probed (a stand-in's facts, an older probe's)
     warnings: list[str] = field(default_factory=list)
 
     @property

@@ -34,6 +34,7 @@ from provision.hosts.local import LocalTransport
 from provision.hosts.ssh import SSHTransport, connect
 from provision.hosts.transport import Transport
 from provision.matrix import load
+from provision.model.defaults import HEALTH_PROGRAM_DIR, HEALTH_SPEC_FILE
 from provision.model.facts import UbuntuDriverIndex
 from provision.resources import playbooks_dir
 
@@ -96,6 +97,8 @@ def probe_env(options: GatherOptions, parts: Sequence[str]) -> dict[str, str]:
             # an endpoint set (tests, proxies) is always asked; the standard one only on EC2 hardware
             PROVISION_IMDS_ASK="always" if options.imds_endpoint else "ec2",
             PROVISION_VENV_PYTHON=options.venv.rstrip("/") + "/bin/python" if options.venv else "",
+            PROVISION_HEALTH_SPEC=HEALTH_SPEC_FILE,
+            PROVISION_HEALTH_DIR=HEALTH_PROGRAM_DIR,
         )
         if endpoint:
             env["PROVISION_IMDS_PY"] = _snippet("imds")
@@ -218,6 +221,8 @@ def facts_from_sections(sections: dict[str, str], options: GatherOptions) -> hf.
     facts.unattended_upgrades = ps.parse_unattended(units, s("processes", ""), s("apt_periodic", ""))
     facts.container_runtimes = ps.parse_container_runtimes(s("runtimes", ""))
     facts.ec2_instance_type = ps.parse_ec2_instance_type(s("imds", ""))
+    if "health" in sections:
+        facts.health = ps.parse_installed_health(s("health", ""))
     if "locks" in sections:
         facts.package_locks, why = ps.parse_locks_json(s("locks", ""))
         if why:

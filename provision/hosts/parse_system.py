@@ -22,6 +22,7 @@ from provision.hosts.facts import (
     DriverInfo,
     Gpu,
     GpuLookup,
+    InstalledHealth,
     NvmlGpu,
     NvmlInventory,
     OsRelease,
@@ -350,3 +351,23 @@ def parse_ec2_instance_type(text: str) -> str | None:
 def parse_container_runtimes(text: str) -> list[str]:
     """Lines ``NAME PATH`` for the runtimes found on PATH."""
     return sorted({line.split()[0] for line in text.splitlines() if len(line.split()) >= 2})
+
+
+def parse_installed_health(text: str) -> InstalledHealth:
+    """probe.sh's ``health`` section: ``@@spec`` and the spec file's JSON (absent: no spec), then
+    ``@@files`` and ``sha256sum``'s lines (``HEX  NAME``) for the program's files (none: no program)."""
+    spec_text, _, files_text = text.partition("@@files")
+    spec_text = spec_text.split("@@spec", 1)[1] if "@@spec" in spec_text else ""
+    spec: dict[str, Any] | None = None
+    if spec_text.strip():
+        try:
+            doc = json.loads(spec_text)
+        except json.JSONDecodeError:
+            doc = None
+        spec = doc if isinstance(doc, dict) else None
+    files = {}
+    for line in files_text.splitlines():
+        digest, _, name = line.partition("  ")  # sha256sum's text mode: two spaces
+        if re.fullmatch(r"[0-9a-f]{64}", digest) and name:
+            files[name] = digest
+    return InstalledHealth(spec, files)

@@ -75,14 +75,19 @@ def test_fleet_one_broken_host_fails_alone_then_everything_converges(
     assert "Not a directory" in detail[broken.name]["message"], detail[broken.name]
     assert (run_dir / f"verify-{testhosts.hosts[1].name}.json").is_file()
 
-    # the broken host repaired: it is applied, the three others are converged and only verified
+    # the broken host repaired: it is applied; of the others, converged (verified with this lock),
+    # the one whose provision-health spec was removed is applied again (the probe sees it gone),
+    # the rest are converged and only verified
+    lost = testhosts.hosts[1]
+    rh.ssh(testhosts, lost, "rm /etc/provision/health.json")
     rc, doc = run_up(tmp_path, up_args(testhosts, config))
     hosts = {h["host"]: h for h in doc["hosts"]}
     assert rc == 0 and doc["ok"] is True, doc
-    assert hosts[broken.name]["changed"] > 0
-    assert all(hosts[h.name]["changed"] == 0 for h in testhosts.hosts[1:])
+    assert hosts[broken.name]["changed"] > 0 and hosts[lost.name]["changed"] > 0
+    assert all(hosts[h.name]["changed"] == 0 for h in testhosts.hosts[2:])
     details = json.loads((tmp_path / ".provision/runs" / doc["run"] / "report.json").read_text())["details"]
-    assert [d["host"] for d in details if d["converged"]] == [h.name for h in testhosts.hosts[1:]]
+    assert [d["host"] for d in details if d["converged"]] == [h.name for h in testhosts.hosts[2:]]
+    assert rh.ssh(testhosts, lost, "test -s /etc/provision/health.json && echo back").strip() == "back"
 
     # a third run changes nothing anywhere; --force re-applies and Ansible still changes nothing
     rc, doc = run_up(tmp_path, up_args(testhosts, config, "--force"))

@@ -3,7 +3,8 @@
 Reads the health spec (``provision.health/1``, written by the controller's
 :mod:`provision.fleet.health_spec` and installed beside this program) and checks, each against the
 spec: the loaded, installed and locked driver; the GPUs NVML sees, their uncorrectable ECC errors,
-pending page retirement and row remapping, persistence mode; new Xid events in the kernel log;
+pending page retirement and row remapping, persistence mode; Xid events in the kernel log (the
+GPU's held until a reboot or ``--clear-xids``);
 Fabric Manager where NVSwitches are; the venv's distributions (METADATA versions, RECORD files);
 the last verify's verdict and age. Exit 0 healthy, 1 unhealthy, 2 cannot tell (or bad input: one
 line). Standard library only; docs/how-to/health.md is the page for users.
@@ -35,6 +36,14 @@ SPEC = Path("/etc/provision/health.json")  # where the spec is read from unless 
 # https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html (13, 31, 43, 45).
 # confidence: medium: the catalog's rows for 31, 43 and 45 were not read whole here.
 APPLICATION_XIDS = frozenset({13, 31, 43, 45})
+# Every other Xid stays a problem (the state's "xids") until what clears it has happened. The
+# catalog's "Resolution Bucket (Immediate Action)" asks for RESET_GPU, RESTART_VM or RESTART_BM
+# (reboot) for the GPU's own faults (79 "GPU has fallen off the bus": RESTART_BM); a one-off line in
+# the kernel log is not a healed GPU, so a host is never healthy again merely because the next run
+# saw no NEW Xid. Cleared by a reboot (the boot id changes) or by `provision-health --clear-xids`
+# (the admin who reset or replaced the GPU). A GPU reset alone is not observed: NVML names no reset
+# count or time, so a reset-bucket Xid is held until a reboot or the acknowledgement, never guessed.
+CLEARS = "a reboot or `provision-health --clear-xids`"
 # Bytes of RECORD-listed files hashed per run (the rest only stat'ed): a pass over torch's ~1 GB
 # is spread over runs by a cursor in the state file, so each run stays well under two seconds.
 HASH_BUDGET = 32 << 20
@@ -196,20 +205,48 @@ def check_xids(roots: Roots, out: Result, nv: dict[str, Any], state: dict[str, A
     except OSError as exc:
         out.unknown.append(f"xid: kernel log {roots.kmsg} unreadable ({exc.strerror})")
         return
-    # Sequence numbers restart at each boot: a state from another boot says nothing.
+    # Sequence numbers restart at each boot: a state from another boot says nothing, and a reboot
+    # is what clears the Xids held from the boot before.
+    same_boot = state.get("boot_id") == boot
     seen = state.get("kmsg_seq")
-    after = seen if state.get("boot_id") == boot and isinstance(seen, int) else -1
+    after = seen if same_boot and isinstance(seen, int) else -1
     if lost:
         out.notes.append("kernel log records were overwritten before they were read")
     events = probes.xids(records, after)
+    held = held_xids(state) if same_boot else []
     by_pci = {probes.pci_key(str(g.get("pci_bus_id") or "")): g["index"] for g in nv.get("gpus", [])}
     for x in events:
-        gpu = by_pci.get(x.pci)
-        where = f"GPU {gpu}" if gpu is not None else f"PCI {x.address}"
-        (out.notes if x.code in APPLICATION_XIDS else out.problems).append(f"xid {x.code} on {where}")
+        if x.code in APPLICATION_XIDS:
+            out.notes.append(f"xid {x.code} on {_where(x.address, by_pci)}")
+        elif not any(h["xid"] == x.code and h["pci"] == x.address for h in held):  # one entry per Xid and GPU
+            held.append({"xid": x.code, "pci": x.address, "seq": x.seq})
+    # The same words every run while it is held: Slurm's drain reason stays unchanged (no rewrite).
+    out.problems += [f"xid {h['xid']} on {_where(h['pci'], by_pci)}" for h in held]
+    if held:
+        out.notes.append(f"xid problems stay until {CLEARS}")
     out.facts["xids"] = [{"seq": x.seq, "xid": x.code, "pci": x.address} for x in events]
+    out.facts["xids_held"] = held
     state["boot_id"] = boot
     state["kmsg_seq"] = max([after] + [seq for seq, _ in records])
+    state["xids"] = held
+
+
+def _where(address: str, by_pci: dict[tuple[int, int, int] | None, int]) -> str:
+    gpu = by_pci.get(probes.pci_key(address))
+    return f"GPU {gpu}" if gpu is not None else f"PCI {address}"
+
+
+def held_xids(state: dict[str, Any]) -> list[dict[str, Any]]:
+    """The Xids the state holds (``[{"xid", "pci", "seq"}]``); a state of an earlier version has
+    none, and malformed entries are dropped (the next Xid in the log is still seen)."""
+    entries = state.get("xids")
+    if not isinstance(entries, list):
+        return []
+    return [
+        {"xid": e["xid"], "pci": e["pci"], "seq": e.get("seq")}
+        for e in entries
+        if isinstance(e, dict) and isinstance(e.get("xid"), int) and isinstance(e.get("pci"), str)
+    ]
 
 
 def check_fabric_manager(spec: dict[str, Any], roots: Roots, out: Result) -> None:
@@ -362,16 +399,33 @@ def load_state(path: Path) -> dict[str, Any]:
     return doc if isinstance(doc, dict) and doc.get("schema") == STATE else {"schema": STATE}
 
 
-def save_state(path: Path, state: dict[str, Any], out: Result) -> None:
+def write_state(path: Path, state: dict[str, Any]) -> None:
     """Renamed into place, so a run killed midway (node-problem-detector's timeout) leaves the old one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".health-state.")
+    with os.fdopen(fd, "w") as fh:
+        json.dump(state, fh)
+    os.replace(tmp, path)
+
+
+def save_state(path: Path, state: dict[str, Any], out: Result) -> None:
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".health-state.")
-        with os.fdopen(fd, "w") as fh:
-            json.dump(state, fh)
-        os.replace(tmp, path)
+        write_state(path, state)
     except OSError as exc:
         out.notes.append(f"state not saved ({path}: {exc.strerror}): Xids may be reported again")
+
+
+def clear_xids(path: Path) -> str:
+    """``--clear-xids``: forget the held Xids (the admin fixed what they said), keep the kernel log's
+    position (so the same lines are not read as new). The line to print; OSError when the state
+    cannot be rewritten (it is root's)."""
+    state = load_state(path)
+    held = held_xids(state)
+    if not held:
+        return f"no Xid held in {path}"
+    state["xids"] = []
+    write_state(path, state)
+    return "cleared: " + ", ".join(f"xid {h['xid']} on PCI {h['pci']}" for h in held)
 
 
 def run(spec: dict[str, Any], roots: Roots, budget: int = HASH_BUDGET, now: float | None = None) -> Result:
@@ -403,6 +457,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--scontrol", default="scontrol", help=argparse.SUPPRESS)
     p.add_argument("--state", type=Path, default=Roots.state, help="where the last run's position is kept")
+    p.add_argument(
+        "--clear-xids",
+        action="store_true",
+        help="forget the Xids held since they were seen (as root, once the GPU is reset or replaced) and exit",
+    )
     p.add_argument("--proc", type=Path, default=Roots.proc, help=argparse.SUPPRESS)
     p.add_argument("--kmsg", type=Path, default=Roots.kmsg, help=argparse.SUPPRESS)
     p.add_argument("--dpkg-query", default=Roots.dpkg_query, help=argparse.SUPPRESS)
@@ -413,6 +472,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hash-budget-mib", type=int, default=HASH_BUDGET >> 20, help=argparse.SUPPRESS)
     exporters.add_arguments(p)
     a = p.parse_args(argv)
+    if a.clear_xids:  # no spec needed: it changes the state file only
+        try:
+            print(clear_xids(a.state))
+        except OSError as exc:
+            print(f"error: cannot rewrite {a.state}: {exc.strerror} (run --clear-xids as root)", file=sys.stderr)
+            return UNKNOWN
+        return HEALTHY
     started = time.monotonic()
     try:
         spec = load_spec(a.spec)

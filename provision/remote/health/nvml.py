@@ -19,7 +19,11 @@ UNCORRECTED = 1  # NVML_MEMORY_ERROR_TYPE_UNCORRECTED
 VOLATILE = 0  # NVML_VOLATILE_ECC: since the driver loaded
 
 
-class _Pci(ctypes.Structure):  # nvmlPciInfo_t (v3)
+# nvmlPciInfo_t (v3). provision/remote/snippets/nvml_query.py declares the same structure and the
+# two are not shared on purpose: that snippet is sent to a host as ONE text (run by `python3 -`
+# from probe.sh, before anything is installed) and can import nothing beside it, while this file is
+# installed as part of a package folder. tests/unit/remote/test_health_check.py pins the two equal.
+class _Pci(ctypes.Structure):
     _fields_ = [
         ("busIdLegacy", ctypes.c_char * 16),
         ("domain", ctypes.c_uint),

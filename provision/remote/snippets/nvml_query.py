@@ -68,6 +68,7 @@ class _Memory(ctypes.Structure):
     _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
 
 
+# nvmlPciInfo_t (v3); provision/remote/health/nvml.py declares it too (why: see there).
 class _Pci(ctypes.Structure):
     _fields_ = [
         ("busIdLegacy", ctypes.c_char * 16),

@@ -10,6 +10,7 @@
 #   PROVISION_IMDS_ENDPOINT the EC2 metadata service ("": not asked); PROVISION_IMDS_ASK always|ec2
 #   PROVISION_VENV_PYTHON   the venv's python whose frameworks are read ("": none)
 #   PROVISION_LOCK_FILES    fcntl:PATH and pid:PATH words for the package-lock check (root part)
+#   PROVISION_HEALTH_SPEC   provision-health's spec file; PROVISION_HEALTH_DIR its program's folder
 #   PROVISION_*_PY          the Python snippets (provision/remote/snippets/*.py) as text
 # Nothing here may need more than POSIX sh and what a minimal OS image has.
 # SC2010 (ls | grep): the names listed are apt's list files and python binaries, plain names.
@@ -129,6 +130,14 @@ main_facts() {
          /sys/class/dmi/id/bios_vendor /sys/hypervisor/uuid 2>/dev/null; then
       py "$PY" "-B -I -S" "$PROVISION_IMDS_PY" "$PROVISION_IMDS_ENDPOINT"
     fi
+  fi
+  sec health
+  # provision-health as `up` installed it (the health role's 0644 files): its spec, then each
+  # program file's sha256; `up` applies a host again when either is not what it would install.
+  if [ -n "$PROVISION_HEALTH_DIR" ]; then
+    [ -r "$PROVISION_HEALTH_SPEC" ] && { echo "@@spec"; cat "$PROVISION_HEALTH_SPEC"; echo; }
+    echo "@@files"
+    (cd "$PROVISION_HEALTH_DIR" 2>/dev/null && sha256sum -- *.py 2>/dev/null)
   fi
   sec venv
   if [ -n "$PROVISION_VENV_PYTHON" ] && [ -x "$PROVISION_VENV_PYTHON" ]; then

@@ -7,15 +7,26 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+import yaml
 
 from provision.errors import BadInput
-from provision.fleet.health_spec import LastVerify, group_hash, health_spec, host_vars, write_program
+from provision.fleet.health_spec import (
+    LastVerify,
+    group_hash,
+    health_spec,
+    host_vars,
+    installed_change,
+    program_digests,
+    write_program,
+)
 from provision.fleet.verify import HostResult, table_row
-from provision.hosts.facts import HostFacts, NvmlGpu, NvmlInventory
+from provision.hosts.facts import HostFacts, InstalledHealth, NvmlGpu, NvmlInventory
 from provision.model.components import COMPONENTS, TORCH_VARIANT
+from provision.model.defaults import HEALTH_PROGRAM_DIR, HEALTH_SPEC_FILE
 from provision.model.lock import parse_lock
 from provision.remote.health import FILES, SOURCES, check
 from provision.remote.smoke.verdict import decide
+from provision.resources import playbooks_dir
 from provision.stack.drift import expected_versions
 from tests.support.smoke_records import LOCKED, REFS, h200_record
 
@@ -112,3 +123,52 @@ def test_a_gpu_name_with_a_template_marker_is_refused() -> None:
     bad = HostFacts(nvml=NvmlInventory("nvml", None, None, (NvmlGpu(0, "{{ lookup('pipe', 'id') }}"),)))
     with pytest.raises(BadInput, match="template marker"):
         host_vars(lock, {host: bad}, "/opt/provision/venv", {})
+
+
+def _spec() -> dict[str, object]:
+    group = parse_lock((GOLDEN / "debian-12.lock").read_text()).groups[0]
+    return health_spec(group, group_hash(group), "/opt/provision/venv", probed_gpus=["NVIDIA H100 80GB HBM3"] * 8)
+
+
+def test_a_host_with_this_runs_health_program_and_spec_needs_nothing() -> None:
+    spec = _spec()
+    installed = InstalledHealth(json.loads(json.dumps(spec, indent=4, sort_keys=True)), program_digests())
+    assert installed_change(installed, spec, {}) is None
+
+
+def test_what_up_must_change_of_provision_health() -> None:
+    """Each way a converged host can lack this run's provision-health is a reason to apply it."""
+    spec = _spec()
+    current = json.loads(json.dumps(spec))
+    files = program_digests()
+    assert set(files) == set(FILES) and all(len(d) == 64 for d in files.values())
+    cases = {
+        "provision-health is not installed": InstalledHealth(None, {}),
+        "provision-health is another version": InstalledHealth(current, {**files, "check.py": "0" * 64}),
+        f"provision-health has no spec ({HEALTH_SPEC_FILE})": InstalledHealth(None, files),
+        "provision-health's spec is of lock 0123456789abcdef": InstalledHealth(
+            {**current, "lock_hash": "0123456789abcdef"}, files
+        ),
+        "provision-health's spec differs from this run's": InstalledHealth({**current, "venv": "/srv/venv"}, files),
+    }
+    for reason, installed in cases.items():
+        assert installed_change(installed, spec, {}) == reason
+    missing = {k: v for k, v in files.items() if k != "slurm.py"}  # a program of before a file existed
+    assert installed_change(InstalledHealth(current, missing), spec, {}) == "provision-health is another version"
+
+
+@pytest.mark.parametrize(
+    "role_vars",
+    [{"health_enabled": False}, {"health_spec_file": "/srv/health.json"}, {"health_lib_dir": "/opt/lib"}],
+)
+def test_not_compared_where_the_role_is_left_out_or_moved(role_vars: dict[str, object]) -> None:
+    """`--set health_enabled=false` installs nothing to compare; other places are not where the
+    probe looks: neither is a reason to apply a converged host again."""
+    assert installed_change(InstalledHealth(None, {}), _spec(), role_vars) is None
+    assert installed_change(None, _spec(), {}) is None  # not probed (an older probe's facts)
+
+
+def test_the_probed_places_are_the_health_roles_defaults() -> None:
+    defaults = yaml.safe_load((playbooks_dir() / "roles" / "health" / "defaults" / "main.yml").read_text())
+    assert defaults["health_spec_file"] == HEALTH_SPEC_FILE
+    assert f"{defaults['health_lib_dir']}/health" == HEALTH_PROGRAM_DIR

@@ -292,3 +292,15 @@ def test_apt_periodic_last_setting_wins() -> None:
     text = 'APT::Periodic::Unattended-Upgrade "1";\nAPT::Periodic::Unattended-Upgrade "0";\n'
     assert ps.parse_unattended(units, "", text).enabled is False
     assert ps.parse_unattended(units, "", text.replace('"0"', '"7"')).enabled is True
+
+
+def test_the_installed_health_section() -> None:
+    """probe.sh's ``health`` section: the spec as ``cat`` printed it, then ``sha256sum``'s lines."""
+    digest = "a" * 64
+    text = f'@@spec\n{{\n    "lock_hash": "0123456789abcdef"\n}}\n\n@@files\n{digest}  check.py\n{"b" * 64}  nvml.py\n'
+    found = ps.parse_installed_health(text)
+    assert found == hf.InstalledHealth({"lock_hash": "0123456789abcdef"}, {"check.py": digest, "nvml.py": "b" * 64})
+    # no spec file; a spec that is not a JSON object; no program folder
+    assert ps.parse_installed_health(f"@@files\n{digest}  check.py\n").spec is None
+    assert ps.parse_installed_health('@@spec\n["x"]\n@@files\n') == hf.InstalledHealth(None, {})
+    assert ps.parse_installed_health("@@spec\n{ not json\n@@files\nsha256sum: x: No such file\n").files == {}

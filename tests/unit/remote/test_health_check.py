@@ -13,6 +13,8 @@
 from __future__ import annotations
 
 import ast
+import ctypes
+import importlib.util
 import json
 import subprocess
 import sys
@@ -21,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from provision.remote.health import check, probes
+from provision.remote.health import check, nvml, probes
 from tests.support.health_host import DRIVER, PROC_VERSION, REPO, cli, copy_version, script
 
 # The keys a spec must have, for the bad-spec cases (each then breaks one).
@@ -82,15 +84,80 @@ def test_hashing_is_spread_over_runs_by_a_byte_budget(host: dict[str, Any]) -> N
     assert json.loads(host["roots"].state.read_text())["record_cursor"] == 2
 
 
-def test_an_xid_is_reported_once_with_its_gpu(host: dict[str, Any]) -> None:
+def test_an_xid_names_its_gpu_and_an_application_xid_is_a_note_once(host: dict[str, Any]) -> None:
     with host["kmsg"].open("a") as fh:
         fh.write(f"3,3,5000,-;{XID_79}\n4,4,5001,-;{XID_13}\n")
     out = run(host)
-    assert out.problems == ["xid 79 on GPU 0"] and out.notes == ["xid 13 on GPU 1"]
-    assert run(host).code == 0  # the state file holds the position: not new any more
+    assert out.problems == ["xid 79 on GPU 0"]
+    assert out.notes == ["xid 13 on GPU 1", f"xid problems stay until {check.CLEARS}"]
+    again = run(host)  # the state holds the log's position: 13 (RESTART_APP) is not new any more
+    assert again.problems == ["xid 79 on GPU 0"] and "xid 13 on GPU 1" not in again.notes
+    assert again.facts["xids"] == [] and again.facts["xids_held"] == [{"xid": 79, "pci": "0000:3b:00", "seq": 3}]
+    with host["kmsg"].open("a") as fh:  # the same Xid again on that GPU: still one problem
+        fh.write(f"3,5,9000,-;{XID_79}\n3,6,9001,-;{XID_79.replace('3b', 'af')}\n")
+    # no GPU at 0000:af:00 in NVML any more: named by its address
+    assert run(host).problems == ["xid 79 on GPU 0", "xid 79 on PCI 0000:af:00"]
+
+
+def test_a_gpu_xid_stays_a_problem_until_a_reboot(host: dict[str, Any]) -> None:
+    """Xid 79 (RESTART_BM in NVIDIA's catalog) seen once: every later run of that boot is
+    unhealthy, though the log has nothing new; after a reboot (another boot id, the new boot's
+    log without it) the host is healthy again."""
     with host["kmsg"].open("a") as fh:
-        fh.write(f"3,5,9000,-;{XID_79.replace('3b', 'af')}\n")
-    assert run(host).problems == ["xid 79 on PCI 0000:af:00"]  # no GPU at that address any more
+        fh.write(f"3,3,5000,-;{XID_79}\n")
+    assert [run(host).line() for _ in range(3)] == ["unhealthy: xid 79 on GPU 0"] * 3
+    (host["proc"] / "sys" / "kernel" / "random" / "boot_id").write_text("another-boot\n")
+    host["kmsg"].write_text("6,1,100,-;Linux version 6.1.0\n")
+    assert run(host).code == 0
+    assert json.loads(host["roots"].state.read_text())["xids"] == []
+
+
+def test_clear_xids_is_the_admins_acknowledgement(host: dict[str, Any]) -> None:
+    with host["kmsg"].open("a") as fh:
+        fh.write(f"3,3,5000,-;{XID_79}\n")
+    assert cli(host).returncode == 1 and cli(host).returncode == 1
+    cleared = cli(host, "--clear-xids")
+    assert (cleared.returncode, cleared.stdout) == (0, "cleared: xid 79 on PCI 0000:3b:00\n"), cleared.stderr
+    done = cli(host)  # the log's position was kept: the same line is not read as new
+    assert (done.returncode, done.stdout) == (0, "healthy\n"), done.stdout
+    assert cli(host, "--clear-xids").stdout == f"no Xid held in {host['roots'].state}\n"
+    with host["kmsg"].open("a") as fh:  # a new one after the acknowledgement counts again
+        fh.write(f"3,4,6000,-;{XID_79}\n")
+    assert cli(host).stdout == "unhealthy: xid 79 on GPU 0\n"
+
+
+def test_clear_xids_that_cannot_write_the_state_is_one_line(
+    host: dict[str, Any], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Not root: the state (root's, 0600) cannot be rewritten. These tests run as root, whom
+    permissions do not stop, so the refusal is a STAND-IN: the write raises what the kernel would."""
+    state = host["roots"].state
+    state.parent.mkdir(parents=True)
+    state.write_text(json.dumps({"schema": check.STATE, "xids": [{"xid": 79, "pci": "0000:3b:00"}]}))
+
+    def refused(path: Any, doc: Any) -> None:
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(check, "write_state", refused)
+    assert check.main(["--clear-xids", "--state", str(state)]) == 2
+    said = capsys.readouterr()
+    assert said.out == ""
+    assert said.err == f"error: cannot rewrite {state}: Permission denied (run --clear-xids as root)\n"
+    assert check.held_xids(json.loads(state.read_text())) == [{"xid": 79, "pci": "0000:3b:00", "seq": None}]
+
+
+def test_a_state_of_the_version_before_loads(host: dict[str, Any]) -> None:
+    """The state file of the version without held Xids (boot_id, kmsg_seq, record_cursor) is read
+    as it was: its position kept, no Xid held; an entry that is not an Xid is dropped."""
+    with host["kmsg"].open("a") as fh:
+        fh.write(f"3,3,5000,-;{XID_79}\n")
+    host["roots"].state.parent.mkdir(parents=True)
+    boot = (host["proc"] / "sys" / "kernel" / "random" / "boot_id").read_text().strip()
+    old = {"schema": "provision.health-state/1", "boot_id": boot, "kmsg_seq": 3, "record_cursor": 0}
+    host["roots"].state.write_text(json.dumps(old))
+    assert run(host).code == 0  # seen by the old version's run: not new, and nothing held
+    host["roots"].state.write_text(json.dumps({**old, "xids": [{"xid": "79"}, 5, {"xid": 48, "pci": "0000:5c:00"}]}))
+    assert run(host).problems == ["xid 48 on GPU 1"]
 
 
 def test_a_corrupt_state_file_is_read_as_no_state(host: dict[str, Any]) -> None:
@@ -105,9 +172,11 @@ def test_a_corrupt_state_file_is_read_as_no_state(host: dict[str, Any]) -> None:
 def test_after_a_reboot_the_kernel_log_is_read_from_its_start(host: dict[str, Any]) -> None:
     with host["kmsg"].open("a") as fh:
         fh.write(f"3,3,5000,-;{XID_79}\n")
-    assert run(host).code == 1 and run(host).code == 0
+    assert run(host).code == 1
+    # another boot whose log holds the Xid again (from its start: sequence numbers restart)
     (host["proc"] / "sys" / "kernel" / "random" / "boot_id").write_text("another-boot\n")
-    assert run(host).problems == ["xid 79 on GPU 0"]
+    out = run(host)
+    assert out.problems == ["xid 79 on GPU 0"] and out.facts["xids"] == [{"seq": 3, "xid": 79, "pci": "0000:3b:00"}]
 
 
 def test_a_kernel_log_device_at_its_end_is_read_as_empty() -> None:
@@ -250,9 +319,14 @@ def test_the_program_exits_1_with_one_line_and_json(host: dict[str, Any], monkey
     assert proc.stdout == (
         "unhealthy: ecc 2 uncorrectable errors on GPU 1; xid 79 on GPU 0; drift torch: locked 2.13.0, found none\n"
     )
-    doc = json.loads(cli(host, "--json").stdout)  # the Xid was seen by the run before
+    doc = json.loads(cli(host, "--json").stdout)  # the Xid was seen by the run before: still held
     assert doc["schema"] == "provision.health-report/1" and doc["exit"] == 1 and doc["status"] == "unhealthy"
-    assert doc["problems"] == ["ecc 2 uncorrectable errors on GPU 1", "drift torch: locked 2.13.0, found none"]
+    assert doc["problems"] == [
+        "ecc 2 uncorrectable errors on GPU 1",
+        "xid 79 on GPU 0",
+        "drift torch: locked 2.13.0, found none",
+    ]
+    assert doc["facts"]["xids"] == [] and doc["facts"]["xids_held"][0]["xid"] == 79
 
 
 @pytest.mark.parametrize(
@@ -288,3 +362,15 @@ def test_the_host_files_import_only_the_standard_library() -> None:
             else:
                 continue
             assert tops <= sys.stdlib_module_names | {"__future__"}, (name, tops)
+
+
+def test_the_pci_structure_is_the_probes_own() -> None:
+    """nvml.py's nvmlPciInfo_t and the probe snippet's are declared twice (the snippet is sent as one
+    text, nothing beside it): the same fields, types and order, or one of them reads garbage."""
+    path = REPO / "provision" / "remote" / "snippets" / "nvml_query.py"
+    spec = importlib.util.spec_from_file_location("nvml_query_snippet", path)
+    assert spec is not None and spec.loader is not None
+    snippet = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(snippet)
+    assert nvml._Pci._fields_ == snippet._Pci._fields_
+    assert ctypes.sizeof(nvml._Pci) == ctypes.sizeof(snippet._Pci) == 68

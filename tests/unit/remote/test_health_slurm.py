@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from provision.remote.health import SOURCES, slurm
+from tests.support.health_host import PROC_VERSION
 
 SHOW = """NodeName={name} Arch=x86_64 CoresPerSocket=1
    CPUAlloc=0 CPUEfctv=2 CPUTot=2 CPULoad=0.13
@@ -126,6 +127,58 @@ def test_its_own_drain_follows_the_problems(program: Path, scontrol: dict[str, P
     scontrol["node"].write_text(show(state="MIXED+DRAIN", reason="provision-health: venv /nonexistent/venv missing"))
     again = health(program, scontrol, venv="/nonexistent/venv")
     assert again.stdout.splitlines()[1] == "slurm: sl2 unchanged" and len(calls(scontrol)) == 3
+
+
+XID_79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+
+
+def xid_host(program: Path) -> Path:
+    """The stand-in proc tree with the NVIDIA module loaded (so the kernel log is read), a boot id,
+    and a kernel log holding one Xid 79 (NVIDIA's catalog: RESTART_BM). Returns the boot id file."""
+    (program / "proc" / "driver" / "nvidia").mkdir(parents=True)
+    (program / "proc" / "driver" / "nvidia" / "version").write_text(PROC_VERSION)
+    boot = program / "proc" / "sys" / "kernel" / "random" / "boot_id"
+    boot.parent.mkdir(parents=True)
+    boot.write_text("6a1f0c9e-0000-4000-8000-000000000001\n")
+    with (program / "kmsg").open("a") as fh:
+        fh.write(f"3,2,5000,-;{XID_79}\n")
+    return boot
+
+
+def drained_as_told(scontrol: dict[str, Path]) -> None:
+    """What slurmctld would then show: the node drained with the reason the last update gave."""
+    reason = calls(scontrol)[-1][-1].removeprefix("Reason=")
+    scontrol["node"].write_text(show(state="IDLE+DRAIN", reason=reason))
+
+
+@pytest.mark.parametrize("cleared_by", ["reboot", "--clear-xids"])
+def test_an_xid_drains_and_the_node_stays_drained_until_cleared(
+    program: Path, scontrol: dict[str, Path], cleared_by: str
+) -> None:
+    """The defect this guards: one Xid 79 drained the node for ONE run, and the next run (no new
+    line in the log) resumed it with the GPU still gone."""
+    boot = xid_host(program)
+    first = health(program, scontrol)
+    assert (first.returncode, first.stdout.splitlines()) == (
+        1,
+        ["unhealthy: xid 79 on PCI 0000:3b:00", "slurm: sl2 drained"],
+    )
+    assert calls(scontrol)[-1][-1] == "Reason=provision-health: xid 79 on PCI 0000:3b:00"
+    drained_as_told(scontrol)
+    for _ in range(2):  # later health checks of that boot: still unhealthy, the drain untouched
+        again = health(program, scontrol)
+        assert (again.returncode, again.stdout.splitlines()[1]) == (1, "slurm: sl2 unchanged"), again.stdout
+    assert [c[0] for c in calls(scontrol)] == ["show", "update", "show", "show"]
+    if cleared_by == "reboot":
+        boot.write_text("6a1f0c9e-0000-4000-8000-000000000002\n")
+        (program / "kmsg").write_text("6,1,100,-;Linux version 6.1.0\n")
+    else:
+        argv = [sys.executable, "-m", "health", "--clear-xids", "--state", str(program / "state.json")]
+        done = subprocess.run(argv, cwd=program / "lib", capture_output=True, text=True, timeout=60, check=False)
+        assert (done.returncode, done.stdout) == (0, "cleared: xid 79 on PCI 0000:3b:00\n"), done.stderr
+    resumed = health(program, scontrol)
+    assert (resumed.returncode, resumed.stdout.splitlines()) == (0, ["healthy", "slurm: sl2 resumed"]), resumed.stdout
+    assert calls(scontrol)[-1] == ["update", "NodeName=sl2", "State=RESUME"]
 
 
 def test_json_keeps_stdout_one_document(program: Path, scontrol: dict[str, Path]) -> None:
