@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from provision.config import Config
     from provision.hosts.facts import HostFacts
     from provision.hosts.inventory import HostTarget
+    from provision.model.facts import ProbedGpu
     from provision.stack.request import StackRequest
     from provision.stack.resolution import Resolution
 
@@ -58,6 +59,7 @@ class HostPlan:
     reboot: str
     # What the user should know beyond the changes, e.g. that the probe found no NVIDIA GPU.
     notes: list[str] = field(default_factory=list)
+    gpus: tuple[ProbedGpu, ...] = ()  # the probe's, in PCI order (integrations.slurm's Gres= lines)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -256,10 +258,14 @@ def plan(inputs: PlanInputs, context: PlanRun | None = None) -> PlanResult:
     # The health role's spec per host (host_vars: it carries what that host's probe saw)
     from provision.ansible.rundir import write_host_vars  # noqa: PLC0415 (start-up: as above)
     from provision.fleet.health_spec import host_vars, write_program  # noqa: PLC0415 (start-up: `provision --help` loads this module, not remote.health)
+    from provision.fleet.integrations import role_vars as integration_vars  # noqa: PLC0415 (start-up: as above)
 
     why = "provision-health's spec for this host (the health role): from provision.lock and this host's probe"
     sources = write_program(out)
-    write_host_vars(out, host_vars(lock, {n: t.facts for n, t in by_name.items()}, install.venv, sources), why)
+    health = host_vars(lock, {n: t.facts for n, t in by_name.items()}, install.venv, sources)
+    for name, values in health.items():  # what integrations: asks of the health role (fleet/integrations.py)
+        values.update(integration_vars(config.integrations, _probed_gpus(by_name[name])))
+    write_host_vars(out, health, why)
     write_lock(lock, lock_path)
     result = PlanResult(
         out=out, lock_path=lock_path, files=run.files, unprobed=unprobed, notes=notes, lock=lock, run_vars=run.vars
@@ -278,6 +284,15 @@ def plan(inputs: PlanInputs, context: PlanRun | None = None) -> PlanResult:
         for name in g.hosts:
             result.hosts.append(_host_plan(by_name[name], g.name, g.stack, install.reboot))
     return result
+
+
+def _probed_gpus(t: _Target) -> tuple[ProbedGpu, ...]:
+    """The GPUs the probe found on the PCI bus (none for a host planned without a probe)."""
+    if t.facts is None:
+        return ()
+    from provision.hosts.facts import probed_host  # noqa: PLC0415 (start-up: `provision --help` loads this module, not hosts.facts)
+
+    return probed_host(t.facts).gpus
 
 
 def _resolve_groups(targets: Sequence[_Target], request: StackRequest, assume: Assumed | None) -> list[LockGroup]:
@@ -628,4 +643,4 @@ def _host_plan(t: _Target, group: str, stack: Stack, reboot_setting: str) -> Hos
         else:
             note = "no driver is planned, the frameworks run on the CPU"
         notes.append(f"{NO_GPU_FOUND}: {note}")
-    return HostPlan(t.name, group, facts is not None, present, changes, reboot, notes)
+    return HostPlan(t.name, group, facts is not None, present, changes, reboot, notes, _probed_gpus(t))
