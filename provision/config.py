@@ -68,12 +68,49 @@ class StateConfig:
 
 
 @dataclass(frozen=True)
+class SlurmIntegration:
+    """``integrations.slurm``: `up` writes provision-health's Slurm programs, ``helpers.conf`` and
+    ``gres.conf`` (docs/how-to/slurm.md); the ``slurm.conf`` lines are printed, never written."""
+
+    enabled: bool = False
+    config_dir: str = "/etc/slurm"  # where slurmd reads gres.conf and helpers.conf (beside slurm.conf)
+    gres_conf: bool = True
+    health_check_interval: int = 300  # printed in the slurm.conf lines (HealthCheckInterval)
+
+
+@dataclass(frozen=True)
+class PrometheusIntegration:
+    textfile_dir: str | None = None  # node_exporter's --collector.textfile.directory
+
+
+@dataclass(frozen=True)
+class KubernetesIntegration:
+    nfd_features_dir: str | None = None  # Node Feature Discovery's local source (features.d)
+
+
+@dataclass(frozen=True)
+class IntegrationsConfig:
+    """``integrations:``: what `up` lays out for the engines a fleet already runs (provision-health
+    in Slurm's health check; its textfile and NFD file by a systemd timer every ``export_interval``)."""
+
+    slurm: SlurmIntegration = field(default_factory=SlurmIntegration)
+    prometheus: PrometheusIntegration = field(default_factory=PrometheusIntegration)
+    kubernetes: KubernetesIntegration = field(default_factory=KubernetesIntegration)
+    export_interval: int = 60
+
+    @property
+    def exports(self) -> bool:
+        return self.prometheus.textfile_dir is not None or self.kubernetes.nfd_features_dir is not None
+
+
+@dataclass(frozen=True)
 class Config:
     stack: StackConfig = field(default_factory=StackConfig)
     install: InstallSettings = field(default_factory=InstallSettings)
     verify: VerifyConfig = field(default_factory=VerifyConfig)
     path: str | None = None
     state: StateConfig = field(default_factory=StateConfig)
+    integrations: IntegrationsConfig = field(default_factory=IntegrationsConfig)
 
     def request_args(self, flags: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """The stack request with install.method and install.python_source folded in (they decide
@@ -200,6 +237,44 @@ KEYS: tuple[Key, ...] = (
         "string or null",
         "The state DB (null: .provision/state.db, from the current directory); `--state` overrides it.",
     ),
+    Key(
+        "integrations",
+        "mapping",
+        "What `up` lays out beside provision-health for the engines a fleet runs (Slurm, Prometheus, Kubernetes).",
+    ),
+    Key("integrations.slurm", "mapping", "provision-health as Slurm's health check and node feature."),
+    Key(
+        "integrations.slurm.enabled",
+        "bool",
+        "Write the HealthCheckProgram, the `provision_verified` feature's helper, helpers.conf and gres.conf; "
+        "a host without slurmd is bad input.",
+    ),
+    Key(
+        "integrations.slurm.config_dir", "string", "Where slurmd reads gres.conf and helpers.conf (beside slurm.conf)."
+    ),
+    Key("integrations.slurm.gres_conf", "bool", "Write gres.conf from the probed GPUs."),
+    Key(
+        "integrations.slurm.health_check_interval",
+        "integer",
+        "Seconds, printed in the slurm.conf lines you add (HealthCheckInterval); provision never edits slurm.conf.",
+    ),
+    Key("integrations.prometheus", "mapping", "provision-health's metrics for node_exporter's textfile collector."),
+    Key(
+        "integrations.prometheus.textfile_dir",
+        "string or null",
+        "node_exporter's textfile directory (it must exist on the host); null: no textfile.",
+    ),
+    Key("integrations.kubernetes", "mapping", "provision-health's labels for Node Feature Discovery."),
+    Key(
+        "integrations.kubernetes.nfd_features_dir",
+        "string or null",
+        "NFD's local features.d directory (it must exist on the host); null: no features file.",
+    ),
+    Key(
+        "integrations.export_interval",
+        "integer",
+        "Seconds between the systemd timer's runs that write the textfile and the NFD file.",
+    ),
 )
 _BY_PATH = {k.path: k for k in KEYS}
 # The keys each section may hold (dotted paths for nested sections).
@@ -253,7 +328,14 @@ def parse_config(data: Any, where: str = "provision.yaml") -> Config:
     install = _mapping(top.get("install"), "install", where)
     verify = _mapping(top.get("verify"), "verify", where)
     state = _mapping(top.get("state"), "state", where)
-    for section, body in (("stack", stack), ("install", install), ("verify", verify), ("state", state)):
+    integrations = _mapping(top.get("integrations"), "integrations", where)
+    for section, body in (
+        ("stack", stack),
+        ("install", install),
+        ("verify", verify),
+        ("state", state),
+        ("integrations", integrations),
+    ):
         _known(body, section, _SCHEMA_KEYS[section], where)
     pip = _mapping(install.get("pip"), "install.pip", where)
     apt = _mapping(install.get("apt"), "install.apt", where)
@@ -307,7 +389,58 @@ def parse_config(data: Any, where: str = "provision.yaml") -> Config:
     state_path = _string(state.get("path"), "state.path", where)
     if state_path is not None and not state_path.strip():
         raise _bad(where, "state.path", "is empty", "give a file, e.g. path: .provision/state.db, or leave it out")
-    return Config(sc, ic, VerifyConfig(allow_cpu), where, StateConfig(state_path))
+    return Config(sc, ic, VerifyConfig(allow_cpu), where, StateConfig(state_path), _integrations(integrations, where))
+
+
+def _integrations(body: dict[str, Any], where: str) -> IntegrationsConfig:
+    sections = {}
+    for name in ("slurm", "prometheus", "kubernetes"):
+        sections[name] = _mapping(body.get(name), f"integrations.{name}", where)
+        _known(sections[name], f"integrations.{name}", _SCHEMA_KEYS[f"integrations.{name}"], where)
+    slurm, prometheus, kubernetes = sections["slurm"], sections["prometheus"], sections["kubernetes"]
+    defaults = SlurmIntegration()
+    return IntegrationsConfig(
+        slurm=SlurmIntegration(
+            enabled=_bool(slurm.get("enabled", defaults.enabled), "integrations.slurm.enabled", where),
+            config_dir=_absolute(slurm.get("config_dir", defaults.config_dir), "integrations.slurm.config_dir", where)
+            or defaults.config_dir,
+            gres_conf=_bool(slurm.get("gres_conf", defaults.gres_conf), "integrations.slurm.gres_conf", where),
+            health_check_interval=_seconds(
+                slurm.get("health_check_interval", defaults.health_check_interval),
+                "integrations.slurm.health_check_interval",
+                where,
+            ),
+        ),
+        prometheus=PrometheusIntegration(
+            _absolute(prometheus.get("textfile_dir"), "integrations.prometheus.textfile_dir", where)
+        ),
+        kubernetes=KubernetesIntegration(
+            _absolute(kubernetes.get("nfd_features_dir"), "integrations.kubernetes.nfd_features_dir", where)
+        ),
+        export_interval=_seconds(
+            body.get("export_interval", IntegrationsConfig.export_interval), "integrations.export_interval", where
+        ),
+    )
+
+
+def _bool(value: Any, key: str, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise _bad(where, key, f"must be true or false (got {value!r})", f"write {key.rsplit('.', 1)[-1]}: true")
+    return value
+
+
+def _seconds(value: Any, key: str, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise _bad(where, key, f"must be a whole number of seconds, 1 or more (got {value!r})", "e.g. 60")
+    return value
+
+
+def _absolute(value: Any, key: str, where: str) -> str | None:
+    """A folder on the hosts: an absolute path (the role writes into it as root), or None."""
+    text = _string(value, key, where)
+    if text is not None and not text.startswith("/"):
+        raise _bad(where, key, f"must be an absolute path on the hosts (got {text!r})", "e.g. /var/lib/node-exporter")
+    return text
 
 
 def _url(value: Any, key: str, where: str) -> str | None:

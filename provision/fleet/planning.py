@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from provision.config import Config
     from provision.hosts.facts import HostFacts
     from provision.hosts.inventory import HostTarget
+    from provision.model.facts import ProbedGpu
     from provision.stack.request import StackRequest
     from provision.stack.resolution import Resolution
 
@@ -61,6 +62,7 @@ class HostPlan:
     # What up must change of provision-health here (health_spec.installed_change); None: nothing.
     # Not one of the changes (`plan`'s "will install" is the stack), but a host with one is applied.
     health: str | None = None
+    gpus: tuple[ProbedGpu, ...] = ()  # the probe's, in PCI order (integrations.slurm's Gres= lines)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -259,10 +261,12 @@ def plan(inputs: PlanInputs, context: PlanRun | None = None) -> PlanResult:
     # The health role's spec per host (host_vars: it carries what that host's probe saw)
     from provision.ansible.rundir import write_host_vars  # noqa: PLC0415 (start-up: as above)
     from provision.fleet.health_spec import host_vars, installed_change, write_program  # noqa: PLC0415 (start-up: `provision --help` loads this module, not remote.health)
+    from provision.fleet.integrations import add_integrations  # noqa: PLC0415 (start-up: as above)
 
     why = "provision-health's spec for this host (the health role): from provision.lock and this host's probe"
     sources = write_program(out)
     health_vars = host_vars(lock, {n: t.facts for n, t in by_name.items()}, install.venv, sources)
+    add_integrations(health_vars, config.integrations, {n: _probed_gpus(t) for n, t in by_name.items()})
     write_host_vars(out, health_vars, why)
     write_lock(lock, lock_path)
     result = PlanResult(
@@ -286,6 +290,12 @@ def plan(inputs: PlanInputs, context: PlanRun | None = None) -> PlanResult:
                 hp.health = installed_change(facts.health, health_vars[name]["health_spec"], role_vars)
             result.hosts.append(hp)
     return result
+
+
+def _probed_gpus(t: _Target) -> tuple[ProbedGpu, ...]:  # on the PCI bus; none for a host planned without a probe
+    from provision.hosts.facts import probed_host  # noqa: PLC0415 (start-up: `provision --help` loads this module, not hosts.facts)
+
+    return probed_host(t.facts).gpus if t.facts is not None else ()
 
 
 def _resolve_groups(targets: Sequence[_Target], request: StackRequest, assume: Assumed | None) -> list[LockGroup]:
@@ -636,4 +646,4 @@ def _host_plan(t: _Target, group: str, stack: Stack, reboot_setting: str) -> Hos
         else:
             note = "no driver is planned, the frameworks run on the CPU"
         notes.append(f"{NO_GPU_FOUND}: {note}")
-    return HostPlan(t.name, group, facts is not None, present, changes, reboot, notes)
+    return HostPlan(t.name, group, facts is not None, present, changes, reboot, notes, gpus=_probed_gpus(t))

@@ -34,6 +34,9 @@ class HealthPaths:
     program_dir: str
     spec: str
     python: str = "/usr/bin/python3"
+    # its own state file (the Xids it holds, the kernel log's position): the export timer's runs
+    # and Slurm's keep apart, as node-problem-detector's do (provision/integrations/kubernetes.py)
+    state: str | None = None
 
 
 def gres_type(model: str | None) -> str | None:
@@ -49,9 +52,11 @@ def _files(first: int, count: int) -> str:
     return f"/dev/nvidia{first}" if count == 1 else f"/dev/nvidia[{first}-{first + count - 1}]"
 
 
-def gres_conf(node: str, gpus: Sequence[ProbedGpu]) -> str:
-    """gres.conf lines for ``node``'s GPUs, in the probe's order (the PCI bus order, which is the
-    order the driver numbers /dev/nvidiaN in; confidence: medium, read from no NVIDIA page here).
+def gres_conf(node: str | None, gpus: Sequence[ProbedGpu]) -> str:
+    """gres.conf lines for ``node``'s GPUs (None: no ``NodeName=``, the lines are the reading
+    node's own, for a file of one host: gres.conf(5) NodeName is optional), in the probe's order
+    (the PCI bus order, which is the order the driver numbers /dev/nvidiaN in; confidence: medium,
+    read from no NVIDIA page here).
     A run of GPUs of one model is one line; a host without GPUs gets no line."""
     lines: list[str] = []
     start = 0
@@ -61,7 +66,8 @@ def gres_conf(node: str, gpus: Sequence[ProbedGpu]) -> str:
             end += 1
         kind = gres_type(gpus[start].model)
         typed = f" Type={kind}" if kind else ""
-        lines.append(f"NodeName={node} Name=gpu{typed} File={_files(start, end - start)}")
+        named = f"NodeName={node} " if node else ""
+        lines.append(f"{named}Name=gpu{typed} File={_files(start, end - start)}")
         start = end
     return "".join(f"{line}\n" for line in lines)
 
@@ -76,7 +82,8 @@ def gres_count(gpus: Sequence[ProbedGpu]) -> str | None:
 
 
 def _program(paths: HealthPaths, *args: str) -> str:
-    argv = [paths.python, "-m", "health", "--spec", paths.spec, *args]
+    state = ["--state", paths.state] if paths.state else []
+    argv = [paths.python, "-m", "health", "--spec", paths.spec, *state, *args]
     return f"cd {shlex.quote(paths.program_dir)} && exec {' '.join(shlex.quote(a) for a in argv)}"
 
 

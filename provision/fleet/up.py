@@ -35,6 +35,7 @@ from provision.fleet import verify as verify_api
 from provision.fleet.batch import BatchRun, check_without_gpu, lock_failed, make_batches, run_batch, unprobed_run
 from provision.fleet.cache.config import start_cache
 from provision.fleet.health_spec import group_hash
+from provision.fleet.integrations import check_hosts, slurm_conf_lines
 from provision.fleet.planning import NoHostProbed, PlanInputs, PlanRun, check_inputs, check_locked_names, plan
 from provision.fleet.records import LOCK_TASK, NOT_RUN, PROBE_TASK, HostRun, Progress, UpOptions, UpResult
 from provision.fleet.report import finish_reports
@@ -175,6 +176,14 @@ def _up(
                 run_id=run,
             ),
         )
+        # what integrations: asks of each probed host, before any change on any host
+        check_hosts(
+            config.integrations,
+            [targets[h.host] for h in planned.hosts],
+            verify_api.default_connect(
+                accept_new_host_keys=options.accept_new_host_keys, ssh_config=options.ssh_config
+            ),
+        )
     except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, SIGHUP while probing: nothing was changed
         state.close()
         result.interrupted = True
@@ -203,6 +212,11 @@ def _up(
         raise
     for note in planned.notes:
         say(note)
+    if config.integrations.slurm.enabled:  # provision never edits slurm.conf: the user adds these
+        gpus = {h.host: h.gpus for h in planned.hosts}
+        say(
+            "slurm.conf lines to add (docs/how-to/slurm.md): " + " | ".join(slurm_conf_lines(config.integrations, gpus))
+        )
     lock = planned.lock  # what plan wrote to planned.lock_path, not read back
     groups = {h: g for g in lock.groups for h in g.hosts}
     for hp in planned.hosts:

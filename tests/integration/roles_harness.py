@@ -139,13 +139,17 @@ def apply(run: Path, host: str, *options: str) -> Outcome:
     return finish(start(run, *options), host)
 
 
-def cpu_torch_config(folder: Path, hostset: harness.HostSet, wheelhouse: Path) -> Path:
-    """A provision.yaml for `up` on the test hosts: the CPU torch stack from the wheelhouse, no driver."""
+def cpu_torch_config(
+    folder: Path, hostset: harness.HostSet, wheelhouse: Path, *, venv: str | None = None, extra: str = ""
+) -> Path:
+    """A provision.yaml for `up` on the test hosts: the CPU torch stack from the wheelhouse, no
+    driver; ``venv`` in place of the default one, ``extra`` more top-level YAML."""
     path = folder / "provision.yaml"
+    where = f"venv: {venv}, " if venv else ""
     path.write_text(
         f"stack: {{frameworks: ['{harness.TORCH_CPU}+cpu'], driver: none}}\n"
-        f"install: {{pip: {{find_links: ['{wheelhouse}']}}, apt: {{proxy: '{hostset.proxy}'}}}}\n"
-        "verify: {allow_cpu: true}\n"
+        f"install: {{{where}pip: {{find_links: ['{wheelhouse}']}}, apt: {{proxy: '{hostset.proxy}'}}}}\n"
+        "verify: {allow_cpu: true}\n" + extra
     )
     return path
 

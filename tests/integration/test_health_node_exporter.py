@@ -19,38 +19,23 @@ import json
 import shlex
 import subprocess
 import time
-import urllib.request
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from provision.fleet.health_spec import LastVerify
 from provision.remote.health import SOURCES, exporters
 from tests.hosts import harness
 from tests.integration import roles_harness as rh
 from tests.support.health_host import copy_dist
+from tests.support.node_exporter import TEXTFILE_DIR, scrape
 
 pytestmark = pytest.mark.slow  # one apt install from the Debian mirror
 
 HOME = "/opt/provision-health-test"
-# Debian's default --collector.textfile.directory: read from the installed binary's --help below.
-TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"
 FEATURES_DIR = "/etc/kubernetes/node-feature-discovery/features.d"  # NFD's local source reads it
-PORT = 9100
-
-
-def scrape(address: str) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
-    """name -> {sorted labels: value} of every sample node_exporter serves."""
-    with urllib.request.urlopen(f"http://{address}:{PORT}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    out: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            out.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
-    return out
 
 
 def program(folder: Path, venv_site: Path) -> dict[str, Any]:

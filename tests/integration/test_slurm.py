@@ -2,45 +2,51 @@
 munge (22.05) on the SSH test hosts, one controller and two compute nodes, shared by every test
 here (one session-scoped cluster: the packages install once, in parallel on the three hosts).
 
-``up`` does not install provision-health yet, so the cluster fixture copies the program's FILES
-and a spec onto the compute nodes as ``up`` will, in folders of this test's own (never the
-``/opt/provision`` the other tests' ``up`` writes). Stand-ins, named as such: the spec's venv holds
-one REAL distribution (iniconfig, copied with its dist-info from this project's .venv) and expects
-no driver and no GPU (the hosts have none); the containers have no /dev/kmsg, so an empty
-kernel log file stands in for it; ``/dev/nvidia0``/``1`` are device nodes made for ``slurmd -G``.
+The issue's acceptance scenario: `provision up` (the real command, CPU torch from the local
+wheelhouse, in a venv of this test's own) with ``integrations: {slurm, prometheus}`` lays out
+provision-health, its Slurm programs, helpers.conf, gres.conf and the export timer on the two
+compute nodes, after the Slurm packages are installed and before slurmd starts. Debian's
+prometheus-node-exporter runs on both and is scraped over the bridge. slurm.conf is the test's
+(provision never writes it), with the lines `up` prints from the same generator.
 """
 
 from __future__ import annotations
 
-import json
 import subprocess
-import sysconfig
-import tarfile
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from io import BytesIO
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from provision.fleet import slurm_files
+from provision.fleet import integrations, slurm_files
 from provision.model.facts import ProbedGpu
-from provision.remote.health import SOURCES
 from tests.hosts import harness
-from tests.integration.roles_harness import ssh
+from tests.integration.roles_harness import cpu_torch_config, ssh
+from tests.integration.up_harness import run_up, up_args
+from tests.support.node_exporter import TEXTFILE_DIR, scrape
 
 pytestmark = pytest.mark.slow
 
-INTERVAL = 5  # HealthCheckInterval, seconds: the scenario's deadlines are three of these
-ROOT = "/opt/provision-slurm-test"  # this test's own folder on the hosts
-PATHS = slurm_files.HealthPaths(program_dir=f"{ROOT}/lib", spec=f"{ROOT}/health.json")
-PROGRAM, HELPER = f"{ROOT}/provision-health-slurm", f"{ROOT}/provision-feature-verified"
-SITE = Path(sysconfig.get_paths()["purelib"])
-VENV_SITE = f"{ROOT}/venv/lib/python3.11/site-packages"
+INTERVAL = 5  # HealthCheckInterval and the export timer's, seconds: the deadlines are three of these
+ROOT = "/opt/provision-slurm-test"  # this test's own folder on the hosts (the venv), never /opt/provision
+VENV = f"{ROOT}/venv"
+VENV_SITE = f"{VENV}/lib/python3.11/site-packages"
+PROGRAM, HELPER = integrations.SLURM_PROGRAM, integrations.SLURM_HELPER
 MARK = "# provision-slurm-test"
+CONFIG = (
+    f"integrations: {{slurm: {{enabled: true, health_check_interval: {INTERVAL}}},"
+    f" prometheus: {{textfile_dir: {TEXTFILE_DIR}}}, export_interval: {INTERVAL}}}\n"
+)
+# what `up` left on a compute node, removed after the tests (the later modules expect fresh hosts)
+UP_LEFT = (
+    "systemctl disable --now provision-health-export.timer >/dev/null 2>&1;"
+    " rm -f /etc/systemd/system/provision-health-export.service /etc/systemd/system/provision-health-export.timer;"
+    " systemctl daemon-reload; rm -rf /usr/local/lib/provision /usr/local/sbin/provision-health /etc/provision"
+    " /var/lib/provision /tmp/provision-verify.*"
+)
 
 
 @dataclass(frozen=True)
@@ -48,7 +54,7 @@ class Cluster:
     hostset: harness.HostSet
     controller: harness.TestHost
     nodes: tuple[harness.TestHost, harness.TestHost]
-    dist_info: str  # iniconfig's dist-info folder name in the venv
+    wheelhouse: Path
 
     def on(self, host: harness.TestHost, command: str, check: bool = True) -> str:
         return ssh(self.hostset, host, command, check)
@@ -71,36 +77,12 @@ def _slurm_conf(controller: harness.TestHost, nodes: tuple[harness.TestHost, ...
         "SlurmdSpoolDir=/var/lib/slurm/slurmd",
         "StateSaveLocation=/var/lib/slurm/slurmctld",
         "JobAcctGatherType=jobacct_gather/none",
-        # The lines docs/how-to/slurm.md tells users to add, from the generator itself.
+        # The lines docs/how-to/slurm.md tells users to add, from the generator `up` prints them with.
         *slurm_files.slurm_conf_lines(PROGRAM, INTERVAL, {n.name: [] for n in nodes}),
         *(f"NodeName={n.name} NodeAddr={n.address} CPUs=1 State=UNKNOWN" for n in nodes),
         f"PartitionName=debug Nodes={names} Default=YES MaxTime=INFINITE State=UP",
     ]
     return "\n".join(lines) + "\n"
-
-
-def _payload(spec: dict[str, Any]) -> bytes:
-    """A tar of everything a compute node gets: the program, the spec, the venv, the two programs."""
-    buf = BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-
-        def add(path: str, data: bytes, mode: int = 0o644) -> None:
-            info = tarfile.TarInfo(path.lstrip("/"))
-            info.size, info.mode = len(data), mode
-            tar.addfile(info, BytesIO(data))
-
-        for name, source in SOURCES.items():
-            add(f"{PATHS.program_dir}/health/{name}", source.read_bytes())
-        info = next(SITE.glob("iniconfig-*.dist-info"))
-        for line in (info / "RECORD").read_text().splitlines():
-            path = line.split(",")[0]
-            if path and not path.startswith(".."):
-                add(f"{VENV_SITE}/{path}", (SITE / path).read_bytes())
-        add(f"{ROOT}/venv/pyvenv.cfg", b"home = /usr/bin\nversion = 3.11.2\n")
-        add(PATHS.spec, json.dumps(spec).encode())
-        add(PROGRAM, slurm_files.health_check_program(PATHS).encode(), 0o755)
-        add(HELPER, slurm_files.feature_helper(PATHS).encode(), 0o755)
-    return buf.getvalue()
 
 
 def _put(hostset: harness.HostSet, host: harness.TestHost, data: bytes, command: str) -> None:
@@ -120,32 +102,23 @@ def _poll(what: str, probe: Callable[[], bool], deadline_s: float) -> float:
 
 
 @pytest.fixture(scope="session")
-def slurm_cluster(testhosts: harness.HostSet) -> Iterator[Cluster]:
+def slurm_cluster(
+    testhosts: harness.HostSet, wheelhouse: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Cluster]:
     controller, *nodes = testhosts.hosts[-3:]
     cluster_nodes = (nodes[0], nodes[1])
     every = [controller, *cluster_nodes]
-    version = next(SITE.glob("iniconfig-*.dist-info")).name.removesuffix(".dist-info").split("-")[1]
-    spec: dict[str, Any] = {
-        "schema": "provision.health/1",
-        "lock_hash": "slurm-test",
-        "expected": {},
-        "driver": {},
-        "gpus": {"count": 0},
-        "venv": f"{ROOT}/venv",
-        "python_packages": [{"name": "iniconfig", "version": version, "sha256": "0" * 64}],
-        "verify": {"verdict": "pass", "at": "2026-12-04T10:00:00+00:00", "max_age_s": None},
-    }
     conf = _slurm_conf(controller, cluster_nodes).encode()
-    helpers = slurm_files.helpers_conf(HELPER).encode()
     key = subprocess.run(["head", "-c", "1024", "/dev/urandom"], capture_output=True, check=True).stdout
     etc_hosts = "".join(f"{h.address} {h.name} {MARK}\\n" for h in every)
 
     def prepare(host: harness.TestHost) -> None:
+        exporter = " prometheus-node-exporter" if host != controller else ""
         ssh(
             testhosts,
             host,
             "export DEBIAN_FRONTEND=noninteractive; apt-get update -qq && apt-get install -y -qq"
-            " --no-install-recommends slurmctld slurmd slurm-client munge >/dev/null"
+            f" --no-install-recommends slurmctld slurmd slurm-client munge{exporter} >/dev/null"
             f" && printf '{etc_hosts}' >> /etc/hosts",
         )
         _put(
@@ -156,16 +129,24 @@ def slurm_cluster(testhosts: harness.HostSet) -> Iterator[Cluster]:
             " && chmod 400 /etc/munge/munge.key && systemctl restart munge",
         )
         _put(testhosts, host, conf, "cat > /etc/slurm/slurm.conf")
-        _put(testhosts, host, helpers, "cat > /etc/slurm/helpers.conf")  # slurmctld reads it too
-        if host != controller:
-            _put(testhosts, host, _payload(spec), "tar -C / --no-same-owner -xf -")
-            # The stand-in kernel log (the containers have no /dev/kmsg), only where none is.
-            ssh(testhosts, host, f"[ -e /dev/kmsg ] || {{ : > /dev/kmsg && touch {ROOT}/made-kmsg; }}")
+        if host == controller:  # slurmctld reads helpers.conf too; the nodes get theirs from `up`
+            _put(testhosts, host, slurm_files.helpers_conf(HELPER).encode(), "cat > /etc/slurm/helpers.conf")
 
     with ThreadPoolExecutor(len(every)) as pool:
         list(pool.map(prepare, every))
-    cluster = Cluster(testhosts, controller, cluster_nodes, f"iniconfig-{version}.dist-info")
+    cluster = Cluster(testhosts, controller, cluster_nodes, wheelhouse)
     try:
+        work = tmp_path_factory.mktemp("slurm-up")
+        inventory = work / "inventory.ini"
+        inventory.write_text(
+            "".join(
+                ln + "\n" for ln in testhosts.inventory.read_text().splitlines() if not ln.startswith(controller.name)
+            )
+        )
+        config = cpu_torch_config(work, testhosts, wheelhouse, venv=VENV, extra=CONFIG)
+        limit = ",".join(n.name for n in cluster_nodes)
+        rc, doc = run_up(work, up_args(testhosts, config, "--limit", limit, inventory=inventory))
+        assert rc == 0 and [h["verdict"] for h in doc["hosts"]] == ["pass", "pass"], doc
         cluster.ctl("systemctl restart slurmctld")
         _poll("slurmctld answers", lambda: cluster.on(controller, "sinfo", check=False) != "", 30)
         for node in cluster_nodes:
@@ -177,8 +158,10 @@ def slurm_cluster(testhosts: harness.HostSet) -> Iterator[Cluster]:
             ssh(
                 testhosts,
                 host,
-                "systemctl stop slurmd slurmctld munge; rm -f /etc/slurm/slurm.conf /etc/slurm/helpers.conf;"
-                f" [ -e {ROOT}/made-kmsg ] && rm -f /dev/kmsg; rm -rf {ROOT}; sed -i '/{MARK}/d' /etc/hosts",
+                "systemctl stop slurmd slurmctld munge; rm -f /etc/slurm/slurm.conf /etc/slurm/helpers.conf"
+                f" /etc/slurm/gres.conf; rm -rf {ROOT}; sed -i '/{MARK}/d' /etc/hosts; {UP_LEFT};"
+                " apt-get purge -y -q prometheus-node-exporter >/dev/null 2>&1; deluser --quiet prometheus 2>/dev/null;"
+                " rm -rf /var/lib/prometheus",
                 check=False,
             )
 
@@ -189,8 +172,9 @@ def _states(cluster: Cluster) -> dict[str, str]:
 
 
 def _ran_since(cluster: Cluster, node: harness.TestHost, at: int) -> bool:
-    """provision-health ran on ``node`` after ``at`` (its state file is renamed into place each run)."""
-    stamp = cluster.on(node, "stat -c %Y /var/lib/provision/health-state.json", check=False).strip()
+    """Slurm's health check ran on ``node`` after ``at`` (its own state file, renamed into place
+    each run; the export timer's runs keep another)."""
+    stamp = cluster.on(node, f"stat -c %Y {integrations.SLURM_STATE}", check=False).strip()
     return stamp.isdigit() and int(stamp) > at
 
 
@@ -198,54 +182,70 @@ def _reason(cluster: Cluster, node: harness.TestHost) -> str:
     return cluster.ctl(f"sinfo -h -R -n {node.name} -o '%250E'").strip()  # %E alone is cut at 20
 
 
-def test_drift_drains_restore_resumes_and_an_admin_drain_stays(slurm_cluster: Cluster) -> None:
-    c = slurm_cluster
-    sick, other = c.nodes
-    away = f"{ROOT}/venv/{c.dist_info}.away"
-    c.on(sick, f"mv {VENV_SITE}/{c.dist_info} {away}")
+def _samples(node: harness.TestHost, name: str) -> dict[tuple[tuple[str, str], ...], float]:
     try:
-        c.ctl(f"scontrol update nodename={other.name} state=drain reason=maintenance")
-        drained_at = int(c.on(other, "date +%s"))
-        _poll(f"{sick.name} drained", lambda: _reason(c, sick).startswith("provision-health:"), 3 * INTERVAL)
-        version = c.dist_info.removesuffix(".dist-info").split("-")[1]
-        assert _reason(c, sick) == f"provision-health: drift iniconfig: locked {version}, found none"
-        sinfo = c.ctl("sinfo -R -o '%250E|%N'")
-        assert sorted(ln.replace(" ", "") for ln in sinfo.splitlines()[1:]) == sorted(
-            [f"maintenance|{other.name}", f"provision-health:driftiniconfig:locked{version},foundnone|{sick.name}"]
-        )
-    finally:
-        c.on(sick, f"mv {away} {VENV_SITE}/{c.dist_info}")
-    _poll(f"{sick.name} idle again", lambda: _states(c)[sick.name] == "idle" and not _reason(c, sick), 3 * INTERVAL)
-    # A health check that found the admin's node healthy has run since its drain (the state file
-    # provision-health rewrites each run is newer): the drain is still the admin's.
-    _poll(f"a health check on {other.name}", lambda: _ran_since(c, other, drained_at), 3 * INTERVAL)
-    assert _reason(c, other) == "maintenance" and _states(c)[other.name] == "drained"
-    c.ctl(f"scontrol update nodename={other.name} state=resume")
+        return scrape(node.address).get(name, {})
+    except OSError:  # node_exporter not listening yet
+        return {}
 
 
-def test_a_job_asking_for_provision_verified_never_runs_on_the_drifted_node(slurm_cluster: Cluster) -> None:
+def test_drift_drains_jobs_go_elsewhere_restore_resumes_and_an_admin_drain_stays(slurm_cluster: Cluster) -> None:
+    """The issue's scenario on what `up` laid out: torch uninstalled from one node's venv drains it
+    within three intervals with a reason naming torch, node_exporter shows the drift there and the
+    other node's passed verify, `-C provision_verified` jobs run only on the other node, an
+    admin's `maintenance` drain stays, and torch reinstalled returns the node to idle."""
     c = slurm_cluster
     sick, good = c.nodes
-    away = f"{ROOT}/venv/{c.dist_info}.away"
     assert "provision_verified" in c.ctl(f"sinfo -h -N -n {good.name} -o '%f'")
-    c.on(sick, f"mv {VENV_SITE}/{c.dist_info} {away}")
+    torch = harness.TORCH_CPU.split("==")[1]  # the version the CPU stack locks (with +cpu)
+    wheel = next(c.wheelhouse.glob(f"torch-{torch}+cpu-*.whl"))
+    c.on(sick, f"{VENV}/bin/pip uninstall -q -y torch")
     try:
         _poll(f"{sick.name} drained", lambda: _reason(c, sick).startswith("provision-health:"), 3 * INTERVAL)
+        reason = _reason(c, sick)
+        assert reason.startswith(f"provision-health: drift torch: locked {torch}"), reason
+        assert reason.endswith(", found none"), reason
+
+        # node_exporter, scraped over the bridge: the drift on the sick node, a passed verify on the good one
+        def drift_shown() -> bool:
+            samples = _samples(sick, "provision_drift").items()
+            return any(dict(k)["component"] == "torch" and dict(k)["found"] == "none" and v == 1.0 for k, v in samples)
+
+        _poll("the drift in node_exporter's scrape", drift_shown, 3 * INTERVAL)
+        assert _samples(good, "provision_verify_pass") == {(): 1.0}
+        assert _samples(good, "provision_health_ok") == {(): 1.0}
+        # jobs asking for the feature run on the good node only
         ids = [c.ctl("sbatch --parsable -C provision_verified -o /dev/null --wrap true").strip() for _ in range(4)]
         _poll("the jobs done", lambda: c.ctl("squeue -h -o %i").strip() == "", 60)
         for job in ids:
             shown = c.ctl(f"scontrol show job {job}")
             assert "JobState=COMPLETED" in shown and f" NodeList={good.name}\n" in shown, shown
+        # an admin's drain of the good node
+        c.ctl(f"scontrol update nodename={good.name} state=drain reason=maintenance")
+        drained_at = int(c.on(good, "date +%s"))
+        sinfo = c.ctl("sinfo -R -o '%250E|%N'")
+        assert sorted(ln.split("|")[1] for ln in sinfo.splitlines()[1:]) == sorted([good.name, sick.name]), sinfo
+        print(c.ctl("sinfo -R -o '%70E %N'"))  # shown with -rP: docs/how-to/slurm.md's real output
     finally:
-        c.on(sick, f"mv {away} {VENV_SITE}/{c.dist_info}")
-    _poll(f"{sick.name} idle again", lambda: _states(c)[sick.name] == "idle", 3 * INTERVAL)
+        c.on(sick, f"{VENV}/bin/pip install -q --no-index --no-deps {wheel}")
+    _poll(f"{sick.name} idle again", lambda: _states(c)[sick.name] == "idle" and not _reason(c, sick), 3 * INTERVAL)
+    # A health check that found the admin's node healthy has run since its drain: the drain is still the admin's.
+    _poll(f"a health check on {good.name}", lambda: _ran_since(c, good, drained_at), 3 * INTERVAL)
+    assert _reason(c, good) == "maintenance" and _states(c)[good.name] == "drained"
+    c.ctl(f"scontrol update nodename={good.name} state=resume")
 
 
-def test_slurmd_accepts_the_generated_gres_conf(slurm_cluster: Cluster) -> None:
+def test_up_wrote_slurms_files_and_slurmd_accepts_the_gres_conf(slurm_cluster: Cluster) -> None:
     c = slurm_cluster
     node = c.nodes[1]
+    # what `up` wrote (no GPU on a test host: a gres.conf with provision's mark only)
+    assert c.on(node, "cat /etc/slurm/gres.conf") == integrations.MARK + "\n"
+    assert c.on(node, "cat /etc/slurm/helpers.conf").splitlines()[1] == slurm_files.helpers_conf(HELPER).strip()
+    assert c.on(node, f"stat -c %a {PROGRAM} {HELPER}").split() == ["755", "755"]
+    assert c.on(node, "systemctl is-active provision-health-export.timer").strip() == "active"
+    # a gres.conf for two GPUs, as `up` writes it for a host with them, taken by the real slurmd -G
     gpus = [ProbedGpu(model="H100-SXM", pci_id="10de:2330")] * 2
-    gres = slurm_files.gres_conf(node.name, gpus)
+    gres = f"{integrations.MARK}\n{slurm_files.gres_conf(None, gpus)}"
     conf = c.on(node, "cat /etc/slurm/slurm.conf")
     lines = [
         ln + f" Gres={slurm_files.gres_count(gpus)}" if ln.startswith(f"NodeName={node.name} ") else ln

@@ -86,3 +86,27 @@ def test_the_role_installs_the_program_once_and_the_launcher_runs_it(tmp_path: P
     assert doc["lock_hash"] == values["health_spec"]["lock_hash"]
     assert any(p.startswith("drift driver: locked 595.58.03") for p in doc["problems"]), doc["problems"]
     assert (root / "state" / "health-state.json").is_file()
+
+
+def test_the_integrations_files_are_written_as_given_once(tmp_path: Path) -> None:
+    """integrations.slurm's files (health_files, from provision/fleet/integrations.py role_vars):
+    written as root with their modes, nothing in check mode, nothing more on a second run. (The
+    export timer needs systemd as PID 1, which this machine lacks: the Slurm integration test on
+    the SSH test hosts runs it.)"""
+    tmp, values = run_dir(tmp_path)
+    root = tmp / "root"
+    slurm = root / "slurm"
+    values["health_files"] = [
+        {"path": str(root / "lib" / "provision-health-slurm"), "content": "#!/bin/sh\nexit 0\n", "mode": "0755"},
+        {"path": str(slurm / "helpers.conf"), "content": "# mark\nFeature=f Helper=/x\n", "mode": "0644"},
+    ]
+    values["health_export_unit"] = "provision-health-export-unit-test"  # no such unit here: nothing to stop
+    (root / "sbin").mkdir(parents=True)
+    slurm.mkdir()
+    assert apply(tmp, values, "check", check=True) > 0
+    assert not (slurm / "helpers.conf").exists()
+    assert apply(tmp, values, "first") > 0
+    program = root / "lib" / "provision-health-slurm"
+    assert program.read_text() == "#!/bin/sh\nexit 0\n" and program.stat().st_mode & 0o777 == 0o755
+    assert (slurm / "helpers.conf").stat().st_mode & 0o777 == 0o644 and program.stat().st_uid == 0
+    assert apply(tmp, values, "second") == 0
