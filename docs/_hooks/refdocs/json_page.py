@@ -189,6 +189,10 @@ CONTRACTS: dict[str, Contract] = {
                 "last_run": "The last run's id.",
                 "converged": "Whether the last verification passed with the lock last applied.",
                 "health": "The last `provision health` answer: `{status, checked_at, problems, lock_hash}`, else null.",
+                "previous_lock_hash": "The lock the host ran before the current one (the newest other lock "
+                "in its run history), else null.",
+                "rollback": "What `provision rollback` would re-apply: `{possible, lock_hash, run}`, the lock "
+                "of the newest other run that passed verification there and whose content the state DB keeps.",
             },
         ),
     ),
