@@ -114,7 +114,8 @@ def _human(con: Console, hosts: list[dict[str, Any]], check_drift: bool, missing
     for h in hosts:
         row = [
             h["host"],
-            str(h["lock_hash"] or "-"),
+            str(h["lock_hash"] or "-")
+            + (f" (rolled back from {h['rolled_back_from']})" if h["rolled_back_from"] else ""),
             str(h["previous_lock_hash"] or "-"),
             _rollback_cell(h["rollback"]),
             str(h["verdict"]),

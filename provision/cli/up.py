@@ -35,6 +35,7 @@ from provision.cli.options import (
     stack_options,
     state_option,
     target_options,
+    verbose_option,
     yes_option,
 )
 from provision.cli.sections import LAUNCH, OUTPUT, SSH, STACK, SectionedCommand
@@ -90,13 +91,7 @@ UP_SECTIONS = (
     is_flag=True,
     help="With --cloud: keep what a failed launch or a failed run left, for debugging.",
 )
-@click.option(
-    "-v",
-    "--verbose",
-    "verbosity",
-    count=True,
-    help="Show what ansible-playbook prints (on stderr); -vv and more add ansible-playbook's own -v.",
-)
+@verbose_option()
 @command_options
 def up(
     *,

@@ -105,7 +105,7 @@ def run_batch(number: int, batches: list[list[HostRun]], run: BatchRun) -> bool:
             if h.lock_hash and (h.applied or h.verify is not None):  # its content, for a later rollback
                 state.keep_lock(h.lock_hash, dumps_lock(Lock(lock.knowledge, [lock.group_for(h.host)])))
             if h.applied and h.failed_task is None:
-                state.record_applied(result.run, h.host, h.lock_hash, h.changed)
+                state.record_applied(result.run, h.host, h.lock_hash, h.changed, rolled_back_from=h.rolled_back_from)
             if h.failed_task is not None:
                 state.record_failed(result.run, h.host, h.failed_task, h.lock_hash or None)
             if h.verify is not None:

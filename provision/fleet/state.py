@@ -54,6 +54,7 @@ CREATE TABLE IF NOT EXISTS runs (
     verdict TEXT,
     failed_task TEXT,
     lock_hash TEXT,            -- the lock group the run applied or verified on the host
+    rolled_back_from TEXT,     -- `provision rollback`: the lock the host ran before this run
     PRIMARY KEY (run, host)
 );
 -- every lock group applied or verified, by its hash (health_spec.group_hash): a one-group
@@ -92,7 +93,7 @@ class HostState:
 
 # Columns added to a table after its first release: a state DB made before gains them on open
 # (CREATE TABLE IF NOT EXISTS leaves an existing table as it was). Their rows read NULL there.
-_ADDED_COLUMNS = {"runs": {"lock_hash": "TEXT"}}
+_ADDED_COLUMNS = {"runs": {"lock_hash": "TEXT", "rolled_back_from": "TEXT"}}
 
 
 def _add_columns(db: sqlite3.Connection) -> None:
@@ -114,6 +115,7 @@ class RunRecord:
     lock_hash: str | None  # None: a run recorded before the state DB kept it, or a failed probe
     verdict: str | None
     failed_task: str | None
+    rolled_back_from: str | None = None  # a `provision rollback` run: the lock it went back from
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -121,12 +123,13 @@ class RunRecord:
             "lock_hash": self.lock_hash,
             "verdict": self.verdict,
             "failed_task": self.failed_task,
+            "rolled_back_from": self.rolled_back_from,
             "started_at": self.started_at,
             "finished_at": self.finished_at,
         }
 
 
-_RUN_COLUMNS = "run, host, started_at, finished_at, lock_hash, verdict, failed_task"
+_RUN_COLUMNS = "run, host, started_at, finished_at, lock_hash, verdict, failed_task, rolled_back_from"
 # newest first; runs in the same second keep the order they were written in (rowid)
 _RUN_ORDER = "ORDER BY host, COALESCE(finished_at, started_at) DESC, rowid DESC"
 
@@ -163,7 +166,7 @@ def read_history(path: Path) -> tuple[dict[str, list[RunRecord]], set[str]]:
 
 def _history_without_locks(db: sqlite3.Connection) -> dict[str, list[RunRecord]]:
     out: dict[str, list[RunRecord]] = {}
-    query = f"SELECT run, host, started_at, finished_at, NULL, verdict, failed_task FROM runs {_RUN_ORDER}"
+    query = f"SELECT run, host, started_at, finished_at, NULL, verdict, failed_task, NULL FROM runs {_RUN_ORDER}"
     for row in db.execute(query):
         out.setdefault(row[1], []).append(RunRecord(*row))
     return out
@@ -272,11 +275,18 @@ class State:
         row = self._db.execute("SELECT content FROM locks WHERE lock_hash = ?", (lock_hash,)).fetchone()
         return str(row[0]) if row else None
 
+    def kept_locks(self) -> set[str]:
+        """The hashes of the locks whose content is kept."""
+        return {str(r[0]) for r in self._db.execute("SELECT lock_hash FROM locks")}
+
     def history(self) -> dict[str, list[RunRecord]]:
         """Each host's runs, newest first."""
         return _history(self._db)
 
-    def record_applied(self, run: str, host: str, lock_hash: str, changed: int) -> None:
+    def record_applied(
+        self, run: str, host: str, lock_hash: str, changed: int, *, rolled_back_from: str | None = None
+    ) -> None:
+        """The host was applied ``lock_hash`` (``rolled_back_from``: by `provision rollback`, from that lock)."""
         now = time.time()
         with self._tx() as db:
             db.execute(
@@ -286,9 +296,11 @@ class State:
                 (host, lock_hash, now, run),
             )
             db.execute(
-                "INSERT INTO runs (run, host, started_at, changed, lock_hash) VALUES (?, ?, ?, ?, ?)"
-                " ON CONFLICT(run, host) DO UPDATE SET changed = excluded.changed, lock_hash = excluded.lock_hash",
-                (run, host, now, changed, lock_hash),
+                "INSERT INTO runs (run, host, started_at, changed, lock_hash, rolled_back_from)"
+                " VALUES (?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT(run, host) DO UPDATE SET changed = excluded.changed, lock_hash = excluded.lock_hash,"
+                " rolled_back_from = excluded.rolled_back_from",
+                (run, host, now, changed, lock_hash, rolled_back_from),
             )
 
     def record_failed(self, run: str, host: str, failed_task: str | None, lock_hash: str | None = None) -> None:
@@ -343,3 +355,16 @@ def rollback_target(runs: list[RunRecord], current: str | None, kept: set[str]) 
     return next(
         (r for r in runs if r.verdict == "pass" and r.lock_hash not in (None, current) and r.lock_hash in kept), None
     )
+
+
+def rolled_back_from(runs: list[RunRecord], current: str | None) -> str | None:
+    """When the host came to ``current`` by `provision rollback`: the lock it went back from (the
+    runs since, with the same lock, keep saying so); None when it came to it by `up`."""
+    for r in runs:
+        if r.lock_hash is None:
+            continue
+        if r.lock_hash != current:
+            return None
+        if r.rolled_back_from:
+            return r.rolled_back_from
+    return None

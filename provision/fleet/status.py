@@ -21,6 +21,7 @@ from provision.fleet.state import (
     read_history,
     read_hosts,
     rollback_target,
+    rolled_back_from,
 )
 from provision.fleet.state import state_path as where_state
 from provision.model.lock import find_group
@@ -67,6 +68,7 @@ def fleet_hosts(path: Path) -> list[dict[str, Any]] | None:
             "converged": r.lock_hash is not None and r.converged(r.lock_hash),
             "health": _health_json(health.get(r.host)),
             "previous_lock_hash": previous_lock(history.get(r.host, []), r.lock_hash),
+            "rolled_back_from": rolled_back_from(history.get(r.host, []), r.lock_hash),
             "rollback": _rollback_json(rollback_target(history.get(r.host, []), r.lock_hash, kept)),
         }
         for r in rows
