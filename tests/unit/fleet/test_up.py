@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from provision.fleet.state import State
 from provision.fleet.up import apply_limit, group_hash, limit_patterns
 from provision.model import FrameworkPin, ResolvedHost, Stack
 from provision.model.report import UpReport
-from provision.stack.lock import LockGroup
+from provision.stack.lock import LockGroup, PythonPackage
 from tests.cli_run import provision
 
 # this machine's run lock: one such test at a time across xdist workers (tests/conftest.py)
@@ -46,6 +47,14 @@ def test_group_hash_ignores_which_hosts_share_the_group() -> None:
 
     assert group_hash(group(["a"], "2.13.0")) == group_hash(group(["a", "b"], "2.13.0"))
     assert group_hash(group(["a"], "2.13.0")) != group_hash(group(["a"], "2.12.0"))
+    # the same torch with another wheel closure (a dependency more, or another file) is another lock
+    wheel = PythonPackage("filelock", "3.20.0", "a" * 64, "https://files.example/filelock.whl", "")
+    other = PythonPackage("filelock", "3.20.0", "b" * 64, "https://files.example/filelock.whl", "")
+    closed = replace(group(["a"], "2.13.0"), python_packages=[wheel])
+    assert group_hash(closed) not in {
+        group_hash(group(["a"], "2.13.0")),
+        group_hash(replace(closed, python_packages=[other])),
+    }
 
 
 @pytest.mark.parametrize(
