@@ -20,8 +20,10 @@ from provision.cli.options import (
     host_defaults,
     limit_option,
     login_options,
+    parse_sets,
     reboot_controller_option,
     refuse_unasked,
+    set_option,
     ssh_options,
     state_option,
     target_options,
@@ -49,6 +51,7 @@ if TYPE_CHECKING:
     help="Go back to this lock (a hash, or the run that applied it) instead of each host's last passing one.",
 )
 @yes_option("Do not ask before changing hosts.")
+@set_option()
 @reboot_controller_option()
 @ssh_options()
 @login_options()
@@ -63,6 +66,7 @@ def rollback(
     limit: str | None,
     to: str | None,
     yes: bool,
+    sets: tuple[str, ...],
     reboot_controller: bool,
     accept_new_host_keys: bool,
     ssh_config: Path | None,
@@ -98,6 +102,7 @@ def rollback(
         local=local,
         inventory=inventory,
         limit=limit,
+        overrides=parse_sets(sets),
         accept_new_host_keys=accept_new_host_keys,
         ssh_config=ssh_config,
         reboot_controller=reboot_controller,
