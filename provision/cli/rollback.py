@@ -17,10 +17,8 @@ from provision.cli.options import (
     NONEMPTY,
     command_options,
     config_option,
-    host_defaults,
     limit_option,
     login_options,
-    parse_sets,
     reboot_controller_option,
     refuse_unasked,
     set_option,
@@ -89,25 +87,23 @@ def rollback(
 
     Exit status: 0 every host rolled back and passes, 1 a host failed, 2 bad input.
     """
-    from provision.cli.up import ProgressView, _ask  # noqa: PLC0415 (start-up: `provision --help` loads this module, not cli.up's view)
+    from provision.cli.up import ProgressView, _ask, apply_options  # noqa: PLC0415 (start-up: `provision --help` loads this module, not cli.up's view)
     from provision.config import Config, load_config  # noqa: PLC0415 (start-up: `provision --help` loads this module, not config)
-    from provision.fleet.records import UpOptions  # noqa: PLC0415 (start-up: `provision --help` loads this module, not fleet.records)
     from provision.fleet.rollback import rollback as run_rollback  # noqa: PLC0415 (start-up: `provision --help` loads this module, not fleet.rollback)
     from provision.fleet.up import check_options  # noqa: PLC0415 (start-up: `provision --help` loads this module, not fleet.up)
 
     refuse_unasked(yes, as_json, "rollback changes hosts", "pass --yes to go ahead without asking")
     config = load_config(config_path) if config_path is not None else Config()
-    defaults = host_defaults(login_user, private_key, ask_become_pass)
-    options = UpOptions(
+    options = apply_options(
         local=local,
         inventory=inventory,
         limit=limit,
-        overrides=parse_sets(sets),
+        sets=sets,
         accept_new_host_keys=accept_new_host_keys,
         ssh_config=ssh_config,
         reboot_controller=reboot_controller,
         state_path=state_path,
-        host_defaults=defaults,
+        login=(login_user, private_key, ask_become_pass),
         verbosity=verbosity,
     )
     check_options(options)
