@@ -345,8 +345,9 @@ class State:
 
 
 def previous_lock(runs: list[RunRecord], current: str | None) -> str | None:
-    """The lock the host ran before ``current``: the newest other lock in its history (newest first)."""
-    return next((r.lock_hash for r in runs if r.lock_hash and r.lock_hash != current), None)
+    """The lock the host ran before ``current``: the newest other lock in its history (newest first)
+    that a run put there (a run that failed before the host ran its lock does not count)."""
+    return next((r.lock_hash for r in runs if r.lock_hash and r.lock_hash != current and not r.failed_task), None)
 
 
 def rollback_target(runs: list[RunRecord], current: str | None, kept: set[str]) -> RunRecord | None:
@@ -361,7 +362,7 @@ def rolled_back_from(runs: list[RunRecord], current: str | None) -> str | None:
     """When the host came to ``current`` by `provision rollback`: the lock it went back from (the
     runs since, with the same lock, keep saying so); None when it came to it by `up`."""
     for r in runs:
-        if r.lock_hash is None:
+        if r.lock_hash is None or r.failed_task:  # a failed run left the host on its lock
             continue
         if r.lock_hash != current:
             return None

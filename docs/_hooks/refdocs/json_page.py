@@ -201,7 +201,7 @@ CONTRACTS: dict[str, Contract] = {
                 "rolled_back_from": "When the host came to its lock by `provision rollback`: the lock it went "
                 "back from, else null.",
                 "previous_lock_hash": "The lock the host ran before the current one (the newest other lock "
-                "in its run history), else null.",
+                "in its run history; a run that failed on the host does not count), else null.",
                 "rollback": "What `provision rollback` would re-apply: `{possible, lock_hash, run}`, the lock "
                 "of the newest other run that passed verification there and whose content the state DB keeps.",
             },

@@ -8,7 +8,14 @@ from pathlib import Path
 import pytest
 
 from provision.errors import BadInput
-from provision.fleet.state import RunRecord, State, previous_lock, read_history, rollback_target
+from provision.fleet.state import (
+    RunRecord,
+    State,
+    previous_lock,
+    read_history,
+    rollback_target,
+    rolled_back_from,
+)
 
 
 def test_converged_only_when_applied_and_verified_with_the_same_lock(tmp_path: Path) -> None:
@@ -95,3 +102,9 @@ def test_the_lock_before_and_the_rollback_target_come_from_the_history() -> None
     assert rollback_target(runs, "b", {"a", "b"}) == runs[2]
     assert rollback_target(runs[:2], "b", {"b", "c"}) is None  # c never passed: nothing to go back to
     assert previous_lock(runs[:1], "c") is None
+    # a failed apply of d (the host stayed on c) is no lock the host ran, nor does it end a rollback
+    failed = RunRecord("r5", "th1", 0.0, 0.0, "d", None, "frameworks : Install")
+    assert previous_lock([failed, *runs], "c") == "b"
+    rolled = RunRecord("r4", "th1", 0.0, 0.0, "c", "pass", None, rolled_back_from="b")
+    assert rolled_back_from([failed, rolled, *runs[1:]], "c") == "b"
+    assert rolled_back_from(runs, "c") is None  # c came by up
