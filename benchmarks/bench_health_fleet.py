@@ -9,6 +9,12 @@ every one of the 200 answers is a whole program run on that host. Each figure is
 --repeat runs of the whole command as a user runs it (a fresh process: import, inventory, SSH
 connects, `provision-health --json` on the host, the state DB), after one warm-up run.
 
+Beside the wall time it counts the CPU time the run costs (the controller's command, and the test
+host's sshd and program runs: the harness starts the host as a child of this process, so both are
+in a CPU-accounting cgroup this benchmark makes for itself, cgroup v1 ``cpuacct`` or v2 ``cpu.stat``).
+``CPU s / CPUs`` is the least wall time any fan-out can take on this machine: a wall time near it
+says the fan-out is concurrent and the machine's cores are what bound it.
+
 The one host answers for 200 names, so its sshd sees 200 handshakes at once, where each of 200
 real hosts would see one: its MaxStartups (OpenSSH's default 10:30:100 drops unauthenticated
 connections beyond 10 at random) is raised to 256 on the test host for the benchmark.
@@ -22,14 +28,17 @@ target is missed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import resource
 import shlex
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -78,7 +87,67 @@ def install(one: Path) -> None:
         transport.close()
 
 
-def timed(inv: Path, state: Path, names: int) -> float:
+class CpuMeter:
+    """CPU seconds used by this process and everything it starts after :meth:`enter` (a cgroup of
+    its own: its children stay in it, the test host's container included, whose nspawn runs with
+    ``--register=no --keep-unit``, tests/hosts/testhosts.sh)."""
+
+    def __init__(self) -> None:
+        self.group: Path | None = None
+        self.usage: Path | None = None
+        self.scale = 1e-9
+
+    def enter(self) -> bool:
+        name = f"provision-bench-{os.getpid()}"
+        for root, usage, scale in (
+            (Path("/sys/fs/cgroup/cpuacct"), "cpuacct.usage", 1e-9),  # v1: nanoseconds
+            (Path("/sys/fs/cgroup"), "cpu.stat", 1e-6),  # v2: usage_usec
+        ):
+            if not (root / usage).exists() and not (root / "cgroup.controllers").exists():
+                continue
+            try:
+                (root / name).mkdir()
+                (root / name / "cgroup.procs").write_text(f"{os.getpid()}\n")
+            except OSError:
+                continue
+            self.group, self.usage, self.scale = root / name, root / name / usage, scale
+            return True
+        return False
+
+    def seconds(self) -> float:
+        if self.usage is None:
+            return float("nan")
+        text = self.usage.read_text()
+        if self.usage.name == "cpu.stat":
+            text = next(line.split()[1] for line in text.splitlines() if line.startswith("usage_usec "))
+        return int(text.strip()) * self.scale
+
+    def leave(self) -> None:
+        if self.group is not None:
+            with contextlib.suppress(OSError):
+                (self.group.parent / "cgroup.procs").write_text(f"{os.getpid()}\n")
+                self.group.rmdir()
+
+
+@contextlib.contextmanager
+def cpu_meter() -> Iterator[CpuMeter]:
+    meter = CpuMeter()
+    meter.enter()
+    try:
+        yield meter
+    finally:
+        meter.leave()
+
+
+def _children_cpu() -> float:
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
+def timed(inv: Path, state: Path, names: int, meter: CpuMeter) -> tuple[float, float, float]:
+    """The command's wall time, the CPU seconds it cost here and on the host, and the controller's
+    share of them (the `provision health` process: its SSH client is paramiko, in process)."""
+    cpu, controller = meter.seconds(), _children_cpu()
     start = time.perf_counter()
     ran = subprocess.run(
         [sys.executable, "-m", "provision", "health", "-i", str(inv), "--json", "--state", str(state)],
@@ -86,10 +155,12 @@ def timed(inv: Path, state: Path, names: int) -> float:
         text=True,
     )
     elapsed = time.perf_counter() - start
+    # the host's sshd sessions and program runs end before the command does: nothing is left running
+    used, controller = meter.seconds() - cpu, _children_cpu() - controller
     doc = json.loads(ran.stdout)
     if ran.returncode != 0 or doc["counts"] != {"healthy": names}:
         raise SystemExit(f"health failed: {doc['counts']} {ran.stderr.strip()[:500]}")
-    return elapsed
+    return elapsed, used, controller
 
 
 def connections_only(inv: Path) -> float:
@@ -118,7 +189,9 @@ def main() -> int:
         raise SystemExit(harness.available())
     directory = Path(os.environ.get("TESTHOSTS_DIR", "/var/tmp/provision-bench-health"))
     load_before = os.getloadavg()[0]
+    cpus = os.cpu_count() or 1
     with (
+        cpu_meter() as meter,
         harness.running(
             1,
             directory,
@@ -133,21 +206,27 @@ def main() -> int:
         install(one)
         time.sleep(2)  # let the host's boot-time services settle before timing
         state = Path(tmp) / "state.db"
-        rows = {}
+        rows: dict[int, list[float]] = {}
+        cpu: dict[int, list[float]] = {}
+        mine: dict[int, list[float]] = {}
         for size, inv in ((1, one), (args.names, many)):
-            timed(inv, state, size)  # warm-up
-            rows[size] = [timed(inv, state, size) for _ in range(args.repeat)]
+            timed(inv, state, size, meter)  # warm-up
+            runs = [timed(inv, state, size, meter) for _ in range(args.repeat)]
+            rows[size], cpu[size], mine[size] = ([run[i] for run in runs] for i in range(3))
         bare = {
             size: statistics.median(connections_only(inv) for _ in range(args.repeat))
             for size, inv in ((1, one), (args.names, many))
         }
     base = statistics.median(rows[1])
-    print(f"load average before: {load_before:.2f}, CPUs: {os.cpu_count()}\n")
-    print("| inventory names (one host) | median (s) | best (s) | median / 1 name |")
-    print("| ---: | ---: | ---: | ---: |")
+    print(f"load average before: {load_before:.2f}, CPUs: {cpus}\n")
+    head = ("inventory names (one host)", "median (s)", "best (s)", "median / 1 name", "CPU s (median)")
+    print("| " + " | ".join((*head, "of it the controller's", "CPU s / CPUs", "median / (CPU s / CPUs)")) + " |")
+    print("| ---: " * 8 + "|")
     for size, times in rows.items():
-        ratio = statistics.median(times) / base
-        print(f"| {size} | {statistics.median(times):.2f} | {min(times):.2f} | {ratio:.2f} |")
+        wall, used = statistics.median(times), statistics.median(cpu[size])
+        floor = used / cpus
+        cells = (wall, min(times), wall / base, used, statistics.median(mine[size]), floor, wall / floor)
+        print(f"| {size} | " + " | ".join(f"{c:.2f}" for c in cells) + " |")
     print(
         f"\nthe connections alone, in process (`true` for the program): 1 name {bare[1]:.2f} s, "
         f"{args.names} names {bare[args.names]:.2f} s"

@@ -51,6 +51,37 @@ if TYPE_CHECKING:
     from provision.cloud.oneshot import CloudRun
     from provision.fleet.planning import PlanResult
     from provision.fleet.records import HostRun, UpOptions, UpResult
+    from provision.fleet.rolling import Hooks
+
+
+ROLLING = ("rolling", "max_unavailable", "canary", "drain_cmd", "wait_idle_cmd", "resume_cmd", "drain_timeout")
+
+
+def rolling_options(
+    rolling: str | None, serial: int | None, max_unavailable: int | None, canary: int | None, hooks: dict[str, Any]
+) -> tuple[Hooks | None, int | None]:
+    """``--rolling hooks`` and its options as the run's hooks and batch size (``--max-unavailable``,
+    1 by default, is ``--serial`` under another name); every misuse is bad input before any host."""
+    from provision.fleet.rolling import Hooks  # noqa: PLC0415 (start-up: `provision --help` loads this module, not fleet)
+
+    given = [f"--{name.replace('_', '-')}" for name, value in hooks.items() if value is not None]
+    if rolling is None:
+        extra = given + (["--max-unavailable"] if max_unavailable is not None else [])
+        if extra:
+            raise BadInput(f"{', '.join(extra)} only with --rolling", "add --rolling hooks, or leave them out")
+        return None, serial
+    if serial is not None and max_unavailable is not None:
+        raise BadInput("--serial and --max-unavailable are one setting", "give --max-unavailable N alone")
+    built = Hooks.build(
+        drain=hooks["drain_cmd"],
+        resume=hooks["resume_cmd"],
+        wait_idle=hooks["wait_idle_cmd"],
+        drain_timeout_s=hooks["drain_timeout"],
+    )
+    batch = max_unavailable if max_unavailable is not None else serial if serial is not None else 1
+    if batch < 1:
+        raise BadInput(f"--max-unavailable {batch} is not a batch size", "give --max-unavailable 1 or more")
+    return built, batch
 
 
 # up's --help in sections (cli/sections.py): what to act on, what to install, how to run, output
@@ -59,6 +90,7 @@ UP_SECTIONS = (
     ("Stack (what to install)", ("config_path", "lock_path", *STACK)),
     ("Install", ("install_method", "python_source", "sets", "force", "reboot_controller")),
     ("Run", ("check", "yes", "serial", "state_path")),
+    ("Rolling (through a scheduler)", ROLLING),
     ("Cloud (with --cloud)", ("cloud", *LAUNCH, "down_after", "keep_on_failure")),
     ("Output", ("verbosity", *OUTPUT)),
 )
@@ -78,6 +110,22 @@ UP_SECTIONS = (
 @limit_option()
 @click.option("--serial", type=int, metavar="N", help="Roll through N hosts at a time; stop when a batch fails.")
 @click.option("--force", is_flag=True, help="Apply even to hosts that are converged with this lock.")
+@click.option(
+    "--rolling",
+    type=click.Choice(["hooks"]),
+    help="Drain each batch's hosts through a scheduler first, resume those that pass (the commands below).",
+)
+@click.option("--max-unavailable", type=int, metavar="N", help="With --rolling: hosts drained at a time (default 1).")
+@click.option("--canary", type=int, metavar="N", help="With --rolling: a first batch of N hosts alone.")
+@click.option("--drain-cmd", metavar="TEMPLATE", help="With --rolling hooks: drains {host} with {reason}.")
+@click.option("--wait-idle-cmd", metavar="TEMPLATE", help="With --rolling hooks: exits 0 once {host} runs nothing.")
+@click.option("--resume-cmd", metavar="TEMPLATE", help="With --rolling hooks: hands {host} back to the scheduler.")
+@click.option(
+    "--drain-timeout",
+    type=float,
+    metavar="SECONDS",
+    help="With --rolling (required): how long a host's running jobs may take to finish.",
+)
 @set_option()
 @reboot_controller_option()
 @ssh_options()
@@ -110,6 +158,13 @@ def up(
     limit: str | None,
     serial: int | None,
     force: bool,
+    rolling: str | None,
+    max_unavailable: int | None,
+    canary: int | None,
+    drain_cmd: str | None,
+    wait_idle_cmd: str | None,
+    resume_cmd: str | None,
+    drain_timeout: float | None,
     sets: tuple[str, ...],
     reboot_controller: bool,
     accept_new_host_keys: bool,
@@ -159,6 +214,10 @@ def up(
         refuse_unasked(yes, as_json, "up changes hosts", "pass --yes to go ahead without asking")
     if cloud:
         refuse_unasked(yes, as_json, "up --cloud launches paid instances", "pass --yes to launch without asking")
+    hooks = {"drain_cmd": drain_cmd, "wait_idle_cmd": wait_idle_cmd, "resume_cmd": resume_cmd}
+    rolling_hooks, serial = rolling_options(
+        rolling, serial, max_unavailable, canary, {**hooks, "drain_timeout": drain_timeout}
+    )
     config = load_config(config_path) if config_path is not None else Config()
     options = apply_options(
         local=local,
@@ -173,6 +232,7 @@ def up(
         verbosity=verbosity,
     )
     options.check, options.serial, options.force, options.lock = check, serial, force, lock_path
+    options.rolling, options.canary = rolling_hooks, canary
     check_options(options)
     # the stack request, parsed once, here: a bad stack option launches nothing
     options.request = StackRequest.build(**config.request_args(stack_flags))

@@ -24,7 +24,8 @@ from provision.errors import ProvisionError
 from provision.fleet import verify as verify_api
 from provision.fleet.health_spec import LAST_VERIFY, LastVerify, last_verify
 from provision.fleet.planning import HostPlan
-from provision.fleet.records import LOCK_TASK, NOT_VERIFIED, PROBE_TASK, HostRun
+from provision.fleet.records import DRAIN_TASK, LOCK_TASK, NOT_VERIFIED, PROBE_TASK, RESUME_TASK, HostRun
+from provision.fleet.rolling import HookFailed, Rolling, failed_reason, upgrade_reason
 from provision.fleet.verify import HostResult, failures
 from provision.model.components import TORCH_VARIANT
 from provision.model.lock import Lock, dumps_lock
@@ -62,6 +63,7 @@ class BatchRun:
     on_progress: Progress | None = None
     on_total: Callable[[int | None], None] | None = None
     locks: RunLocks | None = None
+    rolling: Rolling | None = None  # up --rolling (never in check mode: check mode changes nothing)
 
 
 def run_batch(number: int, batches: list[list[HostRun]], run: BatchRun) -> bool:
@@ -74,6 +76,10 @@ def run_batch(number: int, batches: list[list[HostRun]], run: BatchRun) -> bool:
     for h in batch:
         h.batch = number if options.serial else None
     to_apply = [h for h in batch if not h.converged]
+    # --rolling: the hosts this batch changes leave the scheduler's hands first (converged hosts
+    # change nothing and are only verified, as in every run)
+    drained = _take_out(run.rolling, to_apply, run) if run.rolling is not None and to_apply else []
+    to_apply = [h for h in to_apply if h.failed_task is None]
     if to_apply:
         say(
             f"batch {number}/{len(batches)}: applying {', '.join(h.host for h in to_apply)}"
@@ -95,6 +101,8 @@ def run_batch(number: int, batches: list[list[HostRun]], run: BatchRun) -> bool:
         _verify([targets[h.host] for h in to_verify], to_verify, lock, config.install.venv, config, options)
         if not options.check:  # check mode changes nothing on a host, this record neither
             _record_last_verify([h for h in to_verify if h.verify is not None], targets, options, say)
+    if run.rolling is not None:
+        _hand_back(run.rolling, drained, say)
     for h in batch:
         if h.failed_task is not None:
             h.verdict = "fail"
@@ -122,6 +130,70 @@ def run_batch(number: int, batches: list[list[HostRun]], run: BatchRun) -> bool:
     return False
 
 
+def _hook_failed(h: HostRun, task: str, line: str, say: Callable[[str], None]) -> None:
+    h.failed_task, h.message, h.verdict = task, line, "fail"
+    say(line)
+
+
+def _take_out(rolling: Rolling, hosts: list[HostRun], run: BatchRun) -> list[HostRun]:
+    """Drain each host with ``provision-upgrade: <old lock> -> <new lock>``, then wait, side by
+    side, until each runs nothing. A host whose drain fails, or that is still busy at
+    --drain-timeout, fails alone and is not applied; one that was drained is handed back (nothing on
+    it changed, and its jobs were never touched). The hosts ready to apply."""
+    drained: list[HostRun] = []
+    for h in hosts:
+        known = run.state.host(h.host)
+        reason = upgrade_reason(known.lock_hash if known is not None else None, h.lock_hash)
+        try:
+            rolling.drain(h.host, reason)
+        except HookFailed as exc:
+            _hook_failed(h, DRAIN_TASK, str(exc), run.say)
+            continue
+        run.say(f"{h.host}: drained ({reason}); waiting until it runs nothing")
+        drained.append(h)
+
+    def wait(h: HostRun) -> str | None:
+        try:
+            run.say(f"{h.host}: idle after {rolling.wait_idle(h.host):.0f} s")
+        except HookFailed as exc:
+            return str(exc)
+        return None
+
+    with ThreadPoolExecutor(max_workers=max(1, len(drained))) as pool:
+        busy = list(pool.map(wait, drained))
+    for h, why in zip(drained, busy, strict=True):
+        if why is None:
+            continue
+        _hook_failed(h, DRAIN_TASK, why, run.say)
+        try:
+            rolling.resume(h.host)
+        except HookFailed as exc:
+            h.message = f"{why}; {exc}"
+    return [h for h in drained if h.failed_task is None]
+
+
+def _hand_back(rolling: Rolling, hosts: list[HostRun], say: Callable[[str], None]) -> None:
+    """After the verify: resume each host that passed; one that did not stays drained, its reason
+    rewritten to say why (``provision-upgrade: verify failed: ...``). A resume that fails makes the
+    host fail: it passed, but it is not back in service, and the next `up --rolling` retries it."""
+    for h in hosts:
+        if h.ok and h.failed_task is None:
+            try:
+                rolling.resume(h.host)
+            except HookFailed as exc:
+                _hook_failed(h, RESUME_TASK, str(exc), say)
+                continue
+            say(f"{h.host}: resumed")
+            continue
+        reason = failed_reason(h.message or h.failed_task or "did not pass")
+        try:
+            rolling.drain(h.host, reason)
+        except HookFailed as exc:
+            h.message = f"{h.message}; {exc}" if h.message else str(exc)
+            continue
+        say(f"{h.host}: left drained ({reason})")
+
+
 def unprobed_run(failure: ProbeFailure) -> HostRun:
     """A host the probe could not reach: it fails alone, with the probe's reason, never applied."""
 
@@ -141,7 +213,11 @@ def _to_stderr(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
-def make_batches(hosts: list[HostRun], serial: int | None) -> list[list[HostRun]]:
+def make_batches(hosts: list[HostRun], serial: int | None, canary: int | None = None) -> list[list[HostRun]]:
+    """The run's batches: ``serial`` hosts each (one batch without it), the first ``canary`` hosts
+    alone first when given (``up --rolling --canary N``)."""
+    if canary and hosts:
+        return [hosts[:canary], *make_batches(hosts[canary:], serial or 1)] if hosts[canary:] else [hosts]
     if not serial:
         return [hosts]
     return [hosts[i : i + serial] for i in range(0, len(hosts), serial)]

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from provision.ansible.apply import HostProgress
     from provision.fleet.planning import HostPlan
+    from provision.fleet.rolling import Hooks
     from provision.fleet.targets import HostDefaults
     from provision.stack.request import StackRequest
 
@@ -29,6 +30,10 @@ NOT_VERIFIED = "not-verified"
 PROBE_TASK = "(probe)"
 # the failed_task of a host whose run lock another run holds (provision/hosts/runlock.py)
 LOCK_TASK = "(host lock)"
+# the failed_task of a host that `up --rolling` could not take out of, or hand back to, its
+# scheduler (provision/fleet/rolling.py)
+DRAIN_TASK = "(drain)"
+RESUME_TASK = "(resume)"
 # What a check run says of a host without a GPU whose smoke job ran there (on its CPU).
 CPU_CHECK_NOTE = "no GPU on this host: the smoke job ran on the CPU"
 
@@ -145,6 +150,10 @@ class UpOptions:
     limit: str | None = None
     serial: int | None = None
     force: bool = False
+    # --rolling hooks: drain, wait, apply, verify, resume per batch (batches of --serial /
+    # --max-unavailable hosts, the first of --canary); None: no scheduler is asked
+    rolling: Hooks | None = None
+    canary: int | None = None
     overrides: dict[str, Any] = field(default_factory=dict)
     accept_new_host_keys: bool = False
     ssh_config: Path | None = None

@@ -89,8 +89,11 @@ def health_check_program(paths: HealthPaths) -> str:
 def feature_helper(paths: HealthPaths) -> str:
     """The helpers plugin's program for :data:`FEATURE`: prints it and exits 0 only when healthy.
 
-    Both the exit status and the printed name say "active" (confidence: medium: which of the two
-    the 22.05 plugin reads was not read from its source here)."""
+    The plugin needs both: it runs the helper with no arguments, takes nothing from a helper that
+    exits non-zero, and of a zero exit's output takes each line that names one of its features
+    (_feature_get_state and _foreach_filter_modes in
+    src/plugins/node_features/helpers/node_features_helpers.c, SchedMD/slurm tag
+    slurm-22-05-8-1; the same test in master)."""
     check = _program(paths).replace("exec ", "", 1)
     return (
         "#!/bin/sh\n# Written by provision: the provision_verified node feature (docs/how-to/slurm.md).\n"

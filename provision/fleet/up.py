@@ -38,6 +38,7 @@ from provision.fleet.health_spec import group_hash
 from provision.fleet.planning import NoHostProbed, PlanInputs, PlanRun, check_inputs, check_locked_names, plan
 from provision.fleet.records import LOCK_TASK, NOT_RUN, PROBE_TASK, HostRun, Progress, UpOptions, UpResult
 from provision.fleet.report import finish_reports
+from provision.fleet.rolling import Rolling
 from provision.fleet.state import State, state_path
 from provision.fleet.targets import select_targets
 from provision.hosts.runlock import RunLocks, describe_leftovers
@@ -84,6 +85,11 @@ def check_options(options: UpOptions) -> None:
     """The checks that need no host and no inventory (``up --cloud`` makes them before launching)."""
     if options.serial is not None and options.serial < 1:
         raise BadInput(f"--serial {options.serial} is not a batch size", "give --serial 1 or more")
+    if options.canary is not None:
+        if options.rolling is None:
+            raise BadInput("--canary is a batch of --rolling", "add --rolling, or leave --canary out")
+        if options.canary < 1:
+            raise BadInput(f"--canary {options.canary} is not a batch size", "give --canary 1 or more")
     limit_patterns(options.limit)
 
 
@@ -233,13 +239,16 @@ def _up(
         # on the host, and what it reads and verifies while another run applies says nothing.
         locks = _take_host_locks(run, result.hosts, targets, options, say)
         batches = make_batches(
-            [h for h in result.hosts if h.failed_task not in (PROBE_TASK, LOCK_TASK)], options.serial
+            [h for h in result.hosts if h.failed_task not in (PROBE_TASK, LOCK_TASK)], options.serial, options.canary
         )
         to_apply = [targets[h.host] for batch in batches for h in batch if not h.converged]
         # planned.run_vars: the role variables plan rendered into the run dir, not read back from it
         assert planned.run_vars is not None  # plan always writes the run dir it returns
         cache = start_cache(config, options, run_dir, lock, rendered=planned.run_vars, targets=to_apply, say=say)
-        shared = BatchRun(run_dir, lock, targets, config, options, state, result, say, on_progress, on_total, locks)
+        rolling = Rolling(options.rolling) if options.rolling is not None and not options.check else None
+        shared = BatchRun(
+            run_dir, lock, targets, config, options, state, result, say, on_progress, on_total, locks, rolling
+        )
         for number in range(1, len(batches) + 1):
             if not run_batch(number, batches, shared):
                 break

@@ -9,6 +9,11 @@ condition's message, cut at ``max_output_length``. The config's fields are NPD's
 ``timeout`` is above the global one and a permanent rule whose condition has no default
 (pkg/custompluginmonitor/types/config.go, Validate), and the tests hold this file to both.
 
+NPD's own image has no Python (its Dockerfile: ``debian-base:bookworm`` with util-linux, bash and
+libsystemd-dev added), and its DaemonSet runs privileged (deployment/node-problem-detector.yaml), so
+in a DaemonSet the rule runs the host's program with ``chroot`` into the host's root mounted at
+``--host-root`` (coreutils' chroot, which debian-base keeps: coreutils is Essential in Debian).
+
 The Node Feature Discovery labels are written on the host by provision-health itself
 (``--nfd-features``, provision/remote/health/exporters.py); docs/how-to/kubernetes.md has both.
 """
@@ -35,13 +40,18 @@ MAX_OUTPUT = 512  # NPD's default (80) would cut a line that names several probl
 # Its own state file: each run reports an Xid once, and the run that sees it first is the one
 # that reports it; NPD's runs beside Slurm's or a cron job's must not take each other's Xids.
 NPD_STATE = "/var/lib/provision/health-state-npd.json"
+CHROOT = "/usr/sbin/chroot"  # Debian's coreutils puts chroot(8) in /usr/sbin
 
 
-def health_command(home: str, *, python: str = "python3", spec: str = str(SPEC), state: str = NPD_STATE) -> list[str]:
+def health_command(
+    home: str, *, python: str = "python3", spec: str = str(SPEC), state: str = NPD_STATE, host_root: str | None = None
+) -> list[str]:
     """provision-health as one argv: ``python3 -m health`` from ``home``, the folder that holds the
     program's ``health/`` folder (NPD runs a plugin with no working directory of ours, so the
-    folder goes in PYTHONPATH, through env(1))."""
-    return ["/usr/bin/env", f"PYTHONPATH={home}", python, "-m", "health", "--spec", spec, "--state", state]
+    folder goes in PYTHONPATH, through env(1)); with ``host_root``, inside ``chroot host_root``,
+    where every path is the host's own."""
+    command = ["/usr/bin/env", f"PYTHONPATH={home}", python, "-m", "health", "--spec", spec, "--state", state]
+    return [CHROOT, host_root, *command] if host_root else command
 
 
 def npd_custom_plugin_monitor(
@@ -51,14 +61,18 @@ def npd_custom_plugin_monitor(
     spec: str = str(SPEC),
     interval_s: int = INTERVAL_S,
     timeout_s: int = TIMEOUT_S,
+    host_root: str | None = None,
 ) -> dict[str, Any]:
     """The config (``--config.custom-plugin-monitor=FILE``): one permanent rule, provision-health,
-    that sets the node condition ``ProvisionUnhealthy`` with the program's line as its message."""
+    that sets the node condition ``ProvisionUnhealthy`` with the program's line as its message.
+    ``host_root``: where a DaemonSet mounts the host's ``/`` (the rule chroots into it)."""
     if not PurePosixPath(home).is_absolute():
         raise ValueError(f"the provision-health folder must be an absolute path, not {home!r}")
+    if host_root is not None and not PurePosixPath(host_root).is_absolute():
+        raise ValueError(f"the host's root must be an absolute path, not {host_root!r}")
     if timeout_s > interval_s:
         raise ValueError(f"the timeout ({timeout_s}s) must not be longer than the interval ({interval_s}s)")
-    path, *args = health_command(home, python=python, spec=spec)
+    path, *args = health_command(home, python=python, spec=spec, host_root=host_root)
     return {
         "plugin": "custom",
         "pluginConfig": {
@@ -96,10 +110,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--spec", default=str(SPEC), help="the health spec on the host")
     p.add_argument("--interval-s", type=int, default=INTERVAL_S, help="seconds between runs")
     p.add_argument("--timeout-s", type=int, default=TIMEOUT_S, help="seconds a run may take")
+    p.add_argument(
+        "--host-root", help="where NPD's DaemonSet mounts the host's / (NPD's image has no Python: the rule chroots)"
+    )
     a = p.parse_args(argv)
     try:
         config = npd_custom_plugin_monitor(
-            a.home, python=a.python, spec=a.spec, interval_s=a.interval_s, timeout_s=a.timeout_s
+            a.home, python=a.python, spec=a.spec, interval_s=a.interval_s, timeout_s=a.timeout_s, host_root=a.host_root
         )
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)

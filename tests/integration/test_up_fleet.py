@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import json
 import signal
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 
+from provision.fleet.state import State
 from tests.hosts import harness
 from tests.integration import roles_harness as rh
 from tests.integration.up_harness import run_up, up_args, up_until
@@ -101,17 +103,41 @@ def test_hosts_that_cannot_be_probed_fail_alone(testhosts: harness.HostSet, whee
     assert "(probe)" in page and ghost_address in page
 
 
-def test_serial_stops_after_the_batch_that_fails_verification(
+def scheduler(tmp_path: Path) -> tuple[list[str], Path]:
+    """A recording stand-in for a scheduler's drain, wait and resume commands (the generic
+    `--rolling hooks` form, as kubectl or scontrol would be plugged in): each call is a line of
+    its log with the time; the wait answers "busy" on its first call for a host, then "idle"."""
+    log, script = tmp_path / "scheduler.log", tmp_path / "scheduler.sh"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'log={log}\nverb=$1; shift\nprintf "%s|%s|%s\\n" "$(date +%s.%N)" "$verb" "$*" >> "$log"\n'
+        f'if [ "$verb" = idle ] && [ "$(grep -c "|idle|$1\\$" "$log")" -lt 2 ]; then echo "1 job on $1"; exit 1; fi\n'
+    )
+    script.chmod(0o755)
+    args = [
+        *("--rolling", "hooks", "--max-unavailable", "1", "--drain-timeout", "120"),
+        *("--drain-cmd", f"{script} drain {{host}} {{reason}}", "--resume-cmd", f"{script} resume {{host}}"),
+        *("--wait-idle-cmd", f"{script} idle {{host}}"),
+    ]
+    return args, log
+
+
+def test_a_rolling_run_stops_after_the_batch_that_fails_verification_and_leaves_that_host_drained(
     testhosts: harness.HostSet, wheelhouse: Path, tmp_path: Path
 ) -> None:
+    """`up --rolling hooks --max-unavailable 1` (batches of one, as --serial 1): each host is
+    drained and waited for before its apply, and resumed after its verify passed; the host whose
+    verify fails stays drained with the reason rewritten, and the run stops before the next batch,
+    whose host is never drained nor touched."""
     first, broken, later = _hosts(testhosts, 3)
     inventory = _inventory(testhosts, tmp_path / "inventory.ini", [first.name, broken.name, later.name], [])
     config = rh.cpu_torch_config(tmp_path, testhosts, wheelhouse)
     rh.unprovision(testhosts, [first, broken, later])  # fresh hosts: nothing of an earlier test's installs
     rh.ssh(testhosts, broken, f"echo {rh.quote(SHADOW_TEXT)} > {SHADOW}")
     before = rh.host_snapshot(testhosts, later)
+    rolling, log = scheduler(tmp_path)
     try:
-        rc, doc = run_up(tmp_path, up_args(testhosts, config, "--serial", "1", inventory=inventory))
+        rc, doc = run_up(tmp_path, up_args(testhosts, config, *rolling, inventory=inventory))
     finally:
         rh.ssh(testhosts, broken, f"rm -f {SHADOW}")
         rh.unprovision(testhosts, [first, broken])
@@ -142,6 +168,41 @@ def test_serial_stops_after_the_batch_that_fails_verification(
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
     in_events = {str((e.get("event_data") or {}).get("host")) for e in events}
     assert {first.name, broken.name} <= in_events and later.name not in in_events
+
+    # the scheduler was asked in order: drain, wait (busy, then idle), and only then the apply;
+    # resumed after the verify; the failed host drained again with why, never resumed
+    state = State(tmp_path / ".provision" / "state.db")
+    lock_hash = {h.host: h.lock_hash for h in state.hosts()}  # what each host was applied with
+    calls = [line.split("|", 2) for line in log.read_text().splitlines()]
+    said = [(verb, args) for _, verb, args in calls]
+    why = details[broken.name]["message"]
+    assert said == [
+        ("drain", f"{first.name} provision-upgrade: none -> {lock_hash[first.name]}"),
+        ("idle", first.name),
+        ("idle", first.name),
+        ("resume", first.name),
+        ("drain", f"{broken.name} provision-upgrade: none -> {lock_hash[broken.name]}"),
+        ("idle", broken.name),
+        ("idle", broken.name),
+        ("drain", f"{broken.name} provision-upgrade: verify failed: {why}"[: len(broken.name) + 251]),
+    ], said
+    at = {(verb, args.split()[0], n): float(t) for n, (t, verb, args) in enumerate(calls)}
+
+    def when(verb: str, host: str) -> list[float]:
+        return [t for (v, h, _), t in at.items() if v == verb and h == host]
+
+    for host in (first.name, broken.name):
+        applied = [
+            datetime.fromisoformat(e["created"]).timestamp()
+            for e in events
+            if (e.get("event_data") or {}).get("host") == host
+        ]
+        assert max(when("idle", host)) < min(applied), host  # idle before its first task
+    assert when("resume", first.name)[0] > max(
+        datetime.fromisoformat(e["created"]).timestamp()
+        for e in events
+        if (e.get("event_data") or {}).get("host") == first.name
+    )
 
 
 def test_ctrl_c_writes_the_report_so_far_and_exits_130(

@@ -71,7 +71,8 @@ def parse_node(text: str) -> dict[str, str]:
 
 def node_name(explicit: str | None = None, env: dict[str, str] | None = None) -> str:
     """The Slurm node this runs on: ``--slurm-node``, else SLURMD_NODENAME where slurmd sets it
-    (confidence: medium, slurm.conf(5) does not say it does for HealthCheckProgram), else the
+    (slurmd's run_script_health_check sets it to the node's name: src/slurmd/slurmd/slurmd.c in
+    SchedMD/slurm, tag slurm-22-05-8-1 and master alike; slurm.conf(5) does not say so), else the
     short host name (Slurm's default NodeName is the short name, slurm.conf(5) NodeName)."""
     if explicit:
         return explicit

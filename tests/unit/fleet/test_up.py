@@ -28,6 +28,13 @@ def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return provision(*args, cwd=cwd)
 
 
+# a whole --rolling hooks command line but for what a case changes (the last option wins in click)
+ROLL = [
+    *("up", "--local", "--yes", "--rolling", "hooks", "--drain-cmd", "true {host} {reason}"),
+    *("--resume-cmd", "true {host}", "--wait-idle-cmd", "true {host}", "--drain-timeout", "60"),
+]
+
+
 def test_limit_patterns_and_globs() -> None:
     names = ["th1", "th2", "gpu-a", "gpu-b"]
     assert apply_limit(names, limit_patterns("gpu-*")) == ["gpu-a", "gpu-b"]
@@ -67,6 +74,15 @@ def test_group_hash_ignores_which_hosts_share_the_group() -> None:
         (["up", "--local", "--yes", "--limit", "nothere"], "matches no host"),
         (["up", "--local", "--yes", "--serial", "0"], "--serial"),
         (["up", "--local", "--yes", "-c", "bad.yaml"], "bad.yaml"),
+        (["up", "--local", "--yes", "--drain-cmd", "true {host}"], "--drain-cmd only with --rolling"),
+        (["up", "--local", "--yes", "--canary", "1"], "--canary is a batch of --rolling"),
+        (["up", "--local", "--yes", "--rolling", "hooks"], "needs --drain-cmd, --resume-cmd, --wait-idle-cmd"),
+        ([*ROLL, "--max-unavailable", "0"], "--max-unavailable 0"),
+        ([*ROLL, "--serial", "2", "--max-unavailable", "2"], "one setting"),
+        ([*ROLL[:-2]], "--rolling needs --drain-timeout"),
+        ([*ROLL[:-2], "--drain-timeout", "0"], "--drain-timeout 0"),
+        ([*ROLL, "--drain-cmd", "drain {hostname}"], "names {hostname}"),
+        ([*ROLL, "--resume-cmd", "resume all"], "does not name {host}"),
         (["status", "--check-drift"], "-i INVENTORY"),
         (["status", "--state", "nope.db"], "no state database"),
     ],

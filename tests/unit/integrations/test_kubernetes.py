@@ -89,15 +89,33 @@ def test_npds_statuses_are_provision_healths_exit_codes() -> None:
 
 @pytest.mark.parametrize(
     ("kwargs", "why"),
-    [({"home": "opt/provision"}, "absolute path"), ({"home": "/opt", "timeout_s": 90}, "not be longer")],
+    [
+        ({"home": "opt/provision"}, "absolute path"),
+        ({"home": "/opt", "timeout_s": 90}, "not be longer"),
+        ({"home": "/opt", "host_root": "host"}, "host's root must be an absolute path"),
+    ],
 )
 def test_bad_arguments_are_refused(kwargs: dict[str, Any], why: str) -> None:
     with pytest.raises(ValueError, match=why):
         kubernetes.npd_custom_plugin_monitor(**kwargs)
 
 
-def test_the_rule_runs_provision_health_as_npd_runs_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """path + args from a directory that is not the program's: exit 0 and the line on stdout."""
+@pytest.mark.parametrize(
+    "host_root",
+    [
+        None,
+        pytest.param(
+            "/",
+            marks=pytest.mark.skipif(os.geteuid() != 0, reason="chroot(8) needs root (NPD's DaemonSet is privileged)"),
+        ),
+    ],
+)
+def test_the_rule_runs_provision_health_as_npd_runs_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, host_root: str | None
+) -> None:
+    """path + args from a directory that is not the program's: exit 0 and the line on stdout. With
+    a host root the rule runs through a real chroot(8), into this machine's own / (a DaemonSet's
+    would be the host's / mounted in NPD's container)."""
     host = make_host(tmp_path, fakenvml.build(tmp_path / "fakenvml"), monkeypatch)
     home = tmp_path / "opt-provision"
     (home / "health").mkdir(parents=True)
@@ -106,9 +124,10 @@ def test_the_rule_runs_provision_health_as_npd_runs_it(tmp_path: Path, monkeypat
     spec = tmp_path / "health.json"
     spec.write_text(json.dumps(host["spec"]))
     config = kubernetes.npd_custom_plugin_monitor(
-        str(home), python=shutil.which("python3") or "python3", spec=str(spec)
+        str(home), python=shutil.which("python3") or "python3", spec=str(spec), host_root=host_root
     )
     rule = config["rules"][0]
+    assert (rule["path"], rule["args"][0]) == (kubernetes.CHROOT, "/") if host_root else rule["path"] == "/usr/bin/env"
     r = host["roots"]
     args = [a if a != kubernetes.NPD_STATE else str(r.state) for a in rule["args"]]  # the stand-in's state
     stand_ins = ["--proc", str(r.proc), "--kmsg", str(r.kmsg), "--dpkg-query", r.dpkg_query]
