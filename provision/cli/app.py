@@ -31,6 +31,7 @@ COMMANDS: dict[str, str] = {
     "verify": "provision.cli.verify:verify",
     "status": "provision.cli.status:status",
     "health": "provision.cli.health:health",
+    "rollback": "provision.cli.rollback:rollback",
     "cloud": "provision.cli.cloud:cloud",
     "advise": "provision.cli.advise:advise",
     "tune": "provision.cli.tune:tune",

@@ -47,6 +47,10 @@ EXAMPLES: dict[str, list[str]] = {
         "provision status",
         "provision status --check-drift -i hosts.ini",
     ],
+    "rollback": [
+        "provision rollback -i hosts.ini --yes",
+        "provision rollback -i hosts.ini --limit gpu07 --to 3f9c2a1b7d4e5f60 --yes",
+    ],
     "health": [
         "provision health --local",
         "provision health -i hosts.ini --limit 'gpu*' --json",

@@ -430,6 +430,17 @@ def take_alias(dest: str, value: Any) -> Any:
     return value if value is not None or old is None else old
 
 
+def verbose_option() -> Callable[[F], F]:
+    """``-v``: what ansible-playbook prints, on stderr (the commands that apply: up, rollback)."""
+    return click.option(
+        "-v",
+        "--verbose",
+        "verbosity",
+        count=True,
+        help="Show what ansible-playbook prints (on stderr); -vv and more add ansible-playbook's own -v.",
+    )
+
+
 def reboot_controller_option() -> Callable[[F], F]:
     return click.option(
         "--reboot-controller",

@@ -57,7 +57,8 @@ def status(
     ssh_config: Path | None,
     as_json: bool,
 ) -> int:
-    """List the fleet from the state DB: lock applied, last verdict, when, last health, last run.
+    """List the fleet from the state DB: the lock applied and the one before, whether a rollback is
+    possible, the last verdict, when, last health, last run.
 
     With --check-drift (and -i INVENTORY or --local to reach the hosts) each host is probed and
     compared with the lock of its last run; every version that differs is named.
@@ -95,13 +96,28 @@ def _human(con: Console, hosts: list[dict[str, Any]], check_drift: bool, missing
         con.print("no hosts yet: run `provision up`", markup=False)
         return
     table = Table(show_edge=False)
-    columns = ["host", "verdict", "converged", "applied", "verified", "health", "last run"]
+    columns = [
+        "host",
+        "lock",
+        "before",
+        "rollback",
+        "verdict",
+        "converged",
+        "applied",
+        "verified",
+        "health",
+        "last run",
+    ]
     columns += ["drift"] if check_drift else []
-    for c in columns:
-        table.add_column(c)
+    for c in columns:  # a lock hash folds onto a second line in a narrow terminal, never cut short
+        table.add_column(c, overflow="fold" if c in {"lock", "before", "rollback"} else "ellipsis")
     for h in hosts:
         row = [
             h["host"],
+            str(h["lock_hash"] or "-")
+            + (f" (rolled back from {h['rolled_back_from']})" if h["rolled_back_from"] else ""),
+            str(h["previous_lock_hash"] or "-"),
+            _rollback_cell(h["rollback"]),
             str(h["verdict"]),
             "yes" if h["converged"] else "no",
             str(h["applied_at"] or "-"),
@@ -113,6 +129,11 @@ def _human(con: Console, hosts: list[dict[str, Any]], check_drift: bool, missing
             row.append(h.get("error") or ("; ".join(h.get("drift_text") or []) or "none"))
         table.add_row(*row)
     con.print(table)
+
+
+def _rollback_cell(rollback: dict[str, Any]) -> str:
+    """What `provision rollback` would re-apply: the lock of the host's last other passing run."""
+    return f"to {rollback['lock_hash']}" if rollback["possible"] else "no"
 
 
 def _health_cell(health: dict[str, Any] | None) -> str:

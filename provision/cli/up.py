@@ -35,6 +35,7 @@ from provision.cli.options import (
     stack_options,
     state_option,
     target_options,
+    verbose_option,
     yes_option,
 )
 from provision.cli.sections import LAUNCH, OUTPUT, SSH, STACK, SectionedCommand
@@ -49,7 +50,7 @@ if TYPE_CHECKING:
     from provision.cloud.launcher import LaunchArgs
     from provision.cloud.oneshot import CloudRun
     from provision.fleet.planning import PlanResult
-    from provision.fleet.records import HostRun, UpResult
+    from provision.fleet.records import HostRun, UpOptions, UpResult
     from provision.fleet.rolling import Hooks
 
 
@@ -138,13 +139,7 @@ UP_SECTIONS = (
     is_flag=True,
     help="With --cloud: keep what a failed launch or a failed run left, for debugging.",
 )
-@click.option(
-    "-v",
-    "--verbose",
-    "verbosity",
-    count=True,
-    help="Show what ansible-playbook prints (on stderr); -vv and more add ansible-playbook's own -v.",
-)
+@verbose_option()
 @command_options
 def up(
     *,
@@ -200,7 +195,6 @@ def up(
     Exit status: 0 every host passes, 1 a host failed, 2 bad input, 3 unsatisfiable.
     """
     from provision.config import Config, load_config  # noqa: PLC0415 (start-up: `provision --help` loads this module, not config)
-    from provision.fleet.records import UpOptions  # noqa: PLC0415 (start-up: `provision --help` loads this module, not fleet.records)
     from provision.fleet.up import check_options  # noqa: PLC0415 (start-up: `provision --help` loads this module, not fleet.up)
     from provision.fleet.up import up as run_up  # noqa: PLC0415 (start-up: `provision --help` loads this module, not fleet.up)
 
@@ -225,25 +219,20 @@ def up(
         rolling, serial, max_unavailable, canary, {**hooks, "drain_timeout": drain_timeout}
     )
     config = load_config(config_path) if config_path is not None else Config()
-    defaults = host_defaults(login_user, private_key, ask_become_pass)  # after every check that needs no host
-    options = UpOptions(
+    options = apply_options(
         local=local,
         inventory=inventory,
-        check=check,
         limit=limit,
-        serial=serial,
-        force=force,
-        rolling=rolling_hooks,
-        canary=canary,
-        overrides=parse_sets(sets),
+        sets=sets,
         accept_new_host_keys=accept_new_host_keys,
         ssh_config=ssh_config,
         reboot_controller=reboot_controller,
         state_path=state_path,
-        lock=lock_path,
-        host_defaults=defaults,
+        login=(login_user, private_key, ask_become_pass),
         verbosity=verbosity,
     )
+    options.check, options.serial, options.force, options.lock = check, serial, force, lock_path
+    options.rolling, options.canary = rolling_hooks, canary
     check_options(options)
     # the stack request, parsed once, here: a bad stack option launches nothing
     options.request = StackRequest.build(**config.request_args(stack_flags))
@@ -293,6 +282,39 @@ def up(
     # `up --json` plus the run: docs/explanation/design.md's document with one more key, `cloud`.
     emit({**result.to_json(), "cloud": run.to_json()}, as_json, lambda con: _human(con, result, run))
     return int(ExitCode.OK if result.ok else ExitCode.FAILED)
+
+
+def apply_options(
+    *,
+    local: bool,
+    inventory: str | None,
+    limit: str | None,
+    sets: tuple[str, ...],
+    accept_new_host_keys: bool,
+    ssh_config: Path | None,
+    reboot_controller: bool,
+    state_path: Path | None,
+    login: tuple[str | None, Path | None, bool],
+    verbosity: int,
+) -> UpOptions:
+    """The run's options from what `up` and `rollback` share: targets, --set, SSH, login, state, -v.
+
+    ``login`` is ``-u``, ``--private-key`` and ``-K``: -K asks for the password here, so call this
+    after every check that needs no host."""
+    from provision.fleet.records import UpOptions  # noqa: PLC0415 (start-up: `provision --help` loads this module, not fleet.records)
+
+    return UpOptions(
+        local=local,
+        inventory=inventory,
+        limit=limit,
+        overrides=parse_sets(sets),
+        accept_new_host_keys=accept_new_host_keys,
+        ssh_config=ssh_config,
+        reboot_controller=reboot_controller,
+        state_path=state_path,
+        host_defaults=host_defaults(*login),
+        verbosity=verbosity,
+    )
 
 
 def refuse_stack_with_lock(cloud: bool, stack_flags: Mapping[str, Any]) -> None:

@@ -28,6 +28,7 @@ from provision.fleet.records import DRAIN_TASK, LOCK_TASK, NOT_VERIFIED, PROBE_T
 from provision.fleet.rolling import HookFailed, Rolling, failed_reason, upgrade_reason
 from provision.fleet.verify import HostResult, failures
 from provision.model.components import TORCH_VARIANT
+from provision.model.lock import Lock, dumps_lock
 
 if TYPE_CHECKING:
     from provision.config import Config
@@ -37,7 +38,6 @@ if TYPE_CHECKING:
     from provision.fleet.verify import HostResult
     from provision.hosts.inventory import HostTarget
     from provision.hosts.runlock import RunLocks
-    from provision.stack.lock import Lock
 
 
 def lock_failed(h: HostRun, line: str, say: Callable[[str], None]) -> None:
@@ -110,10 +110,12 @@ def run_batch(number: int, batches: list[list[HostRun]], run: BatchRun) -> bool:
         job_s = float((h.verify or {}).get("duration_s") or 0.0)
         h.duration_s = sum(h.role_seconds.values()) + job_s if (h.role_seconds or job_s) else 0.0
         if not options.check:
+            if h.lock_hash and (h.applied or h.verify is not None):  # its content, for a later rollback
+                state.keep_lock(h.lock_hash, dumps_lock(Lock(lock.knowledge, [lock.group_for(h.host)])))
             if h.applied and h.failed_task is None:
-                state.record_applied(result.run, h.host, h.lock_hash, h.changed)
+                state.record_applied(result.run, h.host, h.lock_hash, h.changed, rolled_back_from=h.rolled_back_from)
             if h.failed_task is not None:
-                state.record_failed(result.run, h.host, h.failed_task)
+                state.record_failed(result.run, h.host, h.failed_task, h.lock_hash or None)
             if h.verify is not None:
                 state.record_verdict(result.run, h.host, h.lock_hash, h.verdict)
     if options.serial is None or all(h.ok for h in batch) or number == len(batches):

@@ -40,8 +40,12 @@ LAST_VERIFY_SCHEMA = "provision.last-verify/1"
 
 def group_hash(group: LockGroup) -> str:
     """A lock group's identity for the state DB and the health spec: what is installed, not which
-    hosts share it."""
+    hosts share it. The wheel closure is part of it (two locks of one torch whose closures differ
+    are two locks: `provision rollback` goes from one to the other); a group without one hashes as
+    before the closure was added here."""
     doc = {"host": group.host.to_json(), "stack": group.stack.to_json(), "packages": group.to_json()["packages"]}
+    if group.python_packages:
+        doc["python_packages"] = group.to_json()["python_packages"]
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

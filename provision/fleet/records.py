@@ -67,6 +67,7 @@ class HostRun:
     # the host's lock group as flat versions (provision.stack.drift.expected_versions), for the
     # report's "locked" column; empty for a host the probe never reached
     locked: dict[str, str | None] = field(default_factory=dict)
+    rolled_back_from: str | None = None  # `provision rollback`: the lock hash the host ran before
 
     @property
     def ok(self) -> bool:
@@ -99,6 +100,7 @@ class HostRun:
             "batch": self.batch,
             "role_seconds": {k: round(v, 2) for k, v in self.role_seconds.items()},
             "locked": self.locked,
+            "rolled_back_from": self.rolled_back_from,
             "probed": self.plan.present,  # what the probe found before this run changed anything
             "verify": self.verify,
         }
@@ -164,6 +166,8 @@ class UpOptions:
     verbosity: int = 0
     # the stack request, parsed once by the command line (the stack options given beat the config's)
     request: StackRequest | None = None
+    # `provision rollback`: host -> the lock hash it runs now, which the run's lock replaces
+    rollback_from: dict[str, str] = field(default_factory=dict)
 
 
 Progress = Callable[["HostProgress"], None]

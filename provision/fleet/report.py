@@ -219,7 +219,14 @@ def render_html(report: UpReport) -> str:
 
 
 def reasons(d: HostDetail) -> list[str]:
-    """Why the host has its verdict, one line each, the root cause first."""
+    """Why the host has its verdict, one line each, the root cause first; a rollback says so first."""
+    why = _reasons(d)
+    if d.rolled_back_from:
+        return [f"rolled back from {d.rolled_back_from} to {d.lock_hash}", *why]
+    return why
+
+
+def _reasons(d: HostDetail) -> list[str]:
     verdict, message = d.verdict, d.message
     if d.failed_task:
         return [f"the task {d.failed_task!r} failed" + (f": {message}" if message else "")]

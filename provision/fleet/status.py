@@ -13,7 +13,16 @@ from typing import TYPE_CHECKING, Any
 
 from provision.errors import BadInput
 from provision.files import read_lock
-from provision.fleet.state import HealthState, read_health, read_hosts
+from provision.fleet.state import (
+    HealthState,
+    RunRecord,
+    previous_lock,
+    read_health,
+    read_history,
+    read_hosts,
+    rollback_target,
+    rolled_back_from,
+)
 from provision.fleet.state import state_path as where_state
 from provision.model.lock import find_group
 
@@ -46,6 +55,7 @@ def fleet_hosts(path: Path) -> list[dict[str, Any]] | None:
     if rows is None:
         return None
     health = read_health(path)
+    history, kept = read_history(path)
     return [
         {
             "host": r.host,
@@ -57,9 +67,19 @@ def fleet_hosts(path: Path) -> list[dict[str, Any]] | None:
             "last_run": r.last_run,
             "converged": r.lock_hash is not None and r.converged(r.lock_hash),
             "health": _health_json(health.get(r.host)),
+            "previous_lock_hash": previous_lock(history.get(r.host, []), r.lock_hash),
+            "rolled_back_from": rolled_back_from(history.get(r.host, []), r.lock_hash),
+            "rollback": _rollback_json(rollback_target(history.get(r.host, []), r.lock_hash, kept)),
         }
         for r in rows
     ]
+
+
+def _rollback_json(target: RunRecord | None) -> dict[str, Any]:
+    """Whether `provision rollback` has a lock to go back to on the host, and which (its last pass)."""
+    if target is None:
+        return {"possible": False, "lock_hash": None, "run": None}
+    return {"possible": True, "lock_hash": target.lock_hash, "run": target.run}
 
 
 def _health_json(h: HealthState | None) -> dict[str, Any] | None:

@@ -224,6 +224,7 @@ def _up(
         hr = HostRun(
             host=hp.host, group=hp.group, lock_hash=group_hash(group), plan=hp, locked=expected_versions(group)
         )
+        hr.rolled_back_from = options.rollback_from.get(hp.host)
         known = state.host(hp.host)
         hr.converged = not options.force and not hp.changes and known is not None and known.converged(hr.lock_hash)
         if hr.converged and hp.health:  # verified with this lock, but its health program is not this run's

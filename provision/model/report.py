@@ -246,6 +246,8 @@ class HostDetail:
     locked: Mapping[str, str | None] = field(default_factory=dict)  # the lock group, flat
     probed: Probed | None = None  # None: never probed (or a report from before this field)
     verify: VerifyReport | None = None  # None: the smoke job did not run (or left nothing)
+    lock_hash: str | None = None
+    rolled_back_from: str | None = None  # `provision rollback`: the lock hash the host ran before
 
     @classmethod
     def from_json(cls, doc: object, where: str = "detail") -> HostDetail:
@@ -272,6 +274,8 @@ class HostDetail:
             # an empty object is what a host the probe never reached has: no facts
             probed=Probed.from_json(probed, f"{where}.probed") if probed else None,
             verify=VerifyReport.from_json(verify, f"{where}.verify") if verify else None,
+            lock_hash=_text(d, "lock_hash", where),
+            rolled_back_from=_text(d, "rolled_back_from", where),
         )
 
 

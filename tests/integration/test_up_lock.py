@@ -5,22 +5,28 @@ host changes. Then `plan` with a stack flag over the config and a directory inve
 one file, their connection settings in group_vars/, as Ansible users keep them) writes a lock with
 the wheel closure, and `up --lock` applies it as it is, with a config whose stack could not even be
 resolved (the lock decides, nothing is resolved again): every host passes and holds exactly the
-lock's closure (`pip freeze`).
+lock's closure (`pip freeze`). Last, `provision rollback` on one host (issue 30): after a lock
+with another closure, back to that lock, file by file.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from provision.files import read_lock
+from provision.files import read_lock, write_lock
+from provision.fleet.health_spec import group_hash
+from provision.matrix import load
+from provision.model.lock import Lock, PythonPackage
 from tests.cli_run import provision
 from tests.hosts import harness
 from tests.integration import roles_harness as rh
 from tests.integration.up_harness import run_up, up_args
+from tests.wheels import sha256
 
 pytestmark = pytest.mark.slow  # installs torch on every host
 
@@ -101,8 +107,76 @@ def test_up_applies_the_planned_lock_and_refuses_one_for_another_host(
             assert rh.installed_closure(testhosts, host) == rh.locked_closure(
                 [p.to_json() for p in lock.groups[0].python_packages]
             )
+        _roll_back_after_a_lock_with_another_closure(testhosts, unsatisfiable, first, tmp_path, doc["run"])
     finally:
         rh.unprovision(testhosts, testhosts.hosts)
+
+
+# Every distribution in the venv, file by file: the sha256 of each file its RECORD lists, read from
+# the file on disk (so a file changed since the install shows), byte-compiled caches aside (pip and
+# uv write them at install time, they are not the wheel's files), keyed by the .dist-info folder.
+_VENV_FILES = r"""
+import base64, hashlib, json, pathlib, sysconfig
+site = pathlib.Path(sysconfig.get_path("purelib"))
+out = {}
+for info in sorted(site.glob("*.dist-info")):
+    files = {}
+    for line in (info / "RECORD").read_text().splitlines():
+        path = line.rsplit(",", 2)[0]
+        if not path or path.endswith(".pyc") or path == f"{info.name}/RECORD":
+            continue
+        f = (site / path).resolve()
+        files[path] = base64.urlsafe_b64encode(hashlib.sha256(f.read_bytes()).digest()).rstrip(b"=").decode() if f.exists() else None
+    out[info.name] = files
+print(json.dumps(out, sort_keys=True))
+"""
+
+
+def _venv_files(testhosts: harness.HostSet, host: harness.TestHost) -> dict[str, dict[str, str | None]]:
+    out = rh.ssh(testhosts, host, f"/opt/provision/venv/bin/python - <<'EOF'\n{_VENV_FILES}\nEOF")
+    files: dict[str, dict[str, str | None]] = json.loads(out)
+    return files
+
+
+def _roll_back_after_a_lock_with_another_closure(
+    testhosts: harness.HostSet, config: Path, host: harness.TestHost, tmp_path: Path, run_a: str
+) -> None:
+    """Issue 30: lock A applied and passing (the run above), then lock B, whose wheel closure is A's
+    plus one distribution more (uv, its pinned wheel in the wheelhouse: the cheapest real
+    difference there), applied and passing on one host; `provision rollback` puts that host back
+    on A: its venv holds A's closure again file by file (B's extra distribution removed), verify
+    passes, and `status` says it runs A, rolled back from B."""
+    runs = tmp_path / ".provision" / "runs"
+    lock_a = read_lock(runs / run_a / "provision.lock")
+    files_a = _venv_files(testhosts, host)
+    sp = load().t.standalone_python
+    assert sp is not None
+    (uv_wheel,) = harness.fill_wheelhouse().glob(f"uv-{sp.uv}-*x86_64*.whl")
+    [group_a] = [g for g in lock_a.groups if host.name in g.hosts]
+    extra = PythonPackage("uv", sp.uv, sha256(uv_wheel), uv_wheel.as_uri(), "")
+    group_b = replace(group_a, hosts=[host.name], python_packages=[*group_a.python_packages, extra])
+    write_lock(Lock(lock_a.knowledge, [group_b]), tmp_path / "b.lock")
+    hash_a, hash_b = group_hash(group_a), group_hash(group_b)
+
+    rc, doc = run_up(tmp_path, up_args(testhosts, config, "--from-lock", "b.lock", "--limit", host.name))
+    assert rc == 0 and [(h["host"], h["verdict"]) for h in doc["hosts"]] == [(host.name, "pass")], doc
+    files_b = _venv_files(testhosts, host)
+    assert files_b.keys() - files_a.keys() == {f"uv-{sp.uv}.dist-info"}, files_b.keys() ^ files_a.keys()
+
+    rollback = [*up_args(testhosts, config, "--limit", host.name)]
+    rollback[rollback.index("up")] = "rollback"
+    rc, doc = run_up(tmp_path, rollback)
+    assert rc == 0 and [(h["host"], h["verdict"]) for h in doc["hosts"]] == [(host.name, "pass")], doc
+    assert doc["rollback"] == [{"host": host.name, "from": hash_b, "to": hash_a, "run": run_a}], doc
+    assert _venv_files(testhosts, host) == files_a  # A's closure, file by file; uv is gone
+    report = json.loads((runs / doc["run"] / "report.json").read_text())
+    [detail] = report["details"]
+    assert (detail["lock_hash"], detail["rolled_back_from"]) == (hash_a, hash_b)
+
+    status = provision("status", "--json", cwd=tmp_path)
+    [row] = [h for h in json.loads(status.stdout)["hosts"] if h["host"] == host.name]
+    assert (row["lock_hash"], row["rolled_back_from"], row["verdict"]) == (hash_a, hash_b, "pass"), row
+    assert row["rollback"] == {"possible": True, "lock_hash": hash_b, "run": row["rollback"]["run"]}, row
 
 
 def _directory_inventory(ini: Path, folder: Path) -> Path:

@@ -33,6 +33,17 @@ class Contract:
     source: str = ""  # for a contract without examples: the code that writes the document
 
 
+# one host of `up --json` (and of `rollback --json`, the same run document)
+UP_HOST = {
+    "host": "The host's name.",
+    "ok": "Whether it passed (also true for `not-verified`: nothing to verify in check mode).",
+    "changed": "Changed Ansible tasks (0 on a converged host).",
+    "failed_task": "The task that failed, else null.",
+    "reboots": "Reboots done.",
+    "verdict": "The verification verdict: `pass`, `fail`, `no-gpu`, `not-run`, or (`up --check` only) `not-verified`.",
+    "duration_s": "Seconds for the host.",
+}
+
 HOST_RESULT = {"ok": "Whether every host (and the cross-host check, if any) passed."}
 
 VERIFY_REPORT = {
@@ -69,22 +80,20 @@ CONTRACTS: dict[str, Contract] = {
             "cloud": "With `--cloud`: the launched run, as `provision cloud up --json` prints it.",
         },
         optional=("cloud",),
-        items=(
-            "hosts",
-            {
-                "host": "The host's name.",
-                "ok": "Whether it passed (also true for `not-verified`: nothing to verify in check mode).",
-                "changed": "Changed Ansible tasks (0 on a converged host).",
-                "failed_task": "The task that failed, else null.",
-                "reboots": "Reboots done.",
-                "verdict": (
-                    "The verification verdict: `pass`, `fail`, `no-gpu`, `not-run`, "
-                    "or (`up --check` only) `not-verified`."
-                ),
-                "duration_s": "Seconds for the host.",
-            },
-        ),
+        items=("hosts", UP_HOST),
         source="`provision/fleet/records.py` (`UpResult.to_json`; tests/unit/project/test_docs_reference.py checks it)",
+    ),
+    "provision rollback": Contract(
+        "`provision up`'s document for the run that applied the earlier locks, and each host's step back.",
+        {
+            "ok": "Whether every host passed verification on its earlier lock.",
+            "run": "The run id (`.provision/runs/<run>/`).",
+            "hosts": "One object per host, as `provision up --json` has them.",
+            "rollback": "One `{host, from, to, run}` per host: the lock hash it ran, the one it went back to, "
+            "and the run that passed with that lock there (null when `--to` named a lock that never passed there).",
+        },
+        items=("hosts", UP_HOST),
+        source="`provision/cli/rollback.py` (tests/integration/test_up_lock.py runs it on an SSH test host)",
     ),
     "provision plan": Contract(
         "What the plan will change per host; the lock and the run dir it wrote.",
@@ -189,6 +198,12 @@ CONTRACTS: dict[str, Contract] = {
                 "last_run": "The last run's id.",
                 "converged": "Whether the last verification passed with the lock last applied.",
                 "health": "The last `provision health` answer: `{status, checked_at, problems, lock_hash}`, else null.",
+                "rolled_back_from": "When the host came to its lock by `provision rollback`: the lock it went "
+                "back from, else null.",
+                "previous_lock_hash": "The lock the host ran before the current one (the newest other lock "
+                "in its run history; a run that failed on the host does not count), else null.",
+                "rollback": "What `provision rollback` would re-apply: `{possible, lock_hash, run}`, the lock "
+                "of the newest other run that passed verification there and whose content the state DB keeps.",
             },
         ),
     ),

@@ -19,6 +19,7 @@ def test_up_help_lists_its_options_in_sections_in_order() -> None:
         "Stack (what to install):",
         "Install:",
         "Run:",
+        "Rolling (through a scheduler):",
         "Cloud (with --cloud):",
         "Output:",
     ]

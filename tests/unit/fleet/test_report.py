@@ -129,6 +129,14 @@ def test_the_reason_of_a_failing_host_is_its_failed_checks_root_cause_first(doc:
     assert reasons(_record(doc, "gpu-node-a01")) == ["every check passed"]
 
 
+def test_a_rolled_back_host_says_so_first(doc: dict[str, Any]) -> None:
+    detail = {**_detail(doc, "gpu-node-a01"), "lock_hash": "aaaa", "rolled_back_from": "bbbb"}
+    assert reasons(HostDetail.from_json(detail)) == ["rolled back from bbbb to aaaa", "every check passed"]
+    assert "rolled back from bbbb to aaaa" in render_html(
+        UpReport.from_json({**doc, "details": [detail if d["host"] == "gpu-node-a01" else d for d in doc["details"]]})
+    )
+
+
 def test_the_page_has_a_summary_a_section_per_host_and_the_charts(doc: dict[str, Any]) -> None:
     page = _page(doc)
     assert "2 of 4 hosts passed" in page

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from provision.fleet.state import State
 from provision.fleet.up import apply_limit, group_hash, limit_patterns
 from provision.model import FrameworkPin, ResolvedHost, Stack
 from provision.model.report import UpReport
-from provision.stack.lock import LockGroup
+from provision.stack.lock import LockGroup, PythonPackage
 from tests.cli_run import provision
 
 # this machine's run lock: one such test at a time across xdist workers (tests/conftest.py)
@@ -53,6 +54,14 @@ def test_group_hash_ignores_which_hosts_share_the_group() -> None:
 
     assert group_hash(group(["a"], "2.13.0")) == group_hash(group(["a", "b"], "2.13.0"))
     assert group_hash(group(["a"], "2.13.0")) != group_hash(group(["a"], "2.12.0"))
+    # the same torch with another wheel closure (a dependency more, or another file) is another lock
+    wheel = PythonPackage("filelock", "3.20.0", "a" * 64, "https://files.example/filelock.whl", "")
+    other = PythonPackage("filelock", "3.20.0", "b" * 64, "https://files.example/filelock.whl", "")
+    closed = replace(group(["a"], "2.13.0"), python_packages=[wheel])
+    assert group_hash(closed) not in {
+        group_hash(group(["a"], "2.13.0")),
+        group_hash(replace(closed, python_packages=[other])),
+    }
 
 
 @pytest.mark.parametrize(
@@ -104,6 +113,39 @@ def test_status_lists_the_state_db(tmp_path: Path) -> None:
     [host] = json.loads(r.stdout)["hosts"]  # a host that only failed has no row of its own
     assert host["host"] == "th1" and host["verdict"] == "pass" and host["converged"] is True
     assert host["last_run"] == "r1"
+    # one lock only: nothing before it, nothing to roll back to
+    assert host["previous_lock_hash"] is None and host["rollback"] == {
+        "possible": False,
+        "lock_hash": None,
+        "run": None,
+    }
+
+
+def test_status_shows_the_lock_before_and_whether_a_rollback_is_possible(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    state = State(tmp_path / "state.db")
+    for run_id, lock_hash, verdict in (("r1", "aaaa", "pass"), ("r2", "bbbb", "fail"), ("r3", "cccc", "pass")):
+        state.keep_lock(lock_hash, "{}")
+        state.record_applied(run_id, "th1", lock_hash, 5)
+        state.record_verdict(run_id, "th1", lock_hash, verdict)
+    state.keep_lock("dddd", "{}")
+    state.record_applied("r1", "th2", "dddd", 5)
+    state.record_verdict("r1", "th2", "dddd", "pass")
+    state.close()
+    r = run("status", "--state", "state.db", "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    got = {h["host"]: (h["lock_hash"], h["previous_lock_hash"], h["rollback"]) for h in json.loads(r.stdout)["hosts"]}
+    assert got == {
+        # bbbb ran before cccc, but failed verification there: the rollback goes to aaaa
+        "th1": ("cccc", "bbbb", {"possible": True, "lock_hash": "aaaa", "run": "r1"}),
+        "th2": ("dddd", None, {"possible": False, "lock_hash": None, "run": None}),
+    }
+    monkeypatch.setenv("COLUMNS", "200")  # rich's width when not at a terminal: the table in one line a host
+    table = run("status", "--state", "state.db", cwd=tmp_path)
+    assert table.returncode == 0, table.stderr
+    [th1] = [line.split() for line in table.stdout.splitlines() if line.strip().startswith("th1")]
+    assert th1[:8] == ["th1", "│", "cccc", "│", "bbbb", "│", "to", "aaaa"], table.stdout
 
 
 def test_report_html_is_self_contained_with_the_verdicts_and_plots() -> None:

@@ -110,3 +110,41 @@ def test_a_foreign_file_of_the_locked_version_is_found_and_only_a_hashed_reinsta
 def test_a_line_that_is_no_hashed_pin_is_refused(tmp_path: Path) -> None:
     out = _module(tmp_path, tmp_path, ["provtoy>=1.0"], "check")
     assert out.get("failed") and "'provtoy>=1.0' is no hashed requirement line" in out["msg"], out
+
+
+def test_what_an_earlier_lock_installed_and_this_one_lacks_is_stale_and_the_users_own_stays(tmp_path: Path) -> None:
+    """Lock B = A's closure plus provextra. Going back to A (`provision rollback`), the check names
+    provextra stale: provision installed it for B and A lacks it; the record step refuses while it
+    is still there. A distribution provision never installed (userpkg) is never stale."""
+    toy = make_wheel(tmp_path / "wheels", "provtoy", "1.0")
+    extra = make_wheel(tmp_path / "wheels", "provextra", "1.0")
+    user = make_wheel(tmp_path / "wheels", "userpkg", "1.0")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+
+    def pip(*args: str) -> None:
+        base = [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "-q"]
+        subprocess.run([*base, *args], check=True, env={"PATH": "/usr/bin:/bin", "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
+
+    lock_a = [f"provtoy==1.0 --hash=sha256:{sha256(toy)}"]
+    lock_b = [*lock_a, f"provextra==1.0 --hash=sha256:{sha256(extra)}"]
+    # B applied: the hashed install put its closure in (recorded as the role does after it)
+    pip("install", "--no-deps", str(toy), str(extra), str(user))
+    assert _module(tmp_path, venv, lock_b, "check")["stale"] == {}
+    assert _module(tmp_path, venv, lock_b, "record")["changed"]
+
+    back = _module(tmp_path, venv, lock_a, "check")
+    assert back["untrusted"] == {} and back["stale"].keys() == {"provextra"}, back
+    refused = _module(tmp_path, venv, lock_a, "record", stale=back["stale"])
+    assert refused.get("failed") and "provextra in" in refused["msg"] and "came with an earlier lock" in refused["msg"]
+    pip("uninstall", "--yes", "provextra")
+    done = _module(tmp_path, venv, lock_a, "record", stale=back["stale"])
+    assert done["changed"] and not done.get("failed"), done
+    assert json.loads((venv / "provision-closure.json").read_text())["packages"].keys() == {"provtoy"}
+    assert _module(tmp_path, venv, lock_a, "check")["stale"] == {}  # userpkg: never provision's, never stale
+
+    # B again, then provextra replaced by another file by another tool: its RECORD differs, the user's now
+    pip("install", "--no-deps", str(extra))
+    assert _module(tmp_path, venv, lock_b, "record")["changed"]
+    pip("install", "--no-deps", "--force-reinstall", str(make_wheel(tmp_path / "own", "provextra", "1.0", who="own")))
+    assert _module(tmp_path, venv, lock_a, "check")["stale"] == {}

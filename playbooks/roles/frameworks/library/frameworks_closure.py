@@ -19,6 +19,12 @@ distribution reinstalled from another file, or by another tool, has another RECO
   unchanged; every other one is returned in RV(untrusted), to be uninstalled so that the hashed
   install puts the locked file in its place (pip and uv alike: neither can be told to reinstall
   only what differs from a hash).
+  It also returns RV(stale): the distributions provision installed for an earlier lock (the
+  record names them, their RECORD unchanged since) that this lock's closure lacks, to be
+  uninstalled too, so that the venv holds this lock's closure and not the union of every lock
+  applied to it (a lock applied again after a newer one, `provision rollback`, removes what the
+  newer one added). A distribution the record does not name, or one reinstalled since by another
+  tool, is the user's own and stays.
 - O(state=record), after the install: every distribution of the closure must be there exactly
   once at the lock's version, and none may still be one the check refused (the same RECORD
   file: its uninstall did not happen); else the module fails naming it. Each one not trusted
@@ -66,11 +72,17 @@ options:
     {description: "check (before the install) or record (after).", type: str, choices: [check, record], required: true}
   untrusted:
     {description: "state=record: RV(untrusted) of the check, which must be gone.", type: dict, default: {}}
+  stale:
+    {description: "state=record: RV(stale) of the check, which must be gone.", type: dict, default: {}}
 """
 
 RETURN = r"""
 untrusted:
   description: "Distributions of the closure not installed by provision from the locked file: name -> RECORD ids."
+  type: dict
+  returned: state=check
+stale:
+  description: "Distributions provision installed for an earlier lock that this lock lacks: name -> RECORD ids."
   type: dict
   returned: state=check
 record: {description: The record's path., type: str, returned: always}
@@ -212,6 +224,29 @@ def check(
     return out
 
 
+def stale(
+    locked: list[Locked], have: dict[str, list[Installed]], record: dict[str, dict[str, str]]
+) -> dict[str, list[str]]:
+    """What provision installed for an earlier lock and this lock's closure lacks: the record names
+    it and the venv still holds that very distribution (RECORD unchanged). Name -> RECORD ids."""
+    wanted = {canonical(lock.name) for lock in locked}
+    out: dict[str, list[str]] = {}
+    for name, entry in sorted(record.items()):
+        if name in wanted:
+            continue
+        for d in have.get(name, []):
+            if d.record and d.record == entry.get("record"):
+                out.setdefault(d.name, []).append(d.identity)
+    return out
+
+
+def still_there(have: dict[str, list[Installed]], refused: dict[str, list[str]]) -> list[str]:
+    """The names of ``refused`` (name -> RECORD ids) whose very distribution the venv still holds."""
+    return sorted(
+        name for name, ids in refused.items() if any(d.identity in ids for d in have.get(canonical(name), []))
+    )
+
+
 def new_record(
     locked: list[Locked], have: dict[str, list[Installed]], untrusted: dict[str, list[str]]
 ) -> dict[str, dict[str, str]]:
@@ -264,6 +299,7 @@ def main() -> None:
             "requirements": {"type": "list", "elements": "str", "required": True},
             "state": {"type": "str", "choices": ["check", "record"], "required": True},
             "untrusted": {"type": "dict", "default": {}},
+            "stale": {"type": "dict", "default": {}},
         },
         supports_check_mode=True,
     )
@@ -275,7 +311,7 @@ def main() -> None:
         module.fail_json(msg=str(exc))
     if not (venv / "bin" / "python").exists():
         if module.check_mode:  # python_env has not made the venv yet: its own tasks report that
-            module.exit_json(changed=False, untrusted={}, record=str(path))
+            module.exit_json(changed=False, untrusted={}, stale={}, record=str(path))
         module.fail_json(msg=f"frameworks: {venv} is no venv (python_env makes it)")
     try:
         have = installed(venv)
@@ -283,9 +319,20 @@ def main() -> None:
         module.fail_json(msg=f"frameworks: cannot list what {venv} holds ({exc})")
     record = read_record(path)
     if module.params["state"] == "check":
-        module.exit_json(changed=False, untrusted=check(locked, have, record), record=str(path))
+        module.exit_json(
+            changed=False,
+            untrusted=check(locked, have, record),
+            stale=stale(locked, have, record),
+            record=str(path),
+        )
     try:
         packages = new_record(locked, have, module.params["untrusted"])
+        left = still_there(have, module.params["stale"])
+        if left:
+            raise ValueError(
+                f"frameworks: {', '.join(left)} in {venv} came with an earlier lock, this lock lacks it, and it"
+                " could not be uninstalled (remove the venv and run provision up again)"
+            )
     except ValueError as exc:
         if module.check_mode:  # nothing was uninstalled or installed: the run would change the venv
             module.exit_json(changed=True, record=str(path))
