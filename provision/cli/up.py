@@ -58,29 +58,38 @@ ROLLING = ("rolling", "max_unavailable", "canary", "drain_cmd", "wait_idle_cmd",
 
 
 def rolling_options(
-    rolling: str | None, serial: int | None, max_unavailable: int | None, canary: int | None, hooks: dict[str, Any]
+    rolling: str | None,
+    serial: int | None,
+    max_unavailable: int | None,
+    *,
+    drain_cmd: str | None,
+    wait_idle_cmd: str | None,
+    resume_cmd: str | None,
+    drain_timeout: float | None,
 ) -> tuple[Hooks | None, int | None]:
     """``--rolling hooks`` and its options as the run's hooks and batch size (``--max-unavailable``,
     1 by default, is ``--serial`` under another name); every misuse is bad input before any host."""
     from provision.fleet.rolling import Hooks  # noqa: PLC0415 (start-up: `provision --help` loads this module, not fleet)
 
-    given = [f"--{name.replace('_', '-')}" for name, value in hooks.items() if value is not None]
+    given = {
+        "--drain-cmd": drain_cmd,
+        "--wait-idle-cmd": wait_idle_cmd,
+        "--resume-cmd": resume_cmd,
+        "--drain-timeout": drain_timeout,
+        "--max-unavailable": max_unavailable,
+    }
     if rolling is None:
-        extra = given + (["--max-unavailable"] if max_unavailable is not None else [])
+        extra = [name for name, value in given.items() if value is not None]
         if extra:
             raise BadInput(f"{', '.join(extra)} only with --rolling", "add --rolling hooks, or leave them out")
         return None, serial
     if serial is not None and max_unavailable is not None:
         raise BadInput("--serial and --max-unavailable are one setting", "give --max-unavailable N alone")
-    built = Hooks.build(
-        drain=hooks["drain_cmd"],
-        resume=hooks["resume_cmd"],
-        wait_idle=hooks["wait_idle_cmd"],
-        drain_timeout_s=hooks["drain_timeout"],
-    )
-    batch = max_unavailable if max_unavailable is not None else serial if serial is not None else 1
-    if batch < 1:
-        raise BadInput(f"--max-unavailable {batch} is not a batch size", "give --max-unavailable 1 or more")
+    built = Hooks.build(drain=drain_cmd, resume=resume_cmd, wait_idle=wait_idle_cmd, drain_timeout_s=drain_timeout)
+    batch, flag = (max_unavailable, "--max-unavailable") if max_unavailable is not None else (serial or 1, "--serial")
+    if batch < 1 or (serial is not None and serial < 1):
+        given_batch = max_unavailable if max_unavailable is not None else serial
+        raise BadInput(f"{flag} {given_batch} is not a batch size", f"give {flag} 1 or more")
     return built, batch
 
 
@@ -214,9 +223,14 @@ def up(
         refuse_unasked(yes, as_json, "up changes hosts", "pass --yes to go ahead without asking")
     if cloud:
         refuse_unasked(yes, as_json, "up --cloud launches paid instances", "pass --yes to launch without asking")
-    hooks = {"drain_cmd": drain_cmd, "wait_idle_cmd": wait_idle_cmd, "resume_cmd": resume_cmd}
     rolling_hooks, serial = rolling_options(
-        rolling, serial, max_unavailable, canary, {**hooks, "drain_timeout": drain_timeout}
+        rolling,
+        serial,
+        max_unavailable,
+        drain_cmd=drain_cmd,
+        wait_idle_cmd=wait_idle_cmd,
+        resume_cmd=resume_cmd,
+        drain_timeout=drain_timeout,
     )
     config = load_config(config_path) if config_path is not None else Config()
     options = apply_options(

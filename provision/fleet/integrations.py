@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from provision.errors import BadInput
+from provision.errors import BadInput, ProvisionError
 from provision.fleet import slurm_files
 
 if TYPE_CHECKING:
@@ -138,13 +138,13 @@ def check_hosts(
     def one(target: HostTarget) -> str:
         try:
             transport = connect(target)
-        except Exception:
+        except ProvisionError:  # unreachable now (refused, a host key): it fails alone in the apply, saying why
             return ""
         try:
             ran = transport.run(command, timeout=30)
         finally:
             transport.close()
-        return "; ".join(ran.stdout.split("\n")).strip("; ") if ran.ok else ""
+        return "; ".join(line for line in ran.stdout.splitlines() if line) if ran.ok else ""
 
     with ThreadPoolExecutor(max_workers=max(1, min(32, len(targets)))) as pool:
         found = dict(zip((t.name for t in targets), pool.map(one, targets), strict=True))

@@ -18,6 +18,7 @@ The commands are templates of the user's, run on the controller by ``/bin/sh -c`
 
 from __future__ import annotations
 
+import math
 import shlex
 import string
 import subprocess
@@ -69,7 +70,7 @@ class Hooks:
                 "--rolling needs --drain-timeout",
                 "give the seconds to wait for a host's running jobs to finish (e.g. --drain-timeout 3600)",
             )
-        if drain_timeout_s <= 0:
+        if not math.isfinite(drain_timeout_s) or drain_timeout_s <= 0:  # nan would never time out
             raise BadInput(f"--drain-timeout {drain_timeout_s:g} is not a wait", "give a number of seconds above 0")
         return cls(drain or "", resume or "", wait_idle or "", drain_timeout_s)
 

@@ -134,9 +134,13 @@ _RUN_COLUMNS = "run, host, started_at, finished_at, lock_hash, verdict, failed_t
 _RUN_ORDER = "ORDER BY host, COALESCE(finished_at, started_at) DESC, rowid DESC"
 
 
-def _history(db: sqlite3.Connection) -> dict[str, list[RunRecord]]:
+# the same columns from a DB whose runs do not keep their lock yet (made before, opened read-only)
+_RUN_COLUMNS_BEFORE_LOCKS = "run, host, started_at, finished_at, NULL, verdict, failed_task, NULL"
+
+
+def _history(db: sqlite3.Connection, columns: str = _RUN_COLUMNS) -> dict[str, list[RunRecord]]:
     out: dict[str, list[RunRecord]] = {}
-    for row in db.execute(f"SELECT {_RUN_COLUMNS} FROM runs {_RUN_ORDER}"):
+    for row in db.execute(f"SELECT {columns} FROM runs {_RUN_ORDER}"):
         out.setdefault(row[1], []).append(RunRecord(*row))
     return out
 
@@ -155,21 +159,13 @@ def read_history(path: Path) -> tuple[dict[str, list[RunRecord]], set[str]]:
         try:
             have = {row[1] for row in db.execute("PRAGMA table_info(runs)")}
             if "lock_hash" not in have:  # not opened by this version yet (a read-only open adds nothing)
-                return _history_without_locks(db), set()
+                return _history(db, _RUN_COLUMNS_BEFORE_LOCKS), set()
             kept = {str(r[0]) for r in db.execute("SELECT lock_hash FROM locks")}
             return _history(db), kept
         finally:
             db.close()
     except sqlite3.Error:
         return {}, set()
-
-
-def _history_without_locks(db: sqlite3.Connection) -> dict[str, list[RunRecord]]:
-    out: dict[str, list[RunRecord]] = {}
-    query = f"SELECT run, host, started_at, finished_at, NULL, verdict, failed_task, NULL FROM runs {_RUN_ORDER}"
-    for row in db.execute(query):
-        out.setdefault(row[1], []).append(RunRecord(*row))
-    return out
 
 
 _HOST_COLUMNS = "host, lock_hash, applied_at, verdict, verified_lock_hash, verified_at, last_run"

@@ -44,6 +44,9 @@ def test_up_applies_the_planned_lock_and_refuses_one_for_another_host(
     config = rh.cpu_torch_config(tmp_path, testhosts, wheelhouse)
     first = testhosts.hosts[0]
     runs = tmp_path / ".provision" / "runs"
+    # fresh hosts: every host must change below, whatever an earlier module's `up` left there (the
+    # test once relied on test_up_fleet, before it in the suite, removing its venvs)
+    rh.unprovision(testhosts, testhosts.hosts)
 
     # a lock for an 8 x H100 Ubuntu 22.04 machine, named like the first test host
     _plan(
