@@ -12,7 +12,8 @@ condition's message, cut at ``max_output_length``. The config's fields are NPD's
 NPD's own image has no Python (its Dockerfile: ``debian-base:bookworm`` with util-linux, bash and
 libsystemd-dev added), and its DaemonSet runs privileged (deployment/node-problem-detector.yaml), so
 in a DaemonSet the rule runs the host's program with ``chroot`` into the host's root mounted at
-``--host-root`` (coreutils' chroot, which debian-base keeps: coreutils is Essential in Debian).
+``--host-root`` (coreutils' chroot: debian-base's build purges bash, e2fsprogs, ncurses and tzdata
+but keeps coreutils, kubernetes/release images/build/debian-base/bookworm/Dockerfile.build).
 
 The Node Feature Discovery labels are written on the host by provision-health itself
 (``--nfd-features``, provision/remote/health/exporters.py); docs/how-to/kubernetes.md has both.
@@ -40,7 +41,9 @@ MAX_OUTPUT = 512  # NPD's default (80) would cut a line that names several probl
 # Its own state file: each run reports an Xid once, and the run that sees it first is the one
 # that reports it; NPD's runs beside Slurm's or a cron job's must not take each other's Xids.
 NPD_STATE = "/var/lib/provision/health-state-npd.json"
-CHROOT = "/usr/sbin/chroot"  # Debian's coreutils puts chroot(8) in /usr/sbin
+# Debian's coreutils installs chroot(8) as /usr/sbin/chroot (its file list,
+# https://packages.debian.org/bookworm/amd64/coreutils/filelist; `dpkg -S` here says the same)
+CHROOT = "/usr/sbin/chroot"
 
 
 def health_command(
