@@ -86,11 +86,10 @@ def rolling_options(
     if serial is not None and max_unavailable is not None:
         raise BadInput("--serial and --max-unavailable are one setting", "give --max-unavailable N alone")
     built = Hooks.build(drain=drain_cmd, resume=resume_cmd, wait_idle=wait_idle_cmd, drain_timeout_s=drain_timeout)
-    batch, flag = (max_unavailable, "--max-unavailable") if max_unavailable is not None else (serial or 1, "--serial")
-    if batch < 1 or (serial is not None and serial < 1):
-        given_batch = max_unavailable if max_unavailable is not None else serial
-        raise BadInput(f"{flag} {given_batch} is not a batch size", f"give {flag} 1 or more")
-    return built, batch
+    flag, batch = ("--max-unavailable", max_unavailable) if max_unavailable is not None else ("--serial", serial)
+    if batch is not None and batch < 1:
+        raise BadInput(f"{flag} {batch} is not a batch size", f"give {flag} 1 or more")
+    return built, batch or 1
 
 
 # up's --help in sections (cli/sections.py): what to act on, what to install, how to run, output
