@@ -151,19 +151,26 @@ def _ro(path: Path) -> sqlite3.Connection:
 
 def read_history(path: Path) -> tuple[dict[str, list[RunRecord]], set[str]]:
     """Each host's runs, newest first, and the hashes of the locks whose content is kept; read-only
-    like :func:`read_hosts` (a DB made before runs kept their lock: those runs' lock_hash is None)."""
+    like :func:`read_fleet` (a DB made before runs kept their lock: those runs' lock_hash is None)."""
     if not path.exists():
         return {}, set()
     try:
         db = _ro(path)
-        try:
-            have = {row[1] for row in db.execute("PRAGMA table_info(runs)")}
-            if "lock_hash" not in have:  # not opened by this version yet (a read-only open adds nothing)
-                return _history(db, _RUN_COLUMNS_BEFORE_LOCKS), set()
-            kept = {str(r[0]) for r in db.execute("SELECT lock_hash FROM locks")}
-            return _history(db), kept
-        finally:
-            db.close()
+    except sqlite3.Error:
+        return {}, set()
+    try:
+        return _history_of(db)
+    finally:
+        db.close()
+
+
+def _history_of(db: sqlite3.Connection) -> tuple[dict[str, list[RunRecord]], set[str]]:
+    try:
+        have = {row[1] for row in db.execute("PRAGMA table_info(runs)")}
+        if "lock_hash" not in have:  # not opened by this version yet (a read-only open adds nothing)
+            return _history(db, _RUN_COLUMNS_BEFORE_LOCKS), set()
+        kept = {str(r[0]) for r in db.execute("SELECT lock_hash FROM locks")}
+        return _history(db), kept
     except sqlite3.Error:
         return {}, set()
 
@@ -189,22 +196,26 @@ def _health(rows: list[tuple[str, float, str, str, str | None]]) -> dict[str, He
 _HEALTH_COLUMNS = "host, checked_at, status, problems, lock_hash"
 
 
-def read_health(path: Path) -> dict[str, HealthState]:
-    """Each host's last health, read-only like :func:`read_hosts` (a DB without the table: none)."""
-    if not path.exists():
-        return {}
+def _health_of(db: sqlite3.Connection) -> dict[str, HealthState]:
     try:
-        db = _ro(path)
-        try:
-            return _health(db.execute(f"SELECT {_HEALTH_COLUMNS} FROM health").fetchall())
-        finally:
-            db.close()
+        return _health(db.execute(f"SELECT {_HEALTH_COLUMNS} FROM health").fetchall())
     except sqlite3.Error:  # no health table yet (no `provision health` since this DB was made)
         return {}
 
 
-def read_hosts(path: Path) -> list[HostState] | None:
-    """The hosts a state DB remembers, read without writing anything (``provision status``).
+@dataclass(frozen=True)
+class FleetRecords:
+    """What a state DB remembers of the fleet, as `provision status` shows it."""
+
+    hosts: list[HostState]
+    health: dict[str, HealthState]  # each host's last health (none: never checked)
+    history: dict[str, list[RunRecord]]  # each host's runs, newest first
+    kept: set[str]  # the hashes of the locks whose content is kept (what a rollback can go back to)
+
+
+def read_fleet(path: Path) -> FleetRecords | None:
+    """The hosts a state DB remembers, with their health and history, read without writing
+    anything and through one connection (``provision status``).
 
     None when there is no file: no ``up`` has run with this state yet, and a read-only command
     must not create one (:class:`State` would). SQLite opens the file read-only (``mode=ro``),
@@ -217,15 +228,16 @@ def read_hosts(path: Path) -> list[HostState] | None:
     except sqlite3.Error as exc:
         raise BadInput(f"cannot open the state database {path}: {exc}", "check the file's permissions") from None
     try:
-        rows = db.execute(f"SELECT {_HOST_COLUMNS} FROM hosts ORDER BY host").fetchall()
-    except sqlite3.DatabaseError as exc:  # not SQLite, or SQLite without provision's tables
-        raise BadInput(
-            f"{path} is not a provision state database ({exc})",
-            "give --state the file `provision up` keeps (default .provision/state.db), or fix state.path",
-        ) from None
+        try:
+            rows = db.execute(f"SELECT {_HOST_COLUMNS} FROM hosts ORDER BY host").fetchall()
+        except sqlite3.DatabaseError as exc:  # not SQLite, or SQLite without provision's tables
+            raise BadInput(
+                f"{path} is not a provision state database ({exc})",
+                "give --state the file `provision up` keeps (default .provision/state.db), or fix state.path",
+            ) from None
+        return FleetRecords([HostState(*row) for row in rows], _health_of(db), *_history_of(db))
     finally:
         db.close()
-    return [HostState(*row) for row in rows]
 
 
 class State:

@@ -17,9 +17,7 @@ from provision.fleet.state import (
     HealthState,
     RunRecord,
     previous_lock,
-    read_health,
-    read_history,
-    read_hosts,
+    read_fleet,
     rollback_target,
     rolled_back_from,
 )
@@ -51,11 +49,10 @@ def fleet_hosts(path: Path) -> list[dict[str, Any]] | None:
     """One row per host the state DB knows: lock applied, last verdict, when, last run; None when
     there is no state DB yet (nothing is created: status only reads)."""
 
-    rows = read_hosts(path)
-    if rows is None:
+    fleet = read_fleet(path)
+    if fleet is None:
         return None
-    health = read_health(path)
-    history, kept = read_history(path)
+    health, history, kept = fleet.health, fleet.history, fleet.kept
     return [
         {
             "host": r.host,
@@ -71,7 +68,7 @@ def fleet_hosts(path: Path) -> list[dict[str, Any]] | None:
             "rolled_back_from": rolled_back_from(history.get(r.host, []), r.lock_hash),
             "rollback": _rollback_json(rollback_target(history.get(r.host, []), r.lock_hash, kept)),
         }
-        for r in rows
+        for r in fleet.hosts
     ]
 
 
