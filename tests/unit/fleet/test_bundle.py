@@ -37,20 +37,16 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, obj
     )
     r = provision("plan", *ASSUME, "-c", "provision.yaml", "--out", "run", *NO_INDEX, cwd=root)
     assert r.returncode == 0, r.stderr
-    r = provision(
-        "bundle",
-        "provision.lock",
-        "-c",
-        "provision.yaml",
-        "-o",
-        "site.tar.gz",
-        *NO_INDEX,
-        "--json",
-        cwd=root,
-        timeout=600,
-    )
+    return root, _bundle(root, "provision.lock", "site.tar.gz")
+
+
+def _bundle(root: Path, lock_arg: str, out: str) -> dict[str, object]:
+    """`provision bundle` of the plan's lock, as the plan had its wheels' sources; its document."""
+    r = provision("bundle", lock_arg, "-c", "provision.yaml", "-o", out, *NO_INDEX, "--json", cwd=root, timeout=600)
     assert r.returncode == 0, r.stderr
-    return root, json.loads(r.stdout)
+    doc = json.loads(r.stdout)
+    assert isinstance(doc, dict)
+    return doc
 
 
 def test_the_bundle_holds_the_lock_its_closure_by_hash_uv_and_the_roles(built: tuple[Path, dict[str, object]]) -> None:
@@ -92,20 +88,7 @@ def test_verify_passes_it_and_names_a_wheel_with_one_flipped_byte(built: tuple[P
 
 def test_building_again_gives_the_same_bytes(built: tuple[Path, dict[str, object]]) -> None:
     root, doc = built
-    r = provision(
-        "bundle",
-        "--lock",
-        "provision.lock",
-        "-c",
-        "provision.yaml",
-        "-o",
-        "again.tar.gz",
-        *NO_INDEX,
-        "--json",
-        cwd=root,
-        timeout=600,
-    )
-    assert r.returncode == 0, r.stderr
+    _bundle(root, "--lock=provision.lock", "again.tar.gz")
     assert sha256(root / "again.tar.gz") == doc["sha256"]
 
 

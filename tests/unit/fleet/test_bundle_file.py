@@ -32,6 +32,19 @@ def _write(tmp_path: Path, name: str = "b.tar.gz") -> Path:
     return out
 
 
+def _copy(src: Path, dst: Path, *, drop: str = "", add: tuple[str, bytes] | None = None) -> Path:
+    """``src`` rewritten as ``dst`` without member ``drop`` and with ``add`` (name, data) at the end."""
+    with tarfile.open(src) as old, tarfile.open(dst, "w:gz") as new:
+        for m in old.getmembers():
+            if m.name != drop:
+                new.addfile(m, old.extractfile(m))
+        if add is not None:
+            ti = tarfile.TarInfo(add[0])
+            ti.size = len(add[1])
+            new.addfile(ti, io.BytesIO(add[1]))
+    return dst
+
+
 def test_the_same_inputs_give_the_same_bytes_and_the_manifest_comes_first(tmp_path: Path) -> None:
     one = _write(tmp_path, "one.tar.gz")
     (tmp_path / "src" / "provision.lock").touch()  # a new mtime: not part of the bundle
@@ -71,24 +84,14 @@ def test_one_flipped_byte_of_one_wheel_is_refused_naming_the_wheel(tmp_path: Pat
 
 def test_a_member_the_manifest_does_not_name_is_refused(tmp_path: Path) -> None:
     out = _write(tmp_path)
-    extra = tmp_path / "extra.tar.gz"
-    with tarfile.open(out) as src, tarfile.open(extra, "w:gz") as dst:
-        for m in src.getmembers():
-            dst.addfile(m, src.extractfile(m))
-        ti = tarfile.TarInfo("playbooks/evil.yml")
-        ti.size = 3
-        dst.addfile(ti, io.BytesIO(b"x: 1"[:3]))
+    extra = _copy(out, tmp_path / "extra.tar.gz", add=("playbooks/evil.yml", b"x: 1"))
     with pytest.raises(OperationFailed, match=r"playbooks/evil\.yml is not in its MANIFEST"):
         verify_bundle(extra)
 
 
 def test_a_member_missing_from_the_tarball_is_named(tmp_path: Path) -> None:
     out = _write(tmp_path)
-    short = tmp_path / "short.tar.gz"
-    with tarfile.open(out) as src, tarfile.open(short, "w:gz") as dst:
-        for m in src.getmembers():
-            if m.name != "provision.lock":
-                dst.addfile(m, src.extractfile(m))
+    short = _copy(out, tmp_path / "short.tar.gz", drop="provision.lock")
     with pytest.raises(OperationFailed, match=r"provision\.lock is in the MANIFEST but not in the bundle"):
         verify_bundle(short)
 
