@@ -145,7 +145,7 @@ def build(
             "arch": sorted({str(g.host.arch) for g in lock.groups}),
             "groups": groups,
         }
-        say(f"bundle: writing {out} ({len(files) + 2} files)")
+        say(f"bundle: writing {out} ({len(files) + 1} files and their MANIFEST)")
         manifest_sha = write_bundle(out, files, info)
     return Built(out, sha256_file(out), out.stat().st_size, manifest_sha, parts, info)
 
