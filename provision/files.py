@@ -21,6 +21,7 @@ one validating reader are :mod:`provision.model.lock`'s, which does no I/O.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 import tempfile
@@ -284,3 +285,12 @@ def _check_entry(path: Path, st: os.stat_result, me: int, option: str, *, holds:
 
 def _raise(exc: OSError) -> None:
     raise BadInput(f"cannot read {exc.filename}: {exc.strerror}", "give a folder you can read") from None
+
+
+def sha256_file(path: Path) -> str:
+    """The sha256 of a file, read in 1 MiB blocks (a wheel or a bundle can be gigabytes)."""
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

@@ -32,6 +32,7 @@ COMMANDS: dict[str, str] = {
     "status": "provision.cli.status:status",
     "health": "provision.cli.health:health",
     "rollback": "provision.cli.rollback:rollback",
+    "bundle": "provision.cli.bundle:bundle",
     "cloud": "provision.cli.cloud:cloud",
     "advise": "provision.cli.advise:advise",
     "tune": "provision.cli.tune:tune",

@@ -33,6 +33,7 @@ from packaging.utils import canonicalize_name
 from provision.ansible.role_vars import PYPI, group_vars
 from provision.ansible.settings import netrc_text, split_credentials
 from provision.errors import BadInput, OperationFailed, Unreachable, Unsatisfiable
+from provision.files import sha256_file
 from provision.fleet.cache.wheels import WheelSet, last_error, netrc_env
 from provision.matrix import load
 from provision.matrix.pypi import default_cache, pip_dry_run
@@ -192,7 +193,7 @@ def _package(item: Mapping[str, Any], indexes: Sequence[str], where: str) -> Pyt
     if not sha256 and str(archive.get("hash") or "").startswith("sha256="):
         sha256 = str(archive["hash"]).split("=", 1)[1]
     if not sha256 and url.startswith("file:"):  # a find-links folder: the file itself is here
-        sha256 = _sha256(Path(urllib.request.url2pathname(urllib.parse.urlsplit(url).path)))
+        sha256 = sha256_file(Path(urllib.request.url2pathname(urllib.parse.urlsplit(url).path)))
     if not sha256:
         raise OperationFailed(
             f"{where}: the index gives no sha256 for {url.split('#', 1)[0]}",
@@ -235,11 +236,3 @@ def _local_files(find_links: Sequence[str]) -> list[list[Any]]:
                 st = f.stat()
                 out.append([str(f), st.st_size, st.st_mtime_ns])
     return out
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()

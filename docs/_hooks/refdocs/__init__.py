@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from refdocs import (
+    bundle_page,
     cli_page,
     config_page,
     exit_codes_page,
@@ -26,6 +27,7 @@ PAGES: dict[str, Callable[[], str]] = {
     "reference/cli.md": cli_page.page,
     "reference/config.md": config_page.page,
     "reference/lock.md": lock_page.page,
+    "reference/bundle.md": bundle_page.page,
     "reference/json.md": json_page.page,
     "reference/exit-codes.md": exit_codes_page.page,
     "reference/metrics.md": metrics_page.page,

@@ -95,6 +95,21 @@ CONTRACTS: dict[str, Contract] = {
         items=("hosts", UP_HOST),
         source="`provision/cli/rollback.py` (tests/integration/test_up_lock.py runs it on an SSH test host)",
     ),
+    "provision bundle": Contract(
+        "The bundle written (or, with `--verify`, checked): its file, sizes and what it is for.",
+        {
+            "ok": "True (an error is the error document).",
+            "bundle": "The bundle file.",
+            "sha256": "The whole file's sha256 (not with `--verify`).",
+            "bytes": "The file's size; with `--verify`, the members' size unpacked.",
+            "manifest_sha256": "The sha256 of its MANIFEST.",
+            "parts": "Bytes per part: `lock`, `wheels`, `uv`, `playbooks`, `remote` (not with `--verify`).",
+            "files": "With `--verify`: how many members matched the MANIFEST.",
+            "info": "Its `bundle.json` ([bundle file](bundle.md)).",
+        },
+        optional=("sha256", "parts", "files"),
+        source="`provision/cli/bundle.py` (tests/unit/fleet/test_bundle.py builds and verifies one)",
+    ),
     "provision plan": Contract(
         "What the plan will change per host; the lock and the run dir it wrote.",
         {

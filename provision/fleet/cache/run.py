@@ -15,7 +15,7 @@ from provision.fleet.cache import one_line
 from provision.fleet.cache.sources import SOURCES_COMMAND, RepoSources, host_sources
 from provision.fleet.cache.squid import ProxyStats, Squid, mkdir_passable
 from provision.fleet.cache.tunnel import Tunnel, host_vars
-from provision.fleet.cache.wheels import WheelServer, WheelSet, folder_bytes, last_error, netrc_env
+from provision.fleet.cache.wheels import WheelServer, WheelSet, fetch_closure, folder_bytes
 
 if TYPE_CHECKING:
     from provision.fleet.verify import Connect
@@ -158,17 +158,8 @@ class FleetCache:
             dest.mkdir(parents=True, exist_ok=True)
             before = folder_bytes(dest)
             self.say(f"fleet cache: filling the wheelhouse for {ws.key}")
-            ok, why = True, ""
-            with netrc_env(ws.netrc) as env:
-                for cmd in ws.download_commands(self.python_exe, dest, self.root / "requirements" / ws.key):
-                    try:
-                        r = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, check=False, env=env)
-                    except (OSError, subprocess.TimeoutExpired) as exc:
-                        ok, why = False, one_line(exc)
-                        break
-                    if r.returncode != 0:
-                        ok, why = False, last_error(r.stderr)
-                        break
+            why = fetch_closure(ws, self.python_exe, dest, self.root / "requirements" / ws.key)
+            ok = why is None
             self.report.wheel_bytes_added += folder_bytes(dest) - before
             self.report.wheels[ws.key] = "on" if ok else f"off: {why}"
             if not ok:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import subprocess
 import tempfile
 import threading
 from collections.abc import Iterator, Mapping
@@ -28,6 +29,12 @@ if TYPE_CHECKING:
 # tool supports (RHEL 8's 2.28), so a wheel taken here installs on every one of them.
 MANYLINUX_MAX_MINOR = 28
 MANYLINUX_MIN_MINOR = 17
+# The controller's own pip settings are not the hosts' sources: `--isolated` makes pip ignore the
+# PIP_* environment variables and the user's pip.conf (pip's src/pip/_internal/configuration.py:
+# Configuration(isolated) skips _load_environment_vars and the user files), so a find-links
+# folder there (this test machine's has a real torch of the locked version, another file) is
+# never where a locked wheel comes from; plan's resolver runs the same way (matrix/pypi.py).
+_ISOLATED = ("--isolated",)
 
 
 def wheel_platforms(arch: str) -> list[str]:
@@ -120,7 +127,8 @@ class WheelSet:
             for n, (index_url, lines) in enumerate(self.locked):
                 req = folder / f"locked-{n}.txt"
                 req.write_text("".join(f"{line}\n" for line in lines))
-                pip = [python_exe, "-m", "pip", "download", "--disable-pip-version-check", "--quiet", f"--dest={dest}"]
+                pip = [python_exe, "-m", "pip", *_ISOLATED, "download", "--disable-pip-version-check", "--quiet"]
+                pip.append(f"--dest={dest}")
                 source = self.locked_source_args(index_url)
                 cmds.append([*pip, *common, "--require-hashes", "--no-deps", *source, "-r", str(req)])
             return cmds
@@ -131,6 +139,7 @@ class WheelSet:
                     python_exe,
                     "-m",
                     "pip",
+                    *_ISOLATED,
                     "download",
                     "--disable-pip-version-check",
                     "--quiet",
@@ -214,6 +223,23 @@ def netrc_env(netrc: str) -> Iterator[dict[str, str] | None]:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(netrc)
         yield {**os.environ, "NETRC": str(path)}
+
+
+def fetch_closure(ws: WheelSet, python_exe: str, dest: Path, requirements: Path) -> str | None:
+    """Put the wheels of ``ws`` into ``dest`` with the controller's pip, by the lock's hashes where
+    ``ws`` has a locked closure (``pip download --require-hashes --no-deps``: pip refuses a file
+    whose sha256 is not the lock's); None when every download worked, else why not (one line).
+    The one piece of code for "the closure's files by hash": the fleet cache's wheelhouse and
+    ``provision bundle`` both fill from it."""
+    with netrc_env(ws.netrc) as env:
+        for cmd in ws.download_commands(python_exe, dest, requirements):
+            try:
+                r = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, check=False, env=env)
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                return " ".join(str(exc).split())[:200]
+            if r.returncode != 0:
+                return last_error(r.stderr)
+    return None
 
 
 def folder_bytes(path: Path) -> int:

@@ -47,7 +47,7 @@ def test_wheels_are_downloaded_for_the_hosts_platform_with_the_roles_indexes(tmp
     ws = WheelSet.from_group_vars(GROUP_VARS, python="3.12", arch="aarch64")
     assert ws is not None and ws.key == "cp312-aarch64"
     torch_cmd, jax_cmd = ws.download_commands("/usr/bin/python3", tmp_path)
-    assert torch_cmd[:4] == ["/usr/bin/python3", "-m", "pip", "download"]
+    assert torch_cmd[:5] == ["/usr/bin/python3", "-m", "pip", "--isolated", "download"]
     assert "--index-url=https://download.pytorch.org/whl/cu128" in torch_cmd
     assert "--index-url=https://mirror.example/simple" in jax_cmd  # the entry's own index, else the mirror
     for cmd in (torch_cmd, jax_cmd):

@@ -1,0 +1,61 @@
+"""reference/bundle.md: the bundle file of `provision bundle`, its layout and its MANIFEST, from
+provision/fleet/bundle_file.py, with a real (small) bundle written and checked during the build."""
+
+from __future__ import annotations
+
+import inspect
+import tarfile
+import tempfile
+from pathlib import Path
+
+from refdocs.md import RefDocError, code, generated
+
+
+def page() -> str:
+    from provision.fleet import bundle_file
+    from provision.fleet.bundle_file import INFO, MANIFEST, SCHEMA, verify_bundle, write_bundle
+
+    doc = inspect.cleandoc(bundle_file.__doc__ or "")
+    layout = doc.split("::", 1)[1].split("\n\n", 2)[1]
+    with tempfile.TemporaryDirectory() as tmp:
+        lock = Path(tmp) / "provision.lock"
+        lock.write_text('{"schema": "provision.lock/2"}\n')
+        out = Path(tmp) / "example.tar.gz"
+        write_bundle(out, {"provision.lock": lock}, {"schema": SCHEMA, "os": ["debian-12"], "arch": ["x86_64"]})
+        checked = verify_bundle(out)
+        with tarfile.open(out) as tar:
+            names = tar.getnames()
+            manifest = tar.extractfile(MANIFEST).read().decode()  # type: ignore[union-attr]
+    if names[0] != MANIFEST or checked.files != 2:
+        raise RefDocError(f"bundle.md: the example bundle has members {names}")
+    return "".join(
+        [
+            "# Bundle file\n\n",
+            generated("`provision/fleet/bundle_file.py` (its docstring and a bundle written and verified with it)"),
+            "`provision bundle LOCK -o FILE` writes one gzip-compressed tarball holding what the lock's hosts "
+            "install; `provision bundle --verify FILE` checks it without a host. See the "
+            "[air-gapped tutorial](../tutorials/air-gapped.md).\n\n",
+            "## Layout\n\nEvery member is a plain file (no folders, links or devices):\n\n",
+            code(inspect.cleandoc(layout)),
+            f"\n## `{MANIFEST}`\n\n",
+            f"The first member. One line per other member, `<sha256 in 64 lower-case hex>  <path>` (two spaces), "
+            "sorted by path: GNU coreutils' `sha256sum` check format, so an unpacked bundle checks with "
+            f"`sha256sum -c --strict {MANIFEST}` alone ([coreutils manual, md5sum invocation]"
+            "(https://www.gnu.org/software/coreutils/manual/html_node/md5sum-invocation.html)). "
+            "Paths are relative with no `..`; a line that is not of this form makes the bundle bad input.\n\n",
+            "`--verify` reads the tarball once and refuses, naming the first such member: a member whose sha256 "
+            "differs from its line, a member the MANIFEST does not list, a listed member the tarball lacks, or "
+            "a member that is not a plain file with a relative path (exit 1). A file that is not a tarball, "
+            "or one without a MANIFEST first, is not a bundle (exit 2).\n\n",
+            f"## `{INFO}`\n\n",
+            f"JSON, schema `{SCHEMA}`: `lock_sha256` (of the `provision.lock` member), `os` and `arch` (the OS "
+            "releases and CPUs of the lock's groups), `groups` (per group: `os`, `arch`, `hosts`, `wheels` "
+            "(its folder, null without frameworks), `python`, `uv`).\n\n",
+            "## Same lock, same bytes\n\n",
+            "Members are written sorted by path with mtime 0, owner and group 0 without names, modes "
+            "0644/0755, and gzip's header carries no time or file name: building the same lock again gives "
+            "the same file, so its sha256 can be published.\n\n",
+            "## Example MANIFEST\n\nOf a bundle of a lock alone, written while this page was built:\n\n",
+            code(manifest),
+        ]
+    )

@@ -1,0 +1,188 @@
+"""``provision bundle``: everything a lock's hosts install, in one verified file (issue 31).
+
+On a controller that can reach the sources once, the bundle takes from the lock:
+
+- each group's framework wheel closure, by the lock's hashes, with the same code that fills the
+  fleet cache's wheelhouse (:func:`provision.fleet.cache.wheels.fetch_closure`: ``pip download
+  --require-hashes --no-deps`` from exactly the index each wheel was resolved on);
+- uv's wheel for each group's CPU, by the sha256 the knowledge pins (os.yaml
+  ``standalone_python.uv_wheels``), from the index python_env installs it from;
+- the roles (``playbooks/``) and what runs on the hosts (``provision/remote``: the smoke job);
+- the lock itself, and ``bundle.json`` saying which OS releases and CPUs it is for.
+
+:mod:`provision.fleet.bundle_file` writes the tarball and its MANIFEST and checks them.
+Not yet in a bundle (later slices of issue 31): the OS packages as a local apt repository, the
+standalone CPython (a lock that needs one is refused here, before anything is downloaded), and
+``--sign``.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from provision.ansible.role_vars import PYPI, group_vars
+from provision.ansible.settings import netrc_text, split_credentials
+from provision.errors import BadInput, OperationFailed
+from provision.files import sha256_file
+from provision.fleet.bundle_file import LOCK, SCHEMA, write_bundle
+from provision.fleet.cache.wheels import WheelSet, fetch_closure
+from provision.matrix import load
+from provision.model.lock import Lock, LockGroup
+from provision.model.settings import InstallSettings
+from provision.resources import playbooks_dir
+
+_REMOTE = Path(__file__).resolve().parent.parent / "remote"
+_SKIP = ("__pycache__", ".pyc", ".pytest_cache")
+
+
+@dataclass(frozen=True)
+class Built:
+    """What ``provision bundle`` wrote."""
+
+    path: Path
+    sha256: str  # of the whole file
+    size: int
+    manifest_sha256: str
+    parts: dict[str, int]  # part (wheels, uv, roles, ...) -> bytes
+    info: dict[str, Any]
+
+
+def group_wheels(
+    group: LockGroup, install: InstallSettings, overrides: Mapping[str, object], netrc: str = ""
+) -> tuple[WheelSet | None, dict[str, Any]]:
+    """A group's wheels as its frameworks role installs them (``--set`` included, as plan and
+    the fleet cache read them), and its role variables."""
+    bare, _ = split_credentials(install)
+    data = {**group_vars(group, bare), **overrides}
+    python = data.get("python_env_python")
+    ws = WheelSet.from_group_vars(data, python=str(python) if python else None, arch=group.host.arch, netrc=netrc)
+    return ws, data
+
+
+def uv_wheels(arch: str, python: str, index_url: str, netrc: str) -> WheelSet:
+    """uv's wheel for ``arch`` as a one-line locked closure: its release and the sha256 of its
+    wheels are the knowledge's (os.yaml standalone_python, which python_env installs it by), so
+    it is fetched by hash like the frameworks."""
+    sp = load().t.standalone_python
+    hashes = sorted((sp.uv_wheels.get(arch) or {}).values()) if sp is not None else []
+    if sp is None or not hashes:
+        raise BadInput(f"the knowledge pins no uv wheel for {arch}", "use a provision release that supports this CPU")
+    line = f"uv=={sp.uv}" + "".join(f" --hash=sha256:{h}" for h in hashes)
+    return WheelSet(python=python, arch=arch, installs=(), locked=((index_url, (line,)),), netrc=netrc)
+
+
+def check_lock(lock: Lock) -> None:
+    """BadInput (before any download) for a lock a bundle cannot carry yet."""
+    for g in lock.groups:
+        if not g.host.os or not g.host.arch:
+            raise BadInput(f"lock group {g.name} names no OS release or CPU", "plan against the hosts (probe) first")
+        if g.stack.python_source == "standalone":
+            raise BadInput(
+                f"lock group {g.name} installs a standalone CPython, which bundles do not carry yet",
+                "plan with install.python_source: os on hosts whose OS has the Python the lock needs",
+            )
+
+
+def build(
+    lock: Lock,
+    lock_path: Path,
+    install: InstallSettings,
+    out: Path,
+    *,
+    python_exe: str,
+    overrides: Mapping[str, object] | None = None,
+    say: Callable[[str], None] = lambda _: None,
+) -> Built:
+    """Write the bundle of ``lock`` (read from ``lock_path``) to ``out``."""
+    check_lock(lock)
+    _, creds = split_credentials(install)
+    netrc = netrc_text(creds.netrc) if creds.netrc else ""
+    index = install.pip.index_url or PYPI
+    with tempfile.TemporaryDirectory(prefix=".provision-bundle-", dir=out.parent) as tmp:
+        stage = Path(tmp)
+        files: dict[str, Path] = {LOCK: lock_path}
+        parts: dict[str, int] = {"lock": lock_path.stat().st_size}
+        groups: dict[str, Any] = {}
+        fetched: set[str] = set()
+        for g in lock.groups:
+            ws, _ = group_wheels(g, install, overrides or {}, netrc)
+            arch = str(g.host.arch)
+            entry: dict[str, Any] = {"os": g.host.os, "arch": arch, "hosts": list(g.hosts), "wheels": None}
+            if ws is not None:
+                if not ws.locked:
+                    raise BadInput(
+                        f"lock group {g.name} has no wheel closure (python_packages) to bundle",
+                        "plan again with install.lock_closure: always",
+                    )
+                entry["wheels"] = f"wheels/{ws.key}"
+                entry["python"] = ws.python
+                if ws.key not in fetched:
+                    _fetch(ws, stage, f"wheels/{ws.key}", python_exe, say)
+                    _check_hashes(stage / "wheels" / ws.key, {p.sha256 for p in g.python_packages}, g.name)
+                    fetched.add(ws.key)
+                uv_key = f"uv/{arch}"
+                if uv_key not in fetched:
+                    _fetch(uv_wheels(arch, ws.python, index, netrc), stage, uv_key, python_exe, say)
+                    fetched.add(uv_key)
+                entry["uv"] = uv_key
+            groups[g.name] = entry
+        for name, path in _tree(stage, ("wheels", "uv")):
+            files[name] = path
+            part = name.split("/", 1)[0]
+            parts[part] = parts.get(part, 0) + path.stat().st_size
+        for prefix, root in (("playbooks", playbooks_dir()), ("remote", _REMOTE)):
+            for name, path in _tree(root, ()):
+                files[f"{prefix}/{name}"] = path
+                parts[prefix] = parts.get(prefix, 0) + path.stat().st_size
+        info = {
+            "schema": SCHEMA,
+            "lock_sha256": sha256_file(lock_path),
+            "os": sorted({str(g.host.os) for g in lock.groups}),
+            "arch": sorted({str(g.host.arch) for g in lock.groups}),
+            "groups": groups,
+        }
+        say(f"bundle: writing {out} ({len(files) + 1} files and their MANIFEST)")
+        manifest_sha = write_bundle(out, files, info)
+    return Built(out, sha256_file(out), out.stat().st_size, manifest_sha, parts, info)
+
+
+def _fetch(ws: WheelSet, stage: Path, sub: str, python_exe: str, say: Callable[[str], None]) -> None:
+    dest = stage / sub
+    dest.mkdir(parents=True, exist_ok=True)
+    say(f"bundle: downloading {sub} by hash")
+    why = fetch_closure(ws, python_exe, dest, stage / ".requirements" / sub.replace("/", "-"))
+    if why is not None:
+        raise OperationFailed(f"bundle: fetching {sub} failed: {why}", "check that the controller reaches the index")
+
+
+def _check_hashes(folder: Path, want: set[str], group: str) -> None:
+    """The folder holds exactly the lock's files: pip checked each download's hash, and this
+    also refuses a file pip kept from an earlier run or one the lock does not name."""
+    have = {sha256_file(p): p.name for p in folder.iterdir() if p.is_file()}
+    extra = sorted(n for h, n in have.items() if h not in want)
+    if extra:
+        raise OperationFailed(f"bundle: {extra[0]} is not in group {group}'s locked closure", "plan again")
+    missing = len(want - set(have))
+    if missing:
+        raise OperationFailed(f"bundle: {missing} wheel(s) of group {group}'s closure were not fetched", "plan again")
+
+
+def _tree(root: Path, tops: tuple[str, ...]) -> list[tuple[str, Path]]:
+    """Every plain file under ``root`` (only under ``tops`` where given) as (posix path, file),
+    without caches; links are refused (a bundle member is a plain file)."""
+    out = []
+    for p in sorted(root.rglob("*")):
+        rel = p.relative_to(root).as_posix()
+        if tops and rel.split("/", 1)[0] not in tops:
+            continue
+        if any(part in _SKIP or part.endswith(".pyc") for part in p.relative_to(root).parts):
+            continue
+        if p.is_symlink():
+            raise OperationFailed(f"bundle: {p} is a link", "bundles hold plain files only")
+        if p.is_file():
+            out.append((rel, p))
+    return out
