@@ -17,6 +17,8 @@ from tests.wheels import make_wheel, sha256
 ASSUME = ("--assume", "os=debian-12,python=3.11,name=a")
 # the test hosts' way (test_closure.py): the wheels from a find-links wheelhouse, no index
 NO_INDEX = ("--set", "frameworks_no_index=true")
+# uv's wheel comes from PyPI (by its pinned hash): `make test` runs this module, `make check` does not
+pytestmark = pytest.mark.network
 
 
 @pytest.fixture(scope="module")
