@@ -12,6 +12,8 @@ with another closure, back to that lock, file by file.
 from __future__ import annotations
 
 import json
+import re
+import shutil
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -156,7 +158,12 @@ def _roll_back_after_a_lock_with_another_closure(
     assert sp is not None
     (uv_wheel,) = harness.fill_wheelhouse().glob(f"uv-{sp.uv}-*x86_64*.whl")
     [group_a] = [g for g in lock_a.groups if host.name in g.hosts]
-    extra = PythonPackage("uv", sp.uv, sha256(uv_wheel), uv_wheel.as_uri(), "")
+    # the URL B records for it is a copy (the hosts install it from find-links by name and hash):
+    # removed below, B's uv is in no source any more
+    recorded = tmp_path / "recorded" / uv_wheel.name
+    recorded.parent.mkdir()
+    shutil.copy(uv_wheel, recorded)
+    extra = PythonPackage("uv", sp.uv, sha256(uv_wheel), recorded.as_uri(), "")
     group_b = replace(group_a, hosts=[host.name], python_packages=[*group_a.python_packages, extra])
     write_lock(Lock(lock_a.knowledge, [group_b]), tmp_path / "b.lock")
     hash_a, hash_b = group_hash(group_a), group_hash(group_b)
@@ -180,6 +187,24 @@ def _roll_back_after_a_lock_with_another_closure(
     [row] = [h for h in json.loads(status.stdout)["hosts"] if h["host"] == host.name]
     assert (row["lock_hash"], row["rolled_back_from"], row["verdict"]) == (hash_a, hash_b, "pass"), row
     assert row["rollback"] == {"possible": True, "lock_hash": hash_b, "run": row["rollback"]["run"]}, row
+
+    # B's uv gone from every source (its recorded URL, a config whose find-links and fleet cache
+    # lack it): `rollback --to B` is refused naming it, before any change on the host
+    recorded.unlink()
+    gone = tmp_path / "gone"
+    (gone / "links").mkdir(parents=True)
+    bare = gone / "provision.yaml"
+    text = re.sub(r"find_links: \[[^]]*\]", f"find_links: ['{gone / 'links'}']", config.read_text())
+    bare.write_text(text.replace("install: {", f"install: {{cache_dir: '{gone / 'cache'}', ", 1))
+    assert str(gone / "links") in bare.read_text() and "cache_dir" in bare.read_text()
+    to_b = [*up_args(testhosts, bare, "--limit", host.name), "--to", hash_b]
+    to_b[to_b.index("up")] = "rollback"
+    kept = sorted(runs.iterdir())
+    rc, doc = run_up(tmp_path, to_b)
+    assert rc == 2 and doc["error"]["code"] == "bad_input", doc
+    message = doc["error"]["message"]
+    assert f"the wheel uv=={sp.uv}" in message and recorded.as_uri() in message, message
+    assert _venv_files(testhosts, host) == files_a and sorted(runs.iterdir()) == kept  # nothing changed, no run
 
 
 def _directory_inventory(ini: Path, folder: Path) -> Path:
