@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import threading
 from collections.abc import Iterator
 from functools import partial
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from http.server import SimpleHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -22,6 +21,7 @@ from provision.fleet.rollback_sources import apt_missing_command, check_sources,
 from provision.model.host import ResolvedHost
 from provision.model.lock import Lock, LockGroup, PythonPackage
 from provision.model.stack import Stack
+from tests.support.http_server import serving
 from tests.wheels import make_wheel, sha256
 
 
@@ -35,15 +35,8 @@ def served(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     """A real HTTP server over a folder (HEAD answers 200 for a file, 404 for none)."""
     root = tmp_path / "index"
     root.mkdir()
-    handler = partial(SimpleHTTPRequestHandler, directory=str(root))
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", root
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(partial(SimpleHTTPRequestHandler, directory=str(root))) as url:
+        yield url, root
 
 
 def test_a_wheel_is_found_by_name_and_hash_in_a_folder_or_at_its_url(tmp_path: Path, served: tuple[str, Path]) -> None:
