@@ -1,8 +1,9 @@
 """`provision rollback`: put each host back on the last lock that passed verification there.
 
 Exit status: 0 every host rolled back and passes, 1 a host failed (apply or verification), 2 bad
-input (among it: a host with no earlier passing lock, a --to the state DB does not know; all
-checked before any host is changed), 130 interrupted or not confirmed.
+input (among it: a host with no earlier passing lock, a --to the state DB does not know, a wheel
+or pinned OS package version of the old lock gone from every source; all checked before any host
+is changed), 130 interrupted or not confirmed.
 """
 
 from __future__ import annotations
@@ -79,7 +80,9 @@ def rollback(
 
     For each host the lock is the one of its newest run that passed verification with a lock other
     than the one it runs now (`provision status` shows it), or the lock --to names. A host with
-    none, or a --to the state DB does not know, is refused (exit 2) before any host is changed.
+    none, a --to the state DB does not know, or an old lock needing a wheel or an OS package
+    version that is gone from every source (named in the error), is refused (exit 2) before any
+    host is changed.
     The locks are applied as `up --from-lock` applies one: exact package versions (downgrades
     allowed, holds moved back), the venv brought to the old lock's hashed closure (what a newer
     lock added is removed), then verified; the state DB and the report say "rolled back from B

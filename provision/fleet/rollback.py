@@ -10,7 +10,8 @@ as one ``provision.lock`` (each group listing the hosts that go back to it) and 
 the roles bring each host to that lock (apt installs the exact pinned versions with downgrades
 allowed and moves the holds, the frameworks role removes what a newer lock added to the venv and
 installs the old closure by hash), verify runs, and each host's run row says which lock it was
-rolled back from.
+rolled back from. Before that, every wheel and pinned OS package version the chosen locks need
+is looked for (:mod:`provision.fleet.rollback_sources`); one gone from every source is bad input.
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ from typing import TYPE_CHECKING
 
 from provision.errors import BadInput
 from provision.files import write_lock
+from provision.fleet import verify as verify_api
+from provision.fleet.cache.config import cache_root
+from provision.fleet.rollback_sources import check_sources, wheel_folders
 from provision.fleet.state import RunRecord, State, rollback_target, state_path
 from provision.fleet.targets import select_targets
 from provision.fleet.up import apply_limit, limit_patterns
@@ -151,6 +155,13 @@ def rollback(
         lock = rollback_lock(state, steps)
     finally:
         state.close()
+    # every artifact the old locks need, before any change (provision/fleet/rollback_sources.py)
+    check_sources(
+        lock,
+        wheel_folders(cache_root(config), config.install.pip.find_links),
+        [t for t in chosen.targets if t.name in selected],
+        verify_api.default_connect(accept_new_host_keys=options.accept_new_host_keys, ssh_config=options.ssh_config),
+    )
     with tempfile.TemporaryDirectory(prefix="provision-rollback-") as tmp:
         path = write_lock(lock, Path(tmp) / "provision.lock")  # up copies it into the run folder
         options.lock = path

@@ -12,6 +12,8 @@ with another closure, back to that lock, file by file.
 from __future__ import annotations
 
 import json
+import re
+import shutil
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -156,7 +158,12 @@ def _roll_back_after_a_lock_with_another_closure(
     assert sp is not None
     (uv_wheel,) = harness.fill_wheelhouse().glob(f"uv-{sp.uv}-*x86_64*.whl")
     [group_a] = [g for g in lock_a.groups if host.name in g.hosts]
-    extra = PythonPackage("uv", sp.uv, sha256(uv_wheel), uv_wheel.as_uri(), "")
+    # the URL B records for it is a copy (the hosts install it from find-links by name and hash):
+    # removed below, B's uv is in no source any more
+    recorded = tmp_path / "recorded" / uv_wheel.name
+    recorded.parent.mkdir()
+    shutil.copy(uv_wheel, recorded)
+    extra = PythonPackage("uv", sp.uv, sha256(uv_wheel), recorded.as_uri(), "")
     group_b = replace(group_a, hosts=[host.name], python_packages=[*group_a.python_packages, extra])
     write_lock(Lock(lock_a.knowledge, [group_b]), tmp_path / "b.lock")
     hash_a, hash_b = group_hash(group_a), group_hash(group_b)
@@ -181,6 +188,24 @@ def _roll_back_after_a_lock_with_another_closure(
     assert (row["lock_hash"], row["rolled_back_from"], row["verdict"]) == (hash_a, hash_b, "pass"), row
     assert row["rollback"] == {"possible": True, "lock_hash": hash_b, "run": row["rollback"]["run"]}, row
 
+    # B's uv gone from every source (its recorded URL, a config whose find-links and fleet cache
+    # lack it): `rollback --to B` is refused naming it, before any change on the host
+    recorded.unlink()
+    gone = tmp_path / "gone"
+    (gone / "links").mkdir(parents=True)
+    bare = gone / "provision.yaml"
+    text = re.sub(r"find_links: \[[^]]*\]", f"find_links: ['{gone / 'links'}']", config.read_text())
+    bare.write_text(text.replace("install: {", f"install: {{cache_dir: '{gone / 'cache'}', ", 1))
+    assert str(gone / "links") in bare.read_text() and "cache_dir" in bare.read_text()
+    to_b = [*up_args(testhosts, bare, "--limit", host.name), "--to", hash_b]
+    to_b[to_b.index("up")] = "rollback"
+    kept = sorted(runs.iterdir())
+    rc, doc = run_up(tmp_path, to_b)
+    assert rc == 2 and doc["error"]["code"] == "bad_input", doc
+    message = doc["error"]["message"]
+    assert f"the wheel uv=={sp.uv}" in message and recorded.as_uri() in message, message
+    assert _venv_files(testhosts, host) == files_a and sorted(runs.iterdir()) == kept  # nothing changed, no run
+
 
 def _directory_inventory(ini: Path, folder: Path) -> Path:
     """The test hosts' INI inventory as a folder: the host lines in hosts.ini, the group's
@@ -194,3 +219,82 @@ def _directory_inventory(ini: Path, folder: Path) -> Path:
         settings[key.strip()] = value.strip().strip("'")
     (folder / "group_vars" / "testhosts.yml").write_text(json.dumps(settings, indent=2) + "\n")
     return folder
+
+
+# The Debian archive's second suite for the proof below: bookworm-updates, through the test hosts'
+# proxy (tests/hosts/testhosts.sh lets deb.debian.org through); the hosts' base lists bookworm only.
+_UPDATES = "deb http://deb.debian.org/debian bookworm-updates main\n"
+_UPDATES_LIST = "/etc/apt/sources.list.d/provision-test-bookworm-updates.list"
+_PROOF_LABEL = "apt_rollback_proof"
+
+
+def _package_plan_play(host: str, package: str, version: str) -> list[dict[str, Any]]:
+    """The package_plan role alone, as nvidia_driver/cuda_toolkit/... include it for their part of
+    the lock's package plan: ``package`` at exactly ``version``, held."""
+    return [
+        {
+            "name": "The package plan of one lock",
+            "hosts": host,
+            "become": True,
+            "gather_facts": True,  # ansible_pkg_mgr picks apt.yml
+            "tasks": [
+                {
+                    "name": "Install and hold the plan's packages",
+                    "ansible.builtin.include_role": {"name": "package_plan"},
+                    "vars": {
+                        "package_plan_label": _PROOF_LABEL,
+                        "package_plan_packages": [{"name": package, "version": version}],
+                        "package_plan_holds": [package],
+                    },
+                }
+            ],
+        }
+    ]
+
+
+def _dpkg(testhosts: harness.HostSet, host: harness.TestHost, package: str) -> tuple[str, str]:
+    """(installed version, selection): dpkg-query's ${Version} and the first word of ${Status}."""
+    out = rh.ssh(testhosts, host, f"dpkg-query -W -f '${{Version}} ${{Status}}' {package}")
+    version, selection = out.split()[:2]
+    return version, selection
+
+
+def test_rollback_downgrades_a_real_debian_package_with_its_hold(testhosts: harness.HostSet, tmp_path: Path) -> None:
+    """Issue 30, the package path of a rollback: a real Debian package at two versions in the real
+    archive (tzdata: one in bookworm, another in bookworm-updates; read from apt, not written
+    here), each pinned by a lock's package plan and applied by the package_plan role over real
+    SSH with real apt, as `provision rollback` applies the old lock's plan: lock A's version,
+    then lock B's (the other one), then A's again (the rollback): each time exactly that version
+    is installed and held. Not through `provision up`: the CPU test stack runs no role that
+    installs packages (those are the NVIDIA roles, whose packages the hosts' archive lacks; the
+    stand-in repository covers them in test_roles)."""
+    host = testhosts.hosts[-1]
+    package = "tzdata"  # in every Debian base system, small, depends on debconf only
+    before = _dpkg(testhosts, host, package)[0]
+    rh.ssh(testhosts, host, f"printf %s {rh.quote(_UPDATES)} > {_UPDATES_LIST} && apt-get update -q >/dev/null")
+    try:
+        listed = rh.ssh(testhosts, host, f"apt-cache madison {package}").splitlines()
+        first, second = sorted({line.split("|")[1].strip() for line in listed})
+        assert first != second and len(listed) == 2, f"the archive no longer has two versions of {package}: {listed}"
+        # dpkg's order, not the text's (dpkg --compare-versions, dpkg(1))
+        lower = rh.ssh(
+            testhosts, host, f"dpkg --compare-versions {rh.quote(first)} lt {rh.quote(second)} && echo lt", check=False
+        )
+        older, newer = (first, second) if lower.strip() == "lt" else (second, first)
+        run = rh.render(
+            tmp_path / "run", testhosts, host, rh.lock_group("cpu", [host.name], os="debian-12", frameworks=[])
+        )
+        for step, version in (("a", older), ("b", newer), ("rollback", older)):
+            (run / "site.yml").write_text(json.dumps(_package_plan_play(host.name, package, version)))
+            out = rh.apply(run, host.name)
+            assert out.rc == 0 and out.failed == 0, (step, out.output[-3000:])
+            assert _dpkg(testhosts, host, package) == (version, "hold"), step
+        again = rh.apply(run, host.name)  # the rolled-back plan once more: nothing to change
+        assert again.rc == 0 and again.changed == 0, again.output[-3000:]
+    finally:
+        rh.ssh(
+            testhosts,
+            host,
+            f"rm -f {_UPDATES_LIST} /var/lib/provision/packages/{_PROOF_LABEL}.json; apt-mark unhold {package} >/dev/null;"
+            f" apt-get update -q >/dev/null; apt-get install -y -q --allow-downgrades {package}={before} >/dev/null",
+        )

@@ -34,6 +34,11 @@ def default_root() -> Path:
     return Path(base) / "provision"
 
 
+def cache_root(config: Config) -> Path:
+    """The cache's folder for ``config``: install.cache_dir, else :func:`default_root`."""
+    return Path(config.install.cache_dir).expanduser() if config.install.cache_dir else default_root()
+
+
 def start_cache(
     config: Config,
     options: UpOptions,
@@ -73,8 +78,7 @@ def start_cache(
         [(h.os or "") if (h := platform.get(t.name)) is not None else "" for t in targets],
         role_defaults(Path(default_roles_path())),
     )
-    root = Path(config.install.cache_dir).expanduser() if config.install.cache_dir else default_root()
-    cache = FleetCache(root, run_dir, python_exe=sys.executable, say=say)
+    cache = FleetCache(cache_root(config), run_dir, python_exe=sys.executable, say=say)
     connect = verify_api.default_connect(
         accept_new_host_keys=options.accept_new_host_keys, ssh_config=options.ssh_config
     )

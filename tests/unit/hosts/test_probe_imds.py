@@ -11,7 +11,6 @@ import http.server
 import socket
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import pytest
 
 from provision.hosts import gather
 from provision.hosts.local import LocalTransport
+from tests.support.http_server import serving
 from tests.support.probe_fixtures import table_lookup
 
 TOKEN = "AQAEAF-test-token=="
@@ -58,14 +58,8 @@ class _Imds(http.server.BaseHTTPRequestHandler):
 def imds() -> Iterator[tuple[str, list[tuple[str, str, str | None]]]]:
     seen: list[tuple[str, str, str | None]] = []
     handler = type("Handler", (_Imds,), {"seen": seen})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", seen
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(handler) as url:
+        yield url, seen
 
 
 def _probe(endpoint: str | None, disabled: bool = False) -> str | None:

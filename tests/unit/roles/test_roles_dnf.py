@@ -444,3 +444,30 @@ def test_apt_names_the_installed_and_held_packages_from_dpkg_query() -> None:
         "package_plan_installed_names": ["nvidia-open-570", "bash"],
         "package_plan_held_names": ["nvidia-open-570"],
     }
+
+
+@pytest.mark.parametrize("os_id", list(FACTS))
+def test_a_rollback_on_dnf_downgrades_and_moves_the_versionlock_back(os_id: str) -> None:
+    """Issue 30 on the RPM path (no RHEL host runs here: the rendered tasks, templated by Ansible,
+    and the versionlock module's plan on the lines `dnf versionlock add` writes): lock B had the
+    driver at 595.58.03, locked; rolling back to lock A's 590.44.01 (same package names) releases
+    B's lock before the install, installs A's exact version with downgrades allowed, and locks it."""
+    newer, older = "595.58.03", "590.44.01"
+    play = Play(os_id, older)  # the rolled-back lock's plan, as the driver role includes package_plan
+    play.include("nvidia_driver", "nvidia-repo-dnf.yml", "Install and lock the driver packages of the plan")
+    play.set_facts("package_plan", "main.yml", "Name the packages with their versions")
+    play.vars["package_plan_gone"] = []  # same names in both locks: nothing of B's plan goes
+    install = play.template(_task("package_plan", "dnf.yml", "Install the packages at exactly the plan's versions"))
+    assert install["ansible.builtin.dnf"]["name"] == [f"nvidia-open-3:{older}"]
+    assert install["ansible.builtin.dnf"]["allow_downgrade"] is True  # dnf would refuse a lower EVR without it
+    vl = _versionlock()
+    listed = [f"nvidia-open-3:{newer}-1.el9.*", "datacenter-gpu-manager-4-core-1:4.2.3-1.*"]  # B's entry, DCGM's
+    release = _task("package_plan", "dnf.yml", "Release this role's locks at other versions")
+    args = play.template(release["package_plan_versionlock"])
+    assert play.when(release) and args["stage"] == "release"
+    assert vl.plan(listed, args["locks"], args["drop"], "release") == ([listed[0]], [])  # DCGM's stays
+    lock = play.template(_task("package_plan", "dnf.yml", "Lock the held packages at their installed versions"))
+    assert vl.plan(listed[1:], lock["package_plan_versionlock"]["locks"], [], "lock") == ([], ["nvidia-open"])
+    # the apt path the same way: downgrades allowed over a held package
+    apt = _task("package_plan", "apt.yml", "Install the packages at exactly the plan's versions")["ansible.builtin.apt"]
+    assert apt["allow_downgrade"] is True and apt["allow_change_held_packages"] is True
