@@ -14,6 +14,7 @@ import pytest
 from provision.cli.up import rolling_options
 from provision.errors import BadInput
 from provision.fleet.rolling import HookFailed, Rolling, slurm_hooks, upgrade_reason
+from tests.cli_run import provision
 
 
 @pytest.fixture
@@ -120,3 +121,19 @@ def test_slurm_via_only_with_rolling_slurm() -> None:
         rolling_options(
             None, None, None, drain_cmd=None, wait_idle_cmd=None, resume_cmd=None, drain_timeout=None, slurm_via="ssh x"
         )
+
+
+def test_up_and_rollback_refuse_in_one_line_before_any_host(tmp_path: Path) -> None:
+    """The command lines as a user types them: a --slurm-via that does not run is bad input (exit
+    2, one line, no traceback) before any host is contacted; rollback takes the same options."""
+    via = str(tmp_path / "no-such-ssh")
+    up = provision(
+        "up", "--local", "--yes", "--rolling", "slurm", "--drain-timeout", "60", "--slurm-via", via, cwd=tmp_path
+    )
+    assert up.returncode == 2, up.stderr
+    [line] = up.stderr.strip().splitlines()
+    assert f"`{via} 'scontrol version'` does not run here (exit 127" in line, line
+    back = provision("rollback", "--local", "--yes", "--rolling", "slurm", cwd=tmp_path)
+    assert back.returncode == 2, back.stderr
+    [line] = back.stderr.strip().splitlines()
+    assert "--rolling needs --drain-timeout" in line, line
