@@ -29,6 +29,7 @@ from provision.cli.options import (
     verbose_option,
     yes_option,
 )
+from provision.cli.up import rolling_click_options
 from provision.errors import ExitCode, signals_as_interrupt
 
 if TYPE_CHECKING:
@@ -50,6 +51,7 @@ if TYPE_CHECKING:
     help="Go back to this lock (a hash, or the run that applied it) instead of each host's last passing one.",
 )
 @yes_option("Do not ask before changing hosts.")
+@rolling_click_options
 @set_option()
 @reboot_controller_option()
 @ssh_options()
@@ -65,6 +67,14 @@ def rollback(
     limit: str | None,
     to: str | None,
     yes: bool,
+    rolling: str | None,
+    max_unavailable: int | None,
+    canary: int | None,
+    drain_cmd: str | None,
+    wait_idle_cmd: str | None,
+    resume_cmd: str | None,
+    slurm_via: str | None,
+    drain_timeout: float | None,
     sets: tuple[str, ...],
     reboot_controller: bool,
     accept_new_host_keys: bool,
@@ -88,14 +98,27 @@ def rollback(
     lock added is removed), then verified; the state DB and the report say "rolled back from B
     to A".
 
+    With --rolling (the options of `up --rolling`, the same code path) each batch of hosts is
+    drained through the scheduler first and resumed only when it passes.
+
     Exit status: 0 every host rolled back and passes, 1 a host failed, 2 bad input.
     """
-    from provision.cli.up import ProgressView, _ask, apply_options  # noqa: PLC0415 (start-up: `provision --help` loads this module, not cli.up's view)
+    from provision.cli.up import ProgressView, _ask, apply_options, rolling_options  # noqa: PLC0415 (start-up: `provision --help` loads this module, not cli.up's view)
     from provision.config import Config, load_config  # noqa: PLC0415 (start-up: `provision --help` loads this module, not config)
     from provision.fleet.rollback import rollback as run_rollback  # noqa: PLC0415 (start-up: `provision --help` loads this module, not fleet.rollback)
     from provision.fleet.up import check_options  # noqa: PLC0415 (start-up: `provision --help` loads this module, not fleet.up)
 
     refuse_unasked(yes, as_json, "rollback changes hosts", "pass --yes to go ahead without asking")
+    hooks, serial = rolling_options(
+        rolling,
+        None,
+        max_unavailable,
+        drain_cmd=drain_cmd,
+        wait_idle_cmd=wait_idle_cmd,
+        resume_cmd=resume_cmd,
+        drain_timeout=drain_timeout,
+        slurm_via=slurm_via,
+    )
     config = load_config(config_path) if config_path is not None else Config()
     options = apply_options(
         local=local,
@@ -109,6 +132,7 @@ def rollback(
         login=(login_user, private_key, ask_become_pass),
         verbosity=verbosity,
     )
+    options.rolling, options.serial, options.canary = hooks, serial, canary
     check_options(options)
     view = ProgressView(as_json)
 

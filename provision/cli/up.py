@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -54,7 +54,16 @@ if TYPE_CHECKING:
     from provision.fleet.rolling import Hooks
 
 
-ROLLING = ("rolling", "max_unavailable", "canary", "drain_cmd", "wait_idle_cmd", "resume_cmd", "drain_timeout")
+ROLLING = (
+    "rolling",
+    "max_unavailable",
+    "canary",
+    "drain_cmd",
+    "wait_idle_cmd",
+    "resume_cmd",
+    "slurm_via",
+    "drain_timeout",
+)
 
 
 def rolling_options(
@@ -66,30 +75,77 @@ def rolling_options(
     wait_idle_cmd: str | None,
     resume_cmd: str | None,
     drain_timeout: float | None,
+    slurm_via: str | None = None,
 ) -> tuple[Hooks | None, int | None]:
-    """``--rolling hooks`` and its options as the run's hooks and batch size (``--max-unavailable``,
-    1 by default, is ``--serial`` under another name); every misuse is bad input before any host."""
-    from provision.fleet.rolling import Hooks  # noqa: PLC0415 (start-up: `provision --help` loads this module, not fleet)
+    """``--rolling hooks|slurm`` and its options as the run's hooks and batch size
+    (``--max-unavailable``, 1 by default, is ``--serial`` under another name); every misuse is bad
+    input before any host."""
+    from provision.fleet.rolling import Hooks, slurm_hooks  # noqa: PLC0415 (start-up: `provision --help` loads this module, not fleet)
 
+    commands = {"--drain-cmd": drain_cmd, "--wait-idle-cmd": wait_idle_cmd, "--resume-cmd": resume_cmd}
     given = {
-        "--drain-cmd": drain_cmd,
-        "--wait-idle-cmd": wait_idle_cmd,
-        "--resume-cmd": resume_cmd,
+        **commands,
+        "--slurm-via": slurm_via,
         "--drain-timeout": drain_timeout,
         "--max-unavailable": max_unavailable,
     }
     if rolling is None:
         extra = [name for name, value in given.items() if value is not None]
         if extra:
-            raise BadInput(f"{', '.join(extra)} only with --rolling", "add --rolling hooks, or leave them out")
+            raise BadInput(f"{', '.join(extra)} only with --rolling", "add --rolling slurm or hooks, or leave them out")
         return None, serial
     if serial is not None and max_unavailable is not None:
         raise BadInput("--serial and --max-unavailable are one setting", "give --max-unavailable N alone")
-    built = Hooks.build(drain=drain_cmd, resume=resume_cmd, wait_idle=wait_idle_cmd, drain_timeout_s=drain_timeout)
+    if rolling == "slurm":
+        extra = [name for name, value in commands.items() if value is not None]
+        if extra:
+            raise BadInput(f"{', '.join(extra)} only with --rolling hooks", "--rolling slurm runs scontrol itself")
+        built = slurm_hooks(slurm_via, drain_timeout)
+    else:
+        if slurm_via is not None:
+            raise BadInput("--slurm-via only with --rolling slurm", "put it in your --*-cmd templates instead")
+        built = Hooks.build(drain=drain_cmd, resume=resume_cmd, wait_idle=wait_idle_cmd, drain_timeout_s=drain_timeout)
     flag, batch = ("--max-unavailable", max_unavailable) if max_unavailable is not None else ("--serial", serial)
     if batch is not None and batch < 1:
         raise BadInput(f"{flag} {batch} is not a batch size", f"give {flag} 1 or more")
     return built, batch or 1
+
+
+def rolling_click_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """The --rolling options, the same for `up` and `rollback` (rollback applies through up's run)."""
+    decorators = [
+        click.option(
+            "--rolling",
+            type=click.Choice(["slurm", "hooks"]),
+            help="Drain each batch's hosts through a scheduler first, resume those that pass"
+            " (slurm: scontrol; hooks: the commands below).",
+        ),
+        click.option(
+            "--max-unavailable", type=int, metavar="N", help="With --rolling: hosts drained at a time (default 1)."
+        ),
+        click.option("--canary", type=int, metavar="N", help="With --rolling: a first batch of N hosts alone."),
+        click.option("--drain-cmd", metavar="TEMPLATE", help="With --rolling hooks: drains {host} with {reason}."),
+        click.option(
+            "--wait-idle-cmd", metavar="TEMPLATE", help="With --rolling hooks: exits 0 once {host} runs nothing."
+        ),
+        click.option(
+            "--resume-cmd", metavar="TEMPLATE", help="With --rolling hooks: hands {host} back to the scheduler."
+        ),
+        click.option(
+            "--slurm-via",
+            metavar="COMMAND",
+            help="With --rolling slurm: run scontrol through this command (e.g. 'ssh login1'), not here.",
+        ),
+        click.option(
+            "--drain-timeout",
+            type=float,
+            metavar="SECONDS",
+            help="With --rolling (required): how long a host's running jobs may take to finish.",
+        ),
+    ]
+    for decorate in reversed(decorators):
+        func = decorate(func)
+    return func
 
 
 # up's --help in sections (cli/sections.py): what to act on, what to install, how to run, output
@@ -118,22 +174,7 @@ UP_SECTIONS = (
 @limit_option()
 @click.option("--serial", type=int, metavar="N", help="Roll through N hosts at a time; stop when a batch fails.")
 @click.option("--force", is_flag=True, help="Apply even to hosts that are converged with this lock.")
-@click.option(
-    "--rolling",
-    type=click.Choice(["hooks"]),
-    help="Drain each batch's hosts through a scheduler first, resume those that pass (the commands below).",
-)
-@click.option("--max-unavailable", type=int, metavar="N", help="With --rolling: hosts drained at a time (default 1).")
-@click.option("--canary", type=int, metavar="N", help="With --rolling: a first batch of N hosts alone.")
-@click.option("--drain-cmd", metavar="TEMPLATE", help="With --rolling hooks: drains {host} with {reason}.")
-@click.option("--wait-idle-cmd", metavar="TEMPLATE", help="With --rolling hooks: exits 0 once {host} runs nothing.")
-@click.option("--resume-cmd", metavar="TEMPLATE", help="With --rolling hooks: hands {host} back to the scheduler.")
-@click.option(
-    "--drain-timeout",
-    type=float,
-    metavar="SECONDS",
-    help="With --rolling (required): how long a host's running jobs may take to finish.",
-)
+@rolling_click_options
 @set_option()
 @reboot_controller_option()
 @ssh_options()
@@ -172,6 +213,7 @@ def up(
     drain_cmd: str | None,
     wait_idle_cmd: str | None,
     resume_cmd: str | None,
+    slurm_via: str | None,
     drain_timeout: float | None,
     sets: tuple[str, ...],
     reboot_controller: bool,
@@ -230,6 +272,7 @@ def up(
         wait_idle_cmd=wait_idle_cmd,
         resume_cmd=resume_cmd,
         drain_timeout=drain_timeout,
+        slurm_via=slurm_via,
     )
     config = load_config(config_path) if config_path is not None else Config()
     options = apply_options(

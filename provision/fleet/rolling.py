@@ -14,6 +14,8 @@ The reasons start with :data:`UPGRADE_PREFIX`, which provision-health's Slurm mo
 The commands are templates of the user's, run on the controller by ``/bin/sh -c`` with each
 ``{host}`` and ``{reason}`` replaced by the shell-quoted value (the inventory name; the reason):
 ``kubectl cordon {host}``, ``scontrol update nodename={host} state=drain reason={reason}``.
+
+``--rolling slurm`` is the same loop with built-in templates over ``scontrol`` (:func:`slurm_hooks`).
 """
 
 from __future__ import annotations
@@ -49,6 +51,17 @@ class Hooks:
     wait_idle: str
     drain_timeout_s: float
     poll_s: float = POLL_S
+    # run once before any host is touched: a client that is not there is bad input, not a failed drain
+    preflight: str | None = None
+    # a command prefix each rendered command is passed to as one shell-quoted argument (--slurm-via)
+    via: str | None = None
+
+    def command(self, template: str, host: str, reason: str = "") -> str:
+        """The shell command for one host (through ``via`` when given)."""
+        return self.wrap(render(template, host, reason))
+
+    def wrap(self, command: str) -> str:
+        return f"{self.via} {shlex.quote(command)}" if self.via else command
 
     @classmethod
     def build(
@@ -64,15 +77,63 @@ class Hooks:
             )
         for name, value in given.items():
             check_template(name, value or "")
-        if drain_timeout_s is None:
-            # jobs may run for days: how long to wait is the user's call, never a default of ours
-            raise BadInput(
-                "--rolling needs --drain-timeout",
-                "give the seconds to wait for a host's running jobs to finish (e.g. --drain-timeout 3600)",
-            )
-        if not math.isfinite(drain_timeout_s) or drain_timeout_s <= 0:  # nan would never time out
-            raise BadInput(f"--drain-timeout {drain_timeout_s:g} is not a wait", "give a number of seconds above 0")
-        return cls(drain or "", resume or "", wait_idle or "", drain_timeout_s)
+        return cls(drain or "", resume or "", wait_idle or "", check_timeout(drain_timeout_s))
+
+
+def check_timeout(drain_timeout_s: float | None) -> float:
+    """--drain-timeout: required (jobs may run for days: how long to wait is the user's call, never
+    a default of ours), a number of seconds above 0."""
+    if drain_timeout_s is None:
+        raise BadInput(
+            "--rolling needs --drain-timeout",
+            "give the seconds to wait for a host's running jobs to finish (e.g. --drain-timeout 3600)",
+        )
+    if not math.isfinite(drain_timeout_s) or drain_timeout_s <= 0:  # nan would never time out
+        raise BadInput(f"--drain-timeout {drain_timeout_s:g} is not a wait", "give a number of seconds above 0")
+    return drain_timeout_s
+
+
+# --rolling slurm: the three hooks over scontrol(1), with the node named as in the inventory (a
+# Slurm NodeName that differs is not supported yet: docs/how-to/rolling-upgrade.md).
+#   drain: `scontrol update nodename=H state=drain reason=R` (scontrol(1), "update" NodeName
+#     specification: State=DRAIN with Reason; Slurm's doc/man/man1/scontrol.1);
+#   wait: the node runs nothing once `scontrol show node H` says State=IDLE (base state) without
+#     the COMPLETING flag: a drained node that still runs a job is ALLOCATED+DRAIN or MIXED+DRAIN,
+#     one whose jobs are ending has +COMPLETING (the "State=%s" field is
+#     node_state_string_complete(): base state, then "+FLAG"s; Slurm 22.05
+#     src/api/node_info.c and src/common/slurm_protocol_defs.c). `-o` prints one line per node.
+#   resume: `scontrol update nodename=H state=resume` (clears DRAIN and the reason; scontrol(1)).
+# Not `scontrol reboot ASAP nextstate=RESUME`: scontrol(1) says a node rebooted so "will resume as
+# normal and the node's reason and DRAIN state will be cleared" once its slurmd registers, i.e. back
+# in service before provision verified it, against "resume only on pass"; and the reboot would come
+# when the node is idle, before the apply that needs it. The apply's own reboot (the role's) happens
+# while the node stays drained, and only `state=resume` after a pass hands it back.
+SLURM_DRAIN = "scontrol update nodename={host} state=drain reason={reason}"
+SLURM_RESUME = "scontrol update nodename={host} state=resume"
+SLURM_WAIT_IDLE = (
+    "scontrol -o show node {host} | grep -Eo '(^| )State=[^ ]+' | grep -v COMPLETING | grep -Eq 'State=IDLE([+]|$)'"
+)
+
+
+def slurm_hooks(via: str | None, drain_timeout_s: float | None) -> Hooks:
+    """``--rolling slurm``: the hooks over ``scontrol``, run on the controller, or through ``via``
+    (``--slurm-via 'ssh login1'``) where the controller has no Slurm client: then each whole command
+    is passed to ``via`` as ONE shell-quoted argument, because ssh joins its arguments with spaces
+    into the one string the remote shell parses (OpenSSH ssh.c: "A command has been specified.
+    Store it into the buffer.", each argv joined by " "), so a reason with spaces or ``->`` would
+    otherwise be split, or taken for a redirection, there."""
+    if via is not None and not via.strip():
+        raise BadInput(
+            "--slurm-via is empty", "give the command that reaches a Slurm client, e.g. --slurm-via 'ssh login1'"
+        )
+    return Hooks(
+        drain=SLURM_DRAIN,
+        resume=SLURM_RESUME,
+        wait_idle=SLURM_WAIT_IDLE,
+        drain_timeout_s=check_timeout(drain_timeout_s),
+        preflight="scontrol version",  # scontrol(1): "version" displays the version of scontrol being executed
+        via=via,
+    )
 
 
 def check_template(name: str, template: str) -> None:
@@ -139,16 +200,29 @@ class Rolling:
         if done.returncode != 0:
             raise HookFailed(f"{what} failed (exit {done.returncode}){_said(done)}: {command}")
 
+    def preflight(self) -> None:
+        """Run the hooks' preflight command (``scontrol version``) once: bad input (exit 2) when it
+        fails, before any host is drained or changed."""
+        if self.hooks.preflight is None:
+            return
+        command = self.hooks.wrap(self.hooks.preflight)
+        done = self.run(command)
+        if done.returncode != 0:
+            raise BadInput(
+                f"`{command}` does not run here (exit {done.returncode}{_said(done)})",
+                "install Slurm's client (scontrol) on this machine, or give --slurm-via 'ssh HOST' to run it there",
+            )
+
     def drain(self, host: str, reason: str) -> None:
-        self._do(f"{host}: drain", render(self.hooks.drain, host, reason))
+        self._do(f"{host}: drain", self.hooks.command(self.hooks.drain, host, reason))
 
     def resume(self, host: str) -> None:
-        self._do(f"{host}: resume", render(self.hooks.resume, host))
+        self._do(f"{host}: resume", self.hooks.command(self.hooks.resume, host))
 
     def wait_idle(self, host: str) -> float:
         """Ask until the host runs nothing (exit 0); the seconds it took. Past --drain-timeout:
         :class:`HookFailed` (the host's jobs are left running: nothing is cancelled)."""
-        command = render(self.hooks.wait_idle, host)
+        command = self.hooks.command(self.hooks.wait_idle, host)
         started = self.clock()
         while True:
             done = self.run(command)

@@ -132,6 +132,8 @@ def _up(
     targets = {t.name: t for t in chosen.targets}  # the hosts `up` may reach, in inventory order
     selected = apply_limit(list(targets), limit_patterns(options.limit))
     check_inputs(options.overrides, [targets[n] for n in selected], options.ssh_config)
+    if options.rolling is not None and not options.check:  # e.g. no scontrol here: bad input before any host
+        Rolling(options.rolling).preflight()
     locked = None
     if options.lock is not None:  # --lock: read and checked against the hosts' names before any contact
         locked = read_lock(options.lock)

@@ -20,15 +20,11 @@ from provision.fleet.state import State
 from tests.hosts import harness
 from tests.integration import roles_harness as rh
 from tests.integration.up_harness import run_up, up_args, up_until
+from tests.support.shadow_torch import SHADOW, shadow_text
 
 pytestmark = pytest.mark.slow  # installs torch on test hosts
 
-# A stray module that shadows the venv's torch: the stdlib folder comes before site-packages on
-# sys.path, so `import torch` in the venv fails, while pip and importlib.metadata (what Ansible,
-# the probe and the verify role read) still see torch 2.13.0+cpu installed. The apply succeeds;
-# only the smoke job, which imports torch, fails: a real verification failure.
-SHADOW = "/usr/lib/python3.11/torch.py"
-SHADOW_TEXT = "raise ImportError('a stray torch.py shadows the venv torch (test_up_fleet)')"
+SHADOW_TEXT = shadow_text("test_up_fleet")
 
 
 def _hosts(testhosts: harness.HostSet, n: int) -> list[harness.TestHost]:

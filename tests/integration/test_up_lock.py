@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +22,12 @@ import pytest
 from provision.files import read_lock, write_lock
 from provision.fleet.health_spec import group_hash
 from provision.matrix import load
-from provision.model.lock import Lock, PythonPackage
+from provision.model.lock import Lock
 from tests.cli_run import provision
 from tests.hosts import harness
 from tests.integration import roles_harness as rh
 from tests.integration.up_harness import run_up, up_args
-from tests.wheels import sha256
+from tests.support.locks import plus_uv, uv_wheel
 
 pytestmark = pytest.mark.slow  # installs torch on every host
 
@@ -156,15 +155,13 @@ def _roll_back_after_a_lock_with_another_closure(
     files_a = _venv_files(testhosts, host)
     sp = load().t.standalone_python
     assert sp is not None
-    (uv_wheel,) = harness.fill_wheelhouse().glob(f"uv-{sp.uv}-*x86_64*.whl")
     [group_a] = [g for g in lock_a.groups if host.name in g.hosts]
     # the URL B records for it is a copy (the hosts install it from find-links by name and hash):
     # removed below, B's uv is in no source any more
-    recorded = tmp_path / "recorded" / uv_wheel.name
+    recorded = tmp_path / "recorded" / uv_wheel().name
     recorded.parent.mkdir()
-    shutil.copy(uv_wheel, recorded)
-    extra = PythonPackage("uv", sp.uv, sha256(uv_wheel), recorded.as_uri(), "")
-    group_b = replace(group_a, hosts=[host.name], python_packages=[*group_a.python_packages, extra])
+    shutil.copy(uv_wheel(), recorded)
+    group_b = plus_uv(group_a, [host.name], recorded.as_uri())
     write_lock(Lock(lock_a.knowledge, [group_b]), tmp_path / "b.lock")
     hash_a, hash_b = group_hash(group_a), group_hash(group_b)
 
