@@ -49,8 +49,9 @@ def bundle(
     as_json: bool,
 ) -> int:
     """Write one file (a tar.gz with a sha256 MANIFEST) holding the lock, each group's wheel
-    closure by the lock's hashes, uv's wheel by hash, the roles and the smoke job, for
-    `provision up --bundle` on hosts with no network; or, with --verify, check one.
+    closure by the lock's hashes, uv's wheel by hash, the roles and the smoke job, to carry to
+    sites with no network (`up --bundle` is not built yet: serve its wheels/ folder as a
+    wheelhouse); or, with --verify, check one.
 
     Exit status: 0 written or verified, 1 a download failed or a file does not match its
     MANIFEST (named), 2 bad input.

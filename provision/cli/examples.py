@@ -51,6 +51,10 @@ EXAMPLES: dict[str, list[str]] = {
         "provision rollback -i hosts.ini --yes",
         "provision rollback -i hosts.ini --limit gpu07 --to 3f9c2a1b7d4e5f60 --yes",
     ],
+    "bundle": [
+        "provision bundle provision.lock -o site.tar.gz   # on a controller that reaches the sources",
+        "provision bundle --verify site.tar.gz            # check every file against its MANIFEST",
+    ],
     "health": [
         "provision health --local",
         "provision health -i hosts.ini --limit 'gpu*' --json",
