@@ -33,13 +33,9 @@ demo: venv
 		'$(DEMO_FRAMEWORK)' '$(DEMO_DIR)/venv' '$(DEMO_LOCK_CLOSURE)' > $(DEMO_DIR)/provision.yaml
 	$(IN_VENV) $(BIN)/provision up --local --yes -c $(DEMO_DIR)/provision.yaml
 
-# Three pytest runs: the unit tests on both of CI's cores (xdist; they share no host, port or file);
-# the smoke job's module alone (below); then the integration tests on two workers, each with a test
-# host set of its own (tests/hosts/harness.py worker_settings), slowest modules first
-# (tests/conftest.py SLOWEST_FIRST, handed out in that order: --no-loadscope-reorder). Much of an
-# integration module's time is spent waiting (apt and pip through the proxy, Slurm's and the
-# timers' intervals, hosts booting), which the other worker fills.
-# ansible-lint runs once, in tests/unit/roles/test_roles_lint.py.
+# Two pytest runs: the unit tests on both of CI's cores (xdist; they share no host, port or file),
+# then everything else in one process (the integration tests share one session's test hosts, whose
+# runs each use the two cores already). ansible-lint runs once, in tests/unit/roles/test_roles_lint.py.
 # --dist loadscope hands out whole modules: a module fixture (the smoke job's two-rank CPU run,
 # `verify --local`, jax from the index, gpg keys) runs once, not once per worker, and the other
 # worker goes on with other modules while one waits on the network.
@@ -50,8 +46,7 @@ PYTEST_RUN := $(IN_VENV) PROVISION_REQUIRE_TESTHOSTS=1 $(BIN)/pytest -m "not gpu
 BOTH_CORES := tests/unit/remote/test_smoke_job.py
 test: deps bases venv lint-python docs
 	$(PYTEST_RUN) -n 2 --dist loadscope $(PYTEST_ARGS) tests/unit --ignore=$(BOTH_CORES) || test $$? -eq 5
-	$(PYTEST_RUN) $(PYTEST_ARGS) $(BOTH_CORES) || test $$? -eq 5
-	$(PYTEST_RUN) -n 2 --dist loadscope --no-loadscope-reorder $(PYTEST_ARGS) tests/integration tests/gpu || test $$? -eq 5
+	$(PYTEST_RUN) $(PYTEST_ARGS) $(BOTH_CORES) tests/integration tests/gpu || test $$? -eq 5
 	$(MAKE) check-knowledge
 
 # The knowledge against the package index, with only the index reachable (docs/explanation/knowledge.md):

@@ -20,28 +20,7 @@ REPO = Path(__file__).resolve().parent.parent
 REQUIRE_TESTHOSTS = os.environ.get("PROVISION_REQUIRE_TESTHOSTS") == "1"
 
 
-# The integration modules that take longest, slowest first (seconds in a 2-worker `make test` run,
-# from its --durations). Under xdist's loadscope with --no-loadscope-reorder (the Makefile) modules
-# are handed out in collection order as workers free up; starting the longest ones first keeps
-# one worker from starting a 200-second module when the other has just finished everything else.
-SLOWEST_FIRST = (
-    "test_slurm.py",
-    "test_up_fleet.py",
-    "test_up_lock.py",
-    "test_roles.py",
-    "test_roles_images.py",
-    "test_apply.py",
-    "test_up.py",
-)
-
-
-def _slowness(item: pytest.Item) -> int:
-    name = Path(str(item.fspath)).name
-    return SLOWEST_FIRST.index(name) if name in SLOWEST_FIRST else len(SLOWEST_FIRST)
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    items.sort(key=_slowness)  # stable: the order inside a module, and of the other modules, stays
     for item in items:
         parts = Path(str(item.fspath)).relative_to(REPO / "tests").parts
         folder = parts[0] if len(parts) > 1 else ""

@@ -10,7 +10,6 @@ names and subnet are derived from the Debian 12 set's (see debian13_settings).
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import json
 import os
 import shlex
@@ -95,37 +94,12 @@ class HostSet:
 
 
 def session_settings() -> dict[str, Any]:
-    """The session's Debian 12 set, from TESTHOSTS_DIR / _PREFIX / _NET / _BRIDGE (one per checkout),
-    made the worker's own under pytest-xdist (worker_settings)."""
-    settings = {
+    """The session's Debian 12 set, from TESTHOSTS_DIR / _PREFIX / _NET / _BRIDGE (one per checkout)."""
+    return {
         "directory": Path(os.environ.get("TESTHOSTS_DIR", "/var/tmp/provision-testhosts")),
         "prefix": os.environ.get("TESTHOSTS_PREFIX", "th"),
         "net": os.environ.get("TESTHOSTS_NET", "10.200.0"),
         "bridge": os.environ.get("TESTHOSTS_BRIDGE", "thbr0"),
-    }
-    return worker_settings(settings, os.environ.get("PYTEST_XDIST_WORKER", ""))
-
-
-def worker_settings(settings: dict[str, Any], worker: str) -> dict[str, Any]:
-    """Worker N's own set when the integration tests run on pytest-xdist workers (``gw0``, ``gw1``:
-    the PYTEST_XDIST_WORKER each worker process gets): each worker's session brings up a set of
-    its own, so two modules never share a host. Worker 0 (and a run without xdist) keeps the
-    settings as given; worker N > 0 gets the directory ``<dir>-wN``, the prefix ``wN<prefix>`` (it
-    does not start with ``<prefix>`` and ``<prefix>`` does not start with it, so neither set's
-    leftovers() sees the other's hosts; its Debian 13 set becomes ``twN<prefix>``), the bridge
-    ``wN<prefix>br0`` and the /24 two above per worker (10.200.0 -> 10.200.2; its Debian 13 set
-    then takes 10.200.15, clear of the first set's 10.200.13 and of the teardown test's 10.200.9).
-    """
-    n = int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else 0
-    if n == 0:
-        return settings
-    a, b, c = str(settings["net"]).split(".")
-    prefix = f"w{n}{settings['prefix']}"
-    return {
-        "directory": Path(f"{settings['directory']}-w{n}"),
-        "prefix": prefix,
-        "net": f"{a}.{b}.{(int(c) + 2 * n) % 256}",
-        "bridge": f"{prefix}br0",
     }
 
 
@@ -168,16 +142,7 @@ def fill_wheelhouse(directory: Path = WHEELHOUSE) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     sp = load().t.standalone_python
     assert sp is not None, "the knowledge has no standalone_python entry (os.yaml)"
-    # one filler at a time: two xdist workers' sessions start together, and two `pip download`s
-    # into one folder would each see a wheel missing and write it at once
-    with (directory / ".lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        _download_into(directory, sp.uv)
-    return directory
-
-
-def _download_into(directory: Path, uv: str) -> None:
-    for pin, no_deps in ((TORCH_CPU, []), (f"uv=={uv}", ["--no-deps"])):  # uv: one self-contained wheel
+    for pin, no_deps in ((TORCH_CPU, []), (f"uv=={sp.uv}", ["--no-deps"])):  # uv: one self-contained wheel
         stamp = directory / f".{pin}.done"
         if stamp.exists():
             continue
@@ -207,6 +172,7 @@ def _download_into(directory: Path, uv: str) -> None:
             check=True,
         )
         stamp.touch()
+    return directory
 
 
 def _script(hostset: HostSet, *args: str, ro_binds: list[Path] | None = None) -> None:

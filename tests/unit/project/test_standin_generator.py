@@ -133,27 +133,6 @@ def test_the_debian13_set_is_derived_so_that_no_two_sets_meet() -> None:
     assert all(len(f"{d['prefix']}1-h") <= 15 for d in derived)  # a veth name's limit
 
 
-def test_each_xdist_worker_gets_a_set_that_meets_no_other() -> None:
-    """`make test` runs the integration modules on two xdist workers, each bringing up its own
-    set: worker 0 keeps the session's settings, worker 1's set and both Debian 13 sets meet none."""
-    base = {"directory": Path("/var/tmp/provision-testhosts"), "prefix": "th", "net": "10.200.0", "bridge": "thbr0"}
-    assert harness.worker_settings(base, "") == base == harness.worker_settings(base, "gw0")
-    w1 = harness.worker_settings(base, "gw1")
-    assert w1 == {
-        "directory": Path("/var/tmp/provision-testhosts-w1"),
-        "prefix": "w1th",
-        "net": "10.200.2",
-        "bridge": "w1thbr0",
-    }
-    sets = [base, w1, harness.debian13_settings(base), harness.debian13_settings(w1)]
-    names = [s[k] for s in sets for k in ("directory", "prefix", "net", "bridge")]
-    assert len(names) == len(set(names))
-    assert "10.200.9" not in names  # the teardown test's own set
-    prefixes = [str(s["prefix"]) for s in sets]
-    assert not any(a != b and a.startswith(b) for a in prefixes for b in prefixes)  # leftovers() match by prefix
-    assert all(len(f"{p}1-h") <= 15 for p in prefixes)  # a veth name's limit
-
-
 def test_the_stand_in_has_nvidia_open_branch_names_from_570_only() -> None:
     """Issue 27 fact 3: NVIDIA's apt repository has no nvidia-open-<branch> below 570 (the open
     flavour there is nvidia-kernel-open-<b> then cuda-drivers-<b>), and neither has the stand-in."""
