@@ -29,7 +29,7 @@ from provision.cli.options import (
     verbose_option,
     yes_option,
 )
-from provision.cli.up import rolling_click_options
+from provision.cli.up import RollingArgs, rolling_click_options
 from provision.errors import ExitCode, signals_as_interrupt
 
 if TYPE_CHECKING:
@@ -67,14 +67,7 @@ def rollback(
     limit: str | None,
     to: str | None,
     yes: bool,
-    rolling: str | None,
-    max_unavailable: int | None,
-    canary: int | None,
-    drain_cmd: str | None,
-    wait_idle_cmd: str | None,
-    resume_cmd: str | None,
-    slurm_via: str | None,
-    drain_timeout: float | None,
+    rolling: RollingArgs,
     sets: tuple[str, ...],
     reboot_controller: bool,
     accept_new_host_keys: bool,
@@ -109,16 +102,7 @@ def rollback(
     from provision.fleet.up import check_options  # noqa: PLC0415 (start-up: `provision --help` loads this module, not fleet.up)
 
     refuse_unasked(yes, as_json, "rollback changes hosts", "pass --yes to go ahead without asking")
-    hooks, serial = rolling_options(
-        rolling,
-        None,
-        max_unavailable,
-        drain_cmd=drain_cmd,
-        wait_idle_cmd=wait_idle_cmd,
-        resume_cmd=resume_cmd,
-        drain_timeout=drain_timeout,
-        slurm_via=slurm_via,
-    )
+    hooks, serial = rolling_options(rolling, None)
     config = load_config(config_path) if config_path is not None else Config()
     options = apply_options(
         local=local,
@@ -132,7 +116,7 @@ def rollback(
         login=(login_user, private_key, ask_become_pass),
         verbosity=verbosity,
     )
-    options.rolling, options.serial, options.canary = hooks, serial, canary
+    options.rolling, options.serial, options.canary = hooks, serial, rolling.canary
     check_options(options)
     view = ProgressView(as_json)
 

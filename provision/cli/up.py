@@ -10,11 +10,13 @@ interrupted or not confirmed.
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import click
 
@@ -66,86 +68,102 @@ ROLLING = (
 )
 
 
-def rolling_options(
-    rolling: str | None,
-    serial: int | None,
-    max_unavailable: int | None,
-    *,
-    drain_cmd: str | None,
-    wait_idle_cmd: str | None,
-    resume_cmd: str | None,
-    drain_timeout: float | None,
-    slurm_via: str | None = None,
-) -> tuple[Hooks | None, int | None]:
+@dataclass(frozen=True)
+class RollingArgs:
+    """The --rolling options as given (:func:`rolling_click_options` passes them as one value)."""
+
+    rolling: str | None = None
+    max_unavailable: int | None = None
+    canary: int | None = None
+    drain_cmd: str | None = None
+    wait_idle_cmd: str | None = None
+    resume_cmd: str | None = None
+    slurm_via: str | None = None
+    drain_timeout: float | None = None
+
+
+def rolling_options(args: RollingArgs, serial: int | None) -> tuple[Hooks | None, int | None]:
     """``--rolling hooks|slurm`` and its options as the run's hooks and batch size
     (``--max-unavailable``, 1 by default, is ``--serial`` under another name); every misuse is bad
     input before any host."""
     from provision.fleet.rolling import Hooks, slurm_hooks  # noqa: PLC0415 (start-up: `provision --help` loads this module, not fleet)
 
-    commands = {"--drain-cmd": drain_cmd, "--wait-idle-cmd": wait_idle_cmd, "--resume-cmd": resume_cmd}
+    commands = {"--drain-cmd": args.drain_cmd, "--wait-idle-cmd": args.wait_idle_cmd, "--resume-cmd": args.resume_cmd}
     given = {
         **commands,
-        "--slurm-via": slurm_via,
-        "--drain-timeout": drain_timeout,
-        "--max-unavailable": max_unavailable,
+        "--slurm-via": args.slurm_via,
+        "--drain-timeout": args.drain_timeout,
+        "--max-unavailable": args.max_unavailable,
     }
-    if rolling is None:
+    if args.rolling is None:
         extra = [name for name, value in given.items() if value is not None]
         if extra:
             raise BadInput(f"{', '.join(extra)} only with --rolling", "add --rolling slurm or hooks, or leave them out")
         return None, serial
-    if serial is not None and max_unavailable is not None:
+    if serial is not None and args.max_unavailable is not None:
         raise BadInput("--serial and --max-unavailable are one setting", "give --max-unavailable N alone")
-    if rolling == "slurm":
+    if args.rolling == "slurm":
         extra = [name for name, value in commands.items() if value is not None]
         if extra:
             raise BadInput(f"{', '.join(extra)} only with --rolling hooks", "--rolling slurm runs scontrol itself")
-        built = slurm_hooks(slurm_via, drain_timeout)
+        built = slurm_hooks(args.slurm_via, args.drain_timeout)
     else:
-        if slurm_via is not None:
+        if args.slurm_via is not None:
             raise BadInput("--slurm-via only with --rolling slurm", "put it in your --*-cmd templates instead")
-        built = Hooks.build(drain=drain_cmd, resume=resume_cmd, wait_idle=wait_idle_cmd, drain_timeout_s=drain_timeout)
-    flag, batch = ("--max-unavailable", max_unavailable) if max_unavailable is not None else ("--serial", serial)
+        built = Hooks.build(
+            drain=args.drain_cmd,
+            resume=args.resume_cmd,
+            wait_idle=args.wait_idle_cmd,
+            drain_timeout_s=args.drain_timeout,
+        )
+    flag, batch = (
+        ("--max-unavailable", args.max_unavailable) if args.max_unavailable is not None else ("--serial", serial)
+    )
     if batch is not None and batch < 1:
         raise BadInput(f"{flag} {batch} is not a batch size", f"give {flag} 1 or more")
     return built, batch or 1
 
 
+_ROLLING_OPTIONS = (
+    click.option(
+        "--rolling",
+        type=click.Choice(["slurm", "hooks"]),
+        help="Drain each batch's hosts through a scheduler first, resume those that pass"
+        " (slurm: scontrol; hooks: the commands below).",
+    ),
+    click.option(
+        "--max-unavailable", type=int, metavar="N", help="With --rolling: hosts drained at a time (default 1)."
+    ),
+    click.option("--canary", type=int, metavar="N", help="With --rolling: a first batch of N hosts alone."),
+    click.option("--drain-cmd", metavar="TEMPLATE", help="With --rolling hooks: drains {host} with {reason}."),
+    click.option("--wait-idle-cmd", metavar="TEMPLATE", help="With --rolling hooks: exits 0 once {host} runs nothing."),
+    click.option("--resume-cmd", metavar="TEMPLATE", help="With --rolling hooks: hands {host} back to the scheduler."),
+    click.option(
+        "--slurm-via",
+        metavar="COMMAND",
+        help="With --rolling slurm: run scontrol through this command (e.g. 'ssh login1'), not here.",
+    ),
+    click.option(
+        "--drain-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="With --rolling (required): how long a host's running jobs may take to finish.",
+    ),
+)
+
+
 def rolling_click_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """The --rolling options, the same for `up` and `rollback` (rollback applies through up's run)."""
-    decorators = [
-        click.option(
-            "--rolling",
-            type=click.Choice(["slurm", "hooks"]),
-            help="Drain each batch's hosts through a scheduler first, resume those that pass"
-            " (slurm: scontrol; hooks: the commands below).",
-        ),
-        click.option(
-            "--max-unavailable", type=int, metavar="N", help="With --rolling: hosts drained at a time (default 1)."
-        ),
-        click.option("--canary", type=int, metavar="N", help="With --rolling: a first batch of N hosts alone."),
-        click.option("--drain-cmd", metavar="TEMPLATE", help="With --rolling hooks: drains {host} with {reason}."),
-        click.option(
-            "--wait-idle-cmd", metavar="TEMPLATE", help="With --rolling hooks: exits 0 once {host} runs nothing."
-        ),
-        click.option(
-            "--resume-cmd", metavar="TEMPLATE", help="With --rolling hooks: hands {host} back to the scheduler."
-        ),
-        click.option(
-            "--slurm-via",
-            metavar="COMMAND",
-            help="With --rolling slurm: run scontrol through this command (e.g. 'ssh login1'), not here.",
-        ),
-        click.option(
-            "--drain-timeout",
-            type=float,
-            metavar="SECONDS",
-            help="With --rolling (required): how long a host's running jobs may take to finish.",
-        ),
-    ]
-    for decorate in reversed(decorators):
-        func = decorate(func)
-    return func
+    """Declare the --rolling options, the same for `up` and `rollback` (rollback applies through
+    up's run), and pass them to ``func`` as one ``rolling: RollingArgs`` (as launch_options does)."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return func(*args, rolling=RollingArgs(**{n: kwargs.pop(n) for n in ROLLING}), **kwargs)
+
+    decorated: Any = wrapper
+    for option in reversed(_ROLLING_OPTIONS):
+        decorated = option(decorated)
+    return cast(Callable[..., Any], decorated)
 
 
 # up's --help in sections (cli/sections.py): what to act on, what to install, how to run, output
@@ -207,14 +225,7 @@ def up(
     limit: str | None,
     serial: int | None,
     force: bool,
-    rolling: str | None,
-    max_unavailable: int | None,
-    canary: int | None,
-    drain_cmd: str | None,
-    wait_idle_cmd: str | None,
-    resume_cmd: str | None,
-    slurm_via: str | None,
-    drain_timeout: float | None,
+    rolling: RollingArgs,
     sets: tuple[str, ...],
     reboot_controller: bool,
     accept_new_host_keys: bool,
@@ -264,16 +275,7 @@ def up(
         refuse_unasked(yes, as_json, "up changes hosts", "pass --yes to go ahead without asking")
     if cloud:
         refuse_unasked(yes, as_json, "up --cloud launches paid instances", "pass --yes to launch without asking")
-    rolling_hooks, serial = rolling_options(
-        rolling,
-        serial,
-        max_unavailable,
-        drain_cmd=drain_cmd,
-        wait_idle_cmd=wait_idle_cmd,
-        resume_cmd=resume_cmd,
-        drain_timeout=drain_timeout,
-        slurm_via=slurm_via,
-    )
+    rolling_hooks, serial = rolling_options(rolling, serial)
     config = load_config(config_path) if config_path is not None else Config()
     options = apply_options(
         local=local,
@@ -288,7 +290,7 @@ def up(
         verbosity=verbosity,
     )
     options.check, options.serial, options.force, options.lock = check, serial, force, lock_path
-    options.rolling, options.canary = rolling_hooks, canary
+    options.rolling, options.canary = rolling_hooks, rolling.canary
     check_options(options)
     # the stack request, parsed once, here: a bad stack option launches nothing
     options.request = StackRequest.build(**config.request_args(stack_flags))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from provision.cli.up import rolling_options
+from provision.cli.up import RollingArgs, rolling_options
 from provision.errors import BadInput
 from provision.fleet.rolling import HookFailed, Rolling, slurm_hooks, upgrade_reason
 from tests.cli_run import provision
@@ -100,27 +100,26 @@ def test_no_scontrol_is_one_bad_input_line(tmp_path: Path, monkeypatch: pytest.M
     ],
 )
 def test_slurm_options_misused_are_bad_input(args: dict[str, object], said: str) -> None:
-    given: dict[str, object] = {"drain_cmd": None, "wait_idle_cmd": None, "resume_cmd": None, "drain_timeout": 60.0}
+    given: dict[str, object] = {"rolling": "slurm", "drain_timeout": 60.0}
     with pytest.raises(BadInput, match=said):
-        rolling_options("slurm", None, None, **{**given, **args})  # type: ignore[arg-type]
+        rolling_options(RollingArgs(**{**given, **args}), None)  # type: ignore[arg-type]
 
 
 def test_slurm_via_only_with_rolling_slurm() -> None:
     with pytest.raises(BadInput, match="--slurm-via only with --rolling slurm"):
         rolling_options(
-            "hooks",
+            RollingArgs(
+                "hooks",
+                drain_cmd="d {host}",
+                wait_idle_cmd="w {host}",
+                resume_cmd="r {host}",
+                drain_timeout=60.0,
+                slurm_via="ssh login1",
+            ),
             None,
-            None,
-            drain_cmd="d {host}",
-            wait_idle_cmd="w {host}",
-            resume_cmd="r {host}",
-            drain_timeout=60.0,
-            slurm_via="ssh login1",
         )
     with pytest.raises(BadInput, match="only with --rolling"):
-        rolling_options(
-            None, None, None, drain_cmd=None, wait_idle_cmd=None, resume_cmd=None, drain_timeout=None, slurm_via="ssh x"
-        )
+        rolling_options(RollingArgs(slurm_via="ssh x"), None)
 
 
 def test_up_and_rollback_refuse_in_one_line_before_any_host(tmp_path: Path) -> None:
