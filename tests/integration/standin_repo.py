@@ -29,12 +29,13 @@ import re
 import shutil
 import subprocess
 import tempfile
-import threading
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from email.utils import formatdate
 from pathlib import Path
 from typing import Any
+
+from tests.support.http_server import serving
 
 STANDIN_KERNEL = "6.1.0-99-standin"
 
@@ -451,21 +452,8 @@ def build_repo(folder: Path, debs: list[Deb], key_file: str = "standin-key.asc",
 @contextlib.contextmanager
 def serve(folder: Path, address: str) -> Iterator[str]:
     """Serve ``folder`` over HTTP on ``address`` (the bridge) for the duration; yields the base URL."""
-    with serve_handler(functools.partial(_QuietHandler, directory=str(folder)), address) as url:
+    with serving(functools.partial(_QuietHandler, directory=str(folder)), address) as url:
         yield url
-
-
-@contextlib.contextmanager
-def serve_handler(handler: Callable[..., http.server.BaseHTTPRequestHandler], address: str) -> Iterator[str]:
-    """Serve requests with ``handler`` on ``address`` (a free port) for the duration; yields the base URL."""
-    server = http.server.ThreadingHTTPServer((address, 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://{address}:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):

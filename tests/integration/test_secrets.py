@@ -38,8 +38,8 @@ import yaml
 from provision.model.settings import AptSettings, InstallSettings
 from tests.hosts import harness
 from tests.integration import roles_harness as rh
-from tests.integration import standin_repo as sr
 from tests.integration.up_harness import up_env
+from tests.support.http_server import serving
 
 pytestmark = pytest.mark.slow  # installs torch on a host
 
@@ -91,7 +91,7 @@ def _login_server(
     """``handler`` served on ``address`` for ``login``: yields its URL + ``path`` (no login) and what it saw."""
     seen: list[tuple[str, bool]] = []
     expected = "Basic " + base64.b64encode(login.encode()).decode()
-    with sr.serve_handler(type("Handler", (handler,), {"expected": expected, "seen": seen}), address) as url:
+    with serving(type("Handler", (handler,), {"expected": expected, "seen": seen}), address) as url:
         yield url + path, seen
 
 

@@ -1,4 +1,6 @@
-"""A real HTTP server on 127.0.0.1 for unit tests, on a free port, stopped on leaving."""
+"""A real HTTP server on a free port, stopped on leaving: on 127.0.0.1 for unit tests, on a test
+hosts' bridge address for the integration tests (tests/integration/standin_repo.py serves the
+stand-in repository with it)."""
 
 from __future__ import annotations
 
@@ -9,13 +11,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 @contextlib.contextmanager
-def serving(handler: Callable[..., BaseHTTPRequestHandler]) -> Iterator[str]:
-    """Serve ``handler`` (a request handler class or a partial of one); yields the base URL."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+def serving(handler: Callable[..., BaseHTTPRequestHandler], address: str = "127.0.0.1") -> Iterator[str]:
+    """Serve ``handler`` (a request handler class or a partial of one) on ``address``; yields the base URL."""
+    server = ThreadingHTTPServer((address, 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
+        yield f"http://{address}:{server.server_address[1]}"
     finally:
         server.shutdown()
         server.server_close()
