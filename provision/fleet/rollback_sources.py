@@ -26,7 +26,6 @@ on its own, naming the version).
 
 from __future__ import annotations
 
-import hashlib
 import shlex
 import urllib.error
 import urllib.parse
@@ -37,6 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from provision.errors import BadInput, ProvisionError
+from provision.files import sha256_file
 
 if TYPE_CHECKING:
     from provision.hosts.inventory import HostTarget
@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 # HTTP answers that mean the file is not there (RFC 9110 15.5.5 404 Not Found, 15.5.11 410 Gone)
 _GONE = frozenset({404, 410})
 _HEAD_TIMEOUT_S = 20
+_PARALLEL = 16  # HEAD requests (and local hashes) at once
 
 
 def _file_name(url: str) -> str:
@@ -61,11 +62,7 @@ class _Hashes:
     def of(self, path: Path) -> str | None:
         if path not in self._known:
             try:
-                digest = hashlib.sha256()
-                with path.open("rb") as f:
-                    for block in iter(lambda: f.read(1 << 20), b""):
-                        digest.update(block)
-                self._known[path] = digest.hexdigest()
+                self._known[path] = sha256_file(path)
             except OSError:
                 return None
         return self._known[path]
@@ -88,15 +85,17 @@ def _url_has(url: str, sha256: str, hashes: _Hashes) -> bool:
 
 
 def missing_wheels(packages: Iterable[PythonPackage], folders: Sequence[Path]) -> list[PythonPackage]:
-    """The wheels found in none of ``folders`` (by file name and sha256) nor at their recorded URL."""
+    """The wheels found in none of ``folders`` (by file name and sha256) nor at their recorded URL.
+    Asked side by side: a closure of a hundred wheels is a hundred HEAD requests to the index."""
     hashes = _Hashes()
-    missing = []
-    for p in packages:
-        name = _file_name(p.url)
-        local = (f / name for f in folders)
-        if not any(hashes.of(path) == p.sha256 for path in local) and not _url_has(p.url, p.sha256, hashes):
-            missing.append(p)
-    return missing
+
+    def gone(p: PythonPackage) -> bool:
+        local = (f / _file_name(p.url) for f in folders)
+        return not any(hashes.of(path) == p.sha256 for path in local) and not _url_has(p.url, p.sha256, hashes)
+
+    wanted = list(packages)
+    with ThreadPoolExecutor(max_workers=max(1, min(_PARALLEL, len(wanted)))) as pool:
+        return [p for p, is_gone in zip(wanted, pool.map(gone, wanted), strict=True) if is_gone]
 
 
 def wheel_folders(cache_root: Path, find_links: Sequence[str]) -> list[Path]:
