@@ -24,19 +24,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from provision.ansible.role_vars import PYPI, group_vars
+from provision.ansible.role_vars import PYPI
 from provision.ansible.settings import netrc_text, split_credentials
 from provision.errors import BadInput, OperationFailed
 from provision.files import sha256_file
 from provision.fleet.bundle_file import LOCK, SCHEMA, write_bundle
 from provision.fleet.cache.wheels import WheelSet, fetch_closure
+from provision.fleet.closure import group_wheel_set
 from provision.matrix import load
-from provision.model.lock import Lock, LockGroup
+from provision.model.lock import Lock
 from provision.model.settings import InstallSettings
 from provision.resources import playbooks_dir
 
 _REMOTE = Path(__file__).resolve().parent.parent / "remote"
-_SKIP = ("__pycache__", ".pyc", ".pytest_cache")
+_SKIP = ("__pycache__", ".pytest_cache")
 
 
 @dataclass(frozen=True)
@@ -49,18 +50,6 @@ class Built:
     manifest_sha256: str
     parts: dict[str, int]  # part (wheels, uv, roles, ...) -> bytes
     info: dict[str, Any]
-
-
-def group_wheels(
-    group: LockGroup, install: InstallSettings, overrides: Mapping[str, object], netrc: str = ""
-) -> tuple[WheelSet | None, dict[str, Any]]:
-    """A group's wheels as its frameworks role installs them (``--set`` included, as plan and
-    the fleet cache read them), and its role variables."""
-    bare, _ = split_credentials(install)
-    data = {**group_vars(group, bare), **overrides}
-    python = data.get("python_env_python")
-    ws = WheelSet.from_group_vars(data, python=str(python) if python else None, arch=group.host.arch, netrc=netrc)
-    return ws, data
 
 
 def uv_wheels(arch: str, python: str, index_url: str, netrc: str) -> WheelSet:
@@ -99,7 +88,7 @@ def build(
 ) -> Built:
     """Write the bundle of ``lock`` (read from ``lock_path``) to ``out``."""
     check_lock(lock)
-    _, creds = split_credentials(install)
+    bare, creds = split_credentials(install)
     netrc = netrc_text(creds.netrc) if creds.netrc else ""
     index = install.pip.index_url or PYPI
     with tempfile.TemporaryDirectory(prefix=".provision-bundle-", dir=out.parent) as tmp:
@@ -109,7 +98,7 @@ def build(
         groups: dict[str, Any] = {}
         fetched: set[str] = set()
         for g in lock.groups:
-            ws, _ = group_wheels(g, install, overrides or {}, netrc)
+            ws = group_wheel_set(g, bare, overrides or {}, netrc)
             arch = str(g.host.arch)
             entry: dict[str, Any] = {"os": g.host.os, "arch": arch, "hosts": list(g.hosts), "wheels": None}
             if ws is not None:

@@ -77,10 +77,7 @@ def lock_closures(
     netrc = netrc_text(creds.netrc) if creds.netrc else ""
     out = []
     for g in groups:
-        data = {**group_vars(g, bare), **(overrides or {})}
-        # the Python the roles install into (an override may name another than the lock's host)
-        python = data.get("python_env_python")
-        ws = WheelSet.from_group_vars(data, python=str(python) if python else None, arch=g.host.arch, netrc=netrc)
+        ws = group_wheel_set(g, bare, overrides or {}, netrc)
         closure = resolve(ws, g.name, cache or default_cache()) if ws is not None else []
         why = cudnn_closure_problem(g, closure)
         if why is not None:
@@ -90,6 +87,18 @@ def lock_closures(
             )
         out.append(replace(g, python_packages=closure))
     return out
+
+
+def group_wheel_set(
+    group: LockGroup, bare: InstallSettings, overrides: Mapping[str, object], netrc: str
+) -> WheelSet | None:
+    """A group's wheels as its frameworks role installs them: its role variables (``bare``: the
+    install settings without credentials, split_credentials) with ``--set``'s overrides, as plan,
+    the closure and the bundle read them (None: the group installs no framework)."""
+    data = {**group_vars(group, bare), **overrides}
+    # the Python the roles install into (an override may name another than the lock's host)
+    python = data.get("python_env_python")
+    return WheelSet.from_group_vars(data, python=str(python) if python else None, arch=group.host.arch, netrc=netrc)
 
 
 _CUDNN_WHEEL = re.compile(r"nvidia-cudnn-cu\d+")
