@@ -11,6 +11,7 @@ child) is the headline because it does not count waiting for other processes on 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -78,6 +79,33 @@ def grid(frameworks: tuple[str, ...] = ()) -> dict[str, float]:
     }
 
 
+# The slowest requests the property tests (tests/unit/stack/test_resolve_properties.py) drew: two
+# frameworks and a system CUDA toolkit that no set passes with, so the request's own resolve and
+# each of its suggestions' relaxed tries meet every torch x jax release pair.
+HARDEST = (
+    ({"frameworks": ["torch", "jax"], "cuda_toolkit": "12.2"}, {"gpu": "T4G", "os": "rhel-10", "gpu_count": 2}),
+    (
+        {"frameworks": ["torch", "jax"], "cuda_toolkit": "13.0", "cudnn": "9.10.2.21"},
+        {"gpu": "RTX-3070", "os": "ubuntu-20.04", "gpu_count": 2},
+    ),
+)
+
+
+def hardest() -> list[float]:
+    """Seconds for each of :data:`HARDEST` in one process (unsatisfiable, with suggestions)."""
+    from provision.errors import Unsatisfiable
+    from provision.stack.request import HostSpec, StackRequest
+    from provision.stack.resolve import resolve
+
+    out = []
+    for req, host in HARDEST:
+        t0 = time.perf_counter()
+        with contextlib.suppress(Unsatisfiable):
+            resolve(StackRequest.build(**req), HostSpec.describe(**host))
+        out.append(time.perf_counter() - t0)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=15)
@@ -109,6 +137,7 @@ def main() -> None:
     shutil.rmtree(scratch, ignore_errors=True)
     g = grid()
     pinned = grid(("torch==2.15.0",))
+    hard = hardest()
     result = {
         "machine": f"{platform.machine()} {platform.python_implementation()} {platform.python_version()}",
         "load_average": os.getloadavg(),
@@ -119,6 +148,7 @@ def main() -> None:
         "resolve_unsat_cold": {"wall_s": unsat[0], "cpu_s": unsat[1], "cpu_ratio": unsat[1] / base[1]},
         "grid": g,
         "grid_torch_2_15_0": pinned,
+        "hardest_unsat_s": hard,
     }
     out = ROOT / "benchmarks" / "results"
     out.mkdir(parents=True, exist_ok=True)
@@ -146,6 +176,10 @@ def main() -> None:
         f"{pinned['unsatisfiable']} unsatisfiable with suggestions) | | "
         f"{pinned['total_s'] * 1000:.0f} ms total, "
         f"median {pinned['median_ms']:.2f} ms, max {pinned['max_ms']:.1f} ms | |"
+    )
+    print(
+        "| the two slowest unsatisfiable requests the property tests drew (torch + jax + a system toolkit, "
+        f"with suggestions) | | {' and '.join(f'{t:.2f} s' for t in hard)} | |"
     )
 
 

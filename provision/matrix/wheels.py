@@ -98,9 +98,17 @@ def _python_marker(on: Sequence[str]) -> str:
     return " and ".join(parts)
 
 
+@functools.lru_cache(maxsize=8192)
+def _requirement(text: str) -> Requirement:
+    """One parse of a requirement string the data holds (read only by its callers)."""
+    return Requirement(text)
+
+
+@functools.lru_cache(maxsize=4096)
 def requirement_key(text: str) -> str:
-    """``"jax[cuda12]==0.6.0"`` in one spelling (canonical name, sorted extras)."""
-    r = Requirement(text)
+    """``"jax[cuda12]==0.6.0"`` in one spelling (canonical name, sorted extras). Cached: the
+    resolver asks it of the same few hundred strings once per candidate set it tries."""
+    r = _requirement(text)
     extras = f"[{','.join(sorted(canonicalize_name(e) for e in r.extras))}]" if r.extras else ""
     return f"{canonicalize_name(r.name)}{extras}{r.specifier}"
 
@@ -120,7 +128,7 @@ class FrameworkPins:
             return None
         out = []
         for text in self.pins[arch]:
-            r = Requirement(text)
+            r = _requirement(text)
             if applies(r.marker, arch, python):
                 out.append(r)
         return out

@@ -75,6 +75,10 @@ class Resolver:
         self._nearest_key: tuple[int, int] | None = None
         self._nearest_miss: list[str] | None = None
         self._python_blocked = False  # a candidate failed the python rule (a standalone Python may help)
+        # per-run memos of pure rule answers, keyed by the identity of the run's own choices
+        self._fw_driver: dict[tuple[int, int, bool], Check] = {}
+        self._system: dict[int, tuple[Check, int | None]] = {}
+        self._static: dict[tuple[int, str], tuple[Check, bool]] = {}
 
     def os_pythons(self) -> tuple[list[str], str | None]:
         """The OS pass's Pythons (a pinned one, else the probed host's python3, else the OS's list),
@@ -130,9 +134,9 @@ class Resolver:
         passes = self.python_passes()
         drivers = self.drivers.choices()
         driver_checks = {id(d): self.rules.check_driver_gpu(d) for d in drivers}
-        if not self.explain and drivers and all(not driver_checks[id(d)].ok for d in drivers):
-            raise self._unsatisfiable([f for d in drivers for f in driver_checks[id(d)].failures])
         fm_needed = self.host.needs_fabric_manager
+        if not self.explain and drivers and all(not self._driver_ok(d, driver_checks, fm_needed) for d in drivers):
+            raise self._unsatisfiable([f for d in drivers for f in driver_checks[id(d)].failures])
         cand_lists = [list(self.candidates.for_spec(s)) for s in specs]
         for spec, cands in zip(specs, cand_lists, strict=True):
             if not cands:
@@ -224,11 +228,15 @@ class Resolver:
         static = Check()
         ptx: dict[str, bool] = {}
         for fw in combo:
-            ch, via = self.rules.check_framework_static(fw, python)
+            ch, via = self._framework_static(fw, python)
             static.merge(ch)
             ptx[fw.name] = via
-        static.merge(self.rules.check_together(combo, python))
-        static.merge(self.rules.check_system_use(combo))
+        # Only whether a set exists matters without explain: wheels that fail on their own fail
+        # together too, and the rules they failed tell whether another Python could help (a rule
+        # outside _PER_PYTHON does not change with it), so the costly venv check is skipped.
+        if self.explain or static.ok:
+            static.merge(self.rules.check_together(combo, python))
+            static.merge(self.rules.check_system_use(combo))
         if not static.ok:
             self._python_blocked = self._python_blocked or any(f.startswith(_PER_PYTHON) for f in static.failures)
             self._closest(static.failures, stage=1)
@@ -238,19 +246,9 @@ class Resolver:
             c = Check()
             c.merge(driver_checks[id(d)])
             for fw in combo:
-                c.merge(self.rules.check_framework_driver(fw, d.version, ptx[fw.name]))
-            sys_check, cudnn_major = self.rules.check_system_cuda(d.version, d.method)
-            c.merge(sys_check)
-            if d.branch is not None and not has_driver_packages(self.k, self.host, d):
-                c.fail(
-                    "install_method",
-                    f"{self.host.os.id}'s {d.method} packages do not carry branch {d.branch.branch}",
-                )
-            if fm_needed and d.method == "distro" and not has_fabric_manager(self.k, self.host, d):
-                c.fail(
-                    "fabric_manager",
-                    f"{self.host.os.id}'s own packages have no Fabric Manager; use the nvidia-repo method",
-                )
+                c.merge(self._framework_driver(fw, d, ptx[fw.name]))
+            system, cudnn_major = self._driver_system(d, fm_needed)
+            c.merge(system)
             if not c.ok:
                 self._closest(c.failures, stage=0)
                 continue
@@ -261,6 +259,42 @@ class Resolver:
             return None
         static.merge(best[2])
         return static, best[1], best[3]
+
+    def _driver_ok(self, d: DriverChoice, driver_checks: dict[int, Check], fm_needed: bool) -> bool:
+        """Whether driver ``d`` passes the rules that do not look at the wheels; one that fails them
+        fails with every set of wheels (a system CUDA toolkit the OS has no package of)."""
+        return driver_checks[id(d)].ok and self._driver_system(d, fm_needed)[0].ok
+
+    def _framework_static(self, fw: FwChoice, python: str) -> tuple[Check, bool]:
+        """The driver-independent rules for one wheel on one Python, asked once per pair."""
+        key = (id(fw), python)
+        if key not in self._static:
+            self._static[key] = self.rules.check_framework_static(fw, python)
+        return self._static[key]
+
+    def _framework_driver(self, fw: FwChoice, d: DriverChoice, via_ptx: bool) -> Check:
+        """Rule driver_cuda for one wheel on one driver, asked once per pair: a search that finds
+        nothing (every suggestion's relaxed try) meets the same pair in thousands of combinations."""
+        key = (id(fw), id(d), via_ptx)
+        if key not in self._fw_driver:
+            self._fw_driver[key] = self.rules.check_framework_driver(fw, d.version, via_ptx)
+        return self._fw_driver[key]
+
+    def _driver_system(self, d: DriverChoice, fm_needed: bool) -> tuple[Check, int | None]:
+        """What one driver choice meets whatever the wheels: the system CUDA toolkit and cuDNN on it,
+        and whether its install method packages its branch (and Fabric Manager); asked once per driver."""
+        if id(d) in self._system:
+            return self._system[id(d)]
+        c, cudnn_major = self.rules.check_system_cuda(d.version, d.method)
+        if d.branch is not None and not has_driver_packages(self.k, self.host, d):
+            c.fail("install_method", f"{self.host.os.id}'s {d.method} packages do not carry branch {d.branch.branch}")
+        if fm_needed and d.method == "distro" and not has_fabric_manager(self.k, self.host, d):
+            c.fail(
+                "fabric_manager",
+                f"{self.host.os.id}'s own packages have no Fabric Manager; use the nvidia-repo method",
+            )
+        self._system[id(d)] = (c, cudnn_major)
+        return c, cudnn_major
 
     def _closest(self, failures: list[str], stage: int) -> None:
         """Keep the failures of the candidate that came nearest: fewest failing rules, then the
