@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -51,6 +52,22 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.section("test hosts when tests failed")
         for text in _HOST_REPORTS[-5:]:
             terminalreporter.line(text)
+
+
+# Each module's time where CI shows it: a run stopped at CI's limit prints no --durations table, so
+# a module's dots end with its seconds and the session's ("... [12 s, 840 s in]").
+_STARTED = {"session": time.monotonic(), "module": time.monotonic()}
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[object]:
+    result = yield
+    reporter = item.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None and (nextitem is None or nextitem.path != item.path):
+        now = time.monotonic()
+        reporter.write(f" [{now - _STARTED['module']:.0f} s, {now - _STARTED['session']:.0f} s in]")
+        _STARTED["module"] = now
+    return result
 
 
 # `up --local`, `verify --local` and `tune --local` take this machine's run lock
