@@ -81,7 +81,7 @@ def test_a_foreign_file_of_the_locked_version_is_found_and_only_a_hashed_reinsta
     assert subprocess.run(who, capture_output=True, text=True, check=True).stdout.strip() == "foreign"
 
     checked = _module(tmp_path, venv, lines, "check")
-    assert checked["untrusted"].keys() == {"provtoy"}, checked
+    assert checked["untrusted"].keys() == {"provtoy"} and checked["remove"] == ["provtoy"], checked
     # recording without the uninstall in between: the same RECORD file is refused, naming it
     kept = _module(tmp_path, venv, lines, "record", untrusted=checked["untrusted"])
     assert kept.get("failed") and "provtoy==1.0" in kept["msg"] and "still holds" in kept["msg"], kept
@@ -134,7 +134,7 @@ def test_what_an_earlier_lock_installed_and_this_one_lacks_is_stale_and_the_user
     assert _module(tmp_path, venv, lock_b, "record")["changed"]
 
     back = _module(tmp_path, venv, lock_a, "check")
-    assert back["untrusted"] == {} and back["stale"].keys() == {"provextra"}, back
+    assert back["untrusted"] == {} and back["stale"].keys() == {"provextra"} and back["remove"] == ["provextra"], back
     refused = _module(tmp_path, venv, lock_a, "record", stale=back["stale"])
     assert refused.get("failed") and "provextra in" in refused["msg"] and "came with an earlier lock" in refused["msg"]
     pip("uninstall", "--yes", "provextra")

@@ -85,6 +85,11 @@ stale:
   description: "Distributions provision installed for an earlier lock that this lock lacks: name -> RECORD ids."
   type: dict
   returned: state=check
+remove:
+  description: "The names of RV(untrusted) and RV(stale) together, sorted: what the role uninstalls."
+  type: list
+  elements: str
+  returned: state=check
 record: {description: The record's path., type: str, returned: always}
 """
 
@@ -311,7 +316,7 @@ def main() -> None:
         module.fail_json(msg=str(exc))
     if not (venv / "bin" / "python").exists():
         if module.check_mode:  # python_env has not made the venv yet: its own tasks report that
-            module.exit_json(changed=False, untrusted={}, stale={}, record=str(path))
+            module.exit_json(changed=False, untrusted={}, stale={}, remove=[], record=str(path))
         module.fail_json(msg=f"frameworks: {venv} is no venv (python_env makes it)")
     try:
         have = installed(venv)
@@ -319,12 +324,8 @@ def main() -> None:
         module.fail_json(msg=f"frameworks: cannot list what {venv} holds ({exc})")
     record = read_record(path)
     if module.params["state"] == "check":
-        module.exit_json(
-            changed=False,
-            untrusted=check(locked, have, record),
-            stale=stale(locked, have, record),
-            record=str(path),
-        )
+        foreign, old = check(locked, have, record), stale(locked, have, record)
+        module.exit_json(changed=False, untrusted=foreign, stale=old, remove=sorted({*foreign, *old}), record=str(path))
     try:
         packages = new_record(locked, have, module.params["untrusted"])
         left = still_there(have, module.params["stale"])
