@@ -130,20 +130,36 @@ class SSHTransport:
                 while chan.recv_stderr_ready():
                     err += chan.recv_stderr(1 << 16)
                     got = True
-                if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
+                # The output ends at the channel's EOF, not at the exit status: OpenSSH's sshd sends
+                # exit-status as soon as the command exits, while output may still wait in the pipe
+                # (session.c, session_exit_message: "there could be some more data waiting in the
+                # pipe"); stopping at the status tore a report `cat` printed on a loaded machine.
+                done = chan.eof_received or chan.closed
+                if done and not chan.recv_ready() and not chan.recv_stderr_ready():
                     break
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise CommandTimeout(
-                        f"command timed out after {timeout:g}s on {self.name}",
-                        "raise the timeout or check what the command waits for",
-                    )
+                left = self._left(deadline, timeout)
                 if not got:
                     waiter.select(min(left, 0.5))
+            # the status may follow the EOF (the channel closes after both)
+            if not chan.status_event.wait(self._left(deadline, timeout)):
+                raise self._timed_out(timeout)
             return CommandResult(chan.recv_exit_status(), out.decode(errors="replace"), err.decode(errors="replace"))
         finally:
             waiter.close()
             chan.close()
+
+    def _left(self, deadline: float, timeout: float) -> float:
+        """Seconds left before ``deadline``; CommandTimeout when there are none."""
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise self._timed_out(timeout)
+        return left
+
+    def _timed_out(self, timeout: float) -> CommandTimeout:
+        return CommandTimeout(
+            f"command timed out after {timeout:g}s on {self.name}",
+            "raise the timeout or check what the command waits for",
+        )
 
     def spawn(self, command: str | Sequence[str], *, sudo: bool = False, stdin: bytes | None = None) -> Spawned:
         """Start a command that keeps running over its own channel; see :class:`Spawned`."""
