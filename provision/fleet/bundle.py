@@ -135,8 +135,8 @@ def build(
             "groups": groups,
         }
         say(f"bundle: writing {out} ({len(files) + 1} files and their MANIFEST)")
-        manifest_sha = write_bundle(out, files, info)
-    return Built(out, sha256_file(out), out.stat().st_size, manifest_sha, parts, info)
+        written = write_bundle(out, files, info)
+    return Built(out, written.sha256, out.stat().st_size, written.manifest_sha256, parts, info)
 
 
 def _fetch(ws: WheelSet, stage: Path, sub: str, python_exe: str, say: Callable[[str], None]) -> None:

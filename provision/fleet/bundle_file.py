@@ -30,7 +30,7 @@ import tarfile
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import IO, Any
+from typing import IO, Any, BinaryIO, NamedTuple
 
 from provision.errors import BadInput, OperationFailed
 from provision.files import sha256_file
@@ -65,16 +65,44 @@ def safe_name(name: str) -> bool:
     return bool(name) and not p.is_absolute() and ".." not in p.parts and "\\" not in name and "\n" not in name
 
 
-def write_bundle(out: Path, files: Mapping[str, Path], info: Mapping[str, object]) -> str:
+class Written(NamedTuple):
+    manifest_sha256: str  # what ``--sign`` would sign
+    sha256: str  # of the whole tarball, hashed as it was written (not read back)
+
+
+class _Hashing:
+    """A write-only file that hashes what passes through it (gzip writes the tarball into it)."""
+
+    def __init__(self, raw: BinaryIO) -> None:
+        self.raw, self.hash = raw, hashlib.sha256()
+
+    def write(self, data: bytes) -> int:
+        self.hash.update(data)
+        return self.raw.write(data)
+
+    def flush(self) -> None:
+        self.raw.flush()
+
+
+def write_bundle(out: Path, files: Mapping[str, Path], info: Mapping[str, object]) -> Written:
     """Write the tarball ``out`` of ``files`` (member path -> file on disk) with ``bundle.json``
-    (``info``) and ``MANIFEST``; the MANIFEST's own sha256 (what ``--sign`` would sign)."""
+    (``info``) and ``MANIFEST``; the MANIFEST's sha256 and the tarball's."""
     info_bytes = (json.dumps(dict(info), indent=2, sort_keys=True) + "\n").encode()
     digests = {name: sha256_file(path) for name, path in files.items()}
     digests[INFO] = hashlib.sha256(info_bytes).hexdigest()
     manifest = manifest_text(digests).encode()
     tmp = out.with_name(f".{out.name}.part")
+    with tmp.open("wb") as raw:
+        hashing = _Hashing(raw)
+        _write_tar(hashing, manifest, info_bytes, digests, files)
+    tmp.replace(out)
+    return Written(hashlib.sha256(manifest).hexdigest(), hashing.hash.hexdigest())
+
+
+def _write_tar(
+    raw: _Hashing, manifest: bytes, info_bytes: bytes, digests: Mapping[str, str], files: Mapping[str, Path]
+) -> None:
     with (
-        tmp.open("wb") as raw,
         gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz,
         tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
     ):
@@ -86,8 +114,6 @@ def write_bundle(out: Path, files: Mapping[str, Path], info: Mapping[str, object
                 path = files[name]
                 with path.open("rb") as f:
                     tar.addfile(_member(name, path.stat().st_size, executable=_executable(path)), f)
-    tmp.replace(out)
-    return hashlib.sha256(manifest).hexdigest()
 
 
 def _member(name: str, size: int, *, executable: bool = False) -> tarfile.TarInfo:

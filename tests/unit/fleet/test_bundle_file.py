@@ -132,3 +132,13 @@ def test_the_manifest_hashes_are_the_files_sha256(tmp_path: Path) -> None:
         manifest = parse_manifest(tar.extractfile(MANIFEST).read().decode())  # type: ignore[union-attr]
     for name, path in files.items():
         assert manifest[name] == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_the_hashes_returned_are_the_written_tarballs_and_its_manifests(tmp_path: Path) -> None:
+    """write_bundle hashes the tarball as it writes it (the bundle is not read back for its sha256)."""
+    out = tmp_path / "b.tar.gz"
+    written = write_bundle(out, _files(tmp_path), {"schema": SCHEMA, "os": ["debian-12"]})
+    assert written.sha256 == hashlib.sha256(out.read_bytes()).hexdigest()
+    with tarfile.open(out) as tar:
+        manifest = tar.extractfile(MANIFEST).read()  # type: ignore[union-attr]
+    assert written.manifest_sha256 == hashlib.sha256(manifest).hexdigest()
