@@ -75,7 +75,9 @@ class Resolver:
         self._nearest_key: tuple[int, int] | None = None
         self._nearest_miss: list[str] | None = None
         self._python_blocked = False  # a candidate failed the python rule (a standalone Python may help)
-        # per-run memos of pure rule answers, keyed by the identity of the run's own choices
+        # Memos of pure rule answers, keyed by the identity of the choices (DriverChoice holds a
+        # DriverBranch with a dict: not hashable). run() empties them and holds every choice it
+        # keys alive until it returns, so no id can be reused for another choice while it is a key.
         self._fw_driver: dict[tuple[int, int, bool], Check] = {}
         self._system: dict[int, tuple[Check, int | None]] = {}
         self._static: dict[tuple[int, str], tuple[Check, bool]] = {}
@@ -127,6 +129,9 @@ class Resolver:
         return passes
 
     def run(self) -> Resolution:
+        self._fw_driver.clear()
+        self._system.clear()
+        self._static.clear()
         base = self.rules.host_check()
         if not base.ok:
             raise self._unsatisfiable(base.failures)
