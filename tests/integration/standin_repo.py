@@ -21,20 +21,16 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import gzip
-import hashlib
 import http.server
-import os
 import re
-import shutil
 import subprocess
 import tempfile
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from email.utils import formatdate
 from pathlib import Path
 from typing import Any
 
+from provision.fleet.apt_repo import index_and_sign
 from tests.support.http_server import serving
 
 STANDIN_KERNEL = "6.1.0-99-standin"
@@ -399,54 +395,8 @@ def build_repo(folder: Path, debs: list[Deb], key_file: str = "standin-key.asc",
     }
     for deb in debs:
         _build(deb, folder, ko, work)
-    packages = subprocess.run(
-        ["dpkg-scanpackages", "-m", "."], cwd=folder, capture_output=True, text=True, check=True
-    ).stdout
-    (folder / "Packages").write_text(packages)
-    (folder / "Packages.gz").write_bytes(gzip.compress(packages.encode()))
-    lines = [
-        "Origin: provision-tests",
-        "Label: stand-in NVIDIA repository",
-        "Architectures: amd64 all",
-        f"Date: {formatdate(usegmt=True)}",
-        "SHA256:",
-    ]
-    for name in ("Packages", "Packages.gz"):
-        data = (folder / name).read_bytes()
-        lines.append(f" {hashlib.sha256(data).hexdigest()} {len(data)} {name}")
-    (folder / "Release").write_text("\n".join(lines) + "\n")
-    home = scratch / "gnupg"
-    # a fresh throwaway key every build; the agent of an earlier build must not outlive its home
-    subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"], capture_output=True)
-    shutil.rmtree(home, ignore_errors=True)
-    home.mkdir(mode=0o700)
-    env = {**os.environ, "GNUPGHOME": str(home)}
-    gpg = ["gpg", "--batch", "--quiet", "--pinentry-mode", "loopback", "--passphrase", ""]
-    subprocess.run(
-        [*gpg, "--quick-gen-key", "provision stand-in repo <tests@provision.invalid>", "ed25519", "sign", "never"],
-        env=env,
-        check=True,
-        capture_output=True,
-    )
-    colons = subprocess.run(
-        ["gpg", "--batch", "--with-colons", "--list-keys"], env=env, capture_output=True, text=True, check=True
-    ).stdout
-    fingerprint = next(line.split(":")[9] for line in colons.splitlines() if line.startswith("fpr:"))
-    key = folder / key_file
-    key.write_text(
-        subprocess.run(
-            ["gpg", "--batch", "--armor", "--export", fingerprint], env=env, capture_output=True, text=True, check=True
-        ).stdout
-    )
-    (folder / "InRelease").unlink(missing_ok=True)
-    subprocess.run(
-        [*gpg, "--clearsign", "-o", str(folder / "InRelease"), str(folder / "Release")],
-        env=env,
-        check=True,
-        capture_output=True,
-    )
-    subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"], capture_output=True)
-    return Repo(folder, key, fingerprint)
+    signed = index_and_sign(folder, label="provision stand-in repo", key_file=key_file, scratch=scratch)
+    return Repo(folder, signed.key, signed.fingerprint)
 
 
 @contextlib.contextmanager
