@@ -444,6 +444,7 @@ def build_tables(d: dict[str, Any]) -> Tables:
             unmanaged=_opt_str(o.get("unmanaged")),
             distro_cuda_toolkit=_opt_str(o.get("distro_cuda_toolkit")),
             repo_first_branch=int(o["repo_first_branch"]) if o.get("repo_first_branch") else None,
+            codename=_opt_str(o.get("codename")),
         )
     sp = d.get("standalone_python")
     if sp:

@@ -127,6 +127,9 @@ class OsRelease:
     # the oldest driver branch NVIDIA's repository for this OS (repo_name) carries: the nvidia-repo
     # method cannot install an older one here; None: not known to be limited
     repo_first_branch: int | None = None
+    # the release's codename in its archive's suite names (dists/bookworm, bookworm-updates); None:
+    # not an apt release, or not known
+    codename: str | None = None
 
     @property
     def default_python(self) -> str:
