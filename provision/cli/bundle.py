@@ -48,10 +48,10 @@ def bundle(
     sets: tuple[str, ...],
     as_json: bool,
 ) -> int:
-    """Write one file (a tar.gz with a sha256 MANIFEST) holding the lock, each group's wheel
-    closure by the lock's hashes, uv's wheel by hash, the roles and the smoke job, to carry to
-    sites with no network (`up --bundle` is not built yet: serve its wheels/ folder as a
-    wheelhouse); or, with --verify, check one.
+    """Write one file (a tar.gz with a sha256 MANIFEST) holding the lock, the OS packages its
+    plays install with their dependencies (a signed apt repository), each group's wheel closure by
+    the lock's hashes, uv's wheel by hash, the roles and the smoke job, to carry to sites with no
+    network (`provision up --bundle FILE` installs from it); or, with --verify, check one.
 
     Exit status: 0 written or verified, 1 a download failed or a file does not match its
     MANIFEST (named), 2 bad input.

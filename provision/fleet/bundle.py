@@ -8,12 +8,14 @@ On a controller that can reach the sources once, the bundle takes from the lock:
 - uv's wheel for each group's CPU, by the sha256 the knowledge pins (os.yaml
   ``standalone_python.uv_wheels``), from the index python_env installs it from;
 - the roles (``playbooks/``) and what runs on the hosts (``provision/remote``: the smoke job);
+- the OS packages each group's play installs, with their dependency closure, as a signed flat
+  apt repository per OS release and CPU (:mod:`provision.fleet.bundle_apt`);
 - the lock itself, and ``bundle.json`` saying which OS releases and CPUs it is for.
 
 :mod:`provision.fleet.bundle_file` writes the tarball and its MANIFEST and checks them.
-Not yet in a bundle (later slices of issue 31): the OS packages as a local apt repository, the
-standalone CPython (a lock that needs one is refused here, before anything is downloaded), and
-``--sign``.
+Not yet in a bundle (later slices of issue 31): the standalone CPython, the driver and NVIDIA's
+repositories, dnf hosts (a lock that needs one of them is refused here, before anything is
+downloaded), and ``--sign``.
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ from provision.ansible.role_vars import PYPI
 from provision.ansible.settings import netrc_text, split_credentials
 from provision.errors import BadInput, OperationFailed
 from provision.files import sha256_file
+from provision.fleet.bundle_apt import KEY_FILE, build_repo, check_group, play_packages, sources_list
 from provision.fleet.bundle_file import LOCK, SCHEMA, write_bundle
+from provision.fleet.cache.sources import role_defaults
 from provision.fleet.cache.wheels import WheelSet, fetch_closure
 from provision.fleet.closure import group_wheel_set
 from provision.matrix import load
@@ -74,6 +78,7 @@ def check_lock(lock: Lock) -> None:
                 f"lock group {g.name} installs a standalone CPython, which bundles do not carry yet",
                 "plan with install.python_source: os on hosts whose OS has the Python the lock needs",
             )
+        check_group(g)
 
 
 def build(
@@ -118,8 +123,10 @@ def build(
                     _fetch(uv_wheels(arch, ws.python, index, netrc), stage, uv_key, python_exe, say)
                     fetched.add(uv_key)
                 entry["uv"] = uv_key
+            entry["apt"] = f"apt/{g.host.os}-{arch}"
             groups[g.name] = entry
-        for name, path in _tree(stage, ("wheels", "uv")):
+        apt = _os_packages(lock, bare, stage, say)
+        for name, path in _tree(stage, ("wheels", "uv", "apt")):
             files[name] = path
             part = name.split("/", 1)[0]
             parts[part] = parts.get(part, 0) + path.stat().st_size
@@ -133,10 +140,30 @@ def build(
             "os": sorted({str(g.host.os) for g in lock.groups}),
             "arch": sorted({str(g.host.arch) for g in lock.groups}),
             "groups": groups,
+            "apt": apt,
         }
         say(f"bundle: writing {out} ({len(files) + 1} files and their MANIFEST)")
         written = write_bundle(out, files, info)
     return Built(out, written.sha256, out.stat().st_size, written.manifest_sha256, parts, info)
+
+
+def _os_packages(lock: Lock, bare: InstallSettings, stage: Path, say: Callable[[str], None]) -> dict[str, Any]:
+    """One signed apt repository per OS release and CPU under ``stage/apt``; {folder: {key, fingerprint}}."""
+    defaults: dict[str, Any] = {}
+    for d in role_defaults(playbooks_dir() / "roles"):
+        defaults.update(d)
+    names: dict[tuple[str, str], set[str]] = {}
+    for g in lock.groups:
+        names.setdefault((str(g.host.os), str(g.host.arch)), set()).update(play_packages(g, bare, defaults))
+    mirror = bare.apt.mirror or str(defaults["nvidia_driver_debian_mirror"])
+    security = str(defaults["nvidia_driver_debian_security_mirror"])
+    out: dict[str, Any] = {}
+    for (os_id, arch), wanted in sorted(names.items()):
+        folder = f"apt/{os_id}-{arch}"
+        sources = sources_list(os_id, mirror, security, defaults["nvidia_driver_debian_components"])
+        repo = build_repo(stage / folder, sorted(wanted), sources, arch, say=say)
+        out[folder] = {"key": f"{folder}/{KEY_FILE}", "fingerprint": repo.fingerprint, "names": sorted(wanted)}
+    return out
 
 
 def _fetch(ws: WheelSet, stage: Path, sub: str, python_exe: str, say: Callable[[str], None]) -> None:

@@ -7,6 +7,9 @@ Layout (every member a plain file; no folders, links or devices)::
     provision.lock        the lock, byte for byte as given
     wheels/<key>/*.whl    each group's framework closure, by the lock's hashes (key: cp311-x86_64)
     uv/<arch>/*.whl       uv's wheel for the hosts' CPU, by the knowledge's hash
+    apt/<os>-<arch>/      the OS packages the plays install, with their dependency closure: a flat
+                          apt repository (*.deb, Packages, Packages.gz, Release, InRelease) signed
+                          with a key made for the bundle (bundle-key.asc)
     playbooks/...         the roles and site.yml the hosts are provisioned with
     remote/...            what runs on the hosts: the smoke job, provision-health
 
@@ -15,12 +18,14 @@ member, two spaces, sorted by path), so a host checks an unpacked bundle with ``
 --strict MANIFEST`` alone (coreutils' manual, "md5sum invocation": the check format and
 ``--strict``, https://www.gnu.org/software/coreutils/manual/html_node/md5sum-invocation.html).
 
-The file is deterministic: the same inputs give the same bytes (members sorted by path, mtime 0,
-owner 0/0 with no names, modes 0644/0755, gzip's own header time 0 and no file name in it).
+The tarball is written the same way every time (members sorted by path, mtime 0, owner 0/0 with
+no names, modes 0644/0755, gzip's own header time 0 and no file name in it): the same inputs give
+the same bytes. A bundle with OS packages has a new repository key, signature and date each build.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import hashlib
 import io
@@ -30,7 +35,7 @@ import tarfile
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import IO, Any, BinaryIO, NamedTuple
+from typing import IO, Any, BinaryIO, NamedTuple, cast
 
 from provision.errors import BadInput, OperationFailed
 from provision.files import sha256_file
@@ -143,6 +148,26 @@ class Checked:
     files: int
     size: int  # bytes of the members (unpacked)
     manifest_sha256: str
+    sha256: str = ""  # of the whole file, hashed as it was read for the check
+    lock: bytes = b""  # the lock it holds, as checked
+
+
+class _HashingReader:
+    """A read-only file that hashes what is read through it (tarfile reads the bundle from it)."""
+
+    def __init__(self, raw: BinaryIO) -> None:
+        self.raw, self.hash = raw, hashlib.sha256()
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.raw.read(size)
+        self.hash.update(data)
+        return data
+
+    def rest(self) -> str:
+        """The whole file's sha256, once what the tarball left unread (gzip's padding) is read too."""
+        while self.read(_BLOCK):
+            pass
+        return self.hash.hexdigest()
 
 
 def verify_bundle(path: Path) -> Checked:
@@ -155,8 +180,11 @@ def verify_bundle(path: Path) -> Checked:
     if not path.is_file():
         raise BadInput(f"no bundle file at {path}", "pass the file `provision bundle -o` wrote")
     try:
-        with tarfile.open(path, mode="r:*") as tar:
-            return _check(path, _members(tar))
+        with path.open("rb") as raw:
+            reader = _HashingReader(raw)
+            with tarfile.open(fileobj=cast("IO[bytes]", reader), mode="r|*") as tar:
+                checked = _check(path, _members(tar))
+            return dataclasses.replace(checked, sha256=reader.rest())
     except (tarfile.TarError, EOFError, gzip.BadGzipFile, OSError) as exc:
         raise BadInput(
             f"{path} is not a readable bundle ({' '.join(str(exc).split())[:120]})", "build it again"
@@ -176,7 +204,8 @@ def _check(path: Path, members: Iterable[tuple[tarfile.TarInfo, IO[bytes] | None
     manifest_bytes = first[1].read()
     expected = parse_manifest(manifest_bytes.decode("utf-8", errors="replace"))
     seen: set[str] = set()
-    size, info_bytes = 0, b""
+    size = 0
+    kept: dict[str, bytes] = {INFO: b"", LOCK: b""}
     for ti, f in it:
         name = ti.name
         if f is None or not safe_name(name):
@@ -184,11 +213,11 @@ def _check(path: Path, members: Iterable[tuple[tarfile.TarInfo, IO[bytes] | None
         if name in seen or name not in expected:
             raise OperationFailed(f"bundle member {name} is not in its MANIFEST", "build the bundle again")
         h = hashlib.sha256()
-        keep = name == INFO
+        keep = name in kept
         while block := f.read(_BLOCK):
             h.update(block)
             if keep:
-                info_bytes += block
+                kept[name] += block
         if h.hexdigest() != expected[name]:
             raise OperationFailed(
                 f"bundle member {name} does not match its sha256 in the MANIFEST",
@@ -199,8 +228,8 @@ def _check(path: Path, members: Iterable[tuple[tarfile.TarInfo, IO[bytes] | None
     missing = sorted(set(expected) - seen)
     if missing:
         raise OperationFailed(f"bundle member {missing[0]} is in the MANIFEST but not in the bundle", "build it again")
-    info = _info(info_bytes, path)
-    return Checked(path, info, len(seen), size, hashlib.sha256(manifest_bytes).hexdigest())
+    info = _info(kept[INFO], path)
+    return Checked(path, info, len(seen), size, hashlib.sha256(manifest_bytes).hexdigest(), lock=kept[LOCK])
 
 
 def _info(data: bytes, path: Path) -> dict[str, Any]:

@@ -71,6 +71,20 @@ def test_the_bundle_holds_the_lock_its_closure_by_hash_uv_and_the_roles(built: t
     assert not any("__pycache__" in n for n in names)
     info = doc["info"]
     assert isinstance(info, dict) and info["os"] == ["debian-12"] and info["arch"] == ["x86_64"]
+    # the OS packages the play installs (python_env's), with their closure from Debian's archive,
+    # as a flat repository signed with the bundle's own key
+    repo = "apt/debian-12-x86_64"
+    assert info["apt"][repo]["names"] == ["python3", "python3-packaging", "python3-venv"]
+    assert {f"{repo}/{n}" for n in ("Packages", "Packages.gz", "Release", "InRelease", "bundle-key.asc")} <= set(names)
+    with tarfile.open(root / "site.tar.gz") as tar:
+        packages = tar.extractfile(f"{repo}/Packages").read().decode()  # type: ignore[union-attr]
+    listed = {
+        f"{repo}/{line.split(' ', 1)[1].removeprefix('./')}"
+        for line in packages.splitlines()
+        if line.startswith("Filename: ")
+    }
+    debs = {n for n in names if n.endswith(".deb")}
+    assert listed == debs and any("/python3-venv_" in n for n in debs) and any("/libc6_" in n for n in debs)
 
 
 def test_verify_passes_it_and_names_a_wheel_with_one_flipped_byte(built: tuple[Path, dict[str, object]]) -> None:
@@ -88,10 +102,22 @@ def test_verify_passes_it_and_names_a_wheel_with_one_flipped_byte(built: tuple[P
     ]
 
 
-def test_building_again_gives_the_same_bytes(built: tuple[Path, dict[str, object]]) -> None:
+def test_building_again_gives_the_same_files_and_a_new_repository_key(built: tuple[Path, dict[str, object]]) -> None:
+    """The wheels, uv, the roles and the lock are the same bytes; the apt repository's index is
+    signed with a key made for each bundle (and dated), so its key and signature differ."""
     root, doc = built
     _bundle(root, "--lock=provision.lock", "again.tar.gz")
-    assert sha256(root / "again.tar.gz") == doc["sha256"]
+    one, two = _manifest(root / "site.tar.gz"), _manifest(root / "again.tar.gz")
+    signed = {"apt/debian-12-x86_64/" + n for n in ("Release", "InRelease", "bundle-key.asc")}
+    assert set(one) == set(two) and signed <= set(one)
+    assert {n for n in one if one[n] != two[n]} == signed | {"bundle.json"}  # bundle.json: the key's fingerprint
+    assert sha256(root / "again.tar.gz") != doc["sha256"]
+
+
+def _manifest(path: Path) -> dict[str, str]:
+    with tarfile.open(path) as tar:
+        text = tar.extractfile("MANIFEST").read().decode()  # type: ignore[union-attr]
+    return {line[66:]: line[:64] for line in text.splitlines()}
 
 
 @pytest.mark.parametrize(
@@ -113,6 +139,28 @@ def test_bad_input_is_one_line_and_exit_2(
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and words in lines[0] and not (root / "x.tar.gz").exists()
+
+
+@pytest.mark.parametrize(
+    ("assume", "words"),
+    [
+        (
+            "os=debian-12,python=3.11,gpu=H100-SXM:1,name=a",
+            "installs the NVIDIA driver, which bundles do not carry yet",
+        ),
+        ("os=rocky-9,name=a", "installs with dnf: bundles carry apt packages only so far"),
+        ("os=ubuntu-24.04,name=a", "is for ubuntu-24.04: bundles are for Debian hosts so far"),
+    ],
+)
+def test_a_lock_whose_os_packages_a_bundle_cannot_carry_is_refused_before_any_download(
+    tmp_path: Path, assume: str, words: str
+) -> None:
+    r = provision("plan", "--assume", assume, "--out", "run", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    r = provision("bundle", "provision.lock", "-o", "x.tar.gz", cwd=tmp_path, offline=True)
+    assert r.returncode == 2, r.stderr
+    assert words in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "network use refused" not in r.stderr and not list(tmp_path.glob("*x.tar.gz*"))
 
 
 def test_a_lock_with_a_standalone_python_is_refused_before_any_download(tmp_path: Path) -> None:
