@@ -19,6 +19,7 @@ EXAMPLES: dict[str, list[str]] = {
         "provision up --local --check --yes",
         "provision up -i hosts.ini -l 'gpu[01-04]' -u ubuntu -K",
         "provision up -i hosts.ini --from-lock provision.lock --serial 4 --yes",
+        "provision up -i hosts.ini --bundle site.tar.gz --yes   # no network: everything from the bundle",
     ],
     "plan": [
         "provision plan --local",

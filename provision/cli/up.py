@@ -186,6 +186,13 @@ UP_SECTIONS = (
     name="--from-lock",
 )
 @deprecated_lock_option("--from-lock")
+@click.option(
+    "--bundle",
+    "bundle_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="FILE",
+    help="Install from this bundle (`provision bundle`) alone, with no network use: its lock, packages and wheels.",
+)
 @stack_options
 @click.option("-C", "--check", is_flag=True, help="Ansible check mode: change nothing, verify what is there.")
 @yes_option("Do not ask before changing hosts.")
@@ -219,6 +226,7 @@ def up(
     config_path: Path | None,
     lock_path: Path | None,
     old_lock_path: Path | None,
+    bundle_path: Path | None,
     stack_flags: dict[str, Any],
     check: bool,
     yes: bool,
@@ -251,16 +259,27 @@ def up(
     provisions them through the run's inventory; --down-after terminates them and deletes the
     run's security group and key pair at the end, also after a failure or Ctrl-C.
 
+    With --bundle FILE (from `provision bundle`) it applies the lock inside the file: every file
+    is checked against its MANIFEST before any host is contacted, copied once to each host and
+    checked there again, and apt, pip and uv install from it alone, with no network use.
+
     The stack options override the config's stack: section.
 
-    Exit status: 0 every host passes, 1 a host failed, 2 bad input, 3 unsatisfiable.
+    Exit status: 0 every host passes, 1 a host failed (or a file of --bundle does not match its
+    MANIFEST), 2 bad input, 3 unsatisfiable.
     """
     from provision.config import Config, load_config  # noqa: PLC0415 (start-up: `provision --help` loads this module, not config)
     from provision.fleet.up import check_options  # noqa: PLC0415 (start-up: `provision --help` loads this module, not fleet.up)
     from provision.fleet.up import up as run_up  # noqa: PLC0415 (start-up: `provision --help` loads this module, not fleet.up)
 
     lock_path = lock_path or old_lock_path
-    if lock_path is not None:
+    if bundle_path is not None:
+        if lock_path is not None:
+            raise BadInput("--bundle with --from-lock: the bundle holds its own lock", "drop --from-lock")
+        if check:
+            raise BadInput("--bundle with --check: check mode does not install from a bundle", "drop --check")
+        refuse_stack_with_lock(cloud, stack_flags, "--bundle")
+    elif lock_path is not None:
         refuse_stack_with_lock(cloud, stack_flags)
     check_up_targets(
         cloud=cloud,
@@ -292,6 +311,11 @@ def up(
     options.check, options.serial, options.force, options.lock = check, serial, force, lock_path
     options.rolling, options.canary = rolling_hooks, rolling.canary
     check_options(options)
+    if bundle_path is not None:  # every byte checked here, before any host is contacted
+        from provision.fleet.bundle_host import open_bundle  # noqa: PLC0415 (start-up: as above)
+
+        click.echo(f"bundle: checking {bundle_path} against its MANIFEST", err=True)
+        options.bundle, options.lock = open_bundle(bundle_path, options.runs_dir.parent / "bundles")
     # the stack request, parsed once, here: a bad stack option launches nothing
     options.request = StackRequest.build(**config.request_args(stack_flags))
     view = ProgressView(as_json)
@@ -375,19 +399,19 @@ def apply_options(
     )
 
 
-def refuse_stack_with_lock(cloud: bool, stack_flags: Mapping[str, Any]) -> None:
+def refuse_stack_with_lock(cloud: bool, stack_flags: Mapping[str, Any], option: str = "--from-lock") -> None:
     """`up --lock` takes no stack option (the lock decided the versions) and no --cloud (the
     instances it would launch have names no lock can know)."""
     ctx = click.get_current_context()
     given = [p.opts[0] for p in ctx.command.params if p.name in stack_flags]
     if given:
         raise BadInput(
-            f"{', '.join(given)} with --from-lock: the lock already decided the stack",
+            f"{', '.join(given)} with {option}: the lock already decided the stack",
             "drop them, or run provision plan with them and apply its lock",
         )
     if cloud:
         raise BadInput(
-            "--from-lock with --cloud: the instances it launches are in no lock",
+            f"{option} with --cloud: the instances it launches are in no lock",
             "run provision cloud up, plan -i its inventory, then up -i that inventory --from-lock FILE",
         )
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from provision.ansible.apply import HostProgress
+    from provision.fleet.bundle_host import Bundle
     from provision.fleet.planning import HostPlan
     from provision.fleet.rolling import Hooks
     from provision.fleet.targets import HostDefaults
@@ -160,6 +161,8 @@ class UpOptions:
     reboot_controller: bool = False
     state_path: Path | None = None  # --state; else config.state.path; else the default
     lock: Path | None = None  # --lock: apply exactly this lock (hosts probed only to check they fit it)
+    # --bundle: install from this checked bundle only (its lock is ``lock``; provision/fleet/bundle_host.py)
+    bundle: Bundle | None = None
     host_defaults: HostDefaults | None = None  # -u, --private-key, -K (its password in memory only)
     runs_dir: Path = RUNS_DIR
     # -v: what ansible-playbook prints, on stderr; each further v is one of ansible-playbook's -v

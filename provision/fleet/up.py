@@ -23,16 +23,20 @@ from __future__ import annotations
 import fnmatch
 import shutil
 import time
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from provision.ansible.role_vars import check_lock_group
-from provision.ansible.rundir import private_umask
+from provision.ansible.rundir import private_umask, write_host_vars
 from provision.ansible.settings import split_credentials
 from provision.errors import BadInput, Interrupted
 from provision.files import private_dir, read_lock
 from provision.fleet import verify as verify_api
 from provision.fleet.batch import BatchRun, check_without_gpu, lock_failed, make_batches, run_batch, unprobed_run
+from provision.fleet.bundle_host import BUNDLE_TASK
+from provision.fleet.bundle_host import host_vars as bundle_vars
+from provision.fleet.bundle_host import mismatch as bundle_mismatch
+from provision.fleet.bundle_host import stage as stage_bundle
 from provision.fleet.cache.config import start_cache
 from provision.fleet.health_spec import group_hash
 from provision.fleet.integrations import check_hosts, slurm_conf_lines
@@ -51,6 +55,7 @@ if TYPE_CHECKING:
     from provision.fleet.planning import PlanResult
     from provision.hosts.inventory import HostTarget
     from provision.hosts.runlock import RunLocks
+    from provision.model.lock import LockGroup
 
 
 # --- checks that happen before any host is contacted -----------------------------------------
@@ -196,6 +201,12 @@ def _up(
             f"interrupted while probing the hosts; nothing was changed ({run_dir / 'report.html'})",
             "run the same command again",
         ) from None
+    except BadInput as exc:
+        state.close()
+        shutil.rmtree(run_dir, ignore_errors=True)  # nothing was planned: leave no empty run behind
+        if options.bundle is not None and "does not match lock group" in exc.message:
+            raise bundle_mismatch(exc, options.bundle) from None
+        raise
     except NoHostProbed as exc:
         # every host unreachable: the run's report says so, host by host, with each one's reason
         # (not an empty run folder and no report)
@@ -260,10 +271,28 @@ def _up(
         batches = make_batches(
             [h for h in result.hosts if h.failed_task not in (PROBE_TASK, LOCK_TASK)], options.serial, options.canary
         )
-        to_apply = [targets[h.host] for batch in batches for h in batch if not h.converged]
         # planned.run_vars: the role variables plan rendered into the run dir, not read back from it
         assert planned.run_vars is not None  # plan always writes the run dir it returns
-        cache = start_cache(config, options, run_dir, lock, rendered=planned.run_vars, targets=to_apply, say=say)
+        if options.bundle is not None and not options.check:
+            to_stage = [targets[h.host] for batch in batches for h in batch if not h.converged]
+            _stage_bundle(
+                options,
+                to_stage,
+                groups=groups,
+                everyone=planned.run_vars.everyone,
+                run=run,
+                state=state,
+                result=result,
+                say=say,
+            )
+            batches = make_batches(
+                [h for h in result.hosts if h.failed_task not in (PROBE_TASK, LOCK_TASK, BUNDLE_TASK)],
+                options.serial,
+                options.canary,
+            )
+        to_apply = [targets[h.host] for batch in batches for h in batch if not h.converged]
+        if options.bundle is None:  # a bundle's hosts reach nothing but the bundle
+            cache = start_cache(config, options, run_dir, lock, rendered=planned.run_vars, targets=to_apply, say=say)
         rolling = Rolling(options.rolling) if options.rolling is not None and not options.check else None
         shared = BatchRun(
             run_dir, lock, targets, config, options, state, result, say, on_progress, on_total, locks, rolling
@@ -294,6 +323,40 @@ def _up(
         result.finished = time.time()
         finish_reports(result)
     return result
+
+
+def _stage_bundle(
+    options: UpOptions,
+    hosts: list[HostTarget],
+    *,
+    groups: dict[str, LockGroup],
+    everyone: Mapping[str, Any],
+    run: str,
+    state: State,
+    result: UpResult,
+    say: Callable[[str], None],
+) -> None:
+    """The bundle on each host the run applies to, and its host_vars; a host where it cannot be
+    staged fails alone (task ``(bundle)``) with nothing installed."""
+    bundle = options.bundle
+    if bundle is None or not hosts:
+        return
+    say(
+        f"bundle: copying {bundle.path.name} ({bundle.size / 1e6:.1f} MB) to {len(hosts)} host(s) and checking it there"
+    )
+    connect = verify_api.default_connect(
+        accept_new_host_keys=options.accept_new_host_keys, ssh_config=options.ssh_config
+    )
+    group_of = {h.name: groups[h.name].name for h in hosts}
+    failed = stage_bundle(bundle, hosts, group_of, connect, say)
+    environment = dict(everyone.get("provision_environment") or {})
+    ready = {t.name: bundle_vars(bundle, group_of[t.name], environment) for t in hosts if t.name not in failed}
+    write_host_vars(result.run_dir / "ansible", ready, "install from the bundle only (provision/fleet/bundle_host.py)")
+    for h in result.hosts:
+        if h.host in failed:
+            h.failed_task, h.message, h.verdict = BUNDLE_TASK, f"{h.host}: {failed[h.host]}", "fail"
+            state.record_failed(run, h.host, BUNDLE_TASK)
+            say(f"{h.message}; the other hosts go on")
 
 
 def _take_host_locks(

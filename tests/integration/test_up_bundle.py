@@ -1,0 +1,159 @@
+"""`provision up --bundle` on an SSH test host that has no way out at all.
+
+Real parts throughout: `provision plan` probes the host; `provision bundle` on the controller
+downloads the lock's OS packages with their whole dependency closure from Debian's archive (apt
+in a private root, checked against the archive's signatures), signs them as a flat repository
+with a key made for the bundle, and fetches the torch closure by the lock's hashes (from the
+local wheelhouse) and uv's wheel from PyPI by the knowledge's hash. Then the host is cut off (its
+only way out, the test proxy, is replaced by a closed port, and it has no DNS) and `up --bundle`
+installs python3-venv, python3-packaging, uv and torch from the bundle alone, and the smoke job
+passes. A copy with one byte of one wheel flipped is refused before any change, naming the wheel.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.hosts import harness
+from tests.integration import roles_harness as rh
+from tests.integration.up_harness import run_up, up_args, up_env
+from tests.support.bundles import flip_byte
+
+pytestmark = pytest.mark.slow  # installs torch on a host
+
+PROXY_FILES = ("/etc/apt/apt.conf.d/01testhost-proxy", "/etc/environment")
+
+
+def _provision(cwd: Path, *args: str) -> dict[str, Any]:
+    r = subprocess.run(
+        [sys.executable, "-m", "provision", *args], cwd=cwd, capture_output=True, text=True, env=up_env(), timeout=900
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc: dict[str, Any] = json.loads(r.stdout)
+    return doc
+
+
+def _cut_off(hostset: harness.HostSet, host: harness.TestHost) -> None:
+    """Point the host's only way out (the test proxy, for apt and pip) at a closed port."""
+    closed = f"http://{hostset.net}.1:9"
+    for path in PROXY_FILES:
+        rh.ssh(hostset, host, f"cp -p {path} {path}.bundle-test && sed -i 's#http://[0-9.]*:3128#{closed}#g' {path}")
+
+
+def _reconnect(hostset: harness.HostSet, host: harness.TestHost) -> None:
+    for path in PROXY_FILES:
+        rh.ssh(hostset, host, f"if [ -f {path}.bundle-test ]; then mv {path}.bundle-test {path}; fi", check=False)
+
+
+@pytest.fixture(scope="module")
+def own_host(testhosts: harness.HostSet, wheelhouse: Path) -> Iterator[harness.HostSet]:
+    """One Debian 12 host of this module's own, beside the session's set (derived from its settings
+    as the Debian 13 set is): the bundle installs the -security suite's python3.11, newer than what
+    the session hosts' own sources (bookworm alone) know, which would leave a shared host unable to
+    reinstall python3-venv from them."""
+    settings = harness.session_settings()
+    a, b, c = str(settings["net"]).split(".")
+    prefix = f"b{settings['prefix']}"
+    with harness.running(
+        1,
+        Path(f"{settings['directory']}-bundle"),
+        prefix=prefix,
+        net=f"{a}.{b}.{(int(c) + 31) % 256}",
+        bridge=f"{prefix}br0",
+        ro_binds=[wheelhouse],
+    ) as hostset:
+        yield hostset
+
+
+def test_up_bundle_installs_with_no_network_and_refuses_a_damaged_copy(
+    own_host: harness.HostSet, wheelhouse: Path, tmp_path: Path
+) -> None:
+    testhosts = own_host
+    host = testhosts.hosts[0]
+    config = rh.cpu_torch_config(tmp_path, testhosts, wheelhouse)
+    rh.unprovision(testhosts, [host])
+    # what the play installs from apt must come from the bundle: gone from the host first
+    rh.ssh(testhosts, host, rh.PURGE_PYTHON_ENV_PACKAGES + "; rm -rf /var/lib/provision/bundles")
+    inventory = _one_host(testhosts, host, tmp_path / "inventory.ini")
+    common = ("-i", str(inventory), "-F", str(testhosts.ssh_config))
+    _provision(
+        tmp_path, "plan", *common, "-c", str(config), "--out", "run", "--set", "frameworks_no_index=true", "--json"
+    )
+    built = _provision(
+        tmp_path, "bundle", "provision.lock", "-c", str(config), "-o", "site.tar.gz",
+        "--set", "frameworks_no_index=true", "--json",
+    )  # fmt: skip
+    info = built["info"]
+    repo = "apt/debian-12-x86_64"
+    assert info["groups"][next(iter(info["groups"]))]["apt"] == repo
+    assert {"python3-venv", "python3-packaging"} <= set(info["apt"][repo]["names"])
+
+    # one flipped byte in one wheel: refused on the controller before any host is touched
+    wheel = next(n for n in _members(tmp_path / "site.tar.gz") if n.startswith("wheels/") and "torch" in n)
+    flip_byte(tmp_path / "site.tar.gz", tmp_path / "damaged.tar.gz", wheel)
+    before = rh.host_snapshot(testhosts, host)
+    rc, doc = run_up(tmp_path, up_args(testhosts, config, "--bundle", "damaged.tar.gz", "--limit", host.name))
+    assert rc == 1 and doc["ok"] is False, doc
+    assert doc["error"]["message"] == f"bundle member {wheel} does not match its sha256 in the MANIFEST", doc
+    assert rh.host_snapshot(testhosts, host) == before
+    assert (
+        rh.ssh(testhosts, host, "ls /var/lib/provision/bundles 2>&1 || true")
+        .strip()
+        .endswith("No such file or directory")
+    )
+
+    _cut_off(testhosts, host)
+    try:
+        # no way out: the archive and PyPI both fail from the host, as they would at the site
+        apt = rh.ssh(testhosts, host, "apt-get -q update 2>&1; echo rc=$?", check=False)
+        assert "Could not connect" in apt or "Failed to fetch" in apt, apt
+        pypi = rh.ssh(
+            testhosts,
+            host,
+            ". /etc/environment; export https_proxy; python3 -c \"import urllib.request as u; u.urlopen('https://pypi.org/simple/', timeout=5)\" 2>&1; echo rc=$?",
+            check=False,
+        )
+        assert pypi.strip().endswith("rc=1"), pypi
+
+        rc, doc = run_up(tmp_path, up_args(testhosts, config, "--bundle", "site.tar.gz", "--limit", host.name))
+        assert rc == 0 and doc["ok"], json.dumps(doc)[-3000:]
+        [result] = doc["hosts"]
+        assert result["verdict"] == "pass", result
+        # apt installed from the bundle's repository alone, and pip from its wheels
+        history = rh.ssh(testhosts, host, "cat /var/log/apt/history.log")
+        assert "python3-venv" in history.split("Start-Date")[-1] or "python3-venv" in history, history[-2000:]
+        torch = rh.ssh(testhosts, host, "/opt/provision/venv/bin/python -c 'import torch; print(torch.__version__)'")
+        assert torch.strip() == f"{harness.TORCH_CPU.split('==')[1]}+cpu"
+        sources = rh.ssh(testhosts, host, "cat /var/lib/provision/bundles/*.apt/sources.list")
+        assert (
+            sources.startswith("deb [signed-by=/var/lib/provision/bundles/") and " file:/var/lib/provision/" in sources
+        )
+        # the host's own apt sources and lists are as they were
+        assert "deb.debian.org" in rh.ssh(testhosts, host, "cat /etc/apt/sources.list")
+
+        # again: the copy is on the host already (nothing sent), checked again, and the host converged
+        rc, doc = run_up(tmp_path, up_args(testhosts, config, "--bundle", "site.tar.gz", "--limit", host.name))
+        assert rc == 0 and doc["hosts"][0]["verdict"] == "pass", json.dumps(doc)[-3000:]
+    finally:
+        _reconnect(testhosts, host)
+
+
+def _one_host(hostset: harness.HostSet, host: harness.TestHost, out: Path) -> Path:
+    """The test hosts' inventory with ``host`` alone in it (plan takes no --limit)."""
+    lines = hostset.inventory.read_text().splitlines()
+    others = {h.name for h in hostset.hosts} - {host.name}
+    out.write_text("\n".join(line for line in lines if line.split(" ", 1)[0] not in others) + "\n")
+    return out
+
+
+def _members(path: Path) -> list[str]:
+    with tarfile.open(path) as tar:
+        return tar.getnames()
