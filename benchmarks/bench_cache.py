@@ -100,13 +100,8 @@ def main() -> None:
     wheelhouse = harness.fill_wheelhouse()
     subprocess.run(["rm", "-rf", str(ns.work)], check=True)
     ns.work.mkdir(parents=True)
-    with harness.running(
-        ns.hosts,
-        Path(os.environ.get("TESTHOSTS_DIR", "/var/tmp/provision-bench-cache")),
-        prefix=os.environ.get("TESTHOSTS_PREFIX", "bc"),
-        net=os.environ.get("TESTHOSTS_NET", "10.200.40"),
-        bridge=os.environ.get("TESTHOSTS_BRIDGE", "bcbr0"),
-        ro_binds=[wheelhouse],
+    with harness.bench_running(
+        ns.hosts, "/var/tmp/provision-bench-cache", "bc", "10.200.40", ro_binds=[wheelhouse]
     ) as hs:
         fresh(hs, hs.hosts[:1])
         t1, one = up(ns.work, hs, wheelhouse, hs.hosts[:1])

@@ -81,14 +81,7 @@ def main() -> None:
     }
     load_before = os.getloadavg()
     times: dict[str, list[float]] = {"pip": [], "uv": []}
-    with harness.running(
-        1,
-        Path(os.environ.get("TESTHOSTS_DIR", "/var/tmp/provision-bench-install")),
-        prefix=os.environ.get("TESTHOSTS_PREFIX", "bi"),
-        net=os.environ.get("TESTHOSTS_NET", "10.200.50"),
-        bridge=os.environ.get("TESTHOSTS_BRIDGE", "bibr0"),
-        ro_binds=[wheelhouse],
-    ) as hs:
+    with harness.bench_running(1, "/var/tmp/provision-bench-install", "bi", "10.200.50", ro_binds=[wheelhouse]) as hs:
         host = hs.hosts[0]
         text, count = closure_file(wheelhouse, host)
         rh.ssh(hs, host, f"mkdir -p {Path(REQS).parent} && printf %s {shlex.quote(text)} > {REQS}")

@@ -114,14 +114,7 @@ def main() -> None:
     work = ns.work
     subprocess.run(["rm", "-rf", str(work)], check=True)
     work.mkdir(parents=True)
-    with harness.running(
-        ns.hosts,
-        Path(os.environ.get("TESTHOSTS_DIR", "/var/tmp/provision-bench")),
-        prefix=os.environ.get("TESTHOSTS_PREFIX", "bh"),
-        net=os.environ.get("TESTHOSTS_NET", "10.200.20"),
-        bridge=os.environ.get("TESTHOSTS_BRIDGE", "bhbr0"),
-        ro_binds=[wheelhouse],
-    ) as hs:
+    with harness.bench_running(ns.hosts, "/var/tmp/provision-bench", "bh", "10.200.20", ro_binds=[wheelhouse]) as hs:
         config = work / "provision.yaml"
         config.write_text(
             "stack: {frameworks: ['torch==2.13.0+cpu'], driver: none}\n"

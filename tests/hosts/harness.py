@@ -17,7 +17,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -275,6 +275,22 @@ def running(count: int, directory: Path, **kwargs: object) -> Iterator[HostSet]:
         yield hostset
     finally:
         down(hostset)
+
+
+def bench_running(
+    count: int, directory: str, prefix: str, net: str, **kwargs: object
+) -> AbstractContextManager[HostSet]:
+    """A benchmark's own set of ``count`` hosts (``running``), its defaults overridden by
+    TESTHOSTS_DIR / _PREFIX / _NET / _BRIDGE so two checkouts' benchmarks never meet."""
+    prefix = os.environ.get("TESTHOSTS_PREFIX", prefix)
+    return running(
+        count,
+        Path(os.environ.get("TESTHOSTS_DIR", directory)),
+        prefix=prefix,
+        net=os.environ.get("TESTHOSTS_NET", net),
+        bridge=os.environ.get("TESTHOSTS_BRIDGE", f"{prefix}br0"),
+        **kwargs,
+    )
 
 
 # Why logins fail on a test host, asked as root: systemd's state, the files that make PAM refuse
