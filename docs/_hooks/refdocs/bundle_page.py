@@ -33,8 +33,8 @@ def page() -> str:
             "# Bundle file\n\n",
             generated("`provision/fleet/bundle_file.py` (its docstring and a bundle written and verified with it)"),
             "`provision bundle LOCK -o FILE` writes one gzip-compressed tarball holding what the lock's hosts "
-            "install; `provision bundle --verify FILE` checks it without a host. See the "
-            "[air-gapped tutorial](../tutorials/air-gapped.md).\n\n",
+            "install; `provision bundle --verify FILE` checks it without a host, and `provision up --bundle FILE` "
+            "installs from it alone. See the [air-gapped tutorial](../tutorials/air-gapped.md).\n\n",
             "## Layout\n\nEvery member is a plain file (no folders, links or devices):\n\n",
             code(inspect.cleandoc(layout)),
             f"\n## `{MANIFEST}`\n\n",
@@ -50,11 +50,26 @@ def page() -> str:
             f"## `{INFO}`\n\n",
             f"JSON, schema `{SCHEMA}`: `lock_sha256` (of the `provision.lock` member), `os` and `arch` (the OS "
             "releases and CPUs of the lock's groups), `groups` (per group: `os`, `arch`, `hosts`, `wheels` "
-            "(its folder, null without frameworks), `python`, `uv`).\n\n",
+            "(its folder, null without frameworks), `python`, `uv`, `apt` (its repository's folder)), `apt` "
+            "(per repository folder: `key`, the armored public key's member, `fingerprint`, and `names`, what "
+            "the plays install from it; the folder also holds the names' whole dependency closure).\n\n",
+            "## On a host (`up --bundle`)\n\n",
+            "The controller checks every member first (as `--verify`). Each host the run applies to gets the "
+            "file once, over SFTP, resumed where an earlier copy stopped, as "
+            "`/var/lib/provision/bundles/<sha256>.tar.gz.part` (a login other than root copies into its own "
+            "`~/.provision-bundles/`, from where root copies it); its sha256 is checked on arrival, it is "
+            "unpacked to `/var/lib/provision/bundles/<sha256>/` (the tarball then removed) and every member is "
+            "checked with `sha256sum -c --strict MANIFEST`, on every run, before anything is installed. "
+            "`/var/lib/provision/bundles/<sha256>.apt/` holds the apt configuration the play runs with "
+            "(`APT_CONFIG`): the bundle's repository as its only source, trusted through the bundle's key "
+            "alone, and its own lists folder, so the host's sources and lists are left as they were. Remove "
+            "a folder there once no lock needs it.\n\n",
             "## Same lock, same bytes\n\n",
             "Members are written sorted by path with mtime 0, owner and group 0 without names, modes "
             "0644/0755, and gzip's header carries no time or file name: building the same lock again gives "
-            "the same file, so its sha256 can be published.\n\n",
+            "the same file, so its sha256 can be published. A bundle with OS packages is the exception: its "
+            "repository is signed with a key made for that build, so its `Release`, `InRelease`, key and "
+            "`bundle.json` differ each time (and its packages are what the archive serves on the day).\n\n",
             "## Example MANIFEST\n\nOf a bundle of a lock alone, written while this page was built:\n\n",
             code(manifest),
         ]
