@@ -35,6 +35,15 @@ if TYPE_CHECKING:
     metavar="BUNDLE",
     help="Check every file of BUNDLE against its MANIFEST (no host, no network).",
 )
+@click.option(
+    "--sign", "sign_key", metavar="KEY", help="Sign the MANIFEST with this gpg key of your keyring (MANIFEST.asc)."
+)
+@click.option(
+    "--signed-by",
+    "signed_by",
+    metavar="FINGERPRINT",
+    help="With --verify: the MANIFEST must carry a good signature by the key of this fingerprint.",
+)
 @config_option("provision.yaml: its install settings (the indexes the wheels come from).")
 @set_option("A role variable the hosts get, as `plan --set` gave it (the wheels' sources); repeatable.")
 @command_options
@@ -44,6 +53,8 @@ def bundle(
     lock_path: Path | None,
     output: Path | None,
     verify_path: Path | None,
+    sign_key: str | None,
+    signed_by: str | None,
     config_path: Path | None,
     sets: tuple[str, ...],
     as_json: bool,
@@ -59,11 +70,14 @@ def bundle(
     from provision.cli.output import emit  # noqa: PLC0415 (start-up: `provision --help` loads this module, not cli.output)
 
     if verify_path is not None:
-        if lock_arg or lock_path or output or sets:
-            raise BadInput("--verify takes no lock, -o or --set", "run `provision bundle --verify BUNDLE` alone")
+        if lock_arg or lock_path or output or sets or sign_key:
+            raise BadInput(
+                "--verify takes no lock, -o, --set or --sign",
+                "run `provision bundle --verify BUNDLE [--signed-by FPR]`",
+            )
         from provision.fleet.bundle_file import verify_bundle  # noqa: PLC0415 (start-up: as above)
 
-        checked = verify_bundle(verify_path)
+        checked = verify_bundle(verify_path, signed_by)
         doc: dict[str, Any] = {
             "ok": True,
             "bundle": str(checked.path),
@@ -71,9 +85,13 @@ def bundle(
             "bytes": checked.size,
             "manifest_sha256": checked.manifest_sha256,
             "info": checked.info,
+            "signed_by": checked.signer,
         }
-        emit(doc, as_json, lambda con: con.print(f"{checked.path}: {checked.files} files match the MANIFEST"))
+        signed = f", signed by {checked.signer}" if checked.signer else ""
+        emit(doc, as_json, lambda con: con.print(f"{checked.path}: {checked.files} files match the MANIFEST{signed}"))
         return int(ExitCode.OK)
+    if signed_by is not None:
+        raise BadInput("--signed-by checks a bundle: it goes with --verify", "sign with --sign KEY")
     lock_file = _one_lock(lock_arg, lock_path)
     if output is None:
         raise BadInput("no output file", "pass -o BUNDLE, e.g. -o site.bundle.tar.gz")
@@ -90,7 +108,25 @@ def bundle(
     def say(msg: str) -> None:
         sys.stderr.write(msg + "\n")
 
-    built = build(lock, lock_file, config.install, output, python_exe=sys.executable, overrides=overrides, say=say)
+    signer = None
+    if sign_key is not None:
+        from provision.fleet.bundle_sign import sign  # noqa: PLC0415 (start-up: as above)
+
+        sign(b"provision bundle --sign: the key signs\n", sign_key)  # a key that cannot sign: before any download
+
+        def signer(manifest: bytes) -> bytes:
+            return sign(manifest, sign_key)
+
+    built = build(
+        lock,
+        lock_file,
+        config.install,
+        output,
+        python_exe=sys.executable,
+        overrides=overrides,
+        say=say,
+        sign=signer,
+    )
     doc = {
         "ok": True,
         "bundle": str(built.path),

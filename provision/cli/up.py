@@ -193,6 +193,12 @@ UP_SECTIONS = (
     metavar="FILE",
     help="Install from this bundle (`provision bundle`) alone, with no network use: its lock, packages and wheels.",
 )
+@click.option(
+    "--signed-by",
+    "signed_by",
+    metavar="FINGERPRINT",
+    help="With --bundle: its MANIFEST must carry a good signature by the key of this fingerprint.",
+)
 @stack_options
 @click.option("-C", "--check", is_flag=True, help="Ansible check mode: change nothing, verify what is there.")
 @yes_option("Do not ask before changing hosts.")
@@ -227,6 +233,7 @@ def up(
     lock_path: Path | None,
     old_lock_path: Path | None,
     bundle_path: Path | None,
+    signed_by: str | None,
     stack_flags: dict[str, Any],
     check: bool,
     yes: bool,
@@ -273,6 +280,8 @@ def up(
     from provision.fleet.up import up as run_up  # noqa: PLC0415 (start-up: `provision --help` loads this module, not fleet.up)
 
     lock_path = lock_path or old_lock_path
+    if signed_by is not None and bundle_path is None:
+        raise BadInput("--signed-by checks a bundle: it goes with --bundle", "add --bundle FILE, or drop --signed-by")
     if bundle_path is not None:
         if lock_path is not None:
             raise BadInput("--bundle with --from-lock: the bundle holds its own lock", "drop --from-lock")
@@ -315,7 +324,7 @@ def up(
         from provision.fleet.bundle_host import open_bundle  # noqa: PLC0415 (start-up: as above)
 
         click.echo(f"bundle: checking {bundle_path} against its MANIFEST", err=True)
-        options.bundle, options.lock = open_bundle(bundle_path, options.runs_dir.parent / "bundles")
+        options.bundle, options.lock = open_bundle(bundle_path, options.runs_dir.parent / "bundles", signed_by)
     # the stack request, parsed once, here: a bad stack option launches nothing
     options.request = StackRequest.build(**config.request_args(stack_flags))
     view = ProgressView(as_json)

@@ -14,8 +14,8 @@ On a controller that can reach the sources once, the bundle takes from the lock:
 
 :mod:`provision.fleet.bundle_file` writes the tarball and its MANIFEST and checks them.
 Not yet in a bundle (later slices of issue 31): the standalone CPython, the driver and NVIDIA's
-repositories, dnf hosts (a lock that needs one of them is refused here, before anything is
-downloaded), and ``--sign``.
+repositories and dnf hosts (a lock that needs one of them is refused here, before anything is
+downloaded). ``--sign`` signs the MANIFEST (:mod:`provision.fleet.bundle_sign`).
 """
 
 from __future__ import annotations
@@ -90,6 +90,7 @@ def build(
     python_exe: str,
     overrides: Mapping[str, object] | None = None,
     say: Callable[[str], None] = lambda _: None,
+    sign: Callable[[bytes], bytes] | None = None,
 ) -> Built:
     """Write the bundle of ``lock`` (read from ``lock_path``) to ``out``."""
     check_lock(lock)
@@ -143,7 +144,7 @@ def build(
             "apt": apt,
         }
         say(f"bundle: writing {out} ({len(files) + 1} files and their MANIFEST)")
-        written = write_bundle(out, files, info)
+        written = write_bundle(out, files, info, sign)
     return Built(out, written.sha256, out.stat().st_size, written.manifest_sha256, parts, info)
 
 

@@ -3,6 +3,7 @@
 Layout (every member a plain file; no folders, links or devices)::
 
     MANIFEST              the sha256 of every other member, first in the tarball
+    MANIFEST.asc          with --sign only: the MANIFEST's armored detached gpg signature
     bundle.json           what the bundle is for: the lock's sha256, OS releases, arches, groups
     provision.lock        the lock, byte for byte as given
     wheels/<key>/*.whl    each group's framework closure, by the lock's hashes (key: cp311-x86_64)
@@ -32,13 +33,15 @@ import io
 import json
 import re
 import tarfile
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO, Any, BinaryIO, NamedTuple, cast
 
 from provision.errors import BadInput, OperationFailed
 from provision.files import sha256_file
+from provision.fleet.bundle_sign import SIGNATURE
+from provision.fleet.bundle_sign import check as check_signature
 
 MANIFEST = "MANIFEST"
 INFO = "bundle.json"
@@ -89,29 +92,44 @@ class _Hashing:
         self.raw.flush()
 
 
-def write_bundle(out: Path, files: Mapping[str, Path], info: Mapping[str, object]) -> Written:
+def write_bundle(
+    out: Path,
+    files: Mapping[str, Path],
+    info: Mapping[str, object],
+    sign: Callable[[bytes], bytes] | None = None,
+) -> Written:
     """Write the tarball ``out`` of ``files`` (member path -> file on disk) with ``bundle.json``
-    (``info``) and ``MANIFEST``; the MANIFEST's sha256 and the tarball's."""
+    (``info``) and ``MANIFEST`` (and ``MANIFEST.asc``, what ``sign`` makes of the MANIFEST); the
+    MANIFEST's sha256 and the tarball's."""
     info_bytes = (json.dumps(dict(info), indent=2, sort_keys=True) + "\n").encode()
     digests = {name: sha256_file(path) for name, path in files.items()}
     digests[INFO] = hashlib.sha256(info_bytes).hexdigest()
     manifest = manifest_text(digests).encode()
+    signature = sign(manifest) if sign is not None else b""
     tmp = out.with_name(f".{out.name}.part")
     with tmp.open("wb") as raw:
         hashing = _Hashing(raw)
-        _write_tar(hashing, manifest, info_bytes, digests, files)
+        _write_tar(hashing, manifest=manifest, signature=signature, info_bytes=info_bytes, digests=digests, files=files)
     tmp.replace(out)
     return Written(hashlib.sha256(manifest).hexdigest(), hashing.hash.hexdigest())
 
 
 def _write_tar(
-    raw: _Hashing, manifest: bytes, info_bytes: bytes, digests: Mapping[str, str], files: Mapping[str, Path]
+    raw: _Hashing,
+    *,
+    manifest: bytes,
+    signature: bytes,
+    info_bytes: bytes,
+    digests: Mapping[str, str],
+    files: Mapping[str, Path],
 ) -> None:
     with (
         gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz,
         tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
     ):
         _add_bytes(tar, MANIFEST, manifest)
+        if signature:
+            _add_bytes(tar, SIGNATURE, signature)
         for name in sorted(digests):
             if name == INFO:
                 _add_bytes(tar, INFO, info_bytes)
@@ -150,6 +168,9 @@ class Checked:
     manifest_sha256: str
     sha256: str = ""  # of the whole file, hashed as it was read for the check
     lock: bytes = b""  # the lock it holds, as checked
+    manifest: bytes = b""
+    signature: bytes = b""  # MANIFEST.asc; b"": not signed
+    signer: str | None = None  # the primary key fingerprint --signed-by checked
 
 
 class _HashingReader:
@@ -170,8 +191,9 @@ class _HashingReader:
         return self.hash.hexdigest()
 
 
-def verify_bundle(path: Path) -> Checked:
-    """Check every member of the bundle at ``path`` against its ``MANIFEST``, reading it once.
+def verify_bundle(path: Path, signed_by: str | None = None) -> Checked:
+    """Check every member of the bundle at ``path`` against its ``MANIFEST``, reading it once, and
+    with ``signed_by`` (a key fingerprint) the MANIFEST's signature (:mod:`provision.fleet.bundle_sign`).
 
     Not a bundle at all (no such file, not a tarball, no MANIFEST first) is BadInput (exit 2); a
     bundle whose member differs from the MANIFEST, is missing from the tarball, is not in the
@@ -184,11 +206,15 @@ def verify_bundle(path: Path) -> Checked:
             reader = _HashingReader(raw)
             with tarfile.open(fileobj=cast("IO[bytes]", reader), mode="r|*") as tar:
                 checked = _check(path, _members(tar))
-            return dataclasses.replace(checked, sha256=reader.rest())
+            checked = dataclasses.replace(checked, sha256=reader.rest())
     except (tarfile.TarError, EOFError, gzip.BadGzipFile, OSError) as exc:
         raise BadInput(
             f"{path} is not a readable bundle ({' '.join(str(exc).split())[:120]})", "build it again"
         ) from None
+    if signed_by is not None:
+        signer = check_signature(checked.manifest, checked.signature, signed_by)
+        checked = dataclasses.replace(checked, signer=signer)
+    return checked
 
 
 def _members(tar: tarfile.TarFile) -> Iterator[tuple[tarfile.TarInfo, IO[bytes] | None]]:
@@ -203,11 +229,15 @@ def _check(path: Path, members: Iterable[tuple[tarfile.TarInfo, IO[bytes] | None
         raise BadInput(f"{path} has no MANIFEST as its first member: not a provision bundle", "build it again")
     manifest_bytes = first[1].read()
     expected = parse_manifest(manifest_bytes.decode("utf-8", errors="replace"))
+    signature = b""
     seen: set[str] = set()
     size = 0
     kept: dict[str, bytes] = {INFO: b"", LOCK: b""}
     for ti, f in it:
         name = ti.name
+        if name == SIGNATURE and not seen and not signature and f is not None:  # right after the MANIFEST
+            signature = f.read()
+            continue
         if f is None or not safe_name(name):
             raise OperationFailed(f"bundle member {name} is not a plain file with a relative path", "build it again")
         if name in seen or name not in expected:
@@ -229,7 +259,8 @@ def _check(path: Path, members: Iterable[tuple[tarfile.TarInfo, IO[bytes] | None
     if missing:
         raise OperationFailed(f"bundle member {missing[0]} is in the MANIFEST but not in the bundle", "build it again")
     info = _info(kept[INFO], path)
-    return Checked(path, info, len(seen), size, hashlib.sha256(manifest_bytes).hexdigest(), lock=kept[LOCK])
+    digest = hashlib.sha256(manifest_bytes).hexdigest()
+    return Checked(path, info, len(seen), size, digest, lock=kept[LOCK], manifest=manifest_bytes, signature=signature)
 
 
 def _info(data: bytes, path: Path) -> dict[str, Any]:

@@ -73,10 +73,11 @@ class Bundle:
         return f"{', '.join(self.info.get('os') or [])} on {', '.join(self.info.get('arch') or [])}"
 
 
-def open_bundle(path: Path, workdir: Path) -> tuple[Bundle, Path]:
-    """Check ``path`` against its MANIFEST (every byte of every member) and write the lock it
-    holds to ``workdir``; the bundle and that lock's path."""
-    checked = verify_bundle(path)
+def open_bundle(path: Path, workdir: Path, signed_by: str | None = None) -> tuple[Bundle, Path]:
+    """Check ``path`` against its MANIFEST (every byte of every member; with ``signed_by``, the
+    MANIFEST's signature too) and write the lock it holds to ``workdir``; the bundle and that
+    lock's path."""
+    checked = verify_bundle(path, signed_by)
     workdir = workdir / checked.sha256[:16]
     private_dir(workdir.parent)
     private_dir(workdir)

@@ -47,6 +47,15 @@ def page() -> str:
             "differs from its line, a member the MANIFEST does not list, a listed member the tarball lacks, or "
             "a member that is not a plain file with a relative path (exit 1). A file that is not a tarball, "
             "or one without a MANIFEST first, is not a bundle (exit 2).\n\n",
+            "## `MANIFEST.asc` (`--sign`)\n\n",
+            "`provision bundle --sign KEY` signs the MANIFEST with a key of the builder's gpg keyring: an "
+            "armored detached signature, the member right after the MANIFEST (which cannot list its own "
+            "signature; a host's `sha256sum -c` never reads it). `bundle --verify FILE --signed-by FINGERPRINT` "
+            "and `up --bundle FILE --signed-by FINGERPRINT` then require a good signature by the key of that "
+            "full fingerprint (or by a subkey of it), from the user's own keyring: the bundle never brings the "
+            "key that vouches for it. An unsigned bundle, a signature by another key, or a MANIFEST changed "
+            "after signing is exit 1; a signer's key missing from the keyring or a short fingerprint is "
+            "exit 2.\n\n",
             f"## `{INFO}`\n\n",
             f"JSON, schema `{SCHEMA}`: `lock_sha256` (of the `provision.lock` member), `os` and `arch` (the OS "
             "releases and CPUs of the lock's groups), `groups` (per group: `os`, `arch`, `hosts`, `wheels` "

@@ -128,7 +128,7 @@ def _manifest(path: Path) -> dict[str, str]:
         (("bundle", "missing.lock", "-o", "x.tar.gz"), "no lock file at missing.lock"),
         (("bundle", "--verify", "missing.tar.gz"), "no bundle file at missing.tar.gz"),
         (("bundle", "--verify", "provision.lock"), "is not a readable bundle"),
-        (("bundle", "--verify", "site.tar.gz", "-o", "y"), "--verify takes no lock, -o or --set"),
+        (("bundle", "--verify", "site.tar.gz", "-o", "y"), "--verify takes no lock, -o, --set or --sign"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(
