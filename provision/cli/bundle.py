@@ -36,6 +36,13 @@ if TYPE_CHECKING:
     help="Check every file of BUNDLE against its MANIFEST (no host, no network).",
 )
 @click.option(
+    "--kernel",
+    "kernels",
+    multiple=True,
+    metavar="RELEASE",
+    help="A kernel the hosts run (uname -r): its headers, for a driver DKMS builds; repeatable.",
+)
+@click.option(
     "--sign", "sign_key", metavar="KEY", help="Sign the MANIFEST with this gpg key of your keyring (MANIFEST.asc)."
 )
 @click.option(
@@ -53,6 +60,7 @@ def bundle(
     lock_path: Path | None,
     output: Path | None,
     verify_path: Path | None,
+    kernels: tuple[str, ...],
     sign_key: str | None,
     signed_by: str | None,
     config_path: Path | None,
@@ -70,9 +78,9 @@ def bundle(
     from provision.cli.output import emit  # noqa: PLC0415 (start-up: `provision --help` loads this module, not cli.output)
 
     if verify_path is not None:
-        if lock_arg or lock_path or output or sets or sign_key:
+        if lock_arg or lock_path or output or sets or sign_key or kernels:
             raise BadInput(
-                "--verify takes no lock, -o, --set or --sign",
+                "--verify takes no lock, -o, --set, --kernel or --sign",
                 "run `provision bundle --verify BUNDLE [--signed-by FPR]`",
             )
         from provision.fleet.bundle_file import verify_bundle  # noqa: PLC0415 (start-up: as above)
@@ -126,6 +134,7 @@ def bundle(
         overrides=overrides,
         say=say,
         sign=signer,
+        kernels=kernels,
     )
     doc = {
         "ok": True,

@@ -8,20 +8,21 @@ On a controller that can reach the sources once, the bundle takes from the lock:
 - uv's wheel for each group's CPU, by the sha256 the knowledge pins (os.yaml
   ``standalone_python.uv_wheels``), from the index python_env installs it from;
 - the roles (``playbooks/``) and what runs on the hosts (``provision/remote``: the smoke job);
-- the OS packages each group's play installs, with their dependency closure, as a signed flat
+- the OS packages each group's play installs (the driver's and NVIDIA's repositories' too, with
+  the headers of the kernels ``--kernel`` names), with their dependency closure, as a signed flat
   apt repository per OS release and CPU (:mod:`provision.fleet.bundle_apt`);
 - the lock itself, and ``bundle.json`` saying which OS releases and CPUs it is for.
 
 :mod:`provision.fleet.bundle_file` writes the tarball and its MANIFEST and checks them.
-Not yet in a bundle (later slices of issue 31): the standalone CPython, the driver and NVIDIA's
-repositories and dnf hosts (a lock that needs one of them is refused here, before anything is
-downloaded). ``--sign`` signs the MANIFEST (:mod:`provision.fleet.bundle_sign`).
+Not yet in a bundle (later slices of issue 31): the standalone CPython, dnf and Ubuntu hosts (a
+lock that needs one of them is refused here, before anything is downloaded). ``--sign`` signs the
+MANIFEST (:mod:`provision.fleet.bundle_sign`).
 """
 
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,14 @@ from provision.ansible.role_vars import PYPI
 from provision.ansible.settings import netrc_text, split_credentials
 from provision.errors import BadInput, OperationFailed
 from provision.files import sha256_file
-from provision.fleet.bundle_apt import KEY_FILE, build_repo, check_group, play_packages, sources_list
+from provision.fleet.bundle_apt import (
+    KEY_FILE,
+    build_repo,
+    check_group,
+    play_packages,
+    repository_sources,
+    sources_list,
+)
 from provision.fleet.bundle_file import LOCK, SCHEMA, write_bundle
 from provision.fleet.cache.sources import role_defaults
 from provision.fleet.cache.wheels import WheelSet, fetch_closure
@@ -68,7 +76,7 @@ def uv_wheels(arch: str, python: str, index_url: str, netrc: str) -> WheelSet:
     return WheelSet(python=python, arch=arch, installs=(), locked=((index_url, (line,)),), netrc=netrc)
 
 
-def check_lock(lock: Lock) -> None:
+def check_lock(lock: Lock, kernels: Sequence[str] = ()) -> None:
     """BadInput (before any download) for a lock a bundle cannot carry yet."""
     for g in lock.groups:
         if not g.host.os or not g.host.arch:
@@ -78,7 +86,7 @@ def check_lock(lock: Lock) -> None:
                 f"lock group {g.name} installs a standalone CPython, which bundles do not carry yet",
                 "plan with install.python_source: os on hosts whose OS has the Python the lock needs",
             )
-        check_group(g)
+        check_group(g, kernels)
 
 
 def build(
@@ -91,9 +99,11 @@ def build(
     overrides: Mapping[str, object] | None = None,
     say: Callable[[str], None] = lambda _: None,
     sign: Callable[[bytes], bytes] | None = None,
+    kernels: Sequence[str] = (),
 ) -> Built:
-    """Write the bundle of ``lock`` (read from ``lock_path``) to ``out``."""
-    check_lock(lock)
+    """Write the bundle of ``lock`` (read from ``lock_path``) to ``out``; ``kernels``: the hosts'
+    kernel releases, whose headers a driver's DKMS build needs."""
+    check_lock(lock, kernels)
     bare, creds = split_credentials(install)
     netrc = netrc_text(creds.netrc) if creds.netrc else ""
     index = install.pip.index_url or PYPI
@@ -126,7 +136,7 @@ def build(
                 entry["uv"] = uv_key
             entry["apt"] = f"apt/{g.host.os}-{arch}"
             groups[g.name] = entry
-        apt = _os_packages(lock, bare, stage, say)
+        apt = _os_packages(lock, bare, stage, say, kernels)
         for name, path in _tree(stage, ("wheels", "uv", "apt")):
             files[name] = path
             part = name.split("/", 1)[0]
@@ -142,26 +152,35 @@ def build(
             "arch": sorted({str(g.host.arch) for g in lock.groups}),
             "groups": groups,
             "apt": apt,
+            "kernels": sorted(kernels),
         }
         say(f"bundle: writing {out} ({len(files) + 1} files and their MANIFEST)")
         written = write_bundle(out, files, info, sign)
     return Built(out, written.sha256, out.stat().st_size, written.manifest_sha256, parts, info)
 
 
-def _os_packages(lock: Lock, bare: InstallSettings, stage: Path, say: Callable[[str], None]) -> dict[str, Any]:
+def _os_packages(
+    lock: Lock, bare: InstallSettings, stage: Path, say: Callable[[str], None], kernels: Sequence[str]
+) -> dict[str, Any]:
     """One signed apt repository per OS release and CPU under ``stage/apt``; {folder: {key, fingerprint}}."""
     defaults: dict[str, Any] = {}
     for d in role_defaults(playbooks_dir() / "roles"):
         defaults.update(d)
     names: dict[tuple[str, str], set[str]] = {}
+    repos: dict[tuple[str, str], str] = {}
+    keys = (stage / ".keys").resolve()  # apt takes a signed-by that is not an absolute path for a fingerprint
+    keys.mkdir(exist_ok=True)
     for g in lock.groups:
-        names.setdefault((str(g.host.os), str(g.host.arch)), set()).update(play_packages(g, bare, defaults))
+        where = (str(g.host.os), str(g.host.arch))
+        names.setdefault(where, set()).update(play_packages(g, bare, defaults, kernels))
+        repos[where] = repos.get(where, "") + repository_sources(g, keys)
     mirror = bare.apt.mirror or str(defaults["nvidia_driver_debian_mirror"])
     security = str(defaults["nvidia_driver_debian_security_mirror"])
     out: dict[str, Any] = {}
     for (os_id, arch), wanted in sorted(names.items()):
         folder = f"apt/{os_id}-{arch}"
         sources = sources_list(os_id, mirror, security, defaults["nvidia_driver_debian_components"])
+        sources += "".join(sorted(set(repos[(os_id, arch)].splitlines(keepends=True))))
         repo = build_repo(stage / folder, sorted(wanted), sources, arch, say=say)
         out[folder] = {"key": f"{folder}/{KEY_FILE}", "fingerprint": repo.fingerprint, "names": sorted(wanted)}
     return out

@@ -9,19 +9,25 @@ indexes as on any host (apt.conf(5): ``Dir::State::status``, ``Dir::Etc::SourceL
 apt-get(8): ``--download-only``). A host that has some of them already installs the rest.
 
 What a play installs is read from the group's role variables (:func:`provision.ansible.role_vars.group_vars`)
-and the roles' defaults: python_env's OS packages and module packages, and the package plan's
-entries at their versions. Not in a bundle yet, refused before any download by
-:func:`check_group`: a lock with a driver (its DKMS build needs the headers of the host's kernel,
-which a lock does not record), third-party repositories (NVIDIA's), dnf hosts, and Ubuntu (its
-archive's layout is not written here yet).
+and the roles' defaults: python_env's OS packages and module packages, the package plan's entries
+at their versions, gpg where the plan adds a repository (signed_repo installs it), and for a
+driver that DKMS builds, ``linux-headers-<kernel>`` of each kernel ``--kernel`` names (a lock does
+not record the hosts' kernels). The plan's repositories (NVIDIA's) join the archive's suites, each
+trusted through its key alone: fetched from its key URL and kept only if it holds the lock's pinned
+fingerprint, exported alone (as the signed_repo role builds its keyring on a host).
+
+Not in a bundle yet, refused before any download by :func:`check_group`: dnf hosts, and Ubuntu
+(its archive's layout is not written here yet).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import tempfile
+import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -41,9 +47,10 @@ DEBIAN_KEYRING = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
 # installer writes these three): the release, its -updates on the mirror, -security on the
 # security archive; the components are the driver role's (nvidia_driver_debian_components) plus main
 _DEB_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}
+_KERNEL = re.compile(r"[0-9][0-9A-Za-z.+_~-]{0,100}")
 
 
-def check_group(group: LockGroup) -> None:
+def check_group(group: LockGroup, kernels: Sequence[str] = ()) -> None:
     """BadInput (before any download) for a group whose OS packages a bundle cannot carry yet."""
     plan = group.packages
     if plan is None or plan.manager != "apt":
@@ -55,22 +62,23 @@ def check_group(group: LockGroup) -> None:
     os_release = load().t.os_releases.get(str(group.host.os))
     if os_release is None or os_release.family != "debian" or str(group.host.os).startswith("ubuntu"):
         raise BadInput(f"lock group {group.name} is for {group.host.os}: bundles are for Debian hosts so far", "")
-    if group.stack.driver is not None:
+    if group.stack.driver is not None and not kernels:
         raise BadInput(
-            f"lock group {group.name} installs the NVIDIA driver, which bundles do not carry yet "
-            "(its DKMS build needs the headers of the host's own kernel)",
-            "bundle a lock without a driver, and install the driver from a mirror",
+            f"lock group {group.name} installs the NVIDIA driver, which DKMS builds against each host's kernel: "
+            "the bundle needs those kernels' headers",
+            "pass --kernel RELEASE for each kernel the hosts run (uname -r there), e.g. --kernel 6.1.0-28-amd64",
         )
-    if plan.repositories:
-        raise BadInput(
-            f"lock group {group.name} installs from {plan.repositories[0].name}, a repository bundles do not carry yet",
-            "mirror that repository (docs/tutorials/air-gapped.md, section 2)",
-        )
+    for kernel in kernels:
+        if not _KERNEL.fullmatch(kernel):
+            raise BadInput(f"--kernel {kernel!r} is not a kernel release", "give what uname -r prints on the host")
 
 
-def play_packages(group: LockGroup, install: InstallSettings, defaults: Mapping[str, Any]) -> list[str]:
+def play_packages(
+    group: LockGroup, install: InstallSettings, defaults: Mapping[str, Any], kernels: Sequence[str] = ()
+) -> list[str]:
     """The apt names (``name`` or ``name=version``) the group's play installs: python_env's OS and
-    module packages, and every role's plan entries at their versions."""
+    module packages, every role's plan entries at their versions, gpg for a repository, and the
+    headers of ``kernels`` for a driver."""
     gv = {**defaults, **group_vars(group, install)}
     names: list[str] = []
     if gv.get("python_env_enabled", True):
@@ -80,7 +88,55 @@ def play_packages(group: LockGroup, install: InstallSettings, defaults: Mapping[
             role = key.removesuffix("_packages")
             if gv.get(f"{role}_enabled", True):
                 names += [f"{e['name']}={e['version']}" if e.get("version") else str(e["name"]) for e in value]
+    if group.packages is not None and group.packages.repositories:
+        names.append("gpg")  # signed_repo installs it first
+    if gv.get("preflight_driver_install") and gv.get("preflight_driver_uses_dkms"):
+        names += [f"linux-headers-{k}" for k in kernels]
     return sorted(set(names))
+
+
+def repository_sources(group: LockGroup, keys: Path) -> str:
+    """The plan's repositories as apt sources (NVIDIA's flat layout, as the package_plan role
+    writes them), each key fetched and kept only with the lock's pinned fingerprint, alone."""
+    plan = group.packages
+    lines = []
+    for r in plan.repositories if plan is not None else ():
+        key = keys / f"{r.name}.asc"
+        if not key.exists():
+            _pinned_key(r.key_url, str(r.key_fingerprint or ""), key)
+        lines.append(f"deb [signed-by={key}] {r.url.rstrip('/')}/ /\n")
+    return "".join(lines)
+
+
+def _pinned_key(url: str, fingerprint: str, out: Path) -> None:
+    """The key of ``fingerprint`` from the file at ``url``, alone, armored, at ``out``."""
+    try:
+        with urllib.request.urlopen(url, timeout=60) as response:
+            data = response.read(1 << 20)
+    except (OSError, ValueError) as exc:
+        raise OperationFailed(
+            f"bundle: cannot fetch the repository key {url}: {exc}", "check the controller's network"
+        ) from None
+    with tempfile.TemporaryDirectory(prefix="provision-key-") as tmp:
+        home = Path(tmp) / "home"
+        home.mkdir(mode=0o700)
+        env = {**os.environ, "GNUPGHOME": str(home)}
+        gpg = ["gpg", "--batch", "--quiet"]
+        subprocess.run([*gpg, "--import"], input=data, env=env, capture_output=True, check=False)
+        colons = subprocess.run(
+            [*gpg, "--with-colons", "--list-keys"], env=env, capture_output=True, text=True, check=False
+        ).stdout
+        fprs = [line.split(":")[9] for line in colons.splitlines() if line.startswith("fpr:")]
+        if fingerprint.upper() not in fprs:
+            raise OperationFailed(
+                f"bundle: the key at {url} is not the lock's pinned {fingerprint}",
+                "the repository's key changed, or the URL serves another: check it before trusting it",
+            )
+        exported = subprocess.run(
+            [*gpg, "--armor", "--export", fingerprint], env=env, capture_output=True, check=False
+        ).stdout
+        subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"], capture_output=True, check=False)
+    out.write_bytes(exported)
 
 
 def sources_list(os_id: str, mirror: str, security: str, components: Sequence[str]) -> str:

@@ -37,6 +37,7 @@ from provision.errors import BadInput, ProvisionError
 from provision.files import private_dir, replace_file
 from provision.fleet.bundle_apt import KEY_FILE
 from provision.fleet.bundle_file import LOCK, verify_bundle
+from provision.model.packages import ROLES as PACKAGE_ROLES
 
 if TYPE_CHECKING:
     from provision.fleet.verify import Connect
@@ -103,6 +104,8 @@ def host_vars(bundle: Bundle, group: str, environment: Mapping[str, str]) -> dic
     out: dict[str, Any] = {"python_env_python_mirror": "", "python_env_upgrade_pip": False}
     if entry.get("apt"):
         env["APT_CONFIG"] = f"{where}.apt/apt.conf"
+        # the plan's repositories' packages are in the bundle's: none is added (nor its key fetched)
+        out.update({f"{role}_repositories": [] for role in PACKAGE_ROLES})
     if entry.get("wheels"):
         out["frameworks_find_links"] = [f"{where}/{entry['wheels']}"]
         out["frameworks_no_index"] = True

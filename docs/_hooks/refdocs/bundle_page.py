@@ -61,7 +61,8 @@ def page() -> str:
             "releases and CPUs of the lock's groups), `groups` (per group: `os`, `arch`, `hosts`, `wheels` "
             "(its folder, null without frameworks), `python`, `uv`, `apt` (its repository's folder)), `apt` "
             "(per repository folder: `key`, the armored public key's member, `fingerprint`, and `names`, what "
-            "the plays install from it; the folder also holds the names' whole dependency closure).\n\n",
+            "the plays install from it; the folder also holds the names' whole dependency closure), `kernels` "
+            "(the `--kernel` releases whose headers it holds).\n\n",
             "## On a host (`up --bundle`)\n\n",
             "The controller checks every member first (as `--verify`). Each host the run applies to gets the "
             "file once, over SFTP, resumed where an earlier copy stopped, as "

@@ -128,7 +128,7 @@ def _manifest(path: Path) -> dict[str, str]:
         (("bundle", "missing.lock", "-o", "x.tar.gz"), "no lock file at missing.lock"),
         (("bundle", "--verify", "missing.tar.gz"), "no bundle file at missing.tar.gz"),
         (("bundle", "--verify", "provision.lock"), "is not a readable bundle"),
-        (("bundle", "--verify", "site.tar.gz", "-o", "y"), "--verify takes no lock, -o, --set or --sign"),
+        (("bundle", "--verify", "site.tar.gz", "-o", "y"), "--verify takes no lock, -o, --set, --kernel or --sign"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(
@@ -146,7 +146,7 @@ def test_bad_input_is_one_line_and_exit_2(
     [
         (
             "os=debian-12,python=3.11,gpu=H100-SXM:1,name=a",
-            "installs the NVIDIA driver, which bundles do not carry yet",
+            "pass --kernel RELEASE for each kernel the hosts run",
         ),
         ("os=rocky-9,name=a", "installs with dnf: bundles carry apt packages only so far"),
         ("os=ubuntu-24.04,name=a", "is for ubuntu-24.04: bundles are for Debian hosts so far"),

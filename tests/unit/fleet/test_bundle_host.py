@@ -105,6 +105,8 @@ def test_the_play_installs_from_the_unpacked_bundle_with_no_proxy(tmp_path: Path
     }
     assert got["frameworks_find_links"] == [f"{where}/{WHEEL_DIR}"] and got["frameworks_no_index"] is True
     assert got["python_env_pip_args"] == ["--no-index", f"--find-links={where}/uv/x86_64"]
+    # no repository is added on the host (their packages are in the bundle's), so no key is fetched
+    assert got["nvidia_driver_repositories"] == got["cuda_toolkit_repositories"] == []
 
 
 def test_open_bundle_checks_every_byte_before_it_gives_the_lock(tmp_path: Path) -> None:
