@@ -43,10 +43,10 @@ def need_tools() -> None:
             raise BadInput(f"{tool} is not installed on this machine", f"install it: apt-get install {package}")
 
 
-def index_and_sign(folder: Path, *, label: str, key_file: str, scratch: Path | None = None) -> SignedRepo:
+def index_and_sign(folder: Path, *, label: str, key_file: str) -> SignedRepo:
     """Write ``Packages``, ``Packages.gz``, ``Release`` and ``InRelease`` for the ``.deb`` files in
-    ``folder``, signed with a new key saved (armored) as ``folder/key_file``. The gpg home lives
-    in ``scratch`` (default: a temporary folder), never in the folder a host reads."""
+    ``folder``, signed with a new key saved (armored) as ``folder/key_file``. The gpg home is a
+    temporary folder of its own, never in the folder a host reads."""
     need_tools()
     packages = _run(["dpkg-scanpackages", "-m", "."], cwd=folder).stdout
     (folder / "Packages").write_text(packages)
@@ -63,9 +63,11 @@ def index_and_sign(folder: Path, *, label: str, key_file: str, scratch: Path | N
         data = (folder / name).read_bytes()
         lines.append(f" {hashlib.sha256(data).hexdigest()} {len(data)} {name}")
     (folder / "Release").write_text("\n".join(lines) + "\n")
-    with tempfile.TemporaryDirectory(prefix="provision-gpg-", dir=scratch) as tmp:
-        home = Path(tmp) / "home"
-        home.mkdir(mode=0o700)
+    # the home in the system's temporary folder: gpg-agent's socket lives in it, and a Unix socket's
+    # path has at most 107 bytes (unix(7), sun_path), which a deep scratch folder overruns
+    with tempfile.TemporaryDirectory(prefix="provision-gpg-") as tmp:
+        home = Path(tmp)
+        home.chmod(0o700)
         env = {**os.environ, "GNUPGHOME": str(home)}
         try:
             _run([*_GPG, "--quick-gen-key", f"{label} <bundle@provision.invalid>", "ed25519", "sign", "never"], env=env)

@@ -382,8 +382,8 @@ def repo_folder(root: Path, distro: str, arch: str = "x86_64") -> Path:
 
 def build_repo(folder: Path, debs: list[Deb], key_file: str = "standin-key.asc", scratch: Path | None = None) -> Repo:
     """Packages, Packages.gz, Release and InRelease, signed with a throwaway key saved (armored) as
-    ``key_file`` beside them. The build's scratch and the key's gpg home go to ``scratch`` (default:
-    beside ``folder``), never under a served folder."""
+    ``key_file`` beside them (provision.fleet.apt_repo). The build's scratch goes to ``scratch``
+    (default: beside ``folder``), never under a served folder."""
     folder.mkdir(parents=True, exist_ok=True)
     scratch = scratch or folder.parent
     work = scratch / "build"
@@ -395,7 +395,7 @@ def build_repo(folder: Path, debs: list[Deb], key_file: str = "standin-key.asc",
     }
     for deb in debs:
         _build(deb, folder, ko, work)
-    signed = index_and_sign(folder, label="provision stand-in repo", key_file=key_file, scratch=scratch)
+    signed = index_and_sign(folder, label="provision stand-in repo", key_file=key_file)
     return Repo(folder, signed.key, signed.fingerprint)
 
 
