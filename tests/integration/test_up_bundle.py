@@ -1,4 +1,5 @@
-"""`provision up --bundle` on an SSH test host that has no way out at all.
+"""`provision up --bundle` on an SSH test host that has no way out at all, and a driver's bundle
+installed there through the roles.
 
 Real parts throughout: `provision plan` probes the host; `provision bundle` on the controller
 downloads the lock's OS packages with their whole dependency closure from Debian's archive (apt
@@ -8,6 +9,12 @@ local wheelhouse) and uv's wheel from PyPI by the knowledge's hash. Then the hos
 only way out, the test proxy, is replaced by a closed port, and it has no DNS) and `up --bundle`
 installs python3-venv, python3-packaging, uv and torch from the bundle alone, and the smoke job
 passes. A copy with one byte of one wheel flipped is refused before any change, naming the wheel.
+
+The driver's path cannot go through `up` here (the host has no GPU for an H100 lock to fit), so
+the second test stages the bundle with `up`'s own code and applies the roles with the host_vars
+`up --bundle` writes: the driver's packages from the role tests' STAND-IN NVIDIA repository
+(served on loopback to the controller only while the bundle is built) with the stand-in kernel's
+headers, installed, pinned and held on the cut-off host with no repository added, then converged.
 """
 
 from __future__ import annotations
@@ -22,8 +29,16 @@ from typing import Any
 
 import pytest
 
+from provision.ansible.rundir import write_host_vars
+from provision.fleet import bundle_host
+from provision.fleet.verify import default_connect
+from provision.hosts.inventory import HostTarget
+from provision.model.lock import LockGroup
+from provision.stack.lock import build_lock, dumps_lock
 from tests.hosts import harness
 from tests.integration import roles_harness as rh
+from tests.integration import standin_plans as sp
+from tests.integration import standin_repo as sr
 from tests.integration.up_harness import run_up, up_args, up_env
 from tests.support.bundles import flip_byte
 
@@ -148,6 +163,53 @@ def test_up_bundle_installs_with_no_network_and_refuses_a_damaged_copy(
         assert rh.ssh(testhosts, host, unpacked) == before
     finally:
         _reconnect(testhosts, host)
+
+
+def test_a_drivers_bundle_installs_the_driver_from_the_bundle_alone(own_host: harness.HostSet, tmp_path: Path) -> None:
+    hostset = own_host
+    host = hostset.hosts[0]
+    group = rh.hgx_group([host.name], "620.70.06")
+    # no framework: its CUDA wheels come from an index out of reach here
+    group["stack"]["frameworks"], group["packages"]["pip"], group["python_packages"] = {}, None, []
+    folder = sr.repo_folder(tmp_path / "served", "debian12")
+    repo = sr.build_repo(folder, sr.repository_debs([group["packages"]]), key_file=sr.APT_KEY_FILE, scratch=tmp_path)
+    with sr.serve(tmp_path / "served", "127.0.0.1") as server:  # the controller's loopback: never the host's
+        url = f"{server}/{folder.relative_to(tmp_path / 'served').as_posix()}"
+        group["packages"] = sp.standin_repository(group["packages"], url, sr.APT_KEY_FILE, repo.fingerprint)
+        lock = build_lock([LockGroup.from_json(group)])
+        (tmp_path / "driver.lock").write_text(dumps_lock(lock))
+        _provision(tmp_path, "bundle", "driver.lock", "--kernel", sr.STANDIN_KERNEL, "-o", "driver.tar.gz", "--json")
+    _cut_off(hostset, host)
+    try:
+        bundle, _ = bundle_host.open_bundle(tmp_path / "driver.tar.gz", tmp_path / "opened")
+        name = lock.groups[0].name
+        target = HostTarget(name=host.name, address=host.name, user=host.user)
+        failed = bundle_host.stage(
+            bundle, [target], {host.name: name}, default_connect(ssh_config=hostset.ssh_config), lambda _: None
+        )
+        assert failed == {}
+        run = tmp_path / "run"
+        overrides = {
+            "nvidia_driver_kernel": sr.STANDIN_KERNEL,
+            "preflight_kernel": sr.STANDIN_KERNEL,
+            "frameworks_enabled": False,
+            "verify_frameworks": {},
+            "python_env_enabled": False,
+        }
+        rh.render(run, hostset, host, group, overrides=overrides)
+        write_host_vars(run, {host.name: bundle_host.host_vars(bundle, name, {})}, "up --bundle's")
+        first = rh.apply(run, host.name)
+        assert first.rc == 0, first.output[-3000:]
+        installed = rh.ssh(hostset, host, "dpkg-query -W -f '${Package} ${Version}\\n'")
+        for package in ("nvidia-open", "nvidia-kernel-open-dkms", "libnvidia-compute"):
+            assert f"{package} 620.70.06-1\n" in installed, package
+        assert f"linux-headers-{sr.STANDIN_KERNEL} 1.0\n" in installed
+        assert set(rh.ssh(hostset, host, "apt-mark showhold").split()) == set(group["packages"]["holds"])
+        assert rh.ssh(hostset, host, "ls /etc/apt/sources.list.d/").strip() == ""  # no repository added
+        again = rh.apply(run, host.name)
+        assert again.rc == 0 and again.changed == 0, again.output[-3000:]
+    finally:
+        _reconnect(hostset, host)
 
 
 def _one_host(hostset: harness.HostSet, host: harness.TestHost, out: Path) -> Path:
