@@ -19,7 +19,6 @@ EXAMPLES: dict[str, list[str]] = {
         "provision up --local --check --yes",
         "provision up -i hosts.ini -l 'gpu[01-04]' -u ubuntu -K",
         "provision up -i hosts.ini --from-lock provision.lock --serial 4 --yes",
-        "provision up -i hosts.ini --bundle site.tar.gz --yes   # no network: everything from the bundle",
     ],
     "plan": [
         "provision plan --local",
@@ -55,6 +54,7 @@ EXAMPLES: dict[str, list[str]] = {
     "bundle": [
         "provision bundle provision.lock -o site.tar.gz   # on a controller that reaches the sources",
         "provision bundle --verify site.tar.gz            # check every file against its MANIFEST",
+        "provision up -i hosts.ini --bundle site.tar.gz --yes   # at the site: no network use",
     ],
     "health": [
         "provision health --local",

@@ -169,7 +169,7 @@ def rolling_click_options(func: Callable[..., Any]) -> Callable[..., Any]:
 # up's --help in sections (cli/sections.py): what to act on, what to install, how to run, output
 UP_SECTIONS = (
     ("Targets", ("local", "inventory", "limit", "login_user", "private_key", "ask_become_pass", *SSH)),
-    ("Stack (what to install)", ("config_path", "lock_path", *STACK)),
+    ("Stack (what to install)", ("config_path", "lock_path", "bundle_path", "signed_by", *STACK)),
     ("Install", ("install_method", "python_source", "sets", "force", "reboot_controller")),
     ("Run", ("check", "yes", "serial", "state_path")),
     ("Rolling (through a scheduler)", ROLLING),

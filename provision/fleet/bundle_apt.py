@@ -30,7 +30,6 @@ import tempfile
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from provision.ansible.role_vars import group_vars
 from provision.errors import BadInput, OperationFailed
@@ -74,7 +73,7 @@ def check_group(group: LockGroup, kernels: Sequence[str] = ()) -> None:
 
 
 def play_packages(
-    group: LockGroup, install: InstallSettings, defaults: Mapping[str, Any], kernels: Sequence[str] = ()
+    group: LockGroup, install: InstallSettings, defaults: Mapping[str, object], kernels: Sequence[str] = ()
 ) -> list[str]:
     """The apt names (``name`` or ``name=version``) the group's play installs: python_env's OS and
     module packages, every role's plan entries at their versions, gpg for a repository, and the

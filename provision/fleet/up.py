@@ -24,7 +24,7 @@ import fnmatch
 import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from provision.ansible.role_vars import check_lock_group
 from provision.ansible.rundir import private_umask, write_host_vars
@@ -279,7 +279,7 @@ def _up(
                 options,
                 to_stage,
                 groups=groups,
-                everyone=planned.run_vars.everyone,
+                environment=planned.run_vars.everyone.get("provision_environment") or {},
                 run=run,
                 state=state,
                 result=result,
@@ -330,7 +330,7 @@ def _stage_bundle(
     hosts: list[HostTarget],
     *,
     groups: dict[str, LockGroup],
-    everyone: Mapping[str, Any],
+    environment: Mapping[str, str],
     run: str,
     state: State,
     result: UpResult,
@@ -349,7 +349,6 @@ def _stage_bundle(
     )
     group_of = {h.name: groups[h.name].name for h in hosts}
     failed = stage_bundle(bundle, hosts, group_of, connect, say)
-    environment = dict(everyone.get("provision_environment") or {})
     ready = {t.name: bundle_vars(bundle, group_of[t.name], environment) for t in hosts if t.name not in failed}
     write_host_vars(result.run_dir / "ansible", ready, "install from the bundle only (provision/fleet/bundle_host.py)")
     for h in result.hosts:
