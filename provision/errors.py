@@ -112,6 +112,11 @@ class BadInput(ProvisionError):
     exit_code = ExitCode.BAD_INPUT
 
 
+class LockMismatch(BadInput):
+    """A probed host is not the host its lock group was planned for (OS, arch, GPU): `up --from-lock`
+    and `up --bundle` refuse it before any change."""
+
+
 class Unsatisfiable(ProvisionError):
     """No set of versions satisfies every rule; ``conflicts`` names the failing rules."""
 

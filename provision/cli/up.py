@@ -42,7 +42,7 @@ from provision.cli.options import (
 )
 from provision.cli.sections import LAUNCH, OUTPUT, SSH, STACK, SectionedCommand
 from provision.cloud import launcher
-from provision.errors import BadInput, ExitCode, signals_as_interrupt
+from provision.errors import BadInput, ExitCode, LockMismatch, signals_as_interrupt
 from provision.stack.request import StackRequest
 
 if TYPE_CHECKING:
@@ -276,6 +276,7 @@ def up(
     MANIFEST), 2 bad input, 3 unsatisfiable.
     """
     from provision.config import Config, load_config  # noqa: PLC0415 (start-up: `provision --help` loads this module, not config)
+    from provision.fleet.bundle_host import mismatch as bundle_mismatch  # noqa: PLC0415 (start-up: as above)
     from provision.fleet.up import check_options  # noqa: PLC0415 (start-up: `provision --help` loads this module, not fleet.up)
     from provision.fleet.up import up as run_up  # noqa: PLC0415 (start-up: `provision --help` loads this module, not fleet.up)
 
@@ -337,6 +338,10 @@ def up(
             return run_up(
                 config, options, confirm=confirm, on_progress=view.update, on_phase=view.phase, on_total=view.set_total
             )
+        except LockMismatch as exc:
+            if options.bundle is None:
+                raise
+            raise bundle_mismatch(exc, options.bundle) from None  # said as the bundle's refusal
         finally:
             view.stop()
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from provision.errors import BadInput, OperationFailed, ProvisionError, Unreachable, Unsatisfiable, redact
+from provision.errors import BadInput, LockMismatch, OperationFailed, ProvisionError, Unreachable, Unsatisfiable, redact
 from provision.files import write_lock
 from provision.fleet.targets import HostDefaults, check_one_source, select_targets
 from provision.matrix import load
@@ -409,7 +409,7 @@ def check_locked(locked: Lock, targets: Sequence[_Target], unprobed: Sequence[st
             raise
         differs = host_differences(group, spec, driver=t.facts.driver.version)
         if differs:
-            raise BadInput(
+            raise LockMismatch(
                 f"host {t.name} does not match lock group {group.name}: " + "; ".join(differs),
                 "run provision plan again for this host, or apply a lock planned for it",
             )

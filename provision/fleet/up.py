@@ -35,7 +35,6 @@ from provision.fleet import verify as verify_api
 from provision.fleet.batch import BatchRun, check_without_gpu, lock_failed, make_batches, run_batch, unprobed_run
 from provision.fleet.bundle_host import BUNDLE_TASK
 from provision.fleet.bundle_host import host_vars as bundle_vars
-from provision.fleet.bundle_host import mismatch as bundle_mismatch
 from provision.fleet.bundle_host import stage as stage_bundle
 from provision.fleet.cache.config import start_cache
 from provision.fleet.health_spec import group_hash
@@ -201,12 +200,6 @@ def _up(
             f"interrupted while probing the hosts; nothing was changed ({run_dir / 'report.html'})",
             "run the same command again",
         ) from None
-    except BadInput as exc:
-        state.close()
-        shutil.rmtree(run_dir, ignore_errors=True)  # nothing was planned: leave no empty run behind
-        if options.bundle is not None and "does not match lock group" in exc.message:
-            raise bundle_mismatch(exc, options.bundle) from None
-        raise
     except NoHostProbed as exc:
         # every host unreachable: the run's report says so, host by host, with each one's reason
         # (not an empty run folder and no report)
