@@ -167,20 +167,20 @@ def _os_packages(
     for d in role_defaults(playbooks_dir() / "roles"):
         defaults.update(d)
     names: dict[tuple[str, str], set[str]] = {}
-    repos: dict[tuple[str, str], str] = {}
+    repos: dict[tuple[str, str], set[str]] = {}
     keys = (stage / ".keys").resolve()  # apt takes a signed-by that is not an absolute path for a fingerprint
     keys.mkdir(exist_ok=True)
     for g in lock.groups:
         where = (str(g.host.os), str(g.host.arch))
         names.setdefault(where, set()).update(play_packages(g, bare, defaults, kernels))
-        repos[where] = repos.get(where, "") + repository_sources(g, keys)
+        repos.setdefault(where, set()).update(repository_sources(g, keys))
     mirror = bare.apt.mirror or str(defaults["nvidia_driver_debian_mirror"])
     security = str(defaults["nvidia_driver_debian_security_mirror"])
     out: dict[str, Any] = {}
     for (os_id, arch), wanted in sorted(names.items()):
         folder = f"apt/{os_id}-{arch}"
         sources = sources_list(os_id, mirror, security, defaults["nvidia_driver_debian_components"])
-        sources += "".join(sorted(set(repos[(os_id, arch)].splitlines(keepends=True))))
+        sources += "".join(sorted(repos[(os_id, arch)]))
         repo = build_repo(stage / folder, sorted(wanted), sources, arch, say=say)
         out[folder] = {"key": f"{folder}/{KEY_FILE}", "fingerprint": repo.fingerprint, "names": sorted(wanted)}
     return out

@@ -42,9 +42,9 @@ KEY_FILE = "bundle-key.asc"
 # Debian's archive keyring on a Debian controller (package debian-archive-keyring), which signs
 # the archive's and the security archive's Release files
 DEBIAN_KEYRING = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
-# the suites a Debian release's hosts install from (sources.list(5) examples; Debian's own
-# installer writes these three): the release, its -updates on the mirror, -security on the
-# security archive; the components are the driver role's (nvidia_driver_debian_components) plus main
+# the suites a Debian release's hosts install from: the release and its -updates on the mirror,
+# -security on the security archive (https://wiki.debian.org/SourcesList, "Example sources.list"
+# for bookworm); the components are the driver role's (nvidia_driver_debian_components) plus main
 _DEB_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}
 _KERNEL = re.compile(r"[0-9][0-9A-Za-z.+_~-]{0,100}")
 
@@ -94,9 +94,10 @@ def play_packages(
     return sorted(set(names))
 
 
-def repository_sources(group: LockGroup, keys: Path) -> str:
-    """The plan's repositories as apt sources (NVIDIA's flat layout, as the package_plan role
-    writes them), each key fetched and kept only with the lock's pinned fingerprint, alone."""
+def repository_sources(group: LockGroup, keys: Path) -> list[str]:
+    """The plan's repositories as apt sources lines (NVIDIA's flat layout, as the package_plan role
+    writes them), each key fetched once into ``keys`` and kept only with the lock's pinned
+    fingerprint, alone."""
     plan = group.packages
     lines = []
     for r in plan.repositories if plan is not None else ():
@@ -104,7 +105,7 @@ def repository_sources(group: LockGroup, keys: Path) -> str:
         if not key.exists():
             _pinned_key(r.key_url, str(r.key_fingerprint or ""), key)
         lines.append(f"deb [signed-by={key}] {r.url.rstrip('/')}/ /\n")
-    return "".join(lines)
+    return lines
 
 
 def _pinned_key(url: str, fingerprint: str, out: Path) -> None:

@@ -40,7 +40,7 @@ from typing import IO, Any, BinaryIO, NamedTuple, cast
 
 from provision.errors import BadInput, OperationFailed
 from provision.files import sha256_file
-from provision.fleet.bundle_sign import SIGNATURE
+from provision.fleet.bundle_sign import SIGNATURE, fingerprint
 from provision.fleet.bundle_sign import check as check_signature
 
 MANIFEST = "MANIFEST"
@@ -199,6 +199,8 @@ def verify_bundle(path: Path, signed_by: str | None = None) -> Checked:
     bundle whose member differs from the MANIFEST, is missing from the tarball, is not in the
     MANIFEST, or is not a plain file with a safe path is OperationFailed (exit 1), naming the
     first such member."""
+    if signed_by is not None:
+        signed_by = fingerprint(signed_by)  # a short one is bad input before the file is read
     if not path.is_file():
         raise BadInput(f"no bundle file at {path}", "pass the file `provision bundle -o` wrote")
     try:

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from provision.errors import BadInput, ProvisionError
+from provision.errors import BadInput, OperationFailed, ProvisionError
 from provision.files import private_dir, replace_file
 from provision.fleet.bundle_apt import KEY_FILE
 from provision.fleet.bundle_file import LOCK, verify_bundle
@@ -47,8 +47,9 @@ if TYPE_CHECKING:
 ROOT = "/var/lib/provision/bundles"
 BUNDLE_TASK = "(bundle)"
 _BLOCK = 1 << 20
-# the play environment's names that reach a network or a proxy's login (render.Credentials)
-_DROPPED = ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "PIP_CONFIG_FILE", "NETRC", "APT_CONFIG")
+# the play environment's names that reach a network or a proxy's login: render's proxy variables
+# and the credential files' (provision.ansible.settings.Credentials.environment)
+_DROPPED = ("http_proxy", "https_proxy", "PIP_CONFIG_FILE", "NETRC", "APT_CONFIG")
 
 
 @dataclass(frozen=True)
@@ -100,7 +101,8 @@ def host_vars(bundle: Bundle, group: str, environment: Mapping[str, str]) -> dic
     entry = bundle.group(group)
     where = bundle.where
     env = {k: v for k, v in environment.items() if k not in _DROPPED}
-    env["UV_OFFLINE"] = "1"  # uv's "Disable network access" (uv's environment variables reference)
+    # uv's "Disable network access" (https://docs.astral.sh/uv/reference/environment/#uv_offline)
+    env["UV_OFFLINE"] = "1"
     out: dict[str, Any] = {"python_env_python_mirror": "", "python_env_upgrade_pip": False}
     if entry.get("apt"):
         env["APT_CONFIG"] = f"{where}.apt/apt.conf"
@@ -147,23 +149,22 @@ def _stage_one(
 ) -> None:
     t = connect(target)
     try:
-        root = t.run(["id", "-u"], timeout=60).stdout.strip() == "0"
+        uid, _, home = t.run('printf "%s %s" "$(id -u)" "$HOME"', timeout=60).stdout.partition(" ")
         have = t.run(["test", "-d", bundle.where], sudo=True, timeout=60).ok
         if have:  # unpacked by an earlier run: checked again below, nothing sent
             src = ""
         else:
             # a root login copies into the bundles folder itself; any other into its own home,
             # from where root copies it (a file the login can still write is never the one checked)
-            home = "" if root else t.run('printf %s "$HOME"', timeout=60).stdout.strip()
-            part_dir = ROOT if root else f"{home}/.provision-bundles"
-            t.run(["mkdir", "-p", part_dir], sudo=root, timeout=60)
+            part_dir = ROOT if uid == "0" else f"{home.strip()}/.provision-bundles"
+            t.run(["mkdir", "-p", part_dir], timeout=60)
             src = f"{part_dir}/{bundle.sha256}.tar.gz.part"
             sent = _send(t, bundle.path, src)
             say(f"{target.name}: bundle copied ({sent / 1e6:.1f} MB sent)")
         r = t.run(_script(bundle, src, apt), sudo=True, timeout=1800)
         if not r.ok:
             last = (r.stdout.strip().splitlines() or r.stderr.strip().splitlines() or [f"exit {r.exit_status}"])[-1]
-            raise BadInput(f"the bundle on this host: {last[:300]}", "")
+            raise OperationFailed(f"the bundle on this host: {last[:300]}", "")
     finally:
         t.close()
 
