@@ -52,6 +52,12 @@ class Outcome:
         """The failure messages the play printed (`[ERROR]: Task failed: ...: <msg>`)."""
         return [line.split(": ", 2)[-1] for line in self.output.splitlines() if line.startswith("[ERROR]: Task failed")]
 
+    def package_installs(self) -> list[str]:
+        """How each run of package_plan's apt install task ended ("skipping", "ok", "changed"),
+        from the play's output: a converged apply skips it (the plan is installed, apt is not asked)."""
+        header = "TASK [package_plan : Install the packages at exactly the plan's versions]"
+        return [part.split("\n")[1].split(":")[0] for part in self.output.split(header)[1:]]
+
 
 def lock_group(name: str, hosts: list[str], **request: Any) -> dict[str, Any]:
     """A lock group from the real resolver; ``host`` keys go to HostSpec, the rest to the request."""

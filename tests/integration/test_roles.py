@@ -390,6 +390,7 @@ def test_nvidia_repo_installs_with_a_keyring_that_holds_only_the_pinned_key(
     ]
     again = rh.apply(rh.render(tmp_path / "run2", testhosts, host, group, overrides=overrides), host.name)
     assert again.rc == 0 and again.changed == 0, again.output[-3000:]
+    assert set(again.package_installs()) == {"skipping"}, again.output[-3000:]  # apt not even asked
 
 
 # --- distro: Debian's nvidia-driver with DKMS, Debian's CUDA toolkit ------------------------------
@@ -445,6 +446,7 @@ def test_distro_driver_builds_with_dkms_then_converges(distro_run: dict[str, Any
     )
     print(f"second run (converged): {time.monotonic() - started:.0f} s")
     assert second.rc == 0 and second.changed == 0, second.output[-4000:]
+    assert set(second.package_installs()) == {"skipping"}, second.output[-4000:]  # apt not even asked
 
 
 # --- the default plan (the newest LTSB, DEFAULT_RELEASE) from the stand-in, through the contract's plan
@@ -507,6 +509,7 @@ def test_default_plan_installs_holds_converges_and_changes_branch_from_580(
 
     again = _contract_run(standin, testhosts, tmp_path / "r620b", new)
     assert again.rc == 0 and again.changed == 0, again.output[-3000:]
+    assert set(again.package_installs()) == {"skipping"}, again.output[-3000:]  # apt not even asked
 
     # and back to 580: NVIDIA's metapackages depend with >= (standin_repo.RULES), so a plan that
     # installs only nvidia-open-580 at its version would leave the newer module and libraries in place
@@ -565,5 +568,6 @@ def test_debian13_nvidia_repo_default_plan_from_the_debian13_layout_then_converg
             assert f"{url}/ /" in sources
             again = _contract_run(standin, hostset, tmp_path / "run2", group)
             assert again.rc == 0 and again.changed == 0, again.output[-3000:]
+            assert set(again.package_installs()) == {"skipping"}, again.output[-3000:]
     finally:
         rh.remove_standin(hostset, host, sr.STANDIN_KERNEL)

@@ -288,6 +288,8 @@ def test_rollback_downgrades_a_real_debian_package_with_its_hold(testhosts: harn
             assert _dpkg(testhosts, host, package) == (version, "hold"), step
         again = rh.apply(run, host.name)  # the rolled-back plan once more: nothing to change
         assert again.rc == 0 and again.changed == 0, again.output[-3000:]
+        # and apt is not even asked: dpkg-query showed the plan installed (package_plan's fast path)
+        assert again.package_installs() == ["skipping"], again.output[-3000:]
     finally:
         rh.ssh(
             testhosts,
