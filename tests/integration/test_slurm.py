@@ -1,6 +1,8 @@
 """The Slurm integration on a REAL Slurm cluster: Debian 12's slurmctld, slurmd, slurm-client and
-munge (22.05) on the SSH test hosts, one controller and two compute nodes, shared by every test
-here (one session-scoped cluster: the packages install once, in parallel on the three hosts).
+munge (22.05) on the SSH test hosts, one controller and three compute nodes, shared by every test
+here (one module-scoped cluster: the packages install once, in parallel on the four hosts; torn
+down after the last test here, so its health checks and export timers, every 5 s on each node,
+do not run on beside the later modules).
 
 The issue's acceptance scenario: `provision up` (the real command, CPU torch from the local
 wheelhouse, in a venv of this test's own) with ``integrations: {slurm, prometheus}`` lays out
@@ -15,6 +17,7 @@ with lock B while a job runs (the last test here, after which the second node is
 
 from __future__ import annotations
 
+import re
 import subprocess
 import threading
 import time
@@ -27,7 +30,7 @@ import pytest
 
 from provision.files import read_lock, write_lock
 from provision.fleet import integrations, slurm_files
-from provision.fleet.rolling import Rolling, slurm_hooks, upgrade_reason
+from provision.fleet.rolling import UPGRADE_PREFIX, Rolling, slurm_hooks, upgrade_reason
 from provision.fleet.state import State
 from provision.model.facts import ProbedGpu
 from provision.model.lock import Lock
@@ -64,7 +67,7 @@ UP_LEFT = (
 class Cluster:
     hostset: harness.HostSet
     controller: harness.TestHost
-    nodes: tuple[harness.TestHost, harness.TestHost]
+    nodes: tuple[harness.TestHost, ...]  # three
     wheelhouse: Path
     work: Path  # the session `up`'s folder: its state DB (.provision/) and run
     up_args: tuple[str, ...]  # that `up`'s command line, less its --limit
@@ -120,12 +123,13 @@ def _poll(what: str, probe: Callable[[], bool], deadline_s: float) -> float:
     return time.monotonic() - started
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def slurm_cluster(
     testhosts: harness.HostSet, wheelhouse: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Cluster]:
-    controller, *nodes = testhosts.hosts[-3:]
-    cluster_nodes = (nodes[0], nodes[1])
+    assert len(testhosts.hosts) >= 4, "the Slurm cluster takes four test hosts (PROVISION_TESTHOSTS)"
+    controller, *nodes = testhosts.hosts[-4:]
+    cluster_nodes = tuple(nodes)
     every = [controller, *cluster_nodes]
     conf = _slurm_conf(controller, cluster_nodes).encode()
     key = subprocess.run(["head", "-c", "1024", "/dev/urandom"], capture_output=True, check=True).stdout
@@ -165,13 +169,13 @@ def slurm_cluster(
         limit = ",".join(n.name for n in cluster_nodes)
         args = up_args(testhosts, config, inventory=inventory)
         rc, doc = run_up(work, [*args, "--limit", limit])
-        assert rc == 0 and [h["verdict"] for h in doc["hosts"]] == ["pass", "pass"], doc
+        assert rc == 0 and [h["verdict"] for h in doc["hosts"]] == ["pass"] * len(cluster_nodes), doc
         cluster = Cluster(testhosts, controller, cluster_nodes, wheelhouse, work, tuple(args), doc["run"])
         cluster.ctl("systemctl restart slurmctld")
         _poll("slurmctld answers", lambda: cluster.on(controller, "sinfo", check=False) != "", 30)
         for node in cluster_nodes:
             cluster.on(node, "systemctl restart slurmd")
-        _poll("both nodes idle", lambda: _states(cluster) == {n.name: "idle" for n in cluster_nodes}, 60)
+        _poll("the nodes idle", lambda: _states(cluster) == {n.name: "idle" for n in cluster_nodes}, 60)
         yield cluster
     finally:
         for host in every:
@@ -211,11 +215,12 @@ def _samples(node: harness.TestHost, name: str) -> dict[tuple[tuple[str, str], .
 
 def test_drift_drains_jobs_go_elsewhere_restore_resumes_and_an_admin_drain_stays(slurm_cluster: Cluster) -> None:
     """The issue's scenario on what `up` laid out: torch uninstalled from one node's venv drains it
-    within three intervals with a reason naming torch, node_exporter shows the drift there and the
-    other node's passed verify, `-C provision_verified` jobs run only on the other node, an
+    within three intervals with a reason naming torch, node_exporter shows the drift there and
+    another node's passed verify, `-C provision_verified` jobs run only on the other nodes, an
     admin's `maintenance` drain stays, and torch reinstalled returns the node to idle."""
     c = slurm_cluster
-    sick, good = c.nodes
+    sick, good, _ = c.nodes
+    healthy = {n.name for n in c.nodes if n != sick}
     assert "provision_verified" in c.ctl(f"sinfo -h -N -n {good.name} -o '%f'")
     torch = harness.TORCH_CPU.split("==")[1]  # the version the CPU stack locks (with +cpu)
     wheel = next(c.wheelhouse.glob(f"torch-{torch}+cpu-*.whl"))
@@ -234,12 +239,13 @@ def test_drift_drains_jobs_go_elsewhere_restore_resumes_and_an_admin_drain_stays
         _poll("the drift in node_exporter's scrape", drift_shown, 3 * INTERVAL)
         assert _samples(good, "provision_verify_pass") == {(): 1.0}
         assert _samples(good, "provision_health_ok") == {(): 1.0}
-        # jobs asking for the feature run on the good node only
+        # jobs asking for the feature run on the other nodes only
         ids = [c.ctl("sbatch --parsable -C provision_verified -o /dev/null --wrap true").strip() for _ in range(4)]
         _poll("the jobs done", lambda: c.ctl("squeue -h -o %i").strip() == "", 60)
         for job in ids:
             shown = c.ctl(f"scontrol show job {job}")
-            assert "JobState=COMPLETED" in shown and f" NodeList={good.name}\n" in shown, shown
+            ran_on = re.search(r" NodeList=(\S+)\n", shown)
+            assert "JobState=COMPLETED" in shown and ran_on and ran_on[1] in healthy, shown
         # an admin's drain of the good node
         c.ctl(f"scontrol update nodename={good.name} state=drain reason=maintenance")
         drained_at = int(c.on(good, "date +%s"))
@@ -331,15 +337,13 @@ def test_a_rolling_upgrade_through_slurm_lets_the_job_finish_and_stops_at_a_fail
     job-completion log (not cancelled nor requeued), the first node went draining -> drained ->
     idle before the second was drained, and the second, whose verify fails (a stray torch.py, see
     tests/support/shadow_torch.py), stays drained with the `provision-upgrade: verify failed`
-    reason (provision-health, which runs there every 5 s, leaves that drain alone), exit 1.
+    reason (provision-health, which runs there every 5 s, leaves that drain alone), the third is
+    never drained nor touched (its batch never starts), exit 1.
 
-    Two compute nodes, not the issue's three: the controller runs no slurmd here (the session's
-    `up` and the drift test are for two nodes); "the next batch is never drained" is the --serial
-    stop rule, shown with three hosts by test_up_fleet's rolling test. No reboot: a lock with a
-    driver change needs one, and the apply's own reboot happens while the node stays drained
-    (provision/fleet/rolling.py says why not `scontrol reboot nextstate=RESUME`)."""
+    No reboot: a lock with a driver change needs one, and the apply's own reboot happens while the
+    node stays drained (provision/fleet/rolling.py says why not `scontrol reboot nextstate=RESUME`)."""
     c = slurm_cluster
-    first, second = c.nodes
+    first, second, third = c.nodes
     state = State(c.work / ".provision" / "state.db")
     old = {n.name: (state.host(n.name) or pytest.fail(f"{n.name} not in the state DB")).lock_hash for n in c.nodes}
     lock_a = read_lock(c.work / ".provision" / "runs" / c.up_run / "provision.lock")
@@ -349,7 +353,7 @@ def test_a_rolling_upgrade_through_slurm_lets_the_job_finish_and_stops_at_a_fail
     c.on(second, f"echo {quote(shadow_text('test_slurm'))} > {SHADOW}")
     via = f"ssh -F {c.hostset.ssh_config} {c.controller.name}"
     rolling = ("--rolling", "slurm", "--max-unavailable", "1", "--drain-timeout", "180", "--slurm-via", via)
-    limit = ("--limit", f"{first.name},{second.name}")
+    limit = ("--limit", ",".join(n.name for n in c.nodes))
     started = time.monotonic()
     try:
         with NodeStates(c) as seen:
@@ -363,8 +367,9 @@ def test_a_rolling_upgrade_through_slurm_lets_the_job_finish_and_stops_at_a_fail
     print(f"rolling run: {ran_s:.1f} s; states: {seen.seen}")
     hosts = {h["host"]: h for h in doc["hosts"]}
     assert rc == 1 and hosts[first.name]["verdict"] == "pass" and hosts[second.name]["verdict"] == "fail", doc
+    assert hosts[third.name]["verdict"] == "not-run" and hosts[third.name]["changed"] == 0, doc
     new = {n.name: (state.host(n.name) or pytest.fail(f"{n.name} not in the state DB")).lock_hash for n in c.nodes}
-    assert new[first.name] != old[first.name]
+    assert new[first.name] != old[first.name] and new[third.name] == old[third.name]
 
     # the job ran its 60 s to the end: Slurm's completion record says so
     record = [ln for ln in c.ctl(f"cat {JOBCOMP}").splitlines() if ln.startswith(f"JobId={job} ")]
@@ -383,10 +388,33 @@ def test_a_rolling_upgrade_through_slurm_lets_the_job_finish_and_stops_at_a_fail
     back = seen.order.index((first.name, "idle"), seen.order.index((first.name, "drained")))
     assert seen.order.index((second.name, "drained")) > back, seen.order
     assert _states(c)[second.name] == "drained"
+    # the third: never drained, still on lock A
+    assert seen.states(third.name) == ["idle"], seen.seen
     reason = _reason(c, second)
     assert reason.startswith("provision-upgrade: verify failed: import: torch is not importable"), reason
     print(c.ctl("sinfo -R -o '%70E %N'"))  # docs/how-to/rolling-upgrade.md's real output
     c.ctl(f"scontrol update nodename={second.name} state=resume")
+
+    # `rollback --rolling slurm` on the first node: drained with the reason B -> A, lock A applied
+    # and verified, resumed; the state DB says it runs A again, rolled back from B
+    hash_a, hash_b = old[first.name], new[first.name]
+    assert hash_a and hash_b
+    rollback = [*c.up_args, "--limit", first.name, *rolling]
+    rollback[rollback.index("up")] = "rollback"
+    with NodeStates(c) as seen:
+        rc, doc = run_up(c.work, rollback)
+    print(f"rollback run: states: {seen.seen}")  # docs/how-to/rolling-upgrade.md's real output
+    assert rc == 0 and [(h["host"], h["verdict"]) for h in doc["hosts"]] == [(first.name, "pass")], doc
+    assert doc["rollback"] == [{"host": first.name, "from": hash_b, "to": hash_a, "run": c.up_run}], doc
+    assert seen.states(first.name)[-2:] == ["drained", "idle"], seen.seen
+    # sinfo's %E prints "none" for no reason
+    assert {r for _, r in seen.seen[first.name][:-1] if r != "none"} == {upgrade_reason(hash_b, hash_a)}, seen.seen
+    [latest, *_] = state.history()[first.name]
+    assert (latest.lock_hash, latest.verdict, latest.rolled_back_from) == (hash_a, "pass", hash_b), latest
+    # no other node drained for it (the second may be drained again by provision-health: its last
+    # verify failed, so the resume above does not last)
+    assert seen.states(third.name) == ["idle"], seen.seen
+    assert not any(r.startswith(UPGRADE_PREFIX) for _, r in seen.seen[second.name]), seen.seen
 
     # the loop's own round trips with the real scontrol through --slurm-via, on the idle first
     # node (benchmarks/bench_rolling.py --via; figures, never asserted: the machines are shared)
