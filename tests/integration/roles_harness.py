@@ -52,11 +52,18 @@ class Outcome:
         """The failure messages the play printed (`[ERROR]: Task failed: ...: <msg>`)."""
         return [line.split(": ", 2)[-1] for line in self.output.splitlines() if line.startswith("[ERROR]: Task failed")]
 
+    def task_results(self, task: str) -> list[str]:
+        """How each run of the task ``task`` (``role : name``) ended ("skipping", "ok", "changed"),
+        from the play's output."""
+        return [part.split("\n")[1].split(":")[0] for part in self.output.split(f"TASK [{task}]")[1:]]
+
     def package_installs(self) -> list[str]:
-        """How each run of package_plan's apt install task ended ("skipping", "ok", "changed"),
-        from the play's output: a converged apply skips it (the plan is installed, apt is not asked)."""
-        header = "TASK [package_plan : Install the packages at exactly the plan's versions]"
-        return [part.split("\n")[1].split(":")[0] for part in self.output.split(header)[1:]]
+        """How each of the apt tasks a converged apply skips (apt not asked: dpkg shows what the
+        plan installs installed) ended: package_plan's install, the driver's kernel headers."""
+        return [
+            *self.task_results("package_plan : Install the packages at exactly the plan's versions"),
+            *self.task_results("nvidia_driver : Install the kernel headers for DKMS"),
+        ]
 
 
 def lock_group(name: str, hosts: list[str], **request: Any) -> dict[str, Any]:

@@ -436,13 +436,18 @@ def test_apt_names_the_installed_and_held_packages_from_dpkg_query() -> None:
     from ansible.template import Templar
 
     task = _task("package_plan", "apt.yml", "Name the installed and the held packages")
-    lines = ["nvidia-open-570 hold ok installed", "bash install ok installed", "old deinstall ok config-files"]
-    out = Templar(loader=DataLoader(), variables={"package_plan_dpkg": {"stdout_lines": lines}}).template(
-        task["ansible.builtin.set_fact"]
-    )
+    lines = [
+        "nvidia-open-570 570.211.01-1 hold ok installed",
+        "bash 5.2.15-2+b7 install ok installed",
+        "old 1.0 deinstall ok config-files",
+    ]
+    variables = {"package_plan_dpkg": {"stdout_lines": lines}, **task["vars"]}
+    out = Templar(loader=DataLoader(), variables=variables).template(task["ansible.builtin.set_fact"])
     assert out == {
         "package_plan_installed_names": ["nvidia-open-570", "bash"],
         "package_plan_held_names": ["nvidia-open-570"],
+        # what package_plan's converged fast path compares the plan with (test_package_plan_converged.py)
+        "package_plan_installed_specs": ["nvidia-open-570=570.211.01-1", "bash=5.2.15-2+b7", "nvidia-open-570", "bash"],
     }
 
 
