@@ -292,6 +292,78 @@ def test_up_wrote_slurms_files_and_slurmd_accepts_the_gres_conf(slurm_cluster: C
     assert "error" not in shown.lower(), shown
 
 
+def _node(cluster: Cluster, node: harness.TestHost) -> dict[str, str]:
+    """``scontrol -o show node``'s fields (State is the base state then each +FLAG; Reason runs to
+    the next field: it holds spaces)."""
+    line = cluster.ctl(f"scontrol -o show node {node.name}")
+    fields = dict(re.findall(r"(?:^| )(\w+)=(\S*)", line))
+    reason = re.search(r" Reason=(.*?)(?: \[\w+@|$)", line)
+    return {**fields, "Reason": reason[1] if reason else ""}
+
+
+# the package's /etc/default/slurmd (if any) kept aside while the test writes its own, and put back
+_SLURMD_DEFAULTS_SAVE = (
+    "if [ -e /etc/default/slurmd ]; then cp -a /etc/default/slurmd /etc/default/slurmd.test;"
+    " else : > /etc/default/slurmd.test-absent; fi"
+)
+_SLURMD_DEFAULTS_BACK = (
+    "if [ -e /etc/default/slurmd.test-absent ]; then rm -f /etc/default/slurmd /etc/default/slurmd.test-absent;"
+    " else mv /etc/default/slurmd.test /etc/default/slurmd; fi"
+)
+
+
+def _simulated_reboot(cluster: Cluster, node: harness.TestHost) -> None:
+    """What a reboot looks like to Slurm, on a test host that cannot reboot: slurmd restarted with
+    ``-b`` ("Report node rebooted when daemon restarted. Used for testing purposes.", slurmd(8)),
+    through the unit's SLURMD_OPTIONS (EnvironmentFile=-/etc/default/slurmd, Slurm's
+    etc/slurmd.service.in), polled until slurmctld has the new boot time. Down for 2 s, as a reboot
+    is for longer: slurmctld takes a registration for a reboot when the boot time is later than the
+    node's last response, both in whole seconds (validate_node_specs, boot_time > last_response),
+    and a restart in the second of the last contact (the `scontrol reconfigure` just before) was
+    seen taken for none."""
+    booted = _node(cluster, node)["BootTime"]
+    cluster.on(
+        node,
+        "echo SLURMD_OPTIONS=-b > /etc/default/slurmd && systemctl stop slurmd && sleep 2 && systemctl start slurmd",
+    )
+    _poll(f"{node.name} registered as rebooted", lambda: _node(cluster, node)["BootTime"] != booted, 30)
+
+
+def test_a_drained_node_rebooted_by_the_apply_stays_drained_with_its_reason_until_resumed(
+    slurm_cluster: Cluster,
+) -> None:
+    """What --rolling relies on when the apply itself reboots a drained node (a new driver; the
+    roles' ansible.builtin.reboot, not `scontrol reboot`: docs/how-to/rolling-upgrade.md says
+    why): the node comes back out of service, still DRAIN with provision's reason, and only
+    `state=resume` returns it. The reboot is SIMULATED (slurmd -b), under ReturnToService=2 (this
+    cluster's) and 1 (set on the controller with `scontrol reconfigure`). Slurm 22.05's
+    validate_node_specs (src/slurmctld/node_mgr.c): under 2 the node stays as it was, IDLE+DRAIN;
+    under 0 or 1 it is made DOWN, keeping the DRAIN flag and the reason ("Node unexpectedly
+    rebooted" only replaces no reason or "Not responding")."""
+    c = slurm_cluster
+    node = c.nodes[2]
+    reason = upgrade_reason("0123456789abcdef", "fedcba9876543210")
+    conf = "/etc/slurm/slurm.conf"
+    c.on(node, _SLURMD_DEFAULTS_SAVE)
+    try:
+        for rts, state in (("2", "IDLE+DRAIN"), ("1", "DOWN+DRAIN")):
+            c.ctl(f"sed -i 's/^ReturnToService=.*/ReturnToService={rts}/' {conf} && scontrol reconfigure")
+            c.ctl(f"scontrol update nodename={node.name} state=drain reason={quote(reason)}")
+            _simulated_reboot(c, node)
+            shown = _node(c, node)
+            running = c.ctl("scontrol show config | grep -i '^ReturnToService'").split("=")[-1].strip()
+            print(f"ReturnToService={rts} ({running} in slurmctld): after the reboot State={shown['State']}")
+            assert (shown["State"], shown["Reason"]) == (state, reason), (rts, shown)
+            c.ctl(f"scontrol update nodename={node.name} state=resume")
+            _poll(f"{node.name} idle after the resume", lambda: _node(c, node)["State"] == "IDLE", 30)
+            assert _node(c, node)["Reason"] == "", rts
+    finally:
+        c.ctl(f"sed -i 's/^ReturnToService=.*/ReturnToService=2/' {conf} && scontrol reconfigure")
+        c.on(node, f"{_SLURMD_DEFAULTS_BACK} && systemctl restart slurmd")
+        c.on(c.controller, f"scontrol update nodename={node.name} state=resume", check=False)  # if a check failed
+    _poll(f"{node.name} idle", lambda: _states(c)[node.name] == "idle", 30)
+
+
 class NodeStates:
     """Every change of each node's state and reason as sinfo shows them, polled from the controller
     every half second while a `with` block runs (Slurm keeps no history of node states we can read
