@@ -11,8 +11,9 @@ compute nodes, after the Slurm packages are installed and before slurmd starts. 
 prometheus-node-exporter runs on both and is scraped over the bridge. slurm.conf is the test's
 (provision never writes it), with the lines `up` prints from the same generator.
 
-Issue 30's rolling scenario reuses that cluster and that `up`'s state DB: `up --rolling slurm`
-with lock B while a job runs (the last test here, after which the second node is resumed).
+Issue 30's scenarios reuse that cluster and that `up`'s state DB: what Slurm makes of a drained
+node's reboot (simulated with `slurmd -b`), then `up --rolling slurm` with lock B while a job runs
+and `rollback --rolling slurm` of the first node back to lock A (the last test here).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from provision.fleet.rolling import UPGRADE_PREFIX, Rolling, slurm_hooks, upgrad
 from provision.fleet.state import State
 from provision.model.facts import ProbedGpu
 from provision.model.lock import Lock
+from provision.remote.health.slurm import parse_node
 from tests.hosts import harness
 from tests.integration.roles_harness import cpu_torch_config, quote, ssh
 from tests.integration.up_harness import run_up, up_args
@@ -293,12 +295,10 @@ def test_up_wrote_slurms_files_and_slurmd_accepts_the_gres_conf(slurm_cluster: C
 
 
 def _node(cluster: Cluster, node: harness.TestHost) -> dict[str, str]:
-    """``scontrol -o show node``'s fields (State is the base state then each +FLAG; Reason runs to
-    the next field: it holds spaces)."""
-    line = cluster.ctl(f"scontrol -o show node {node.name}")
-    fields = dict(re.findall(r"(?:^| )(\w+)=(\S*)", line))
-    reason = re.search(r" Reason=(.*?)(?: \[\w+@|$)", line)
-    return {**fields, "Reason": reason[1] if reason else ""}
+    """``scontrol show node``'s fields, read by provision-health's own parser (State is the base
+    state then each +FLAG; Reason without scontrol's [user@time] stamp, "" when there is none)."""
+    fields = parse_node(cluster.ctl(f"scontrol show node {node.name}"))
+    return {**fields, "Reason": fields.get("Reason", "")}
 
 
 # the package's /etc/default/slurmd (if any) kept aside while the test writes its own, and put back
@@ -348,11 +348,12 @@ def test_a_drained_node_rebooted_by_the_apply_stays_drained_with_its_reason_unti
     try:
         for rts, state in (("2", "IDLE+DRAIN"), ("1", "DOWN+DRAIN")):
             c.ctl(f"sed -i 's/^ReturnToService=.*/ReturnToService={rts}/' {conf} && scontrol reconfigure")
+            running = c.ctl("scontrol show config | grep '^ReturnToService'")  # scontrol(1): "show config"
+            assert running.split("=")[-1].strip() == rts, running  # slurmctld took the setting
             c.ctl(f"scontrol update nodename={node.name} state=drain reason={quote(reason)}")
             _simulated_reboot(c, node)
             shown = _node(c, node)
-            running = c.ctl("scontrol show config | grep -i '^ReturnToService'").split("=")[-1].strip()
-            print(f"ReturnToService={rts} ({running} in slurmctld): after the reboot State={shown['State']}")
+            print(f"ReturnToService={rts}: after the reboot State={shown['State']}")
             assert (shown["State"], shown["Reason"]) == (state, reason), (rts, shown)
             c.ctl(f"scontrol update nodename={node.name} state=resume")
             _poll(f"{node.name} idle after the resume", lambda: _node(c, node)["State"] == "IDLE", 30)
@@ -413,7 +414,8 @@ def test_a_rolling_upgrade_through_slurm_lets_the_job_finish_and_stops_at_a_fail
     never drained nor touched (its batch never starts), exit 1.
 
     No reboot: a lock with a driver change needs one, and the apply's own reboot happens while the
-    node stays drained (provision/fleet/rolling.py says why not `scontrol reboot nextstate=RESUME`)."""
+    node stays drained (provision/fleet/rolling.py says why not `scontrol reboot nextstate=RESUME`;
+    what Slurm makes of that reboot is the test before this one)."""
     c = slurm_cluster
     first, second, third = c.nodes
     state = State(c.work / ".provision" / "state.db")
