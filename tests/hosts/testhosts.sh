@@ -162,8 +162,8 @@ start_host() {  # $1 = index, $2 = how many hosts share this machine's cores
   # one spinning OpenMP thread per core in every host, and four hosts' jobs at once on two cores
   # took 3.3x the wall time of the same jobs at one thread each (11.3 s vs 3.4 s, measured). Each
   # host gets its share of the cores, as its own machine would have its own; read through pam_env.
-  sed -i '/^OMP_NUM_THREADS=/d' "$R/etc/environment"
-  echo "OMP_NUM_THREADS=$(( $(nproc) / $2 > 1 ? $(nproc) / $2 : 1 ))" >> "$R/etc/environment"
+  local share=$(( $(nproc) / $2 )); (( share >= 1 )) || share=1
+  sed -i '/^OMP_NUM_THREADS=/d' "$R/etc/environment"; echo "OMP_NUM_THREADS=$share" >> "$R/etc/environment"
   [[ -f $R/etc/ssh/ssh_host_ed25519_key ]] || ssh-keygen -q -t ed25519 -N '' -C "$n" -f "$R/etc/ssh/ssh_host_ed25519_key"
   authorize "$R"
   ip netns add "$n" 2>/dev/null || true
