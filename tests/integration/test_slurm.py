@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -312,6 +313,12 @@ _SLURMD_DEFAULTS_BACK = (
 )
 
 
+def _slurmctld_has(cluster: Cluster, key: str, value: str) -> bool:
+    """slurmctld runs with ``key = value`` (scontrol(1) "show config": one "Key = Value" line each)."""
+    out = cluster.on(cluster.controller, "scontrol show config", check=False)
+    return any(k.strip() == key and v.strip() == value for k, _, v in (ln.partition("=") for ln in out.splitlines()))
+
+
 def _simulated_reboot(cluster: Cluster, node: harness.TestHost) -> None:
     """What a reboot looks like to Slurm, on a test host that cannot reboot: slurmd restarted with
     ``-b`` ("Report node rebooted when daemon restarted. Used for testing purposes.", slurmd(8)),
@@ -338,23 +345,28 @@ def test_a_drained_node_rebooted_by_the_apply_stays_drained_with_its_reason_unti
     `state=resume` returns it. The reboot is SIMULATED (slurmd -b), under ReturnToService=2 (this
     cluster's) and 1 (set on the controller with `scontrol reconfigure`). Slurm 22.05's
     validate_node_specs (src/slurmctld/node_mgr.c): under 2 the node stays as it was, IDLE+DRAIN;
-    under 0 or 1 it is made DOWN, keeping the DRAIN flag and the reason ("Node unexpectedly
-    rebooted" only replaces no reason or "Not responding")."""
+    under 0 or 1 a registration taken for a reboot makes it DOWN, keeping the DRAIN flag and the
+    reason ("Node unexpectedly rebooted" only replaces no reason or "Not responding")."""
     c = slurm_cluster
     node = c.nodes[2]
     reason = upgrade_reason("0123456789abcdef", "fedcba9876543210")
     conf = "/etc/slurm/slurm.conf"
     c.on(node, _SLURMD_DEFAULTS_SAVE)
     try:
-        for rts, state in (("2", "IDLE+DRAIN"), ("1", "DOWN+DRAIN")):
+        # under 1, DOWN+DRAIN when slurmctld takes the registration for a reboot, which it does only
+        # when slurmd's start (the boot time -b reports) is a whole second later than its last
+        # contact with the node: a fresh clone's run saw IDLE+DRAIN once (slurmctld's log: the
+        # registration 3.6 s after the last contact, no "unexpectedly rebooted"). What --rolling
+        # relies on holds either way: out of service, DRAIN, provision's reason.
+        for rts, states in (("2", {"IDLE+DRAIN"}), ("1", {"DOWN+DRAIN", "IDLE+DRAIN"})):
             c.ctl(f"sed -i 's/^ReturnToService=.*/ReturnToService={rts}/' {conf} && scontrol reconfigure")
-            running = c.ctl("scontrol show config | grep '^ReturnToService'")  # scontrol(1): "show config"
-            assert running.split("=")[-1].strip() == rts, running  # slurmctld took the setting
+            # slurmctld took the setting: waited for, not assumed at once
+            _poll(f"slurmctld at ReturnToService={rts}", partial(_slurmctld_has, c, "ReturnToService", rts), 30)
             c.ctl(f"scontrol update nodename={node.name} state=drain reason={quote(reason)}")
             _simulated_reboot(c, node)
             shown = _node(c, node)
             print(f"ReturnToService={rts}: after the reboot State={shown['State']}")
-            assert (shown["State"], shown["Reason"]) == (state, reason), (rts, shown)
+            assert shown["State"] in states and shown["Reason"] == reason, (rts, shown)
             c.ctl(f"scontrol update nodename={node.name} state=resume")
             _poll(f"{node.name} idle after the resume", lambda: _node(c, node)["State"] == "IDLE", 30)
             assert _node(c, node)["Reason"] == "", rts
