@@ -324,10 +324,9 @@ def _simulated_reboot(cluster: Cluster, node: harness.TestHost) -> None:
     ``-b`` ("Report node rebooted when daemon restarted. Used for testing purposes.", slurmd(8)),
     through the unit's SLURMD_OPTIONS (EnvironmentFile=-/etc/default/slurmd, Slurm's
     etc/slurmd.service.in), polled until slurmctld has the new boot time. Down for 2 s, as a reboot
-    is for longer: slurmctld takes a registration for a reboot when the boot time is later than the
-    node's last response, both in whole seconds (validate_node_specs, boot_time > last_response),
-    and a restart in the second of the last contact (the `scontrol reconfigure` just before) was
-    seen taken for none."""
+    is for longer: slurmctld takes a registration for a reboot only when the boot time is later
+    than the node's last response, in whole seconds (validate_node_specs, boot_time >
+    last_response); a restart at once after `scontrol reconfigure` was seen taken for none."""
     booted = _node(cluster, node)["BootTime"]
     cluster.on(
         node,
