@@ -619,7 +619,7 @@ def _host_plan(t: _Target, group: str, stack: Stack, reboot_setting: str) -> Hos
     cudnn = stack.cudnn
     if cudnn and present.get("cudnn") != cudnn.version:
         changes.append(f"cudnn {cudnn.version}")
-    if stack.python_source == "standalone":
+    if stack.python_source == "standalone" and not (facts and facts.venv and facts.venv.standalone(stack.python)):
         changes.append(f"python {stack.python} (a standalone CPython, installed by uv)")
     have_fw = present.get("frameworks") or {}
     for name, fw in stack.frameworks.items():

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
+from provision.model.defaults import STANDALONE_PYTHON_DIR
 from provision.model.facts import ProbedGpu, ProbedHost, UbuntuDriverIndex
 from provision.model.host import ResolvedHost
 
@@ -173,6 +174,13 @@ class VenvFacts:
     packages: Mapping[str, str] = field(default_factory=dict)
     torch_cuda: str | None = None
     error: str | None = None
+    base_prefix: str | None = None  # the Python installation the venv was made from
+
+    def standalone(self, python: str) -> bool:
+        """The venv runs a standalone CPython ``python`` (X.Y) that python_env's uv installed (it
+        was made from a Python under python_env's standalone dir): `up` plans nothing for it."""
+        base = self.base_prefix or ""
+        return self.python == python and base.startswith(STANDALONE_PYTHON_DIR.rstrip("/") + "/")
 
 
 @dataclass(frozen=True)

@@ -340,7 +340,8 @@ def parse_venv_json(path: str, text: str) -> VenvFacts:
     except json.JSONDecodeError:
         return VenvFacts(path, None, error=f"no Python at {path}/bin/python or it failed")
     packages = {str(k): str(v) for k, v in (doc.get("packages") or {}).items()}
-    return VenvFacts(path, doc.get("python"), packages, doc.get("torch_cuda"))
+    base = doc.get("base_prefix")
+    return VenvFacts(path, doc.get("python"), packages, doc.get("torch_cuda"), base_prefix=str(base) if base else None)
 
 
 def parse_ec2_instance_type(text: str) -> str | None:

@@ -16,6 +16,9 @@ INSTALL_METHOD_CHOICES = ("auto", *INSTALL_METHODS)
 # Where the frameworks' virtual environment lives on each host (install.venv's default, the
 # python_env role's python_env_path, from which frameworks_venv and verify_venv derive).
 DEFAULT_VENV = "/opt/provision/venv"
+# Where python_env has uv install a standalone CPython (its python_env_standalone_dir): `up` takes
+# a venv made from a Python under it for the lock's standalone CPython (provision.fleet.planning).
+STANDALONE_PYTHON_DIR = "/opt/provision/python"
 
 # `provision health`'s fan-out: hosts asked at once, and how long one host may take (the program
 # answers in under 2 s; the rest is the SSH connection). Here, not in provision/fleet/health.py, so

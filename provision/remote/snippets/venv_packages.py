@@ -1,7 +1,10 @@
 """Framework versions in a virtual environment, run ON the target by that venv's Python.
 
 Reads package metadata only (importing torch takes seconds and may touch the GPU); torch's CUDA
-version comes from the text of torch/version.py. Prints {"python", "packages", "torch_cuda"}.
+version comes from the text of torch/version.py. Prints {"python", "base_prefix", "packages",
+"torch_cuda"}: ``base_prefix`` is the installation the venv was made from (sys.base_prefix, "the
+value of prefix before site.py ran", the Python docs' sys module), which tells a standalone
+CPython python_env installed from the OS's own.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ def main() -> None:
         json.dumps(
             {
                 "python": "{}.{}".format(*sys.version_info[:2]),
+                "base_prefix": sys.base_prefix,
                 "packages": packages,
                 "torch_cuda": torch_cuda() if "torch" in packages else None,
             }

@@ -15,7 +15,7 @@ import yaml
 from provision.ansible.render import render_run
 from provision.ansible.roles import ROLES
 from provision.model import Lock
-from provision.model.defaults import DEFAULT_VENV, INSTALL_METHODS
+from provision.model.defaults import DEFAULT_VENV, INSTALL_METHODS, STANDALONE_PYTHON_DIR
 from provision.model.settings import InstallSettings
 from provision.resources import playbooks_dir
 from tests.integration.roles_harness import GPU_LESS
@@ -98,6 +98,7 @@ def test_the_venv_path_is_defined_once_and_the_other_roles_derive_it() -> None:
     """python_env_path is provision's default install.venv; frameworks_venv and verify_venv keep
     their names (the roles' interface) and default to it."""
     assert _role_yaml("python_env", "defaults/main.yml")["python_env_path"] == DEFAULT_VENV
+    assert _role_yaml("python_env", "defaults/main.yml")["python_env_standalone_dir"] == STANDALONE_PYTHON_DIR
     assert _role_yaml("frameworks", "defaults/main.yml")["frameworks_venv"] == "{{ python_env_path }}"
     assert _role_yaml("verify", "defaults/main.yml")["verify_venv"] == "{{ python_env_path }}"
     assert ROLES.index("python_env") < ROLES.index("frameworks") < ROLES.index("verify")
