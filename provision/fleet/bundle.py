@@ -14,8 +14,11 @@ On a controller that can reach the sources once, the bundle takes from the lock:
 - the lock itself, and ``bundle.json`` saying which OS releases and CPUs it is for.
 
 :mod:`provision.fleet.bundle_file` writes the tarball and its MANIFEST and checks them.
-Not yet in a bundle (later slices of issue 31): the standalone CPython, dnf and Ubuntu hosts (a
-lock that needs one of them is refused here, before anything is downloaded). ``--sign`` signs the
+- the standalone CPython of a group whose lock installs one, with a download list of the bundle's own
+  that points uv at it (:mod:`provision.fleet.bundle_python`);
+
+Not yet in a bundle (a later slice of issue 31): dnf and Ubuntu hosts (a lock that needs one is
+refused here, before anything is downloaded). ``--sign`` signs the
 MANIFEST (:mod:`provision.fleet.bundle_sign`).
 """
 
@@ -31,6 +34,7 @@ from provision.ansible.role_vars import PYPI
 from provision.ansible.settings import netrc_text, split_credentials
 from provision.errors import BadInput, OperationFailed
 from provision.files import sha256_file
+from provision.fleet import bundle_python
 from provision.fleet.bundle_apt import (
     KEY_FILE,
     build_repo,
@@ -82,10 +86,7 @@ def check_lock(lock: Lock, kernels: Sequence[str] = ()) -> None:
         if not g.host.os or not g.host.arch:
             raise BadInput(f"lock group {g.name} names no OS release or CPU", "plan against the hosts (probe) first")
         if g.stack.python_source == "standalone":
-            raise BadInput(
-                f"lock group {g.name} installs a standalone CPython, which bundles do not carry yet",
-                "plan with install.python_source: os on hosts whose OS has the Python the lock needs",
-            )
+            bundle_python.check_arch(str(g.host.arch))
         check_group(g, kernels)
 
 
@@ -113,6 +114,7 @@ def build(
         parts: dict[str, int] = {"lock": lock_path.stat().st_size}
         groups: dict[str, Any] = {}
         fetched: set[str] = set()
+        pythons: dict[str, bundle_python.StandalonePython] = {}
         for g in lock.groups:
             ws = group_wheel_set(g, bare, overrides or {}, netrc)
             arch = str(g.host.arch)
@@ -134,10 +136,16 @@ def build(
                     _fetch(uv_wheels(arch, ws.python, index, netrc), stage, uv_key, python_exe, say)
                     fetched.add(uv_key)
                 entry["uv"] = uv_key
+                if g.stack.python_source == "standalone":
+                    entry["standalone_python"] = _standalone(
+                        g.stack.python, arch, bare=bare, stage=stage, uv_key=uv_key, pythons=pythons, say=say
+                    )
             entry["apt"] = f"apt/{g.host.os}-{arch}"
             groups[g.name] = entry
+        if pythons:
+            bundle_python.write_downloads(stage, pythons)
         apt = _os_packages(lock, bare, stage, say, kernels)
-        for name, path in _tree(stage, ("wheels", "uv", "apt")):
+        for name, path in _tree(stage, ("wheels", "uv", "apt", "python")):
             files[name] = path
             part = name.split("/", 1)[0]
             parts[part] = parts.get(part, 0) + path.stat().st_size
@@ -157,6 +165,26 @@ def build(
         say(f"bundle: writing {out} ({len(files) + 1} files and their MANIFEST)")
         written = write_bundle(out, files, info, sign)
     return Built(out, written.sha256, out.stat().st_size, written.manifest_sha256, parts, info)
+
+
+def _standalone(
+    python: str,
+    arch: str,
+    *,
+    bare: InstallSettings,
+    stage: Path,
+    uv_key: str,
+    pythons: dict[str, bundle_python.StandalonePython],
+    say: Callable[[str], None],
+) -> str:
+    """The group's standalone CPython into the stage (once per Python and CPU); its bundle member."""
+    tag = f"{python}-{arch}"
+    if tag not in pythons:
+        say(f"bundle: the standalone CPython {python} for {arch}, through uv")
+        work = stage / ".python" / tag
+        uv = bundle_python.uv_binary(stage / uv_key, work / "bin")
+        pythons[tag] = bundle_python.fetch(uv, python, arch, install=bare, stage=stage, work=work)
+    return pythons[tag].member
 
 
 def _os_packages(

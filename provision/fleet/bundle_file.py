@@ -8,6 +8,9 @@ Layout (every member a plain file; no folders, links or devices)::
     provision.lock        the lock, byte for byte as given
     wheels/<key>/*.whl    each group's framework closure, by the lock's hashes (key: cp311-x86_64)
     uv/<arch>/*.whl       uv's wheel for the hosts' CPU, by the knowledge's hash
+    python/<build>/<file> a standalone CPython (python-build-standalone's archive) where a lock
+                          installs one, as a mirror has it, and python/downloads.json: uv's
+                          download list naming only these archives, each by its sha256
     apt/<os>-<arch>/      the OS packages the plays install, with their dependency closure: a flat
                           apt repository (*.deb, Packages, Packages.gz, Release, InRelease) signed
                           with a key made for the bundle (bundle-key.asc)

@@ -20,7 +20,8 @@ Before any host is contacted the controller checks the whole file against its MA
 The play then runs with ``APT_CONFIG`` pointing at that configuration (apt reads the file named
 there first, then its parts and main file: apt.conf(5), "the file specified by the APT_CONFIG
 environment variable (if any)"), with no proxy in its environment, pip told ``--no-index
---find-links`` the bundle's wheels and uv ``UV_OFFLINE``: nothing a role runs has a network
+--find-links`` the bundle's wheels and uv ``UV_OFFLINE`` (a standalone CPython from the bundle's own
+download list and folder: :mod:`provision.fleet.bundle_python`): nothing a role runs has a network
 source to use.
 """
 
@@ -35,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from provision.errors import BadInput, OperationFailed, ProvisionError
 from provision.files import private_dir, replace_file
+from provision.fleet import bundle_python
 from provision.fleet.bundle_apt import KEY_FILE
 from provision.fleet.bundle_file import LOCK, verify_bundle
 from provision.model.packages import ROLES as PACKAGE_ROLES
@@ -115,6 +117,8 @@ def host_vars(bundle: Bundle, group: str, environment: Mapping[str, str]) -> dic
         out["frameworks_index_url"] = ""
     if entry.get("uv"):
         out["python_env_pip_args"] = ["--no-index", f"--find-links={where}/{entry['uv']}"]
+    if entry.get("standalone_python"):
+        out.update(bundle_python.host_sources(where))
     out["provision_environment"] = env
     return out
 

@@ -153,14 +153,22 @@ def apply(run: Path, host: str, *options: str) -> Outcome:
 
 
 def cpu_torch_config(
-    folder: Path, hostset: harness.HostSet, wheelhouse: Path, *, venv: str | None = None, extra: str = ""
+    folder: Path,
+    hostset: harness.HostSet,
+    wheelhouse: Path,
+    *,
+    venv: str | None = None,
+    extra: str = "",
+    install: str = "",
+    stack: str = "",
 ) -> Path:
     """A provision.yaml for `up` on the test hosts: the CPU torch stack from the wheelhouse, no
-    driver; ``venv`` in place of the default one, ``extra`` more top-level YAML."""
+    driver; ``venv`` in place of the default one, ``extra`` more top-level YAML, ``install`` and
+    ``stack`` more of their settings (flow-style ``key: value, `` pairs)."""
     path = folder / "provision.yaml"
-    where = f"venv: {venv}, " if venv else ""
+    where = (f"venv: {venv}, " if venv else "") + install
     path.write_text(
-        f"stack: {{frameworks: ['{harness.TORCH_CPU}+cpu'], driver: none}}\n"
+        f"stack: {{{stack}frameworks: ['{harness.TORCH_CPU}+cpu'], driver: none}}\n"
         f"install: {{{where}pip: {{find_links: ['{wheelhouse}']}}, apt: {{proxy: '{hostset.proxy}'}}}}\n"
         "verify: {allow_cpu: true}\n" + extra
     )

@@ -5,10 +5,14 @@ Real parts throughout: `provision plan` probes the host; `provision bundle` on t
 downloads the lock's OS packages with their whole dependency closure from Debian's archive (apt
 in a private root, checked against the archive's signatures), signs them as a flat repository
 with a key made for the bundle, and fetches the torch closure by the lock's hashes (from the
-local wheelhouse) and uv's wheel from PyPI by the knowledge's hash. Then the host is cut off (its
-only way out, the test proxy, is replaced by a closed port, and it has no DNS) and `up --bundle`
-installs python3-venv, python3-packaging, uv and torch from the bundle alone, and the smoke job
-passes. A copy with one byte of one wheel flipped is refused before any change, naming the wheel.
+local wheelhouse) and uv's wheel from PyPI by the knowledge's hash; the lock's Python is a
+standalone CPython, which the knowledge's uv fetches on the controller from the site's mirror (a
+STAND-IN of python-build-standalone's: tests/hosts/standalone_python.py, an archive of the same
+shape made from the CPython running the tests, named by a download list in uv's format). Then the
+host is cut off (its only way out, the test proxy, is replaced by a closed port, and it has no DNS)
+and `up --bundle` installs python3-venv, python3-packaging, uv, the standalone CPython and torch
+from the bundle alone, and the smoke job passes. A copy with one byte of one wheel flipped is
+refused before any change, naming the wheel.
 
 The driver's path cannot go through `up` here (the host has no GPU for an H100 lock to fit), so
 the second test stages the bundle with `up`'s own code and applies the roles with the host_vars
@@ -30,12 +34,13 @@ from typing import Any
 import pytest
 
 from provision.ansible.rundir import write_host_vars
-from provision.fleet import bundle_host
+from provision.fleet import bundle_host, bundle_python
 from provision.fleet.verify import default_connect
 from provision.hosts.inventory import HostTarget
 from provision.model.lock import LockGroup
 from provision.stack.lock import build_lock, dumps_lock
 from tests.hosts import harness
+from tests.hosts import standalone_python as standin
 from tests.integration import roles_harness as rh
 from tests.integration import standin_plans as sp
 from tests.integration import standin_repo as sr
@@ -93,7 +98,18 @@ def test_up_bundle_installs_with_no_network_and_refuses_a_damaged_copy(
 ) -> None:
     testhosts = own_host
     host = testhosts.hosts[0]
-    config = rh.cpu_torch_config(tmp_path, testhosts, wheelhouse)
+    # the site's python-build-standalone mirror, on the controller only: the host never sees it
+    site = tmp_path / "pbs"
+    archive = standin.build_archive(site)
+    (site / "downloads.json").write_text(json.dumps(standin.downloads_json(archive, bundle_python.RELEASES)))
+    config = rh.cpu_torch_config(
+        tmp_path,
+        testhosts,
+        wheelhouse,
+        stack=f"python: '{standin.minor()}', ",
+        install=f"python_source: standalone, python_mirror: 'file://{site}', "
+        f"python_downloads_json: 'file://{site}/downloads.json', ",
+    )
     rh.unprovision(testhosts, [host])
     # what the play installs from apt must come from the bundle: gone from the host first
     rh.ssh(testhosts, host, rh.PURGE_PYTHON_ENV_PACKAGES + "; rm -rf /var/lib/provision/bundles")
@@ -108,7 +124,8 @@ def test_up_bundle_installs_with_no_network_and_refuses_a_damaged_copy(
     )  # fmt: skip
     info = built["info"]
     repo = "apt/debian-12-x86_64"
-    assert info["groups"][next(iter(info["groups"]))]["apt"] == repo
+    [group] = info["groups"].values()
+    assert group["apt"] == repo and group["standalone_python"] == f"python/{standin.BUILD}/{archive.name}"
     assert {"python3-venv", "python3-packaging"} <= set(info["apt"][repo]["names"])
 
     # one flipped byte in one wheel: refused on the controller before any host is touched
@@ -145,8 +162,15 @@ def test_up_bundle_installs_with_no_network_and_refuses_a_damaged_copy(
         # apt installed from the bundle's repository alone, and pip from its wheels
         history = rh.ssh(testhosts, host, "cat /var/log/apt/history.log").split("Start-Date")
         assert any("install python3-venv=" in entry for entry in history), history[-3:]
-        torch = rh.ssh(testhosts, host, "/opt/provision/venv/bin/python -c 'import torch; print(torch.__version__)'")
-        assert torch.strip() == f"{harness.TORCH_CPU.split('==')[1]}+cpu"
+        torch = rh.ssh(
+            testhosts,
+            host,
+            "/opt/provision/venv/bin/python -c "
+            "'import platform, sys, torch; print(torch.__version__, platform.python_version(), sys.base_prefix)'",
+        ).split()
+        # the venv's Python is the bundle's standalone CPython, not Debian's python3.11
+        assert torch[:2] == [f"{harness.TORCH_CPU.split('==')[1]}+cpu", standin.version()], torch
+        assert torch[2].startswith("/opt/provision/python/"), torch  # python_env_standalone_dir
         sources = rh.ssh(testhosts, host, "cat /var/lib/provision/bundles/*.apt/sources.list")
         assert (
             sources.startswith("deb [signed-by=/var/lib/provision/bundles/") and " file:/var/lib/provision/" in sources
@@ -161,6 +185,9 @@ def test_up_bundle_installs_with_no_network_and_refuses_a_damaged_copy(
         rc, doc = run_up(tmp_path, up_args(testhosts, config, "--bundle", "site.tar.gz", "--limit", host.name))
         assert rc == 0 and doc["hosts"][0]["verdict"] == "pass", json.dumps(doc)[-3000:]
         assert rh.ssh(testhosts, host, unpacked) == before
+        # nothing left to apply: the probe found the venv made from the standalone CPython
+        [detail] = json.loads((tmp_path / ".provision/runs" / doc["run"] / "report.json").read_text())["details"]
+        assert detail["converged"] and not detail["changes"], detail
     finally:
         _reconnect(testhosts, host)
 

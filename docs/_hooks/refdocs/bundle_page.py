@@ -59,7 +59,8 @@ def page() -> str:
             f"## `{INFO}`\n\n",
             f"JSON, schema `{SCHEMA}`: `lock_sha256` (of the `provision.lock` member), `os` and `arch` (the OS "
             "releases and CPUs of the lock's groups), `groups` (per group: `os`, `arch`, `hosts`, `wheels` "
-            "(its folder, null without frameworks), `python`, `uv`, `apt` (its repository's folder)), `apt` "
+            "(its folder, null without frameworks), `python`, `uv`, `apt` (its repository's folder), "
+            "`standalone_python` (the CPython archive's member, where the lock installs one)), `apt` "
             "(per repository folder: `key`, the armored public key's member, `fingerprint`, and `names`, what "
             "the plays install from it; the folder also holds the names' whole dependency closure), `kernels` "
             "(the `--kernel` releases whose headers it holds).\n\n",
@@ -72,7 +73,10 @@ def page() -> str:
             "checked with `sha256sum -c --strict MANIFEST`, on every run, before anything is installed. "
             "`/var/lib/provision/bundles/<sha256>.apt/` holds the apt configuration the play runs with "
             "(`APT_CONFIG`): the bundle's repository as its only source, trusted through the bundle's key "
-            "alone, and its own lists folder, so the host's sources and lists are left as they were. Remove "
+            "alone, and its own lists folder, so the host's sources and lists are left as they were. A standalone "
+            "CPython comes from the unpacked bundle too: python_env runs uv with `python/downloads.json` as its "
+            "download list and `file://<the unpacked bundle>/python` as its python-install-mirror, offline, and "
+            "uv checks the archive's sha256 against that list again. Remove "
             "a folder there once no lock needs it.\n\n",
             "## Same lock, same bytes\n\n",
             "Members are written sorted by path with mtime 0, owner and group 0 without names, modes "

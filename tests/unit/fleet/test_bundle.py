@@ -163,10 +163,14 @@ def test_a_lock_whose_os_packages_a_bundle_cannot_carry_is_refused_before_any_do
     assert "network use refused" not in r.stderr and not list(tmp_path.glob("*x.tar.gz*"))
 
 
-def test_a_lock_with_a_standalone_python_is_refused_before_any_download(tmp_path: Path) -> None:
-    r = provision("plan", *ASSUME, "--python-source", "standalone", "--out", "run", cwd=tmp_path)
+def test_a_standalone_python_for_another_cpu_is_refused_before_any_download(tmp_path: Path) -> None:
+    """The controller runs the hosts' uv to fetch their CPython: an aarch64 group needs an aarch64
+    controller (this one is x86_64, as CI's is)."""
+    assume = ("--assume", "os=debian-12,arch=aarch64,python=3.11,name=a", "--python-source", "standalone")
+    r = provision("plan", *assume, "--out", "run", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     r = provision("bundle", "provision.lock", "-o", "x.tar.gz", cwd=tmp_path, offline=True)
     assert r.returncode == 2, r.stderr
-    assert "installs a standalone CPython, which bundles do not carry yet" in r.stderr
+    assert "a bundle with a standalone CPython for aarch64 is built on an aarch64 controller" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "network use refused" not in r.stderr and not list(tmp_path.glob("*x.tar.gz*"))
