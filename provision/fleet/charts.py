@@ -73,13 +73,19 @@ def _next_step(step: float) -> float:
     return nice_step(step * 1.5)
 
 
+def same_value(lo: float, hi: float) -> bool:
+    """One value for an axis: equal, or a billionth of their size apart, which no round step of a
+    float splits at that magnitude (1e7 and 1e7 + 2e-9 gave the ticks 1e7, 1e7, 1e7 + 2e-9)."""
+    return abs(hi - lo) <= 1e-9 * max(abs(lo), abs(hi))
+
+
 def nice_ticks(lo: float, hi: float, max_ticks: int = 6) -> list[float]:
     """Round tick values (multiples of a 1/2/5 x 10^k step) from at or below ``lo`` to at or above
     ``hi``, at most ``max_ticks`` of them (at least 2; 3 for a range across zero, which is a tick)."""
     if hi < lo:
         lo, hi = hi, lo
     max_ticks = max(3 if lo < 0 < hi else 2, max_ticks)
-    if hi == lo:  # one value: a unit around it (0..1 for zeros)
+    if same_value(lo, hi):  # a unit around it (0..1 for zeros)
         hi = lo + (abs(lo) or 1.0)
     step = nice_step((hi - lo) / (max_ticks - 1))
     while True:

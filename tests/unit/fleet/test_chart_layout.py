@@ -8,10 +8,18 @@ import math
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from provision.fleet.charts import fit_ticks, nice_step, nice_ticks, text_width, tick_label, wrap_label
+from provision.fleet.charts import (
+    fit_ticks,
+    nice_step,
+    nice_ticks,
+    same_value,
+    text_width,
+    tick_label,
+    wrap_label,
+)
 from tests.prereq import missing
 
 RANGES = [
@@ -33,24 +41,29 @@ RANGES = [
 ]
 
 
-def _mantissa(step: float) -> float:
-    return step / 10 ** math.floor(math.log10(step) + 1e-9)  # 0.000999... is a 1, not a 9.99...
+def _round_step(measured: float, rel: float) -> float | None:
+    """The 1, 2 or 5 x 10^k that ``measured`` is, within ``rel``; None when it is none of them."""
+    k = math.floor(math.log10(measured))
+    near = (m * 10.0**e for e in (k - 1, k, k + 1) for m in (1, 2, 5))
+    return next((s for s in near if math.isclose(measured, s, rel_tol=rel)), None)
 
 
 def assert_nice(lo: float, hi: float, max_ticks: int) -> None:
     ticks = nice_ticks(lo, hi, max_ticks)
     assert 2 <= len(ticks) <= max(max_ticks, 3 if lo < 0 < hi else 2)  # zero is a tick between
     assert ticks[0] <= lo and ticks[-1] >= hi  # the data is inside the axis
-    measured = ticks[1] - ticks[0]
-    assert round(_mantissa(measured), 6) in (1.0, 2.0, 5.0), (ticks, measured)  # 1, 2 or 5 x 10^k
-    step = round(_mantissa(measured)) * 10.0 ** math.floor(math.log10(measured) + 1e-9)
     fuzz = 1e-12 * max(abs(t) for t in ticks)  # a float's own precision at the axis's magnitude
+    measured = ticks[1] - ticks[0]
+    assert measured > 0, ticks
+    # 1, 2 or 5 x 10^k, as far as floats tell at this magnitude (0.1 apart at 1e7 measures 0.09999999963)
+    step = _round_step(measured, rel=1e-9 + 2 * fuzz / measured)
+    assert step is not None, (ticks, measured)
     for a, b in itertools.pairwise(ticks):
         assert b - a == pytest.approx(step, rel=1e-9, abs=2 * fuzz)
     for t in ticks:  # every tick a whole multiple of the step: 0.30000000000000004 would fail here
         assert t / step == pytest.approx(round(t / step), abs=1e-9 + fuzz / step)
         assert t == float(f"{t:.12g}")
-    if len(ticks) > 2 and hi > lo:  # no wasted step at either end
+    if len(ticks) > 2 and not same_value(lo, hi):  # no wasted step at either end (one value: a unit around it)
         assert ticks[1] > lo and ticks[-2] < hi
 
 
@@ -66,6 +79,8 @@ figures = st.floats(min_value=-1e7, max_value=1e7, allow_nan=False).filter(lambd
 
 @settings(max_examples=300, deadline=None)
 @given(a=figures, b=figures, max_ticks=st.integers(min_value=2, max_value=10))
+@example(a=-10000000.0, b=-9999999.999999998, max_ticks=3)  # found by this test: two equal ticks
+@example(a=-10000000.0, b=-9999999.875, max_ticks=3)  # found by this test: a step of 0.1 at 1e7
 def test_any_range_gets_round_ticks_that_cover_it(a: float, b: float, max_ticks: int) -> None:
     lo, hi = min(a, b), max(a, b)
     assert_nice(lo, hi, max_ticks)
