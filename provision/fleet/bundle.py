@@ -11,15 +11,14 @@ On a controller that can reach the sources once, the bundle takes from the lock:
 - the OS packages each group's play installs (the driver's and NVIDIA's repositories' too, with
   the headers of the kernels ``--kernel`` names), with their dependency closure, as a signed flat
   apt repository per OS release and CPU (:mod:`provision.fleet.bundle_apt`);
+- the standalone CPython of a group whose lock installs one, with a download list of the bundle's
+  own that points uv at it (:mod:`provision.fleet.bundle_python`);
 - the lock itself, and ``bundle.json`` saying which OS releases and CPUs it is for.
 
 :mod:`provision.fleet.bundle_file` writes the tarball and its MANIFEST and checks them.
-- the standalone CPython of a group whose lock installs one, with a download list of the bundle's own
-  that points uv at it (:mod:`provision.fleet.bundle_python`);
-
 Not yet in a bundle (a later slice of issue 31): dnf and Ubuntu hosts (a lock that needs one is
-refused here, before anything is downloaded). ``--sign`` signs the
-MANIFEST (:mod:`provision.fleet.bundle_sign`).
+refused here, before anything is downloaded). ``--sign`` signs the MANIFEST
+(:mod:`provision.fleet.bundle_sign`).
 """
 
 from __future__ import annotations
