@@ -175,6 +175,7 @@ def slurm_cluster(
         ran = subprocess.run(
             [*args, "--limit", limit], cwd=work, capture_output=True, text=True, env=up_env(), timeout=1500
         )
+        assert ran.stdout.strip(), ran.stderr[-3000:]
         doc = json.loads(ran.stdout)
         assert ran.returncode == 0 and [h["verdict"] for h in doc["hosts"]] == ["pass"] * len(cluster_nodes), doc
         for node in cluster_nodes:  # the verdict provision-health reads, written by up after its job
@@ -249,10 +250,12 @@ def test_drift_drains_jobs_go_elsewhere_restore_resumes_and_an_admin_drain_stays
         _poll("the drift in node_exporter's scrape", drift_shown, 3 * INTERVAL)
         passed = _samples(good, "provision_verify_pass")
         # seen once as {(): 0}, cause not found: what the node had then, to find it the next time
-        why = "cat /var/lib/provision/last-verify.json; echo; ls -l --time-style=full-iso {d}; date; provision-health --json;"
-        why += " systemctl list-timers provision-health-export.timer --no-pager; journalctl -u provision-health-export"
-        why += " --no-pager -n 5"
-        assert passed == {(): 1.0}, (passed, c.on(good, why.format(d=TEXTFILE_DIR), check=False))
+        why = (
+            f"cat {LAST_VERIFY}; echo; ls -l --time-style=full-iso {TEXTFILE_DIR}; date; provision-health --json;"
+            " systemctl list-timers provision-health-export.timer --no-pager;"
+            " journalctl -u provision-health-export --no-pager -n 5"
+        )
+        assert passed == {(): 1.0}, (passed, c.on(good, why, check=False))
         assert _samples(good, "provision_health_ok") == {(): 1.0}
         # jobs asking for the feature run on the other nodes only
         ids = [c.ctl("sbatch --parsable -C provision_verified -o /dev/null --wrap true").strip() for _ in range(4)]
