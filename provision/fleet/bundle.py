@@ -113,7 +113,7 @@ def build(
         parts: dict[str, int] = {"lock": lock_path.stat().st_size}
         groups: dict[str, Any] = {}
         fetched: set[str] = set()
-        pythons: dict[str, bundle_python.StandalonePython] = {}
+        pythons: dict[str, bundle_python.BundledPython] = {}
         for g in lock.groups:
             ws = group_wheel_set(g, bare, overrides or {}, netrc)
             arch = str(g.host.arch)
@@ -173,7 +173,7 @@ def _standalone(
     bare: InstallSettings,
     stage: Path,
     uv_key: str,
-    pythons: dict[str, bundle_python.StandalonePython],
+    pythons: dict[str, bundle_python.BundledPython],
     say: Callable[[str], None],
 ) -> str:
     """The group's standalone CPython into the stage (once per Python and CPU); its bundle member."""

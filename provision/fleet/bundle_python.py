@@ -50,7 +50,7 @@ RELEASES = "https://github.com/astral-sh/python-build-standalone/releases/downlo
 
 
 @dataclass(frozen=True)
-class StandalonePython:
+class BundledPython:
     """One archive the bundle carries."""
 
     key: str  # uv's download key: cpython-3.11.7-linux-x86_64-gnu
@@ -80,7 +80,7 @@ def controller_arch() -> str:
     return platform.machine()
 
 
-def fetch(uv: Path, python: str, arch: str, *, install: InstallSettings, stage: Path, work: Path) -> StandalonePython:
+def fetch(uv: Path, python: str, arch: str, *, install: InstallSettings, stage: Path, work: Path) -> BundledPython:
     """The archive uv installs for CPython ``python`` (X.Y) on glibc Linux ``arch``, into
     ``stage/python/<build>/<file>``, with its downloads.json entry."""
     request = f"cpython-{python}-linux-{arch}-gnu"  # uv's request form <impl>-<version>-<os>-<arch>-<libc>
@@ -123,10 +123,10 @@ def fetch(uv: Path, python: str, arch: str, *, install: InstallSettings, stage: 
         "variant": None,
         "build": build,
     }
-    return StandalonePython(key, member, digest, entry)
+    return BundledPython(key, member, digest, entry)
 
 
-def write_downloads(stage: Path, pythons: Mapping[str, StandalonePython]) -> Path:
+def write_downloads(stage: Path, pythons: Mapping[str, BundledPython]) -> Path:
     """``stage/python/downloads.json``: the bundle's archives, and only them."""
     path = stage / "python" / DOWNLOADS
     path.parent.mkdir(parents=True, exist_ok=True)
