@@ -55,8 +55,7 @@ class BundledPython:
 
     key: str  # uv's download key: cpython-3.11.7-linux-x86_64-gnu
     member: str  # python/<build>/<file>
-    sha256: str
-    entry: dict[str, Any]  # its downloads.json entry
+    entry: dict[str, Any]  # its downloads.json entry (its sha256 among them)
 
 
 def uv_binary(wheels: Path, dest: Path) -> Path:
@@ -74,10 +73,6 @@ def uv_binary(wheels: Path, dest: Path) -> Path:
         exe.write_bytes(whl.read(name))
     exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
     return exe
-
-
-def controller_arch() -> str:
-    return platform.machine()
 
 
 def fetch(uv: Path, python: str, arch: str, *, install: InstallSettings, stage: Path, work: Path) -> BundledPython:
@@ -123,7 +118,7 @@ def fetch(uv: Path, python: str, arch: str, *, install: InstallSettings, stage: 
         "variant": None,
         "build": build,
     }
-    return BundledPython(key, member, digest, entry)
+    return BundledPython(key, member, entry)
 
 
 def write_downloads(stage: Path, pythons: Mapping[str, BundledPython]) -> Path:
@@ -183,9 +178,9 @@ def _uv(uv: Path, args: list[str], env: Mapping[str, str], what: str) -> str:
 
 def check_arch(arch: str) -> None:
     """The controller runs uv for a group of ``arch``: refused before any download when it cannot."""
-    if arch != controller_arch():
+    here = platform.machine()
+    if arch != here:
         raise BadInput(
-            f"a bundle with a standalone CPython for {arch} is built on an {arch} controller "
-            f"(this one is {controller_arch()})",
+            f"a bundle with a standalone CPython for {arch} is built on an {arch} controller (this one is {here})",
             f"run provision bundle on an {arch} machine",
         )

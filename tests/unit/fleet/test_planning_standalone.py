@@ -12,30 +12,42 @@ from pathlib import Path
 
 import pytest
 
+from provision.fleet.planning import _host_plan, _Target
 from provision.hosts.facts import HostFacts, VenvFacts
 from provision.hosts.parse_system import parse_venv_json
 from provision.model.defaults import STANDALONE_PYTHON_DIR
+from provision.model.stack import Stack
 
 SNIPPET = Path(__file__).resolve().parents[3] / "provision" / "remote" / "snippets" / "venv_packages.py"
 STANDALONE = f"{STANDALONE_PYTHON_DIR}/cpython-3.11.7-linux-x86_64-gnu"
 
 
+STACK = Stack(
+    driver=None, fabric_manager=None, cuda_toolkit=None, cudnn=None, python="3.11", python_source="standalone"
+)
+CHANGE = "python 3.11 (a standalone CPython, installed by uv)"
+
+
 @pytest.mark.parametrize(
-    ("venv_facts", "taken"),
+    ("venv_facts", "planned"),
     [
-        (VenvFacts("/opt/provision/venv", "3.11", base_prefix=STANDALONE), True),
-        (VenvFacts("/opt/provision/venv", "3.12", base_prefix=STANDALONE), False),  # another minor
-        (VenvFacts("/opt/provision/venv", "3.11", base_prefix="/usr"), False),  # the OS's python3.11
-        (VenvFacts("/opt/provision/venv", "3.11", base_prefix=f"{STANDALONE_PYTHON_DIR}-old/x"), False),
-        (VenvFacts("/opt/provision/venv", "3.11"), False),  # an older probe: no base_prefix
-        (None, False),  # no venv yet (planning reads no venv as a Python to install)
+        (VenvFacts("/opt/provision/venv", "3.11", base_prefix=STANDALONE), []),
+        (VenvFacts("/opt/provision/venv", "3.12", base_prefix=STANDALONE), [CHANGE]),  # another minor
+        (VenvFacts("/opt/provision/venv", "3.11", base_prefix="/usr"), [CHANGE]),  # the OS's python3.11
+        (VenvFacts("/opt/provision/venv", "3.11", base_prefix=f"{STANDALONE_PYTHON_DIR}-old/x"), [CHANGE]),
+        (VenvFacts("/opt/provision/venv", "3.11"), [CHANGE]),  # an older probe: no base_prefix
+        (None, [CHANGE]),  # no venv yet
     ],
 )
-def test_only_a_venv_made_from_python_env_s_standalone_cpython_of_the_minor_counts(
-    venv_facts: VenvFacts | None, taken: bool
+def test_only_a_venv_made_from_python_env_s_standalone_cpython_of_the_minor_plans_nothing(
+    venv_facts: VenvFacts | None, planned: list[str]
 ) -> None:
-    facts = HostFacts(venv=venv_facts)
-    assert bool(facts.venv and facts.venv.standalone("3.11")) is taken
+    target = _Target("h", {}, facts=HostFacts(venv=venv_facts))
+    assert _host_plan(target, "g", STACK, "auto").changes == planned
+
+
+def test_a_host_planned_without_a_probe_gets_the_python() -> None:
+    assert _host_plan(_Target("h", {}), "g", STACK, "auto").changes == [CHANGE]
 
 
 def test_the_probe_snippet_reports_the_venv_s_base_installation(tmp_path: Path) -> None:
