@@ -5,10 +5,10 @@ On the controller, the knowledge's uv release (os.yaml ``standalone_python``, th
 installs on the hosts, run from its wheel fetched by the pinned sha256) installs the group's Python
 into a throwaway folder with the site's own sources (``install.python_mirror`` /
 ``install.python_downloads_json``, as the hosts would use them) and keeps the archive it
-downloaded (``UV_PYTHON_CACHE_DIR``, "the directory for caching the archives of managed Python
-installations", https://docs.astral.sh/uv/reference/environment/#uv_python_cache_dir; seen keeping
-the archive with uv 0.13.8). uv checked that archive against the sha256 of its list, so the
-archive is the one the host would have downloaded, byte for byte.
+downloaded (``UV_PYTHON_CACHE_DIR``: uv downloads the archive into that folder as
+``<first 9 hex of its sha256>-<file>`` and checks the sha256 while unpacking it, uv's
+``crates/uv-python/src/downloads.rs``, read 2026-12-06; seen keeping the archive with uv 0.13.8).
+So the archive is the one the host would have downloaded, byte for byte.
 
 In the bundle, under ``python/``:
 
@@ -45,7 +45,8 @@ from provision.model.settings import InstallSettings
 
 DOWNLOADS = "downloads.json"
 # python-build-standalone's release downloads, the prefix uv's python-install-mirror replaces
-# (https://docs.astral.sh/uv/reference/settings/#python-install-mirror)
+# (https://docs.astral.sh/uv/reference/settings/#python-install-mirror; uv's downloads.rs strips
+# CPYTHON_DOWNLOADS_URL_PREFIX and refuses a mirror for a URL without it)
 RELEASES = "https://github.com/astral-sh/python-build-standalone/releases/download"
 
 
