@@ -347,19 +347,15 @@ def _resolve_groups(targets: Sequence[_Target], request: StackRequest, assume: A
                 exc.message = f"{t.name}: {exc.message}"
                 raise
             resolved[memo] = resolution
-        # A stack that keeps the host's driver (no driver planned) was resolved against the driver
-        # the probe found: the lock records it, and `up --lock` refuses a host whose driver moved
-        # (a kept 580 that is 550 now may not run the locked CUDA wheels). Hosts with different
-        # kept drivers are different groups.
+        # A stack that keeps the host's driver was resolved against the driver the probe found: the
+        # lock records it (`up --lock` refuses a host whose driver moved), a group per kept driver.
         kept = t.facts.driver.version if t.facts is not None and resolution.stack.driver is None else None
         key = repr((resolution.host, resolution.stack, resolution.packages, kept))
-        if key not in groups:
-            groups[key] = ([], resolution, kept)
-        groups[key][0].append(t.name)
+        groups.setdefault(key, ([], resolution, kept))[0].append(t.name)
 
     lock_groups = []
     for names, res, kept in groups.values():
-        group = lock_group(_group_label(res.host), names, res)
+        group = lock_group(_group_label(res.host, kept), names, res)
         if kept is not None:
             group = replace(group, host=replace(group.host, kept_driver=kept))
         lock_groups.append(group)
@@ -568,14 +564,19 @@ def _probe(
     return failed
 
 
-def _group_label(host: ResolvedHost) -> str:
+def _group_label(host: ResolvedHost, kept_driver: str | None = None) -> str:
+    """A name from what the group is, not from the hosts planned beside it (it is the health spec's
+    ``group``: one that moved with ``--limit`` re-applied a converged host); a kept driver is named."""
     gpu = host.gpu or "cpu"
     count = host.gpu_count or 0
     label = f"{gpu}_x{count}_{host.os}" if host.gpu else f"cpu_{host.os}"
+    if kept_driver:
+        label += f"_driver_{kept_driver}"
     return re.sub(r"[^a-z0-9_]+", "_", label.lower()).strip("_")
 
 
 def _unique_names(groups: Sequence[LockGroup]) -> list[LockGroup]:
+    """Number names still alike (e.g. another python3): the only names the run's hosts change."""
     seen: dict[str, int] = {}
     out = []
     for g in groups:

@@ -22,7 +22,10 @@ KNOWLEDGE = {
     "sha256": "A hash over every knowledge data file: whether a lock was resolved with exactly this knowledge.",
 }
 GROUP = {
-    "name": "The group's name (GPU, count and OS: `h100_sxm_x8_ubuntu_22_04`); the rendered inventory's group.",
+    "name": "The group's name, from what the group is: GPU, count and OS (`h100_sxm_x8_ubuntu_22_04`), and the "
+    "driver a stack that keeps the hosts' own driver was resolved against (`..._driver_580_95_05`), so that a host's "
+    "group has the same name whichever hosts a run plans beside it (`--limit`); groups still alike (another "
+    "python3) are numbered (`_2`). The rendered inventory's group, and the health spec's and metrics' `group`.",
     "hosts": "The inventory names of the hosts in the group.",
     "host": "The host description the stack was resolved for: the `host` of `provision resolve --json`.",
     "stack": "The resolved versions: the `stack` of `provision resolve --json`.",

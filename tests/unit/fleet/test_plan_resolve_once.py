@@ -95,3 +95,25 @@ def test_the_first_host_that_cannot_be_planned_is_named() -> None:
     with pytest.raises(Unsatisfiable) as err:
         _resolve_groups(targets, request, Assumed(os="ubuntu-22.04", gpu="K80", gpu_count=1))
     assert err.value.message.startswith("old0: ")
+
+
+def test_a_group_is_named_by_what_it_is_not_by_the_hosts_planned_beside_it() -> None:
+    """The name is the health spec's and Prometheus' ``group``: a host that keeps another driver
+    keeps its group's name whether the run plans it alone (``--limit``) or with the fleet, and so
+    do the hosts beside it. Before, the second group of a GPU and OS was ``<label>_2`` in the
+    fleet's plan and ``<label>`` in one host's, and `up --limit` re-applied a converged host."""
+    request = StackRequest.build(**Config().request_args({"driver": "none"}))
+    base = gather.facts_from_sections(hgx_ubuntu_2204(), OPTIONS)
+    fleet = [_hgx("a"), _hgx("d", driver=replace(base.driver, version="570.195.03")), _hgx("e")]
+    names = {h: g.name for g in _resolve_groups(fleet, request, None) for h in g.hosts}
+    assert names == {
+        "a": "h100_sxm_x8_ubuntu_22_04_driver_580_95_05",
+        "d": "h100_sxm_x8_ubuntu_22_04_driver_570_195_03",
+        "e": "h100_sxm_x8_ubuntu_22_04_driver_580_95_05",
+    }
+    for t in fleet:
+        [alone] = _resolve_groups([t], request, None)
+        assert alone.name == names[t.name]
+    # a stack that installs the driver keeps nothing: the plain label
+    installs = StackRequest.build(**Config().request_args({"driver": "580"}))
+    assert [g.name for g in _resolve_groups(fleet, installs, None)] == ["h100_sxm_x8_ubuntu_22_04"]
