@@ -56,7 +56,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 # Each module's time where CI shows it: a run stopped at CI's limit prints no --durations table, so
 # a module's dots end with its seconds and the session's ("... [12 s, 840 s in]").
-_STARTED = {"session": time.monotonic(), "module": time.monotonic()}
+_STARTED = {"session": time.monotonic(), "module": time.monotonic(), "wall": time.time()}
 
 
 @pytest.hookimpl(wrapper=True)
@@ -68,6 +68,39 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         reporter.write(f" [{now - _STARTED['module']:.0f} s, {now - _STARTED['session']:.0f} s in]")
         _STARTED["module"] = now
     return result
+
+
+# Under xdist (the unit run, --dist loadscope) the workers' terminals are not shown: the controller
+# says when a worker moved on from a module that took 10 s or more, and how long it took from its
+# first test's start to its last one's end.
+_WORKER_MODULE: dict[str, tuple[str, float, float]] = {}  # worker -> (module, first start, last stop)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    node = getattr(report, "node", None)  # set by xdist's controller on each worker's report
+    if node is None or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    worker = str(node.gateway.id)
+    module = report.nodeid.split("::")[0]
+    held = _WORKER_MODULE.get(worker)
+    if held is not None and held[0] != module:
+        _say_module_done(node.config, worker, held)
+        held = None
+    _WORKER_MODULE[worker] = (module, held[1] if held else report.start, report.stop)
+
+
+def _say_module_done(config: pytest.Config, worker: str, held: tuple[str, float, float]) -> None:
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    module, start, stop = held
+    if reporter is not None and stop - start >= 10:
+        in_run = stop - (_STARTED["wall"])
+        reporter.write_line(f"{module} [{stop - start:.0f} s on {worker}, {in_run:.0f} s in]")
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    for worker, held in sorted(_WORKER_MODULE.items()):
+        _say_module_done(session.config, worker, held)
+    _WORKER_MODULE.clear()
 
 
 # `up --local`, `verify --local` and `tune --local` take this machine's run lock

@@ -10,6 +10,7 @@ names and subnet are derived from the Debian 12 set's (see debian13_settings).
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import json
 import os
 import shlex
@@ -94,12 +95,38 @@ class HostSet:
 
 
 def session_settings() -> dict[str, Any]:
-    """The session's Debian 12 set, from TESTHOSTS_DIR / _PREFIX / _NET / _BRIDGE (one per checkout)."""
-    return {
+    """The session's Debian 12 set, from TESTHOSTS_DIR / _PREFIX / _NET / _BRIDGE (one per checkout).
+
+    Under pytest-xdist (``pytest -n 2 tests/integration`` by hand) each worker past the first has a
+    set of its own beside it (worker_settings), so two workers never share or tear down each other's
+    hosts. `make test` runs them in one process: two workers took as long in all, since the
+    integration modules keep both cores busy already (docs/contributing/tests.md)."""
+    settings = {
         "directory": Path(os.environ.get("TESTHOSTS_DIR", "/var/tmp/provision-testhosts")),
         "prefix": os.environ.get("TESTHOSTS_PREFIX", "th"),
         "net": os.environ.get("TESTHOSTS_NET", "10.200.0"),
         "bridge": os.environ.get("TESTHOSTS_BRIDGE", "thbr0"),
+    }
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    return worker_settings(settings, int(worker.removeprefix("gw")))
+
+
+def worker_settings(first: dict[str, Any], n: int) -> dict[str, Any]:
+    """Worker ``n``'s set: a prefix that starts with ``w<n>`` (no set's prefix may be the start of
+    another's: leftovers() and ``testhosts.sh down`` match names by prefix) and a /24 fifty above
+    per worker (10.200.0 -> 10.200.50: clear of the +13 and +31 of the sets derived from a set)."""
+    return derived_settings(first, f"w{n}", f"w{n}{first['prefix']}", 50 * n) if n else first
+
+
+def derived_settings(first: dict[str, Any], tag: str, prefix: str, net_step: int) -> dict[str, Any]:
+    """A set beside ``first`` that never meets it: directory ``<dir>-<tag>``, ``prefix``, bridge
+    ``<prefix>br0`` and the /24 ``net_step`` above."""
+    a, b, c = str(first["net"]).split(".")
+    return {
+        "directory": Path(f"{first['directory']}-{tag}"),
+        "prefix": prefix,
+        "net": f"{a}.{b}.{(int(c) + net_step) % 256}",
+        "bridge": f"{prefix}br0",
     }
 
 
@@ -109,16 +136,8 @@ def debian13_settings(debian12: dict[str, Any]) -> dict[str, Any]:
     host ``tth1`` never matches the Debian 12 set's prefix ``th`` in leftovers()), bridge
     ``t<prefix>br0`` and the /24 thirteen above (10.200.0 -> 10.200.13; every set the sessions
     use ends in .0, the teardown test's in .9)."""
-    a, b, c = str(debian12["net"]).split(".")
-    prefix = f"t{debian12['prefix']}"
-    return {
-        "directory": Path(f"{debian12['directory']}-trixie"),
-        "prefix": prefix,
-        "net": f"{a}.{b}.{(int(c) + 13) % 256}",
-        "bridge": f"{prefix}br0",
-        "suite": "trixie",
-        "base": TRIXIE_BASE_DIR,
-    }
+    derived = derived_settings(debian12, "trixie", f"t{debian12['prefix']}", 13)
+    return {**derived, "suite": "trixie", "base": TRIXIE_BASE_DIR}
 
 
 def available() -> str | None:
@@ -142,7 +161,15 @@ def fill_wheelhouse(directory: Path = WHEELHOUSE) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     sp = load().t.standalone_python
     assert sp is not None, "the knowledge has no standalone_python entry (os.yaml)"
-    for pin, no_deps in ((TORCH_CPU, []), (f"uv=={sp.uv}", ["--no-deps"])):  # uv: one self-contained wheel
+    # two xdist workers fill it at once on a fresh machine: one pip at a time in the folder
+    with (directory.parent / f"{directory.name}.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        _fill(directory, [(TORCH_CPU, []), (f"uv=={sp.uv}", ["--no-deps"])])  # uv: one self-contained wheel
+    return directory
+
+
+def _fill(directory: Path, pins: list[tuple[str, list[str]]]) -> None:
+    for pin, no_deps in pins:
         stamp = directory / f".{pin}.done"
         if stamp.exists():
             continue
@@ -172,7 +199,6 @@ def fill_wheelhouse(directory: Path = WHEELHOUSE) -> Path:
             check=True,
         )
         stamp.touch()
-    return directory
 
 
 def _script(hostset: HostSet, *args: str, ro_binds: list[Path] | None = None) -> None:

@@ -80,16 +80,8 @@ def own_host(testhosts: harness.HostSet, wheelhouse: Path) -> Iterator[harness.H
     the session hosts' own sources (bookworm alone) know, which would leave a shared host unable to
     reinstall python3-venv from them."""
     settings = harness.session_settings()
-    a, b, c = str(settings["net"]).split(".")
-    prefix = f"b{settings['prefix']}"
-    with harness.running(
-        1,
-        Path(f"{settings['directory']}-bundle"),
-        prefix=prefix,
-        net=f"{a}.{b}.{(int(c) + 31) % 256}",
-        bridge=f"{prefix}br0",
-        ro_binds=[wheelhouse],
-    ) as hostset:
+    own = harness.derived_settings(settings, "bundle", f"b{settings['prefix']}", 31)
+    with harness.running(1, ro_binds=[wheelhouse], **own) as hostset:
         yield hostset
 
 
