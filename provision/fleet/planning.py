@@ -355,10 +355,8 @@ def _resolve_groups(targets: Sequence[_Target], request: StackRequest, assume: A
 
     lock_groups = []
     for names, res, kept in groups.values():
-        group = lock_group(_group_label(res.host, kept), names, res)
-        if kept is not None:
-            group = replace(group, host=replace(group.host, kept_driver=kept))
-        lock_groups.append(group)
+        resolved_host = replace(res.host, kept_driver=kept)
+        lock_groups.append(lock_group(_group_label(resolved_host), names, replace(res, host=resolved_host)))
     return _unique_names(lock_groups)
 
 
@@ -564,14 +562,14 @@ def _probe(
     return failed
 
 
-def _group_label(host: ResolvedHost, kept_driver: str | None = None) -> str:
+def _group_label(host: ResolvedHost) -> str:
     """A name from what the group is, not from the hosts planned beside it (it is the health spec's
     ``group``: one that moved with ``--limit`` re-applied a converged host); a kept driver is named."""
     gpu = host.gpu or "cpu"
     count = host.gpu_count or 0
     label = f"{gpu}_x{count}_{host.os}" if host.gpu else f"cpu_{host.os}"
-    if kept_driver:
-        label += f"_driver_{kept_driver}"
+    if host.kept_driver:
+        label += f"_driver_{host.kept_driver}"
     return re.sub(r"[^a-z0-9_]+", "_", label.lower()).strip("_")
 
 
