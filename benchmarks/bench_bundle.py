@@ -25,20 +25,19 @@ the human output of `provision bundle` and `up --bundle` there (the tutorial quo
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.hosts import harness
+from tests.support.http_server import serving_folder
 
 TARGET = 0.8
 # Debian's installer writes the release, its -updates and -security suites (the bundle's closure
@@ -66,28 +65,6 @@ def provision(cwd: Path, *args: str) -> tuple[float, subprocess.CompletedProcess
     if r.returncode != 0:
         raise SystemExit(f"provision {' '.join(args[:2])} failed ({r.returncode}): {r.stderr[-2000:]}")
     return took, r
-
-
-@contextlib.contextmanager
-def wheel_index(directory: Path, address: str) -> Iterator[int]:
-    """The wheelhouse over HTTP on the bridge address (pip's --find-links reads its listing)."""
-    with socket.socket() as s:
-        s.bind((address, 0))
-        port = int(s.getsockname()[1])
-    server = subprocess.Popen(
-        [sys.executable, "-m", "http.server", "--bind", address, "--directory", str(directory), str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        for _ in range(100):
-            with contextlib.suppress(OSError), socket.create_connection((address, port), timeout=1):
-                break
-            time.sleep(0.1)
-        yield port
-    finally:
-        server.terminate()
-        server.wait()
 
 
 def shape(link: str, mbit: int, ports: list[int]) -> None:
@@ -124,14 +101,14 @@ def main() -> None:
     rows: list[str] = []
     with (
         harness.bench_running(1, "/var/tmp/provision-bench-bundle", "bb", "10.200.21", ro_binds=[wheelhouse]) as hs,
-        wheel_index(wheelhouse, f"{hs.net}.1") as port,
+        serving_folder(wheelhouse, f"{hs.net}.1") as url,  # the index across the modelled link
     ):
         [host] = hs.hosts
-        index = f"{hs.net}.1:{port}"
+        index = urlsplit(url)  # http://<bridge address>:<port>
         config = work / "provision.yaml"
         config.write_text(
             "stack: {frameworks: ['torch==2.13.0+cpu'], driver: none}\n"
-            f"install: {{cache: off, pip: {{find_links: ['http://{index}/'], trusted_hosts: ['{index}']}},"
+            f"install: {{cache: off, pip: {{find_links: ['{url}/'], trusted_hosts: ['{index.netloc}']}},"
             f" apt: {{proxy: '{hs.proxy}'}}}}\n"
             "verify: {allow_cpu: true}\n"
         )
@@ -153,7 +130,7 @@ def main() -> None:
 
         shown = None
         for mbit in ns.uplink_mbit:
-            shape(f"{host.name}-h", mbit, [3128, port])
+            shape(f"{host.name}-h", mbit, [3128, int(index.port or 80)])
             online, bundled = [], []
             for _ in range(ns.runs):
                 fresh()

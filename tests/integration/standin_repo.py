@@ -19,19 +19,16 @@ check reads a real module header. Services are oneshot units that stay active.
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import http.server
 import re
 import subprocess
 import tempfile
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from provision.fleet.apt_repo import index_and_sign
-from tests.support.http_server import serving
+from tests.support.http_server import serving_folder as serve  # noqa: F401 (the stand-in's callers use sr.serve)
 
 STANDIN_KERNEL = "6.1.0-99-standin"
 
@@ -397,15 +394,3 @@ def build_repo(folder: Path, debs: list[Deb], key_file: str = "standin-key.asc",
         _build(deb, folder, ko, work)
     signed = index_and_sign(folder, label="provision stand-in repo", key_file=key_file)
     return Repo(folder, signed.key, signed.fingerprint)
-
-
-@contextlib.contextmanager
-def serve(folder: Path, address: str) -> Iterator[str]:
-    """Serve ``folder`` over HTTP on ``address`` (the bridge) for the duration; yields the base URL."""
-    with serving(functools.partial(_QuietHandler, directory=str(folder)), address) as url:
-        yield url
-
-
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:
-        pass
