@@ -140,6 +140,11 @@ def debian13_settings(debian12: dict[str, Any]) -> dict[str, Any]:
     return {**derived, "suite": "trixie", "base": TRIXIE_BASE_DIR}
 
 
+def bundle_settings(debian12: dict[str, Any]) -> dict[str, Any]:
+    """test_up_bundle's own Debian 12 host beside the set: prefix ``b<prefix>``, the /24 31 above."""
+    return derived_settings(debian12, "bundle", f"b{debian12['prefix']}", 31)
+
+
 def available() -> str | None:
     """Why test hosts cannot run here, or None when they can."""
     if os.geteuid() != 0:

@@ -79,9 +79,7 @@ def own_host(testhosts: harness.HostSet, wheelhouse: Path) -> Iterator[harness.H
     as the Debian 13 set is): the bundle installs the -security suite's python3.11, newer than what
     the session hosts' own sources (bookworm alone) know, which would leave a shared host unable to
     reinstall python3-venv from them."""
-    settings = harness.session_settings()
-    own = harness.derived_settings(settings, "bundle", f"b{settings['prefix']}", 31)
-    with harness.running(1, ro_binds=[wheelhouse], **own) as hostset:
+    with harness.running(1, ro_binds=[wheelhouse], **harness.bundle_settings(harness.session_settings())) as hostset:
         yield hostset
 
 

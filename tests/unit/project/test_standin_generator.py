@@ -145,20 +145,16 @@ def test_the_stand_in_has_nvidia_open_branch_names_from_570_only() -> None:
 
 
 def test_each_xdist_worker_has_a_set_that_meets_no_other() -> None:
-    """`make test` runs the integration modules on two workers, each with the sets its modules
-    make (Debian 12, the Debian 13 one and test_up_bundle's own): no two share a directory, a
-    bridge or a /24, and no prefix is the start of another's (``testhosts.sh down`` and
-    leftovers() take every name that starts with the set's prefix)."""
+    """Integration modules run on two xdist workers (`pytest -n 2 tests/integration`; `make test`
+    runs one process) each make their own sets (Debian 12, the Debian 13 one and test_up_bundle's):
+    no two share a directory, a bridge or a /24, and no prefix is the start of another's
+    (``testhosts.sh down`` and leftovers() take every name that starts with the set's prefix)."""
     first = {"directory": Path("/var/tmp/provision-testhosts"), "prefix": "th", "net": "10.200.0", "bridge": "thbr0"}
     assert harness.worker_settings(first, 0) == first
     sets = []
     for n in (0, 1):
         mine = harness.worker_settings(first, n)
-        sets += [
-            mine,
-            harness.debian13_settings(mine),
-            harness.derived_settings(mine, "bundle", f"b{mine['prefix']}", 31),
-        ]
+        sets += [mine, harness.debian13_settings(mine), harness.bundle_settings(mine)]
     for key in ("directory", "net", "bridge"):
         assert len({str(s[key]) for s in sets}) == len(sets), key
     prefixes = [str(s["prefix"]) for s in sets]
